@@ -1,0 +1,268 @@
+//! A model of PyTorch's default `CUDACachingAllocator` (c10/cuda/CUDACachingAllocator.cpp) on one
+//! stream: requests rounded up to 512 B; requests of at most 1 MiB served from 2 MiB segments (the
+//! small pool), requests under 10 MiB from 20 MiB segments, larger ones from their own segment
+//! rounded up to 2 MiB; best-fit reuse of cached blocks; splitting when the remainder is at least
+//! 512 B (small pool) or more than 1 MiB (large pool); coalescing of free neighbours. It turns an
+//! allocation/free stream into `memory_allocated()` and `memory_reserved()`.
+
+use std::collections::BTreeSet;
+
+/// Minimum block size and rounding (512 B).
+pub const MIN_BLOCK: u64 = 512;
+/// Largest request served from the small pool (1 MiB).
+pub const SMALL_SIZE: u64 = 1 << 20;
+/// Segment size of the small pool (2 MiB).
+pub const SMALL_BUFFER: u64 = 2 << 20;
+/// Segment size for mid-sized requests (20 MiB).
+pub const LARGE_BUFFER: u64 = 20 << 20;
+/// Requests from this size on get their own segment (10 MiB).
+pub const MIN_LARGE_ALLOC: u64 = 10 << 20;
+/// Rounding of dedicated segments (2 MiB).
+pub const ROUND_LARGE: u64 = 2 << 20;
+
+/// The size a request occupies in the allocator (rounded up to 512 B).
+pub fn round_size(n: u64) -> u64 {
+    if n < MIN_BLOCK {
+        MIN_BLOCK
+    } else {
+        n.div_ceil(MIN_BLOCK) * MIN_BLOCK
+    }
+}
+
+/// A handle to an allocated block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockId(usize);
+
+#[derive(Debug, Clone)]
+struct Block {
+    addr: u64,
+    size: u64,
+    allocated: bool,
+    small: bool,
+    prev: Option<usize>,
+    next: Option<usize>,
+}
+
+/// The caching allocator's state.
+#[derive(Debug, Clone, Default)]
+pub struct CachingAllocator {
+    blocks: Vec<Block>,
+    free_small: BTreeSet<(u64, u64, usize)>,
+    free_large: BTreeSet<(u64, u64, usize)>,
+    next_addr: u64,
+    allocated: u64,
+    reserved: u64,
+    segments: u64,
+    recycled: Vec<usize>,
+}
+
+impl CachingAllocator {
+    /// An empty allocator.
+    pub fn new() -> Self {
+        CachingAllocator {
+            next_addr: 1 << 40,
+            ..Default::default()
+        }
+    }
+
+    /// `memory_allocated()`: bytes in allocated blocks.
+    pub fn allocated(&self) -> u64 {
+        self.allocated
+    }
+
+    /// `memory_reserved()`: bytes in segments obtained with `cudaMalloc`.
+    pub fn reserved(&self) -> u64 {
+        self.reserved
+    }
+
+    /// Number of segments ever created.
+    pub fn segments(&self) -> u64 {
+        self.segments
+    }
+
+    /// The size of an allocated block.
+    pub fn block_size(&self, b: BlockId) -> u64 {
+        self.blocks[b.0].size
+    }
+
+    fn pool(&mut self, small: bool) -> &mut BTreeSet<(u64, u64, usize)> {
+        if small {
+            &mut self.free_small
+        } else {
+            &mut self.free_large
+        }
+    }
+
+    fn insert_free(&mut self, i: usize) {
+        let (size, addr, small) = (
+            self.blocks[i].size,
+            self.blocks[i].addr,
+            self.blocks[i].small,
+        );
+        self.pool(small).insert((size, addr, i));
+    }
+
+    fn remove_free(&mut self, i: usize) {
+        let (size, addr, small) = (
+            self.blocks[i].size,
+            self.blocks[i].addr,
+            self.blocks[i].small,
+        );
+        self.pool(small).remove(&(size, addr, i));
+    }
+
+    fn new_block(&mut self, b: Block) -> usize {
+        if let Some(i) = self.recycled.pop() {
+            self.blocks[i] = b;
+            i
+        } else {
+            self.blocks.push(b);
+            self.blocks.len() - 1
+        }
+    }
+
+    /// Allocates `nbytes`; `None` for a zero-byte request (which takes no block).
+    pub fn malloc(&mut self, nbytes: u64) -> Option<BlockId> {
+        if nbytes == 0 {
+            return None;
+        }
+        let size = round_size(nbytes);
+        let small = size <= SMALL_SIZE;
+        let found = self.pool(small).range((size, 0, 0)..).next().copied();
+        let i = match found {
+            Some(key) => {
+                self.pool(small).remove(&key);
+                key.2
+            }
+            None => {
+                let seg = if small {
+                    SMALL_BUFFER
+                } else if size < MIN_LARGE_ALLOC {
+                    LARGE_BUFFER
+                } else {
+                    size.div_ceil(ROUND_LARGE) * ROUND_LARGE
+                };
+                let addr = self.next_addr;
+                self.next_addr += seg + (1 << 21);
+                self.reserved += seg;
+                self.segments += 1;
+                self.new_block(Block {
+                    addr,
+                    size: seg,
+                    allocated: false,
+                    small,
+                    prev: None,
+                    next: None,
+                })
+            }
+        };
+        let remaining = self.blocks[i].size - size;
+        if (small && remaining >= MIN_BLOCK) || (!small && remaining > SMALL_SIZE) {
+            let next = self.blocks[i].next;
+            let r = self.new_block(Block {
+                addr: self.blocks[i].addr + size,
+                size: remaining,
+                allocated: false,
+                small,
+                prev: Some(i),
+                next,
+            });
+            if let Some(n) = next {
+                self.blocks[n].prev = Some(r);
+            }
+            self.blocks[i].next = Some(r);
+            self.blocks[i].size = size;
+            self.insert_free(r);
+        }
+        self.blocks[i].allocated = true;
+        self.allocated += self.blocks[i].size;
+        Some(BlockId(i))
+    }
+
+    /// Returns a block to the cache, merging it with free neighbours.
+    pub fn free(&mut self, b: BlockId) {
+        let i = b.0;
+        self.blocks[i].allocated = false;
+        self.allocated -= self.blocks[i].size;
+        if let Some(p) = self.blocks[i].prev {
+            if !self.blocks[p].allocated {
+                self.remove_free(p);
+                self.blocks[i].addr = self.blocks[p].addr;
+                self.blocks[i].size += self.blocks[p].size;
+                let pp = self.blocks[p].prev;
+                self.blocks[i].prev = pp;
+                if let Some(pp) = pp {
+                    self.blocks[pp].next = Some(i);
+                }
+                self.recycled.push(p);
+            }
+        }
+        if let Some(n) = self.blocks[i].next {
+            if !self.blocks[n].allocated {
+                self.remove_free(n);
+                self.blocks[i].size += self.blocks[n].size;
+                let nn = self.blocks[n].next;
+                self.blocks[i].next = nn;
+                if let Some(nn) = nn {
+                    self.blocks[nn].prev = Some(i);
+                }
+                self.recycled.push(n);
+            }
+        }
+        self.insert_free(i);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rounds_and_pools() {
+        let mut a = CachingAllocator::new();
+        let b = a.malloc(4).unwrap();
+        assert_eq!(a.allocated(), 512);
+        assert_eq!(a.reserved(), SMALL_BUFFER);
+        a.free(b);
+        assert_eq!(a.allocated(), 0);
+        assert_eq!(a.reserved(), SMALL_BUFFER);
+        // a 3 MiB request takes a 20 MiB segment, a 12 MiB one its own 12 MiB segment
+        let c = a.malloc(3 << 20).unwrap();
+        assert_eq!(a.reserved(), SMALL_BUFFER + LARGE_BUFFER);
+        let d = a.malloc((12 << 20) + 1).unwrap();
+        assert_eq!(a.reserved(), SMALL_BUFFER + LARGE_BUFFER + (14 << 20));
+        a.free(c);
+        a.free(d);
+        // best fit: a 10 MiB request reuses the 14 MiB block without splitting (remainder > 1 MiB splits)
+        let e = a.malloc(10 << 20).unwrap();
+        assert_eq!(a.block_size(e), 10 << 20);
+        assert_eq!(a.segments(), 3);
+    }
+
+    #[test]
+    fn unsplit_block_counts_whole() {
+        let mut a = CachingAllocator::new();
+        let b = a.malloc(20 << 20).unwrap();
+        a.free(b);
+        // 19.5 MiB in a 20 MiB free block: remainder 0.5 MiB <= 1 MiB, not split
+        let c = a.malloc((19 << 20) + (1 << 19)).unwrap();
+        assert_eq!(a.block_size(c), 20 << 20);
+        assert_eq!(a.allocated(), 20 << 20);
+    }
+
+    #[test]
+    fn coalesces_neighbours() {
+        let mut a = CachingAllocator::new();
+        let x = a.malloc(2 << 20).unwrap();
+        let y = a.malloc(2 << 20).unwrap();
+        let z = a.malloc(2 << 20).unwrap();
+        assert_eq!(a.segments(), 1);
+        a.free(x);
+        a.free(z);
+        a.free(y);
+        // the whole 20 MiB segment is one free block again
+        let w = a.malloc(19 << 20).unwrap();
+        assert_eq!(a.segments(), 1);
+        assert_eq!(a.block_size(w), 20 << 20);
+    }
+}

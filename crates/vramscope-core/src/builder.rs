@@ -1,0 +1,271 @@
+//! Records a forward program into a [`Graph`], the way PyTorch eager would run it: module calls
+//! open scopes (so parameters get their `named_parameters()` names), ops append nodes in order and
+//! check shapes as they go.
+
+use std::sync::Arc;
+
+use crate::dtype::DType;
+use crate::ir::{
+    Graph, ModuleDef, ModuleId, Node, NodeId, ParamDef, ParamId, ParamKind, Scope, Shape, Task,
+    TensorDef, TensorId,
+};
+use crate::ops::{Op, ShapeError};
+
+/// An error while building a graph: a shape rule failed inside a named module.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("in module `{module}`: {source}")]
+pub struct BuildError {
+    /// Path of the module whose op failed (`""` is the root).
+    pub module: String,
+    /// What the op's shape rule said.
+    pub source: ShapeError,
+}
+
+/// Builds a [`Graph`] op by op.
+#[derive(Debug)]
+pub struct GraphBuilder {
+    graph: Graph,
+    stack: Vec<ModuleId>,
+    error: Option<BuildError>,
+}
+
+impl GraphBuilder {
+    /// A new builder whose root module has class `root_type`.
+    pub fn new(name: &str, root_type: &str) -> Self {
+        GraphBuilder {
+            graph: Graph {
+                name: name.to_string(),
+                tensors: Vec::new(),
+                params: Vec::new(),
+                modules: vec![ModuleDef {
+                    path: String::new(),
+                    type_name: root_type.to_string(),
+                    parent: None,
+                }],
+                nodes: Vec::new(),
+                scopes: Vec::new(),
+                inputs: Vec::new(),
+                outputs: Vec::new(),
+                task: Task::Classification { num_classes: 0 },
+            },
+            stack: vec![ModuleId(0)],
+            error: None,
+        }
+    }
+
+    /// Adds a model input (the batch).
+    pub fn input(&mut self, shape: Shape, dtype: DType) -> TensorId {
+        let t = self.new_tensor(shape, dtype, None);
+        self.graph.inputs.push(t);
+        t
+    }
+
+    /// The shape of a tensor.
+    pub fn shape(&self, t: TensorId) -> &[u64] {
+        &self.graph.tensor(t).shape
+    }
+
+    fn new_tensor(&mut self, shape: Shape, dtype: DType, producer: Option<NodeId>) -> TensorId {
+        self.graph.tensors.push(TensorDef {
+            shape,
+            dtype,
+            producer,
+            param: None,
+        });
+        TensorId(self.graph.tensors.len() as u32 - 1)
+    }
+
+    fn current(&self) -> ModuleId {
+        *self.stack.last().expect("the root module is never popped")
+    }
+
+    fn child_path(&self, name: &str) -> String {
+        let parent = &self.graph.modules[self.current().0 as usize].path;
+        if parent.is_empty() {
+            name.to_string()
+        } else {
+            format!("{parent}.{name}")
+        }
+    }
+
+    /// Finds or registers the child module `name` of the current module.
+    fn child(&mut self, name: &str, type_name: &str) -> (ModuleId, bool) {
+        let path = self.child_path(name);
+        if let Some(id) = self.graph.find_module(&path) {
+            return (id, false);
+        }
+        self.graph.modules.push(ModuleDef {
+            path,
+            type_name: type_name.to_string(),
+            parent: Some(self.current()),
+        });
+        (ModuleId(self.graph.modules.len() as u32 - 1), true)
+    }
+
+    /// Calls child module `name` (class `type_name`) with `inputs`: everything `f` records belongs
+    /// to it, and the inputs stay referenced until it returns.
+    pub fn module<R>(
+        &mut self,
+        name: &str,
+        type_name: &str,
+        inputs: &[TensorId],
+        f: impl FnOnce(&mut Self) -> R,
+    ) -> R {
+        let (id, _) = self.child(name, type_name);
+        self.stack.push(id);
+        let first = self.graph.nodes.len() as u32;
+        let r = f(self);
+        self.stack.pop();
+        let end = self.graph.nodes.len() as u32;
+        self.graph.scopes.push(Scope {
+            module: id,
+            first,
+            end,
+            inputs: inputs.to_vec(),
+        });
+        r
+    }
+
+    /// Registers a module that holds parameters but is only used functionally (never "called").
+    pub fn declare_module(&mut self, name: &str, type_name: &str) -> ModuleId {
+        self.child(name, type_name).0
+    }
+
+    /// Registers a parameter of the current module (e.g. ViT's `class_token`) and returns a tensor
+    /// that stands for it in ops.
+    pub fn parameter(&mut self, name: &str, shape: Shape) -> TensorId {
+        let module = self.current();
+        let pid = self.register_param(
+            module,
+            name,
+            shape.clone(),
+            ParamKind::Parameter,
+            DType::F32,
+        );
+        let t = self.new_tensor(shape, DType::F32, None);
+        self.graph.tensors[t.0 as usize].param = Some(pid);
+        t
+    }
+
+    fn register_param(
+        &mut self,
+        module: ModuleId,
+        name: &str,
+        shape: Shape,
+        kind: ParamKind,
+        dtype: DType,
+    ) -> ParamId {
+        let mpath = &self.graph.modules[module.0 as usize].path;
+        let full = if mpath.is_empty() {
+            name.to_string()
+        } else {
+            format!("{mpath}.{name}")
+        };
+        if let Some(i) = self.graph.params.iter().position(|p| p.name == full) {
+            return ParamId(i as u32);
+        }
+        self.graph.params.push(ParamDef {
+            name: full,
+            shape,
+            dtype,
+            kind,
+            trainable: true,
+            module,
+        });
+        ParamId(self.graph.params.len() as u32 - 1)
+    }
+
+    /// Calls a leaf module `name` whose whole forward is `op` (an `nn.Conv2d`, `nn.ReLU`, ...):
+    /// registers the op's parameters under the module's path and records the op.
+    pub fn layer(&mut self, name: &str, op: impl Op + 'static, inputs: &[TensorId]) -> TensorId {
+        let op: Arc<dyn Op> = Arc::new(op);
+        let (id, _) = self.child(name, op.kind());
+        let mut params = Vec::new();
+        for spec in op.param_specs() {
+            let kind = if spec.is_buffer {
+                ParamKind::Buffer
+            } else {
+                ParamKind::Parameter
+            };
+            params.push(self.register_param(
+                id,
+                spec.name,
+                spec.shape,
+                kind,
+                spec.fixed_dtype.unwrap_or(DType::F32),
+            ));
+        }
+        self.stack.push(id);
+        let first = self.graph.nodes.len() as u32;
+        let out = self.push(op, inputs, params);
+        self.stack.pop();
+        self.graph.scopes.push(Scope {
+            module: id,
+            first,
+            end: first + 1,
+            inputs: inputs.to_vec(),
+        });
+        out[0]
+    }
+
+    /// Records a functional op (no parameters of its own) in the current module.
+    pub fn op(&mut self, op: impl Op + 'static, inputs: &[TensorId]) -> TensorId {
+        self.push(Arc::new(op), inputs, Vec::new())[0]
+    }
+
+    /// Records a functional op with several outputs (`chunk`).
+    pub fn op_multi(&mut self, op: impl Op + 'static, inputs: &[TensorId]) -> Vec<TensorId> {
+        self.push(Arc::new(op), inputs, Vec::new())
+    }
+
+    fn push(
+        &mut self,
+        op: Arc<dyn Op>,
+        inputs: &[TensorId],
+        params: Vec<ParamId>,
+    ) -> Vec<TensorId> {
+        let shapes: Vec<&[u64]> = inputs
+            .iter()
+            .map(|&t| self.graph.tensor(t).shape.as_slice())
+            .collect();
+        let out_shapes = if self.error.is_some() {
+            // after the first error keep going with placeholder shapes; finish() reports the error
+            vec![shapes.first().map(|s| s.to_vec()).unwrap_or_default()]
+        } else {
+            match op.output_shapes(&shapes) {
+                Ok(s) => s,
+                Err(e) => {
+                    let module = self.graph.modules[self.current().0 as usize].path.clone();
+                    self.error = Some(BuildError { module, source: e });
+                    vec![shapes.first().map(|s| s.to_vec()).unwrap_or_default()]
+                }
+            }
+        };
+        let dtypes: Vec<DType> = inputs.iter().map(|&t| self.graph.tensor(t).dtype).collect();
+        let out_dtypes = op.output_dtypes(&dtypes, out_shapes.len());
+        let node = NodeId(self.graph.nodes.len() as u32);
+        let outputs: Vec<TensorId> = out_shapes
+            .into_iter()
+            .zip(out_dtypes)
+            .map(|(s, d)| self.new_tensor(s, d, Some(node)))
+            .collect();
+        self.graph.nodes.push(Node {
+            op,
+            module: self.current(),
+            inputs: inputs.to_vec(),
+            params,
+            outputs: outputs.clone(),
+        });
+        outputs
+    }
+
+    /// Finishes the graph with its outputs and task, or reports the first shape error.
+    pub fn finish(mut self, outputs: &[TensorId], task: Task) -> Result<Graph, BuildError> {
+        if let Some(e) = self.error {
+            return Err(e);
+        }
+        self.graph.outputs = outputs.to_vec();
+        self.graph.task = task;
+        Ok(self.graph)
+    }
+}

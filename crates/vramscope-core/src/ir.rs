@@ -1,0 +1,217 @@
+//! The graph IR: tensors, parameters, modules and the op nodes that connect them, in execution order.
+//!
+//! A graph is the forward program of one model for one input shape, recorded the way PyTorch eager
+//! runs it: nodes in call order, each tagged with the module whose `forward` issued it, so that
+//! module paths (`layer1.0.conv1`) and per-module scopes (what a `Sequential` keeps alive) survive.
+
+use std::sync::Arc;
+
+use crate::dtype::DType;
+use crate::ops::Op;
+
+/// A tensor shape (sizes only; every tensor the IR creates is contiguous unless it is a view).
+pub type Shape = Vec<u64>;
+
+/// Number of elements of a shape.
+pub fn numel(shape: &[u64]) -> u64 {
+    shape.iter().product()
+}
+
+/// Index of a tensor in [`Graph::tensors`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TensorId(pub u32);
+
+/// Index of a parameter or buffer in [`Graph::params`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ParamId(pub u32);
+
+/// Index of a module in [`Graph::modules`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ModuleId(pub u32);
+
+/// Index of a node in [`Graph::nodes`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeId(pub u32);
+
+/// A tensor of the forward program, with the shape and dtype it has in an fp32 run.
+#[derive(Debug, Clone)]
+pub struct TensorDef {
+    /// Sizes.
+    pub shape: Shape,
+    /// Element type in an fp32 run (precision passes decide the runtime dtype).
+    pub dtype: DType,
+    /// The node that produced it; `None` for graph inputs and parameters.
+    pub producer: Option<NodeId>,
+    /// Set when this tensor *is* a parameter used as an activation (ViT's `class_token`).
+    pub param: Option<ParamId>,
+}
+
+/// Whether a tensor owned by a module is a trainable parameter or a buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParamKind {
+    /// `nn.Parameter` (gets a gradient and optimizer state when trainable).
+    Parameter,
+    /// `register_buffer` (running statistics, `num_batches_tracked`).
+    Buffer,
+}
+
+/// A parameter or buffer, named as `named_parameters()` / `named_buffers()` name it.
+#[derive(Debug, Clone)]
+pub struct ParamDef {
+    /// Full dotted name, e.g. `layer1.0.conv1.weight`.
+    pub name: String,
+    /// Sizes.
+    pub shape: Shape,
+    /// Element type when the model is built in fp32 (`num_batches_tracked` stays int64).
+    pub dtype: DType,
+    /// Parameter or buffer.
+    pub kind: ParamKind,
+    /// Whether it requires grad (a frozen parameter does not).
+    pub trainable: bool,
+    /// The module that owns it.
+    pub module: ModuleId,
+}
+
+impl ParamDef {
+    /// Number of elements.
+    pub fn numel(&self) -> u64 {
+        numel(&self.shape)
+    }
+}
+
+/// An `nn.Module` of the model, named as `named_modules()` names it.
+#[derive(Debug, Clone)]
+pub struct ModuleDef {
+    /// Dotted path (`""` for the root).
+    pub path: String,
+    /// Class name (`Conv2d`, `Bottleneck`).
+    pub type_name: String,
+    /// The containing module.
+    pub parent: Option<ModuleId>,
+}
+
+/// One op call of the forward program.
+#[derive(Debug, Clone)]
+pub struct Node {
+    /// What the op is, with its rules.
+    pub op: Arc<dyn Op>,
+    /// The innermost module whose forward issued it.
+    pub module: ModuleId,
+    /// Activation inputs.
+    pub inputs: Vec<TensorId>,
+    /// Parameters and buffers it reads.
+    pub params: Vec<ParamId>,
+    /// Outputs.
+    pub outputs: Vec<TensorId>,
+}
+
+/// A span of nodes that a module call covers, and the tensors that call kept referenced until it
+/// returned (Python keeps a module's arguments alive for the whole call).
+#[derive(Debug, Clone)]
+pub struct Scope {
+    /// The module.
+    pub module: ModuleId,
+    /// First node of the call.
+    pub first: u32,
+    /// One past the last node of the call.
+    pub end: u32,
+    /// Tensors passed in.
+    pub inputs: Vec<TensorId>,
+}
+
+/// What the model's output is trained against.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Task {
+    /// `F.cross_entropy(logits [B, K], labels [B])`.
+    Classification {
+        /// Number of classes K.
+        num_classes: u64,
+    },
+}
+
+/// The forward program of a model for one input shape.
+#[derive(Debug, Clone)]
+pub struct Graph {
+    /// Model name (`resnet50`).
+    pub name: String,
+    /// All tensors.
+    pub tensors: Vec<TensorDef>,
+    /// All parameters and buffers in registration order (the order `Module.__init__` creates them).
+    pub params: Vec<ParamDef>,
+    /// All modules in `named_modules()` order.
+    pub modules: Vec<ModuleDef>,
+    /// Nodes in execution order.
+    pub nodes: Vec<Node>,
+    /// Module calls.
+    pub scopes: Vec<Scope>,
+    /// The model's inputs (the batch).
+    pub inputs: Vec<TensorId>,
+    /// The model's outputs.
+    pub outputs: Vec<TensorId>,
+    /// What the loss is.
+    pub task: Task,
+}
+
+impl Graph {
+    /// The tensor definition.
+    pub fn tensor(&self, t: TensorId) -> &TensorDef {
+        &self.tensors[t.0 as usize]
+    }
+
+    /// The parameter definition.
+    pub fn param(&self, p: ParamId) -> &ParamDef {
+        &self.params[p.0 as usize]
+    }
+
+    /// The module path.
+    pub fn module_path(&self, m: ModuleId) -> &str {
+        &self.modules[m.0 as usize].path
+    }
+
+    /// Total number of parameter elements (buffers excluded), shared parameters counted once.
+    pub fn parameter_count(&self) -> u64 {
+        self.params
+            .iter()
+            .filter(|p| p.kind == ParamKind::Parameter)
+            .map(ParamDef::numel)
+            .sum()
+    }
+
+    /// Number of trainable parameter elements.
+    pub fn trainable_parameter_count(&self) -> u64 {
+        self.params
+            .iter()
+            .filter(|p| p.kind == ParamKind::Parameter && p.trainable)
+            .map(ParamDef::numel)
+            .sum()
+    }
+
+    /// Finds a module by its path.
+    pub fn find_module(&self, path: &str) -> Option<ModuleId> {
+        self.modules
+            .iter()
+            .position(|m| m.path == path)
+            .map(|i| ModuleId(i as u32))
+    }
+
+    /// Whether module `m` is `ancestor` or inside it.
+    pub fn module_within(&self, mut m: ModuleId, ancestor: ModuleId) -> bool {
+        loop {
+            if m == ancestor {
+                return true;
+            }
+            match self.modules[m.0 as usize].parent {
+                Some(p) => m = p,
+                None => return false,
+            }
+        }
+    }
+
+    /// The top-level children of the root module, in registration order.
+    pub fn top_level_children(&self) -> Vec<&ModuleDef> {
+        self.modules
+            .iter()
+            .filter(|m| m.parent == Some(ModuleId(0)))
+            .collect()
+    }
+}

@@ -1,0 +1,15 @@
+//! vramscope-core: the graph IR, the op library, the training-step simulator and the model of
+//! PyTorch's CUDA caching allocator. No I/O happens here.
+#![deny(missing_docs)]
+
+pub mod allocator;
+pub mod builder;
+pub mod dtype;
+pub mod ir;
+pub mod ops;
+pub mod optim;
+pub mod sim;
+
+pub use builder::{BuildError, GraphBuilder};
+pub use dtype::{DType, Precision};
+pub use ir::{Graph, Shape, TensorId};

@@ -1,0 +1,99 @@
+//! Pointwise activations (ReLU, ReLU6, SiLU, GELU, Hardswish, Hardsigmoid, Sigmoid, Tanh) and their
+//! `inplace=True` variants.
+//!
+//! What backward needs decides memory: ReLU, Sigmoid and Tanh keep their *output*; the others keep
+//! their *input*. An in-place op whose formula needs the input (`silu_`, `hardswish_`, `gelu_`) makes
+//! autograd save a clone of the original (`original_self`), so in-place saves nothing there.
+
+use super::*;
+
+/// Which activation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ActivationKind {
+    /// `nn.ReLU`
+    ReLU,
+    /// `nn.ReLU6` (hardtanh 0..6)
+    ReLU6,
+    /// `nn.SiLU`
+    SiLU,
+    /// `nn.GELU`
+    GELU,
+    /// `nn.Hardswish`
+    Hardswish,
+    /// `nn.Hardsigmoid`
+    Hardsigmoid,
+    /// `nn.Sigmoid`
+    Sigmoid,
+    /// `nn.Tanh`
+    Tanh,
+}
+
+impl ActivationKind {
+    /// The module class name.
+    pub fn name(self) -> &'static str {
+        match self {
+            ActivationKind::ReLU => "ReLU",
+            ActivationKind::ReLU6 => "ReLU6",
+            ActivationKind::SiLU => "SiLU",
+            ActivationKind::GELU => "GELU",
+            ActivationKind::Hardswish => "Hardswish",
+            ActivationKind::Hardsigmoid => "Hardsigmoid",
+            ActivationKind::Sigmoid => "Sigmoid",
+            ActivationKind::Tanh => "Tanh",
+        }
+    }
+
+    /// Whether the backward formula reads the output (else it reads the input).
+    fn saves_output(self) -> bool {
+        matches!(
+            self,
+            ActivationKind::ReLU | ActivationKind::Sigmoid | ActivationKind::Tanh
+        )
+    }
+}
+
+/// A pointwise activation.
+#[derive(Debug, Clone)]
+pub struct Activation {
+    /// Which one.
+    pub kind: ActivationKind,
+    /// `inplace=True`.
+    pub inplace: bool,
+}
+
+impl Op for Activation {
+    fn kind(&self) -> &'static str {
+        self.kind.name()
+    }
+
+    fn output_shapes(&self, inputs: &[&[u64]]) -> Result<Vec<Shape>, ShapeError> {
+        Ok(vec![inputs[0].to_vec()])
+    }
+
+    fn alias(&self) -> Alias {
+        if self.inplace {
+            Alias::InPlace(0)
+        } else {
+            Alias::None
+        }
+    }
+
+    fn forward_extras(&self, ctx: &OpCtx) -> Vec<TensorMeta> {
+        // hardtanh_ saves its result; the other in-place ops clone their input first
+        if self.inplace && !self.kind.saves_output() && self.kind != ActivationKind::ReLU6 {
+            vec![ctx.inputs[0].clone()]
+        } else {
+            Vec::new()
+        }
+    }
+
+    fn saved_for_backward(&self, _ctx: &OpCtx) -> Vec<Saved> {
+        if self.kind.saves_output() || (self.inplace && self.kind == ActivationKind::ReLU6) {
+            vec![Saved::Output(0)]
+        } else if self.inplace {
+            vec![Saved::Extra(0)]
+        } else {
+            vec![Saved::Input(0)]
+        }
+    }
+}

@@ -1,0 +1,111 @@
+//! `F.scaled_dot_product_attention` with the backend PyTorch picks on an H100 (sm_90, cuDNN 9):
+//! cuDNN attention for fp16/bf16 without dropout, flash attention for fp16/bf16 with dropout,
+//! memory-efficient attention for fp32. None of them materialises the L×L score matrix; each keeps
+//! q, k, v, the output and a float32 log-sum-exp for backward. The math fallback (an explicit
+//! softmax(QKᵀ)V) keeps the L×L probabilities.
+
+use super::*;
+
+/// Which fused kernel runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SdpaBackend {
+    /// cuDNN attention.
+    Cudnn,
+    /// FlashAttention-2.
+    Flash,
+    /// Memory-efficient (xformers-style) attention.
+    Efficient,
+    /// The math fallback.
+    Math,
+}
+
+impl SdpaBackend {
+    /// The backend an H100 picks for this dtype and dropout.
+    pub fn on_h100(dtype: DType, dropout: bool) -> SdpaBackend {
+        match (dtype, dropout) {
+            (DType::F16 | DType::BF16, false) => SdpaBackend::Cudnn,
+            (DType::F16 | DType::BF16, true) => SdpaBackend::Flash,
+            _ => SdpaBackend::Efficient,
+        }
+    }
+}
+
+/// Scaled dot-product attention over `[B, H, L, E]` q, k, v.
+#[derive(Debug, Clone)]
+pub struct ScaledDotProductAttention {
+    /// Attention dropout probability (active in training only).
+    pub dropout_p: f64,
+    /// `is_causal`.
+    pub causal: bool,
+}
+
+impl ScaledDotProductAttention {
+    /// The backend for this call.
+    pub fn backend(&self, ctx: &OpCtx) -> SdpaBackend {
+        SdpaBackend::on_h100(ctx.inputs[0].dtype, ctx.training && self.dropout_p > 0.0)
+    }
+}
+
+impl Op for ScaledDotProductAttention {
+    fn kind(&self) -> &'static str {
+        "scaled_dot_product_attention"
+    }
+
+    fn output_shapes(&self, inputs: &[&[u64]]) -> Result<Vec<Shape>, ShapeError> {
+        let q = expect_rank("scaled_dot_product_attention", inputs, 0, 4)?;
+        let k = expect_rank("scaled_dot_product_attention", inputs, 1, 4)?;
+        let v = expect_rank("scaled_dot_product_attention", inputs, 2, 4)?;
+        if q[3] != k[3] || k[2] != v[2] || q[0] != k[0] {
+            return Err(ShapeError::new(
+                "scaled_dot_product_attention",
+                format!("q {q:?}, k {k:?}, v {v:?} do not fit together"),
+            ));
+        }
+        Ok(vec![vec![q[0], q[1], q[2], v[3]]])
+    }
+
+    fn autocast(&self) -> Autocast {
+        Autocast::LowerPrecision
+    }
+
+    fn sdpa_backend(&self, ctx: &OpCtx) -> Option<SdpaBackend> {
+        Some(self.backend(ctx))
+    }
+
+    fn forward_extras(&self, ctx: &OpCtx) -> Vec<TensorMeta> {
+        let q = &ctx.inputs[0].shape;
+        let (b, h, l) = (q[0], q[1], q[2]);
+        match self.backend(ctx) {
+            SdpaBackend::Efficient => {
+                vec![TensorMeta::new(vec![b, h, l.div_ceil(32) * 32], DType::F32)]
+            }
+            SdpaBackend::Cudnn => vec![TensorMeta::new(vec![b, h, l, 1], DType::F32)],
+            SdpaBackend::Flash => vec![
+                TensorMeta::new(vec![b, h, l], DType::F32),
+                TensorMeta::new(vec![2], DType::I64),
+            ],
+            SdpaBackend::Math => {
+                let k = &ctx.inputs[1].shape;
+                vec![TensorMeta::new(vec![b, h, l, k[2]], ctx.inputs[0].dtype)]
+            }
+        }
+    }
+
+    fn saved_for_backward(&self, ctx: &OpCtx) -> Vec<Saved> {
+        let mut s = vec![
+            Saved::Input(0),
+            Saved::Input(1),
+            Saved::Input(2),
+            Saved::Output(0),
+        ];
+        s.extend((0..self.forward_extras(ctx).len()).map(Saved::Extra));
+        s
+    }
+
+    // the backward kernels' float32 row statistics (delta = rowsum(dO * O))
+    fn backward_temporaries(&self, ctx: &OpCtx) -> Vec<u64> {
+        let q = &ctx.inputs[0].shape;
+        vec![q[0] * q[1] * q[2] * 4]
+    }
+}

@@ -1,0 +1,65 @@
+//! `nn.Dropout` (`native_dropout`: output plus a bool mask kept for backward; p = 0 or eval mode is
+//! the identity and records nothing) and torchvision's `StochasticDepth` (a `[B,1,1,1]` noise
+//! tensor and `input * noise`).
+
+use super::*;
+
+/// `nn.Dropout(p)`.
+#[derive(Debug, Clone)]
+pub struct Dropout {
+    /// Drop probability.
+    pub p: f64,
+}
+
+impl Op for Dropout {
+    fn kind(&self) -> &'static str {
+        "Dropout"
+    }
+
+    fn output_shapes(&self, inputs: &[&[u64]]) -> Result<Vec<Shape>, ShapeError> {
+        if !(0.0..=1.0).contains(&self.p) {
+            return Err(ShapeError::new(
+                "Dropout",
+                format!("p = {} is not a probability", self.p),
+            ));
+        }
+        Ok(vec![inputs[0].to_vec()])
+    }
+
+    fn forward_extras(&self, ctx: &OpCtx) -> Vec<TensorMeta> {
+        vec![TensorMeta::new(ctx.inputs[0].shape.clone(), DType::Bool)]
+    }
+
+    fn saved_for_backward(&self, _ctx: &OpCtx) -> Vec<Saved> {
+        vec![Saved::Extra(0)]
+    }
+}
+
+/// `torchvision.ops.StochasticDepth(p, "row")` in training mode with p > 0.
+#[derive(Debug, Clone)]
+pub struct StochasticDepth {
+    /// Drop probability.
+    pub p: f64,
+}
+
+impl Op for StochasticDepth {
+    fn kind(&self) -> &'static str {
+        "StochasticDepth"
+    }
+
+    fn output_shapes(&self, inputs: &[&[u64]]) -> Result<Vec<Shape>, ShapeError> {
+        Ok(vec![inputs[0].to_vec()])
+    }
+
+    // the noise: empty([B,1,...]).bernoulli_().div_() in the input's dtype
+    fn forward_extras(&self, ctx: &OpCtx) -> Vec<TensorMeta> {
+        let s = &ctx.inputs[0].shape;
+        let mut shape = vec![1; s.len()];
+        shape[0] = s[0];
+        vec![TensorMeta::new(shape, ctx.inputs[0].dtype)]
+    }
+
+    fn saved_for_backward(&self, _ctx: &OpCtx) -> Vec<Saved> {
+        vec![Saved::Extra(0)]
+    }
+}

@@ -1,0 +1,69 @@
+//! `nn.Linear`: `addmm(bias, x, W.t())` for 2-D input, the flattened addmm for contiguous 3-D input,
+//! `matmul` + in-place bias add otherwise. All save the input and the weight.
+
+use super::*;
+
+/// A fully connected layer.
+#[derive(Debug, Clone)]
+pub struct Linear {
+    /// Input features.
+    pub in_features: u64,
+    /// Output features.
+    pub out_features: u64,
+    /// Whether there is a bias.
+    pub bias: bool,
+}
+
+impl Linear {
+    /// A linear layer with a bias.
+    pub fn new(in_features: u64, out_features: u64) -> Self {
+        Linear {
+            in_features,
+            out_features,
+            bias: true,
+        }
+    }
+}
+
+impl Op for Linear {
+    fn kind(&self) -> &'static str {
+        "Linear"
+    }
+
+    fn output_shapes(&self, inputs: &[&[u64]]) -> Result<Vec<Shape>, ShapeError> {
+        let s = inputs[0];
+        match s.last() {
+            Some(&k) if k == self.in_features => {
+                let mut o = s.to_vec();
+                *o.last_mut().expect("non-empty") = self.out_features;
+                Ok(vec![o])
+            }
+            _ => Err(ShapeError::new(
+                "Linear",
+                format!(
+                    "input has shape {s:?}, expected the last dimension to be {}",
+                    self.in_features
+                ),
+            )),
+        }
+    }
+
+    fn param_specs(&self) -> Vec<ParamSpec> {
+        let mut p = vec![ParamSpec::param(
+            "weight",
+            vec![self.out_features, self.in_features],
+        )];
+        if self.bias {
+            p.push(ParamSpec::param("bias", vec![self.out_features]));
+        }
+        p
+    }
+
+    fn autocast(&self) -> Autocast {
+        Autocast::LowerPrecision
+    }
+
+    fn saved_for_backward(&self, _ctx: &OpCtx) -> Vec<Saved> {
+        vec![Saved::Input(0), Saved::Param(0)]
+    }
+}

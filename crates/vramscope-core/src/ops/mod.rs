@@ -1,0 +1,352 @@
+//! The op library: one op per file, each holding its shape rule, its parameters, what autograd
+//! saves for backward, its temporaries and its autocast class side by side.
+//!
+//! Ops are described at the level of the aten calls PyTorch issues on CUDA (an `nn.Conv2d` is one
+//! `convolution`, a cuDNN batch norm returns `save_mean`/`save_invstd`/`reserve` besides its output),
+//! because that is the granularity at which `torch.cuda.memory_allocated()` moves.
+
+use std::fmt::Debug;
+
+use crate::dtype::DType;
+use crate::ir::Shape;
+
+mod activation;
+mod adaptive_avg_pool;
+mod add;
+mod attention;
+mod avg_pool;
+mod batch_norm;
+mod cat;
+mod conv2d;
+mod cross_entropy;
+mod dropout;
+mod layer_norm;
+mod linear;
+mod matmul;
+mod max_pool;
+mod mean;
+mod mul;
+mod pad;
+mod roll;
+mod softmax;
+mod view;
+
+pub use activation::{Activation, ActivationKind};
+pub use adaptive_avg_pool::AdaptiveAvgPool2d;
+pub use add::Add;
+pub use attention::{ScaledDotProductAttention, SdpaBackend};
+pub use avg_pool::AvgPool2d;
+pub use batch_norm::BatchNorm2d;
+pub use cat::Cat;
+pub use conv2d::Conv2d;
+pub use cross_entropy::CrossEntropyLoss;
+pub use dropout::{Dropout, StochasticDepth};
+pub use layer_norm::LayerNorm;
+pub use linear::Linear;
+pub use matmul::MatMul;
+pub use max_pool::MaxPool2d;
+pub use mean::Mean;
+pub use mul::Mul;
+pub use pad::ConstantPad;
+pub use roll::Roll;
+pub use softmax::Softmax;
+pub use view::{Contiguous, View};
+
+/// Shape and dtype of one tensor as an op sees it at run time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TensorMeta {
+    /// Sizes.
+    pub shape: Shape,
+    /// Element type.
+    pub dtype: DType,
+}
+
+impl TensorMeta {
+    /// A tensor of this shape and dtype.
+    pub fn new(shape: Shape, dtype: DType) -> Self {
+        TensorMeta { shape, dtype }
+    }
+
+    /// Exact storage bytes.
+    pub fn bytes(&self) -> u64 {
+        crate::ir::numel(&self.shape) * self.dtype.size()
+    }
+}
+
+/// A parameter or buffer an op owns (its module registers it under `name`).
+#[derive(Debug, Clone)]
+pub struct ParamSpec {
+    /// Attribute name (`weight`, `running_mean`).
+    pub name: &'static str,
+    /// Sizes.
+    pub shape: Shape,
+    /// `true` for `register_buffer` tensors.
+    pub is_buffer: bool,
+    /// A fixed dtype (e.g. int64 `num_batches_tracked`); `None` follows the model's dtype.
+    pub fixed_dtype: Option<DType>,
+}
+
+impl ParamSpec {
+    /// A trainable parameter.
+    pub fn param(name: &'static str, shape: Shape) -> Self {
+        ParamSpec {
+            name,
+            shape,
+            is_buffer: false,
+            fixed_dtype: None,
+        }
+    }
+
+    /// A buffer.
+    pub fn buffer(name: &'static str, shape: Shape) -> Self {
+        ParamSpec {
+            name,
+            shape,
+            is_buffer: true,
+            fixed_dtype: None,
+        }
+    }
+}
+
+/// Whether an op's output is new memory, a view of an input, or an input written in place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Alias {
+    /// Output 0 is a new allocation.
+    None,
+    /// Output 0 is a view of input `i` (no allocation).
+    View(usize),
+    /// Output 0 is input `i` modified in place (no allocation).
+    InPlace(usize),
+}
+
+/// A tensor an autograd node keeps for backward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Saved {
+    /// The (possibly autocast-cast) input `i`.
+    Input(usize),
+    /// Output `i`.
+    Output(usize),
+    /// Parameter `i` (or its autocast copy).
+    Param(usize),
+    /// Extra forward result `i` (see [`Op::forward_extras`]).
+    Extra(usize),
+}
+
+/// Where the gradient of an input comes from in backward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GradIn {
+    /// A new tensor of the input's shape and dtype.
+    New,
+    /// The incoming gradient of output `i`, passed on as is (add, views).
+    PassThrough(usize),
+    /// No gradient (integer input, or the op is not differentiable in it).
+    None,
+}
+
+/// How `torch.autocast` treats an op (the CUDA autocast lists of `autocast_mode.cpp`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Autocast {
+    /// Runs in the autocast dtype: float inputs are cast down (weights through the autocast cache).
+    LowerPrecision,
+    /// Runs in float32: half inputs are cast up.
+    Fp32,
+    /// Runs in the widest input dtype: narrower inputs are cast up.
+    Promote,
+    /// Not on any list: runs in whatever dtype its inputs have.
+    Unlisted,
+}
+
+/// What an op sees when the simulator asks it a question: runtime shapes and dtypes.
+#[derive(Debug, Clone, Copy)]
+pub struct OpCtx<'a> {
+    /// Inputs as the op receives them (after autocast casts).
+    pub inputs: &'a [TensorMeta],
+    /// Parameters as the op receives them (after autocast casts).
+    pub params: &'a [TensorMeta],
+    /// Outputs.
+    pub outputs: &'a [TensorMeta],
+    /// `module.training` (train mode: batch norm uses batch statistics, dropout is active).
+    pub training: bool,
+}
+
+/// An error from an op's shape rule, naming what was expected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{op}: {message}")]
+pub struct ShapeError {
+    /// The op kind.
+    pub op: &'static str,
+    /// What was wrong and what was expected.
+    pub message: String,
+}
+
+impl ShapeError {
+    /// A shape error for `op`.
+    pub fn new(op: &'static str, message: impl Into<String>) -> Self {
+        ShapeError {
+            op,
+            message: message.into(),
+        }
+    }
+}
+
+/// One op: its rules, as trait methods with defaults for the common case.
+pub trait Op: Debug + Send + Sync {
+    /// Display name (`Conv2d`, `add`).
+    fn kind(&self) -> &'static str;
+
+    /// Output shapes for the given input shapes (the shape rule).
+    fn output_shapes(&self, inputs: &[&[u64]]) -> Result<Vec<Shape>, ShapeError>;
+
+    /// Output dtypes for the given runtime input dtypes: by default the first input's.
+    fn output_dtypes(&self, inputs: &[DType], n_outputs: usize) -> Vec<DType> {
+        vec![inputs.first().copied().unwrap_or(DType::F32); n_outputs]
+    }
+
+    /// Parameters and buffers the op's module owns (the module registers them).
+    fn param_specs(&self) -> Vec<ParamSpec> {
+        Vec::new()
+    }
+
+    /// Whether output 0 is new memory, a view, or in-place.
+    fn alias(&self) -> Alias {
+        Alias::None
+    }
+
+    /// The op's autocast class.
+    fn autocast(&self) -> Autocast {
+        Autocast::Unlisted
+    }
+
+    /// Extra results allocated in forward and kept only for backward (max-pool indices, dropout
+    /// masks, batch-norm statistics). Only asked when autograd records the op.
+    fn forward_extras(&self, _ctx: &OpCtx) -> Vec<TensorMeta> {
+        Vec::new()
+    }
+
+    /// Extra results allocated in forward even under `no_grad` (and freed right after the op).
+    fn inference_extras(&self, _ctx: &OpCtx) -> Vec<TensorMeta> {
+        Vec::new()
+    }
+
+    /// Transient allocations inside the forward op, in bytes (allocated after the outputs, freed
+    /// before the op returns).
+    fn forward_temporaries(&self, _ctx: &OpCtx) -> Vec<u64> {
+        Vec::new()
+    }
+
+    /// What autograd keeps for backward (derivatives.yaml).
+    fn saved_for_backward(&self, _ctx: &OpCtx) -> Vec<Saved> {
+        Vec::new()
+    }
+
+    /// Where each input's gradient comes from; by default a new tensor for every float input.
+    fn input_grads(&self, ctx: &OpCtx) -> Vec<GradIn> {
+        ctx.inputs
+            .iter()
+            .map(|t| {
+                if t.dtype.is_float() {
+                    GradIn::New
+                } else {
+                    GradIn::None
+                }
+            })
+            .collect()
+    }
+
+    /// Transient allocations of the backward kernels, in bytes (alive together with the new
+    /// gradients, freed before the node finishes).
+    fn backward_temporaries(&self, _ctx: &OpCtx) -> Vec<u64> {
+        Vec::new()
+    }
+
+    /// The fused attention kernel this call runs, for attention ops.
+    fn sdpa_backend(&self, _ctx: &OpCtx) -> Option<SdpaBackend> {
+        None
+    }
+
+    /// Whether the op makes an autograd node at all (views of non-grad tensors still do).
+    fn differentiable(&self) -> bool {
+        true
+    }
+}
+
+/// Checks the rank of input `i` and returns its shape.
+pub(crate) fn expect_rank<'a>(
+    op: &'static str,
+    inputs: &[&'a [u64]],
+    i: usize,
+    rank: usize,
+) -> Result<&'a [u64], ShapeError> {
+    let s = inputs
+        .get(i)
+        .ok_or_else(|| ShapeError::new(op, format!("missing input {i}")))?;
+    if s.len() != rank {
+        return Err(ShapeError::new(
+            op,
+            format!("input {i} has shape {s:?}, expected {rank} dimensions"),
+        ));
+    }
+    Ok(s)
+}
+
+/// Output size of a sliding window (conv, pooling) along one dimension, or an error naming it.
+pub(crate) fn window_out(
+    op: &'static str,
+    size: u64,
+    kernel: u64,
+    stride: u64,
+    padding: u64,
+    dilation: u64,
+    ceil_mode: bool,
+) -> Result<u64, ShapeError> {
+    let eff = dilation * (kernel - 1) + 1;
+    let padded = size + 2 * padding;
+    if padded < eff {
+        return Err(ShapeError::new(
+            op,
+            format!(
+                "input size {size} (padding {padding}) is smaller than the kernel extent {eff}; the input is too small for this network"
+            ),
+        ));
+    }
+    let num = padded - eff;
+    let mut out = if ceil_mode {
+        num.div_ceil(stride) + 1
+    } else {
+        num / stride + 1
+    };
+    // PyTorch: the last window must start inside the input or left padding
+    if ceil_mode && (out - 1) * stride >= size + padding {
+        out -= 1;
+    }
+    Ok(out)
+}
+
+/// Broadcasts two shapes (numpy rules).
+pub(crate) fn broadcast(op: &'static str, a: &[u64], b: &[u64]) -> Result<Shape, ShapeError> {
+    let n = a.len().max(b.len());
+    let mut out = vec![0; n];
+    for i in 0..n {
+        let da = if i + a.len() >= n {
+            a[i + a.len() - n]
+        } else {
+            1
+        };
+        let db = if i + b.len() >= n {
+            b[i + b.len() - n]
+        } else {
+            1
+        };
+        out[i] = if da == db || db == 1 {
+            da
+        } else if da == 1 {
+            db
+        } else {
+            return Err(ShapeError::new(
+                op,
+                format!("shapes {a:?} and {b:?} do not broadcast"),
+            ));
+        };
+    }
+    Ok(out)
+}

@@ -1,0 +1,1540 @@
+//! The step simulator: runs the canonical training loop (or the inference loop) of DESIGN.md over a
+//! [`Graph`] the way PyTorch eager and its autograd engine would, producing every allocation and
+//! free, tagged by phase, category and module, and feeds them through the caching-allocator model.
+//!
+//! The rules it follows, each checked against `../shared/truth` traces:
+//! - forward: an op allocates its outputs (views and in-place ops none) and its extra results; a
+//!   tensor is freed when its last user has run and the module calls that received it have returned,
+//!   unless autograd saved it;
+//! - backward (reverse creation order, as the engine's ready queue runs it): a node allocates its
+//!   input gradients, then drops the incoming gradient, then its saved tensors; gradients that meet
+//!   at a tensor used twice are summed into a new tensor; a parameter's first gradient is stolen by
+//!   `AccumulateGrad` (no copy);
+//! - autocast: low-precision ops cast their float inputs (parameters through the autocast cache,
+//!   alive until the autocast block exits), fp32 ops cast half inputs up;
+//! - non-reentrant checkpointing keeps only a region's inputs, and recomputes the region's forward
+//!   when backward reaches it;
+//! - the optimizer creates its state at the first step and allocates its foreach temporaries.
+
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use crate::allocator::{BlockId, CachingAllocator};
+use crate::dtype::{DType, Precision};
+use crate::ir::{Graph, ModuleId, ParamId, ParamKind, Shape, Task, TensorId};
+use crate::ops::{
+    Alias, Autocast, CrossEntropyLoss, GradIn, Op, OpCtx, Saved, SdpaBackend, TensorMeta,
+};
+use crate::optim::{Optimizer, StateInit};
+
+/// Training step or inference pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// The canonical training loop.
+    Train,
+    /// `model.eval()` and `torch.no_grad()` forwards.
+    Infer,
+}
+
+/// What to checkpoint (`torch.utils.checkpoint`, non-reentrant).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Checkpoint {
+    /// `checkpoint(module, x)` around one module call (every call of it).
+    Module(String),
+    /// `checkpoint_sequential(module, segments, x)`: all segments but the last are checkpointed.
+    Sequential {
+        /// The `nn.Sequential`.
+        module: String,
+        /// Number of segments.
+        segments: u32,
+    },
+}
+
+/// Everything that decides a simulated step besides the graph.
+#[derive(Debug, Clone)]
+pub struct StepConfig {
+    /// Train or infer.
+    pub mode: Mode,
+    /// Precision.
+    pub precision: Precision,
+    /// Optimizer (training only).
+    pub optimizer: Optimizer,
+    /// Loop iterations (2 shows the steady state).
+    pub iterations: u32,
+    /// Checkpointed modules.
+    pub checkpoint: Vec<Checkpoint>,
+    /// Keep the event stream (for traces and the "why" of each phase).
+    pub record_events: bool,
+}
+
+impl Default for StepConfig {
+    fn default() -> Self {
+        StepConfig {
+            mode: Mode::Train,
+            precision: Precision::Fp32,
+            optimizer: Optimizer::SgdMomentum,
+            iterations: 2,
+            checkpoint: Vec::new(),
+            record_events: false,
+        }
+    }
+}
+
+/// What a block of memory is, for the breakdown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Category {
+    /// Model parameters.
+    Parameters,
+    /// Model buffers (running statistics).
+    Buffers,
+    /// `p.grad`.
+    Gradients,
+    /// Optimizer state.
+    OptimizerStates,
+    /// Tensors created in forward and loss (saved for backward, or transient).
+    Activations,
+    /// Forward recomputation inside backward (checkpointing).
+    Recomputed,
+    /// Backward temporaries, incoming gradients, optimizer-step temporaries.
+    Temporaries,
+    /// The batch.
+    Inputs,
+}
+
+impl Category {
+    /// All categories, in report order.
+    pub const ALL: [Category; 8] = [
+        Category::Parameters,
+        Category::Buffers,
+        Category::Gradients,
+        Category::OptimizerStates,
+        Category::Activations,
+        Category::Recomputed,
+        Category::Temporaries,
+        Category::Inputs,
+    ];
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Allocated bytes per category (allocator block sizes).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Breakdown(pub [u64; 8]);
+
+impl Breakdown {
+    /// Bytes of one category.
+    pub fn get(&self, c: Category) -> u64 {
+        self.0[c.index()]
+    }
+    /// Sum over categories.
+    pub fn total(&self) -> u64 {
+        self.0.iter().sum()
+    }
+}
+
+/// Memory of one phase of the loop.
+#[derive(Debug, Clone)]
+pub struct PhaseStats {
+    /// `model`, `it1.forward`, ...
+    pub name: String,
+    /// `memory_allocated()` at the end of the phase.
+    pub allocated_after: u64,
+    /// Highest `memory_allocated()` within the phase (starting value included).
+    pub peak_allocated: u64,
+    /// `memory_reserved()` at the end of the phase.
+    pub reserved_after: u64,
+    /// Highest `memory_reserved()` within the phase.
+    pub peak_reserved: u64,
+    /// Bytes allocated and freed during the phase (counts of allocator blocks).
+    pub allocated_bytes: u64,
+    /// Bytes freed during the phase.
+    pub freed_bytes: u64,
+    /// Breakdown at the phase's peak.
+    pub breakdown_at_peak: Breakdown,
+}
+
+/// One allocation or free.
+#[derive(Debug, Clone)]
+pub struct Event {
+    /// Index into [`Simulation::phases`].
+    pub phase: u16,
+    /// Allocation (`true`) or free.
+    pub alloc: bool,
+    /// Storage id.
+    pub storage: u32,
+    /// Exact bytes requested.
+    pub bytes: u64,
+    /// Allocator block bytes.
+    pub block: u64,
+    /// Category.
+    pub category: Category,
+    /// What made it (`Conv2d`, `grad of Conv2d`, `exp_avg`).
+    pub label: Arc<str>,
+    /// The module whose op made it.
+    pub module: Option<ModuleId>,
+    /// `memory_allocated()` after the event.
+    pub allocated: u64,
+    /// `memory_reserved()` after the event.
+    pub reserved: u64,
+}
+
+/// A tensor alive at the peak.
+#[derive(Debug, Clone)]
+pub struct LiveTensor {
+    /// Block bytes.
+    pub bytes: u64,
+    /// Shape.
+    pub shape: Shape,
+    /// Dtype.
+    pub dtype: DType,
+    /// Category.
+    pub category: Category,
+    /// What made it.
+    pub label: Arc<str>,
+    /// Module path (empty when none).
+    pub module: String,
+}
+
+/// Per-module-call figures for the layer table (first iteration).
+#[derive(Debug, Clone)]
+pub struct LayerStats {
+    /// Module path.
+    pub name: String,
+    /// Module class.
+    pub op: String,
+    /// Output shape of the call.
+    pub output_shape: Shape,
+    /// Parameters owned directly by the module (first call only, 0 after).
+    pub parameters: u64,
+    /// Bytes that autograd saved for backward in this call (first saver of a storage counts it).
+    pub saved_bytes: u64,
+}
+
+/// The result of a simulation.
+#[derive(Debug, Clone)]
+pub struct Simulation {
+    /// Per phase, in order.
+    pub phases: Vec<PhaseStats>,
+    /// `max_memory_allocated()`.
+    pub peak_allocated: u64,
+    /// `max_memory_reserved()`.
+    pub peak_reserved: u64,
+    /// Index of the phase where the allocated peak is first reached.
+    pub peak_phase: usize,
+    /// Breakdown at the overall peak.
+    pub breakdown_at_peak: Breakdown,
+    /// The largest tensors alive at the overall peak (largest first).
+    pub live_at_peak: Vec<LiveTensor>,
+    /// Layer table.
+    pub layers: Vec<LayerStats>,
+    /// Events, when asked for.
+    pub events: Vec<Event>,
+    /// Attention backends used.
+    pub sdpa_backends: Vec<SdpaBackend>,
+    /// Exact bytes of parameters, buffers, gradients (after backward) and optimizer states.
+    pub parameter_bytes: u64,
+    /// Exact bytes of buffers.
+    pub buffer_bytes: u64,
+    /// Exact bytes of gradients after the first backward.
+    pub gradient_bytes: u64,
+    /// Exact bytes of optimizer state.
+    pub optimizer_state_bytes: u64,
+    /// Segments the allocator created.
+    pub segments: u64,
+}
+
+/// An error in the step configuration (the graph itself is already checked).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SimError {
+    /// `--checkpoint` names a module the model does not have.
+    #[error(
+        "--checkpoint {name}: the model has no module `{name}`; top-level modules are: {available}"
+    )]
+    UnknownCheckpointModule {
+        /// The name given.
+        name: String,
+        /// The top-level modules.
+        available: String,
+    },
+    /// `--checkpoint m:N` on a module that is not a sequence of children.
+    #[error("--checkpoint {name}:{segments}: {reason}")]
+    BadSegments {
+        /// The module.
+        name: String,
+        /// Requested segments.
+        segments: u32,
+        /// Why not.
+        reason: String,
+    },
+}
+
+// ---------------------------------------------------------------------------------------------
+// internal state
+
+type Rt = u32;
+
+#[derive(Debug, Clone)]
+struct Storage {
+    bytes: u64,
+    block: Option<BlockId>,
+    refs: u32,
+    category: Category,
+    label: Arc<str>,
+    module: Option<ModuleId>,
+    meta: TensorMeta,
+    alive: bool,
+    saved: bool,
+}
+
+#[derive(Debug, Clone)]
+struct RtTensor {
+    storage: u32,
+    meta: TensorMeta,
+    requires_grad: bool,
+    param: Option<ParamId>,
+}
+
+#[derive(Debug, Clone)]
+struct TapeNode {
+    label: Arc<str>,
+    module: Option<ModuleId>,
+    /// rt ids of the inputs (activations then parameters) with their gradient rule
+    inputs: Vec<(Option<Rt>, GradIn, TensorMeta)>,
+    outputs: Vec<Rt>,
+    saved: Vec<u32>,
+    temporaries: Vec<u64>,
+    region: Option<usize>,
+    graph_node: Option<usize>,
+}
+
+#[derive(Debug, Clone)]
+struct Region {
+    first: usize,
+    end: usize,
+    inputs: Vec<TensorId>,
+    frame: Vec<u32>,
+    recomputed: bool,
+    lowest_tape: Option<usize>,
+}
+
+struct Sim<'g> {
+    g: &'g Graph,
+    cfg: &'g StepConfig,
+    alloc: CachingAllocator,
+    storages: Vec<Storage>,
+    rts: Vec<RtTensor>,
+    tape: Vec<TapeNode>,
+    grad_buf: Vec<Option<u32>>,
+    param_rt: Vec<Rt>,
+    param_grad: Vec<Option<u32>>,
+    opt_state: Vec<Vec<u32>>,
+    phases: Vec<PhaseStats>,
+    cur_cat: Breakdown,
+    peak_allocated: u64,
+    peak_reserved: u64,
+    peak_phase: usize,
+    peak_cat: Breakdown,
+    events: Vec<Event>,
+    event_count: u64,
+    stop_at: Option<u64>,
+    live_snapshot: Option<Vec<LiveTensor>>,
+    // forward bookkeeping
+    release_after: Vec<Vec<TensorId>>,
+    region_of_node: Vec<Option<usize>>,
+    regions: Vec<Region>,
+    autocast_cache: Vec<(ParamId, Rt)>,
+    grad_enabled: bool,
+    training: bool,
+    in_backward: bool,
+    recomputing: bool,
+    layers: Option<Vec<LayerStats>>,
+    sdpa: Vec<SdpaBackend>,
+    gradient_bytes: u64,
+    peak_event: u64,
+    first_layers: Vec<LayerStats>,
+}
+
+const NO_GRAD: GradIn = GradIn::None;
+
+impl<'g> Sim<'g> {
+    fn phase(&mut self, name: &str) {
+        let a = self.alloc.allocated();
+        let r = self.alloc.reserved();
+        self.phases.push(PhaseStats {
+            name: name.to_string(),
+            allocated_after: a,
+            peak_allocated: a,
+            reserved_after: r,
+            peak_reserved: r,
+            allocated_bytes: 0,
+            freed_bytes: 0,
+            breakdown_at_peak: self.cur_cat,
+        });
+    }
+
+    fn bump(&mut self) {
+        let a = self.alloc.allocated();
+        let r = self.alloc.reserved();
+        let ph = self.phases.len() - 1;
+        let p = &mut self.phases[ph];
+        if a > p.peak_allocated {
+            p.peak_allocated = a;
+            p.breakdown_at_peak = self.cur_cat;
+        }
+        p.peak_reserved = p.peak_reserved.max(r);
+        p.allocated_after = a;
+        p.reserved_after = r;
+        if a > self.peak_allocated {
+            self.peak_allocated = a;
+            self.peak_event = self.event_count + 1;
+            self.peak_phase = ph;
+            self.peak_cat = self.cur_cat;
+        }
+        self.peak_reserved = self.peak_reserved.max(r);
+        self.event_count += 1;
+        if self.stop_at == Some(self.event_count) {
+            self.snapshot_live();
+        }
+    }
+
+    fn snapshot_live(&mut self) {
+        let mut live: Vec<LiveTensor> = self
+            .storages
+            .iter()
+            .filter(|s| s.alive && s.block.is_some())
+            .map(|s| LiveTensor {
+                bytes: s.block.map(|b| self.alloc.block_size(b)).unwrap_or(0),
+                shape: s.meta.shape.clone(),
+                dtype: s.meta.dtype,
+                category: s.category,
+                label: s.label.clone(),
+                module: s
+                    .module
+                    .map(|m| self.g.module_path(m).to_string())
+                    .unwrap_or_default(),
+            })
+            .collect();
+        live.sort_by(|a, b| b.bytes.cmp(&a.bytes));
+        live.truncate(20);
+        self.live_snapshot = Some(live);
+    }
+
+    fn record(&mut self, alloc: bool, sid: u32, block: u64) {
+        if !self.cfg.record_events {
+            return;
+        }
+        let s = &self.storages[sid as usize];
+        self.events.push(Event {
+            phase: (self.phases.len() - 1) as u16,
+            alloc,
+            storage: sid,
+            bytes: s.bytes,
+            block,
+            category: s.category,
+            label: s.label.clone(),
+            module: s.module,
+            allocated: self.alloc.allocated(),
+            reserved: self.alloc.reserved(),
+        });
+    }
+
+    /// Allocates a storage with one reference.
+    fn new_storage(
+        &mut self,
+        meta: TensorMeta,
+        category: Category,
+        label: Arc<str>,
+        module: Option<ModuleId>,
+    ) -> u32 {
+        let bytes = meta.bytes();
+        let block = self.alloc.malloc(bytes);
+        let bsize = block.map(|b| self.alloc.block_size(b)).unwrap_or(0);
+        self.cur_cat.0[category.index()] += bsize;
+        let ph = self.phases.len() - 1;
+        self.phases[ph].allocated_bytes += bsize;
+        self.storages.push(Storage {
+            bytes,
+            block,
+            refs: 1,
+            category,
+            label,
+            module,
+            meta,
+            alive: true,
+            saved: false,
+        });
+        let sid = self.storages.len() as u32 - 1;
+        if block.is_some() {
+            self.bump();
+            self.record(true, sid, bsize);
+        }
+        sid
+    }
+
+    fn incref(&mut self, sid: u32) {
+        self.storages[sid as usize].refs += 1;
+    }
+
+    fn decref(&mut self, sid: u32) {
+        let s = &mut self.storages[sid as usize];
+        debug_assert!(s.refs > 0, "storage {sid} over-released");
+        s.refs = s.refs.saturating_sub(1);
+        if s.refs == 0 && s.alive {
+            s.alive = false;
+            if let Some(b) = s.block {
+                let size = self.alloc.block_size(b);
+                let cat = s.category;
+                self.alloc.free(b);
+                self.cur_cat.0[cat.index()] -= size;
+                let ph = self.phases.len() - 1;
+                self.phases[ph].freed_bytes += size;
+                self.bump();
+                self.record(false, sid, size);
+            }
+        }
+    }
+
+    fn new_rt(&mut self, storage: u32, meta: TensorMeta, requires_grad: bool) -> Rt {
+        self.rts.push(RtTensor {
+            storage,
+            meta,
+            requires_grad,
+            param: None,
+        });
+        self.grad_buf.push(None);
+        self.rts.len() as Rt - 1
+    }
+
+    /// A fresh tensor (new storage) held once.
+    fn fresh(
+        &mut self,
+        meta: TensorMeta,
+        category: Category,
+        label: Arc<str>,
+        module: Option<ModuleId>,
+        rg: bool,
+    ) -> Rt {
+        let sid = self.new_storage(meta.clone(), category, label, module);
+        self.new_rt(sid, meta, rg)
+    }
+
+    fn release_rt(&mut self, r: Rt) {
+        let sid = self.rts[r as usize].storage;
+        self.decref(sid);
+    }
+
+    fn forward_category(&self) -> Category {
+        if self.recomputing {
+            Category::Recomputed
+        } else if self.in_backward {
+            Category::Temporaries
+        } else {
+            Category::Activations
+        }
+    }
+
+    /// Casts `r` to `dtype` (a `_to_copy` with a `ToCopyBackward0` node); parameters go through
+    /// the autocast weight cache.
+    fn cast(&mut self, r: Rt, dtype: DType, module: Option<ModuleId>, cacheable: bool) -> Rt {
+        let param = self.rts[r as usize].param;
+        if cacheable {
+            if let Some(p) = param {
+                if let Some(&(_, c)) = self.autocast_cache.iter().find(|(q, _)| *q == p) {
+                    self.incref(self.rts[c as usize].storage);
+                    return c;
+                }
+            }
+        }
+        let src = self.rts[r as usize].clone();
+        let meta = TensorMeta::new(src.meta.shape.clone(), dtype);
+        let rg = src.requires_grad && self.grad_enabled;
+        let c = self.fresh(
+            meta.clone(),
+            self.forward_category(),
+            Arc::from("autocast cast"),
+            module,
+            rg,
+        );
+        if rg && !self.recomputing {
+            let grad = GradIn::New;
+            self.tape.push(TapeNode {
+                label: Arc::from("cast"),
+                module,
+                inputs: vec![(Some(r), grad, src.meta.clone())],
+                outputs: vec![c],
+                saved: Vec::new(),
+                temporaries: Vec::new(),
+                region: None,
+                graph_node: None,
+            });
+        }
+        if cacheable && param.is_some() && self.rts[r as usize].requires_grad {
+            // the cache keeps its own reference until the autocast block exits
+            self.incref(self.rts[c as usize].storage);
+            self.autocast_cache.push((param.expect("checked"), c));
+        }
+        c
+    }
+
+    fn clear_autocast_cache(&mut self) {
+        for (_, c) in std::mem::take(&mut self.autocast_cache) {
+            self.release_rt(c);
+        }
+    }
+
+    /// Runs one op call. `inputs` are rt tensors (held by the caller); returns the outputs, each
+    /// held once. Casts made for the call are released before returning.
+    fn call(
+        &mut self,
+        op: &Arc<dyn Op>,
+        inputs: &[Rt],
+        params: &[ParamId],
+        module: Option<ModuleId>,
+        graph_node: Option<usize>,
+        region: Option<usize>,
+    ) -> Vec<Rt> {
+        // 1. autocast
+        let ac = self.cfg.precision.autocast_dtype();
+        let mut eff: Vec<Rt> = inputs.to_vec();
+        let mut eff_params: Vec<Rt> = params.iter().map(|p| self.param_rt[p.0 as usize]).collect();
+        let mut casts: Vec<Rt> = Vec::new();
+        if let Some(low) = ac {
+            let class = op.autocast();
+            let all: Vec<DType> = eff
+                .iter()
+                .chain(eff_params.iter())
+                .map(|&r| self.rts[r as usize].meta.dtype)
+                .collect();
+            let target = match class {
+                Autocast::LowerPrecision => Some(low),
+                Autocast::Fp32 => Some(DType::F32),
+                Autocast::Promote => all
+                    .iter()
+                    .copied()
+                    .filter(|d| d.is_float())
+                    .reduce(DType::promote),
+                Autocast::Unlisted => None,
+            };
+            if let Some(t) = target {
+                for slot in eff.iter_mut().chain(eff_params.iter_mut()) {
+                    let d = self.rts[*slot as usize].meta.dtype;
+                    let castable = match class {
+                        Autocast::Fp32 => d == DType::F16 || d == DType::BF16,
+                        _ => d.is_float() && d != t,
+                    };
+                    if castable && d != t {
+                        let cacheable = class == Autocast::LowerPrecision;
+                        let c = self.cast(*slot, t, module, cacheable);
+                        casts.push(c);
+                        *slot = c;
+                    }
+                }
+            }
+        }
+        let in_metas: Vec<TensorMeta> = eff
+            .iter()
+            .map(|&r| self.rts[r as usize].meta.clone())
+            .collect();
+        let p_metas: Vec<TensorMeta> = eff_params
+            .iter()
+            .map(|&r| self.rts[r as usize].meta.clone())
+            .collect();
+        // 2. outputs
+        let shapes_in: Vec<&[u64]> = in_metas.iter().map(|m| m.shape.as_slice()).collect();
+        let out_shapes = op
+            .output_shapes(&shapes_in)
+            .unwrap_or_else(|_| vec![in_metas[0].shape.clone()]);
+        let mut dts: Vec<DType> = in_metas.iter().map(|m| m.dtype).collect();
+        if dts.is_empty() {
+            dts.push(DType::F32);
+        }
+        let out_dtypes = op.output_dtypes(&dts, out_shapes.len());
+        let out_metas: Vec<TensorMeta> = out_shapes
+            .into_iter()
+            .zip(out_dtypes)
+            .map(|(s, d)| TensorMeta::new(s, d))
+            .collect();
+        let ctx = OpCtx {
+            inputs: &in_metas,
+            params: &p_metas,
+            outputs: &out_metas,
+            training: self.training,
+        };
+        let any_rg = eff
+            .iter()
+            .chain(eff_params.iter())
+            .any(|&r| self.rts[r as usize].requires_grad);
+        let records = self.grad_enabled && any_rg && op.differentiable();
+        let label: Arc<str> = Arc::from(op.kind());
+        let cat = self.forward_category();
+        let mut outs = Vec::with_capacity(out_metas.len());
+        match op.alias() {
+            Alias::None => {
+                for m in &out_metas {
+                    outs.push(self.fresh(m.clone(), cat, label.clone(), module, records));
+                }
+            }
+            Alias::View(i) | Alias::InPlace(i) => {
+                let sid = self.rts[eff[i] as usize].storage;
+                for m in &out_metas {
+                    self.incref(sid);
+                    outs.push(self.new_rt(sid, m.clone(), records));
+                }
+            }
+        }
+        if let Some(b) = op.sdpa_backend(&ctx) {
+            if !self.sdpa.contains(&b) {
+                self.sdpa.push(b);
+            }
+        }
+        // 3. extras and temporaries
+        let extras_meta = if records {
+            op.forward_extras(&ctx)
+        } else {
+            op.inference_extras(&ctx)
+        };
+        let extras: Vec<u32> = extras_meta
+            .iter()
+            .map(|m| self.new_storage(m.clone(), cat, label.clone(), module))
+            .collect();
+        for t in op.forward_temporaries(&ctx) {
+            let s = self.new_storage(
+                TensorMeta::new(vec![t], DType::U8),
+                cat,
+                Arc::from("temporary"),
+                module,
+            );
+            self.decref(s);
+        }
+        // 4. autograd
+        let keep_saved = records && (region.is_none() || self.recomputing);
+        if records || (self.recomputing && graph_node.is_some()) {
+            let mut saved = Vec::new();
+            if keep_saved {
+                for s in op.saved_for_backward(&ctx) {
+                    let sid = match s {
+                        Saved::Input(i) => eff.get(i).map(|&r| self.rts[r as usize].storage),
+                        Saved::Output(i) => outs.get(i).map(|&r| self.rts[r as usize].storage),
+                        Saved::Param(i) => eff_params.get(i).map(|&r| self.rts[r as usize].storage),
+                        Saved::Extra(i) => extras.get(i).copied(),
+                    };
+                    if let Some(sid) = sid {
+                        if !saved.contains(&sid) {
+                            self.incref(sid);
+                            saved.push(sid);
+                            let st = &mut self.storages[sid as usize];
+                            if !st.saved && st.category != Category::Parameters {
+                                st.saved = true;
+                                let bytes = st.bytes;
+                                if let (Some(layers), Some(n)) = (self.layers.as_mut(), graph_node)
+                                {
+                                    let _ = n;
+                                    if let Some(l) = layers.last_mut() {
+                                        l.saved_bytes += bytes;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            if self.recomputing {
+                // fill the saved tensors of the node recorded in the original forward
+                if let Some(n) = graph_node {
+                    if let Some(t) = self.tape.iter_mut().rev().find(|t| t.graph_node == Some(n)) {
+                        t.saved.extend(saved);
+                    } else {
+                        for s in saved {
+                            self.decref(s);
+                        }
+                    }
+                }
+            } else {
+                let grads = op.input_grads(&ctx);
+                let mut tin = Vec::new();
+                for (i, &r) in eff.iter().enumerate() {
+                    let rg = self.rts[r as usize].requires_grad;
+                    let gi = grads.get(i).copied().unwrap_or(GradIn::New);
+                    tin.push((
+                        rg.then_some(r),
+                        if rg { gi } else { NO_GRAD },
+                        in_metas[i].clone(),
+                    ));
+                }
+                for (j, &r) in eff_params.iter().enumerate() {
+                    let rg = self.rts[r as usize].requires_grad;
+                    tin.push((
+                        rg.then_some(r),
+                        if rg { GradIn::New } else { NO_GRAD },
+                        p_metas[j].clone(),
+                    ));
+                }
+                self.tape.push(TapeNode {
+                    label: label.clone(),
+                    module,
+                    inputs: tin,
+                    outputs: outs.clone(),
+                    saved,
+                    temporaries: op.backward_temporaries(&ctx),
+                    region,
+                    graph_node,
+                });
+            }
+        }
+        // extras live only through saved references
+        for e in extras {
+            self.decref(e);
+        }
+        for c in casts {
+            self.release_rt(c);
+        }
+        outs
+    }
+
+    fn param_meta(&self, p: ParamId) -> TensorMeta {
+        let d = &self.g.params[p.0 as usize];
+        let dtype = if d.dtype.is_float() {
+            self.cfg.precision.param_dtype()
+        } else {
+            d.dtype
+        };
+        TensorMeta::new(d.shape.clone(), dtype)
+    }
+
+    fn build_model(&mut self) {
+        for (i, p) in self.g.params.iter().enumerate() {
+            let meta = self.param_meta(ParamId(i as u32));
+            let (cat, label) = match p.kind {
+                ParamKind::Parameter => (Category::Parameters, "parameter"),
+                ParamKind::Buffer => (Category::Buffers, "buffer"),
+            };
+            let sid = self.new_storage(meta.clone(), cat, Arc::from(label), Some(p.module));
+            let rg = p.kind == ParamKind::Parameter && p.trainable && meta.dtype.is_float();
+            let r = self.new_rt(sid, meta, rg);
+            self.rts[r as usize].param = Some(ParamId(i as u32));
+            self.param_rt.push(r);
+        }
+        self.param_grad = vec![None; self.g.params.len()];
+    }
+
+    /// Runs graph nodes `first..end` as a forward pass; `env` maps graph tensors to rt tensors.
+    fn forward_nodes(&mut self, env: &mut [Option<Rt>], first: usize, end: usize, hold: &[bool]) {
+        for n in first..end {
+            let region = self.region_of_node[n];
+            if !self.recomputing {
+                if let Some(r) = region {
+                    if self.regions[r].first == n {
+                        // the checkpoint frame keeps the region's inputs
+                        let ins = self.regions[r].inputs.clone();
+                        let mut frame = Vec::new();
+                        for t in ins {
+                            if let Some(rt) = env[t.0 as usize] {
+                                let sid = self.rts[rt as usize].storage;
+                                self.incref(sid);
+                                frame.push(sid);
+                            }
+                        }
+                        self.regions[r].frame = frame;
+                    }
+                }
+            }
+            let node = &self.g.nodes[n];
+            if self.layers.is_some() && !self.recomputing {
+                let path = self.g.module_path(node.module).to_string();
+                let layers = self.layers.as_mut().expect("checked");
+                if layers.last().map(|l| l.name != path).unwrap_or(true) {
+                    let m = &self.g.modules[node.module.0 as usize];
+                    let parameters = if layers.iter().any(|l| l.name == path) {
+                        0
+                    } else {
+                        self.g
+                            .params
+                            .iter()
+                            .filter(|p| p.module == node.module && p.kind == ParamKind::Parameter)
+                            .map(|p| p.numel())
+                            .sum()
+                    };
+                    layers.push(LayerStats {
+                        name: path,
+                        op: m.type_name.clone(),
+                        output_shape: Vec::new(),
+                        parameters,
+                        saved_bytes: 0,
+                    });
+                }
+            }
+            let inputs: Vec<Rt> = node
+                .inputs
+                .iter()
+                .map(|t| match env[t.0 as usize] {
+                    Some(r) => r,
+                    None => {
+                        let p = self
+                            .g
+                            .tensor(*t)
+                            .param
+                            .expect("a node input is produced before use");
+                        self.param_rt[p.0 as usize]
+                    }
+                })
+                .collect();
+            let op = node.op.clone();
+            let outs = self.call(
+                &op,
+                &inputs,
+                &node.params,
+                Some(node.module),
+                Some(n),
+                region,
+            );
+            for (t, r) in node.outputs.iter().zip(outs) {
+                env[t.0 as usize] = Some(r);
+            }
+            if let Some(layers) = self.layers.as_mut() {
+                if let (Some(l), Some(t)) = (layers.last_mut(), node.outputs.first()) {
+                    l.output_shape = self.g.tensor(*t).shape.clone();
+                }
+            }
+            for k in 0..self.release_after[n].len() {
+                let i = self.release_after[n][k].0 as usize;
+                if hold[i] {
+                    continue;
+                }
+                if let Some(r) = env[i].take() {
+                    self.release_rt(r);
+                }
+            }
+        }
+    }
+
+    fn recompute_region(&mut self, r: usize, env_outer: &[Option<Rt>]) {
+        let (first, end) = (self.regions[r].first, self.regions[r].end);
+        let mut env: Vec<Option<Rt>> = vec![None; self.g.tensors.len()];
+        // region inputs: the originals, kept by the frame
+        let mut hold = vec![false; self.g.tensors.len()];
+        for t in self.regions[r].inputs.clone() {
+            if let Some(rt) = env_outer[t.0 as usize] {
+                env[t.0 as usize] = Some(rt);
+                self.incref(self.rts[rt as usize].storage);
+            }
+        }
+        for (i, h) in hold.iter_mut().enumerate() {
+            *h = self.g.tensors[i]
+                .producer
+                .map(|p| (p.0 as usize) < first || p.0 as usize >= end)
+                .unwrap_or(true);
+        }
+        let saved_grad = self.grad_enabled;
+        self.grad_enabled = true;
+        self.recomputing = true;
+        self.forward_nodes(&mut env, first, end, &hold);
+        self.recomputing = false;
+        self.grad_enabled = saved_grad;
+        self.clear_autocast_cache();
+        for slot in env.iter_mut() {
+            if let Some(rt) = slot.take() {
+                self.release_rt(rt);
+            }
+        }
+        self.regions[r].recomputed = true;
+    }
+
+    fn deliver(&mut self, target: Rt, grad_sid: u32) {
+        if let Some(p) = self.rts[target as usize].param {
+            let pi = p.0 as usize;
+            match self.param_grad[pi] {
+                None => {
+                    if self.storages[grad_sid as usize].refs > 1
+                        || self.storages[grad_sid as usize].meta.dtype
+                            != self.rts[target as usize].meta.dtype
+                    {
+                        let meta = self.rts[target as usize].meta.clone();
+                        let c = self.new_storage(
+                            meta,
+                            Category::Gradients,
+                            Arc::from("grad"),
+                            self.storages[grad_sid as usize].module,
+                        );
+                        self.decref(grad_sid);
+                        self.param_grad[pi] = Some(c);
+                    } else {
+                        let cat = self.storages[grad_sid as usize].category;
+                        if cat != Category::Gradients {
+                            if let Some(b) = self.storages[grad_sid as usize].block {
+                                let sz = self.alloc.block_size(b);
+                                self.cur_cat.0[cat.index()] -= sz;
+                                self.cur_cat.0[Category::Gradients.index()] += sz;
+                            }
+                            self.storages[grad_sid as usize].category = Category::Gradients;
+                        }
+                        self.param_grad[pi] = Some(grad_sid);
+                    }
+                }
+                Some(_) => self.decref(grad_sid), // p.grad += g in place
+            }
+            return;
+        }
+        match self.grad_buf[target as usize] {
+            None => self.grad_buf[target as usize] = Some(grad_sid),
+            Some(old) => {
+                let meta = self.storages[old as usize].meta.clone();
+                let module = self.storages[old as usize].module;
+                let sum = self.new_storage(
+                    meta,
+                    Category::Temporaries,
+                    Arc::from("gradient sum"),
+                    module,
+                );
+                self.decref(old);
+                self.decref(grad_sid);
+                self.grad_buf[target as usize] = Some(sum);
+            }
+        }
+    }
+
+    fn backward(&mut self, loss: Rt, env: &[Option<Rt>]) {
+        self.in_backward = true;
+        let root_meta = TensorMeta::new(vec![], self.rts[loss as usize].meta.dtype);
+        let mut extra_roots = Vec::new();
+        if self.cfg.precision.uses_grad_scaler() {
+            // scaler.scale(loss): loss * _scale; the engine seeds the scaled loss, MulBackward
+            // hands the loss its gradient
+            let scaled = self.new_storage(
+                root_meta.clone(),
+                Category::Temporaries,
+                Arc::from("scaled loss"),
+                None,
+            );
+            extra_roots.push(scaled);
+        }
+        let root = self.new_storage(
+            root_meta.clone(),
+            Category::Temporaries,
+            Arc::from("ones_like(loss)"),
+            None,
+        );
+        if self.cfg.precision.uses_grad_scaler() {
+            let g = self.new_storage(
+                root_meta,
+                Category::Temporaries,
+                Arc::from("grad of loss"),
+                None,
+            );
+            self.deliver(loss, g);
+        } else {
+            self.incref(root);
+            self.deliver(loss, root);
+        }
+        let mut i = self.tape.len();
+        while i > 0 {
+            i -= 1;
+            if let Some(r) = self.tape[i].region {
+                if !self.regions[r].recomputed {
+                    self.recompute_region(r, env);
+                }
+            }
+            let node = self.tape[i].clone();
+            let incoming: Vec<Option<u32>> = node
+                .outputs
+                .iter()
+                .map(|&o| self.grad_buf[o as usize].take())
+                .collect();
+            if incoming.iter().all(Option::is_none) {
+                for s in &self.tape[i].saved.clone() {
+                    self.decref(*s);
+                }
+                self.tape[i].saved.clear();
+                self.finish_region_node(i);
+                continue;
+            }
+            let temps: Vec<u32> = node
+                .temporaries
+                .iter()
+                .map(|&b| {
+                    self.new_storage(
+                        TensorMeta::new(vec![b], DType::U8),
+                        Category::Temporaries,
+                        Arc::from("backward temporary"),
+                        node.module,
+                    )
+                })
+                .collect();
+            let mut produced: Vec<(Rt, u32)> = Vec::new();
+            for (inp, gi, meta) in &node.inputs {
+                let Some(target) = *inp else { continue };
+                let sid = match gi {
+                    GradIn::None => continue,
+                    GradIn::PassThrough(o) => match incoming.get(*o).copied().flatten() {
+                        Some(s) => {
+                            self.incref(s);
+                            s
+                        }
+                        None => continue,
+                    },
+                    GradIn::New => {
+                        let cat = if self.rts[target as usize].param.is_some() {
+                            Category::Gradients
+                        } else {
+                            Category::Temporaries
+                        };
+                        let label: Arc<str> = Arc::from(format!("grad of {}", node.label).as_str());
+                        self.new_storage(meta.clone(), cat, label, node.module)
+                    }
+                };
+                produced.push((target, sid));
+            }
+            for t in temps {
+                self.decref(t);
+            }
+            for s in incoming.into_iter().flatten() {
+                self.decref(s);
+            }
+            for s in std::mem::take(&mut self.tape[i].saved) {
+                self.decref(s);
+            }
+            for (target, sid) in produced {
+                self.deliver(target, sid);
+            }
+            self.finish_region_node(i);
+        }
+        self.decref(root);
+        for s in extra_roots {
+            self.decref(s);
+        }
+        // gradients that reached no parameter (e.g. the input's) are dropped with the graph
+        for i in 0..self.grad_buf.len() {
+            if let Some(s) = self.grad_buf[i].take() {
+                self.decref(s);
+            }
+        }
+        self.tape.clear();
+        self.in_backward = false;
+    }
+
+    fn finish_region_node(&mut self, i: usize) {
+        if let Some(r) = self.tape[i].region {
+            if self.regions[r].lowest_tape == Some(i) {
+                for s in std::mem::take(&mut self.regions[r].frame) {
+                    self.decref(s);
+                }
+            }
+        }
+    }
+
+    fn optimizer_step(&mut self, first: bool) {
+        let opt = self.cfg.optimizer;
+        let trainable: Vec<usize> = (0..self.g.params.len())
+            .filter(|&i| self.param_grad[i].is_some())
+            .collect();
+        let mut scaler_tmp = Vec::new();
+        if self.cfg.precision.uses_grad_scaler() {
+            // unscale_: inv_scale = _scale.double().reciprocal().float(); found_inf
+            let d = self.new_storage(
+                TensorMeta::new(vec![], DType::F64),
+                Category::Temporaries,
+                Arc::from("GradScaler"),
+                None,
+            );
+            let rcp = self.new_storage(
+                TensorMeta::new(vec![], DType::F64),
+                Category::Temporaries,
+                Arc::from("GradScaler"),
+                None,
+            );
+            self.decref(d);
+            let inv = self.new_storage(
+                TensorMeta::new(vec![], DType::F32),
+                Category::Temporaries,
+                Arc::from("GradScaler"),
+                None,
+            );
+            self.decref(rcp);
+            let found = self.new_storage(
+                TensorMeta::new(vec![], DType::F32),
+                Category::Temporaries,
+                Arc::from("GradScaler"),
+                None,
+            );
+            scaler_tmp.push(inv);
+            scaler_tmp.push(found);
+        }
+        let (n_states, init) = opt.states_per_param();
+        if first && n_states > 0 {
+            let names: &[&str] = match opt {
+                Optimizer::Adam | Optimizer::AdamW => &["exp_avg", "exp_avg_sq"],
+                Optimizer::SgdMomentum => &["momentum_buffer"],
+                Optimizer::Adagrad => &["sum"],
+                _ => &["square_avg"],
+            };
+            for &i in &trainable {
+                let meta = self.param_meta(ParamId(i as u32));
+                let module = Some(self.g.params[i].module);
+                let mut st = Vec::new();
+                for k in 0..n_states as usize {
+                    let _ = init == StateInit::CloneOfGrad;
+                    st.push(self.new_storage(
+                        meta.clone(),
+                        Category::OptimizerStates,
+                        Arc::from(names[k.min(names.len() - 1)]),
+                        module,
+                    ));
+                }
+                self.opt_state[i] = st;
+            }
+        }
+        let lists = opt.step_temporary_lists();
+        let mut temps = Vec::new();
+        for _ in 0..lists {
+            for &i in &trainable {
+                let meta = self.param_meta(ParamId(i as u32));
+                temps.push(self.new_storage(
+                    meta,
+                    Category::Temporaries,
+                    Arc::from("foreach step temporary"),
+                    Some(self.g.params[i].module),
+                ));
+            }
+        }
+        for t in temps {
+            self.decref(t);
+        }
+        for t in scaler_tmp {
+            self.decref(t);
+        }
+    }
+}
+
+/// Computes, for every node, the graph tensors whose last reference ends after it.
+fn release_schedule(g: &Graph) -> Vec<Vec<TensorId>> {
+    let n_t = g.tensors.len();
+    let mut last: Vec<Option<usize>> = vec![None; n_t];
+    for (i, node) in g.nodes.iter().enumerate() {
+        for t in node.inputs.iter().chain(node.outputs.iter()) {
+            let l = &mut last[t.0 as usize];
+            *l = Some(l.map_or(i, |x| x.max(i)));
+        }
+    }
+    for s in &g.scopes {
+        if s.end == 0 {
+            continue;
+        }
+        for t in &s.inputs {
+            let l = &mut last[t.0 as usize];
+            let e = s.end as usize - 1;
+            *l = Some(l.map_or(e, |x| x.max(e)));
+        }
+    }
+    let mut out = vec![Vec::new(); g.nodes.len()];
+    for (t, l) in last.iter().enumerate() {
+        let td = &g.tensors[t];
+        if td.param.is_some()
+            || g.inputs.contains(&TensorId(t as u32))
+            || g.outputs.contains(&TensorId(t as u32))
+        {
+            continue;
+        }
+        if let Some(l) = l {
+            out[*l].push(TensorId(t as u32));
+        }
+    }
+    out
+}
+
+/// Resolves the checkpoint configuration into node ranges.
+fn checkpoint_regions(g: &Graph, specs: &[Checkpoint]) -> Result<Vec<Region>, SimError> {
+    let available = || {
+        g.top_level_children()
+            .iter()
+            .map(|m| m.path.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut regions = Vec::new();
+    let mut push = |first: u32, end: u32, inputs: Vec<TensorId>| {
+        if end > first {
+            regions.push(Region {
+                first: first as usize,
+                end: end as usize,
+                inputs,
+                frame: Vec::new(),
+                recomputed: false,
+                lowest_tape: None,
+            });
+        }
+    };
+    for spec in specs {
+        match spec {
+            Checkpoint::Module(name) => {
+                let m = g
+                    .find_module(name)
+                    .ok_or_else(|| SimError::UnknownCheckpointModule {
+                        name: name.clone(),
+                        available: available(),
+                    })?;
+                for s in g.scopes.iter().filter(|s| s.module == m) {
+                    push(s.first, s.end, s.inputs.clone());
+                }
+            }
+            Checkpoint::Sequential { module, segments } => {
+                let m = g
+                    .find_module(module)
+                    .ok_or_else(|| SimError::UnknownCheckpointModule {
+                        name: module.clone(),
+                        available: available(),
+                    })?;
+                let children: Vec<&crate::ir::Scope> = g
+                    .scopes
+                    .iter()
+                    .filter(|s| g.modules[s.module.0 as usize].parent == Some(m))
+                    .collect();
+                let mut children = children;
+                children.sort_by_key(|s| s.first);
+                if *segments == 0 || children.is_empty() {
+                    return Err(SimError::BadSegments {
+                        name: module.clone(),
+                        segments: *segments,
+                        reason: "needs at least one segment and a module with children".into(),
+                    });
+                }
+                let n = children.len();
+                let seg = n.div_ceil(*segments as usize).max(1);
+                let mut start = 0;
+                // checkpoint_sequential: every segment but the last is checkpointed
+                while start + seg < n {
+                    let end = start + seg;
+                    push(
+                        children[start].first,
+                        children[end - 1].end,
+                        children[start].inputs.clone(),
+                    );
+                    start = end;
+                }
+            }
+        }
+    }
+    regions.sort_by_key(|r| r.first);
+    // nested or overlapping regions: keep the outermost
+    let mut kept: Vec<Region> = Vec::new();
+    for r in regions {
+        if kept.last().map(|k| r.first < k.end).unwrap_or(false) {
+            continue;
+        }
+        kept.push(r);
+    }
+    Ok(kept)
+}
+
+/// Simulates `cfg` over `graph`.
+pub fn simulate(graph: &Graph, cfg: &StepConfig) -> Result<Simulation, SimError> {
+    let (mut sim, peak_event) = run(graph, cfg, None)?;
+    // a second, identical pass stops at the peak event to list what is alive there
+    let mut second_cfg = cfg.clone();
+    second_cfg.record_events = false;
+    let (again, _) = run(graph, &second_cfg, Some(peak_event))?;
+    sim.live_at_peak = again.live_at_peak;
+    Ok(sim)
+}
+
+fn run(g: &Graph, cfg: &StepConfig, stop_at: Option<u64>) -> Result<(Simulation, u64), SimError> {
+    let regions = if cfg.mode == Mode::Train {
+        checkpoint_regions(g, &cfg.checkpoint)?
+    } else {
+        Vec::new()
+    };
+    let mut region_of_node = vec![None; g.nodes.len()];
+    for (i, r) in regions.iter().enumerate() {
+        for slot in &mut region_of_node[r.first..r.end] {
+            *slot = Some(i);
+        }
+    }
+    let mut s = Sim {
+        g,
+        cfg,
+        alloc: CachingAllocator::new(),
+        storages: Vec::new(),
+        rts: Vec::new(),
+        tape: Vec::new(),
+        grad_buf: Vec::new(),
+        param_rt: Vec::new(),
+        param_grad: Vec::new(),
+        opt_state: vec![Vec::new(); g.params.len()],
+        phases: Vec::new(),
+        cur_cat: Breakdown::default(),
+        peak_allocated: 0,
+        peak_reserved: 0,
+        peak_phase: 0,
+        peak_cat: Breakdown::default(),
+        events: Vec::new(),
+        event_count: 0,
+        stop_at,
+        live_snapshot: None,
+        release_after: release_schedule(g),
+        region_of_node,
+        regions,
+        autocast_cache: Vec::new(),
+        grad_enabled: false,
+        training: cfg.mode == Mode::Train,
+        in_backward: false,
+        recomputing: false,
+        layers: Some(Vec::new()),
+        sdpa: Vec::new(),
+        gradient_bytes: 0,
+        peak_event: 0,
+        first_layers: Vec::new(),
+    };
+    s.phase("init");
+    s.phase("model");
+    s.build_model();
+    let train = cfg.mode == Mode::Train;
+    if train {
+        s.phase("optimizer");
+    }
+    let input_dtype = |d: DType| {
+        if d.is_float() {
+            cfg.precision.param_dtype()
+        } else {
+            d
+        }
+    };
+    let mut x: Vec<Rt> = Vec::new();
+    let mut y: Option<Rt> = None;
+    let mut out: Vec<Rt> = Vec::new();
+    let mut loss: Option<Rt> = None;
+    let hold = vec![false; g.tensors.len()];
+    let batch = g
+        .inputs
+        .first()
+        .map(|t| g.tensor(*t).shape.first().copied().unwrap_or(1))
+        .unwrap_or(1);
+    for it in 1..=cfg.iterations.max(1) {
+        s.phase(&format!("it{it}.data"));
+        let mut new_x = Vec::new();
+        for &t in &g.inputs {
+            let d = g.tensor(t);
+            new_x.push(s.fresh(
+                TensorMeta::new(d.shape.clone(), input_dtype(d.dtype)),
+                Category::Inputs,
+                Arc::from("input"),
+                None,
+                false,
+            ));
+        }
+        let new_y = if train {
+            Some(match g.task {
+                Task::Classification { .. } => s.fresh(
+                    TensorMeta::new(vec![batch], DType::I64),
+                    Category::Inputs,
+                    Arc::from("labels"),
+                    None,
+                    false,
+                ),
+            })
+        } else {
+            None
+        };
+        for r in std::mem::replace(&mut x, new_x) {
+            s.release_rt(r);
+        }
+        if let Some(r) = std::mem::replace(&mut y, new_y) {
+            s.release_rt(r);
+        }
+        s.phase(&format!("it{it}.forward"));
+        s.grad_enabled = train;
+        let mut env: Vec<Option<Rt>> = vec![None; g.tensors.len()];
+        for (t, &r) in g.inputs.iter().zip(&x) {
+            env[t.0 as usize] = Some(r);
+            s.incref(s.rts[r as usize].storage);
+        }
+        s.forward_nodes(&mut env, 0, g.nodes.len(), &hold);
+        if let Some(l) = s.layers.take() {
+            s.first_layers = l;
+        }
+        let new_out: Vec<Rt> = g.outputs.iter().filter_map(|t| env[t.0 as usize]).collect();
+        for t in &g.inputs {
+            if let Some(r) = env[t.0 as usize].take() {
+                s.release_rt(r);
+            }
+        }
+        for r in std::mem::replace(&mut out, new_out) {
+            s.release_rt(r);
+        }
+        if train {
+            s.phase(&format!("it{it}.loss"));
+            let ce: Arc<dyn Op> = Arc::new(CrossEntropyLoss);
+            let label_rt = y.expect("train has labels");
+            let l = s.call(&ce, &[out[0], label_rt], &[], None, None, None);
+            s.clear_autocast_cache();
+            if let Some(old) = std::mem::replace(&mut loss, Some(l[0])) {
+                s.release_rt(old);
+            }
+            s.phase(&format!("it{it}.zero_grad"));
+            for i in 0..s.param_grad.len() {
+                if let Some(g) = s.param_grad[i].take() {
+                    s.decref(g);
+                }
+            }
+            s.phase(&format!("it{it}.backward"));
+            for r in 0..s.regions.len() {
+                s.regions[r].recomputed = false;
+                s.regions[r].lowest_tape = s.tape.iter().position(|t| t.region == Some(r));
+            }
+            s.grad_enabled = false;
+            s.backward(l[0], &env);
+            if it == 1 {
+                s.gradient_bytes = s
+                    .param_grad
+                    .iter()
+                    .flatten()
+                    .map(|&g| s.storages[g as usize].bytes)
+                    .sum();
+            }
+            s.phase(&format!("it{it}.step"));
+            s.optimizer_step(it == 1);
+        } else {
+            s.clear_autocast_cache();
+        }
+        s.grad_enabled = false;
+    }
+    let parameter_bytes = g
+        .params
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.kind == ParamKind::Parameter)
+        .map(|(i, _)| s.param_meta(ParamId(i as u32)).bytes())
+        .sum();
+    let buffer_bytes = g
+        .params
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.kind == ParamKind::Buffer)
+        .map(|(i, _)| s.param_meta(ParamId(i as u32)).bytes())
+        .sum();
+    let optimizer_state_bytes = s
+        .opt_state
+        .iter()
+        .flatten()
+        .map(|&x| s.storages[x as usize].bytes)
+        .sum();
+    let sim = Simulation {
+        phases: s.phases.clone(),
+        peak_allocated: s.peak_allocated,
+        peak_reserved: s.peak_reserved,
+        peak_phase: s.peak_phase,
+        breakdown_at_peak: s.peak_cat,
+        live_at_peak: s.live_snapshot.clone().unwrap_or_default(),
+        layers: std::mem::take(&mut s.first_layers),
+        events: std::mem::take(&mut s.events),
+        sdpa_backends: s.sdpa.clone(),
+        parameter_bytes,
+        buffer_bytes,
+        gradient_bytes: s.gradient_bytes,
+        optimizer_state_bytes,
+        segments: s.alloc.segments(),
+    };
+    Ok((sim, s.peak_event))
+}

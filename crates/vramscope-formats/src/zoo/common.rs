@@ -1,0 +1,59 @@
+//! Building blocks shared by the zoo's architectures (thin wrappers over [`GraphBuilder`]).
+
+use vramscope_core::ops::{
+    Activation, ActivationKind, AdaptiveAvgPool2d, Add, Conv2d, Dropout, Linear, View,
+};
+use vramscope_core::{GraphBuilder, TensorId};
+
+/// `nn.ReLU(inplace)` etc. as a leaf module named `name`.
+pub fn act(
+    b: &mut GraphBuilder,
+    name: &str,
+    kind: ActivationKind,
+    inplace: bool,
+    x: TensorId,
+) -> TensorId {
+    b.layer(name, Activation { kind, inplace }, &[x])
+}
+
+/// `torch.flatten(x, 1)` (a view).
+pub fn flatten(b: &mut GraphBuilder, x: TensorId) -> TensorId {
+    let s = b.shape(x).to_vec();
+    let rest: u64 = s[1..].iter().product();
+    b.op(View::new("flatten", vec![s[0], rest]), &[x])
+}
+
+/// `a + b` (new tensor) or `a += b`.
+pub fn add(b: &mut GraphBuilder, x: TensorId, y: TensorId, inplace: bool) -> TensorId {
+    b.op(Add { inplace }, &[x, y])
+}
+
+/// `nn.Dropout(p)` as a leaf module; p = 0 is the identity in PyTorch and records nothing.
+pub fn dropout(b: &mut GraphBuilder, name: &str, p: f64, x: TensorId) -> TensorId {
+    if p == 0.0 {
+        // still a registered module, but F.dropout(p=0) returns its input
+        b.declare_module(name, "Dropout");
+        return x;
+    }
+    b.layer(name, Dropout { p }, &[x])
+}
+
+/// `nn.AdaptiveAvgPool2d(out)` as a leaf module.
+pub fn adaptive_avg_pool(
+    b: &mut GraphBuilder,
+    name: &str,
+    out: (u64, u64),
+    x: TensorId,
+) -> TensorId {
+    b.layer(name, AdaptiveAvgPool2d { output: out }, &[x])
+}
+
+/// `nn.Linear(in, out)` as a leaf module.
+pub fn linear(b: &mut GraphBuilder, name: &str, in_f: u64, out_f: u64, x: TensorId) -> TensorId {
+    b.layer(name, Linear::new(in_f, out_f), &[x])
+}
+
+/// `nn.Conv2d` as a leaf module.
+pub fn conv(b: &mut GraphBuilder, name: &str, c: Conv2d, x: TensorId) -> TensorId {
+    b.layer(name, c, &[x])
+}

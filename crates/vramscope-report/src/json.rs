@@ -1,0 +1,301 @@
+//! The `--json` contract of DESIGN.md. Field names are stable: scripts depend on them.
+
+use serde::Serialize;
+use vramscope_core::ir::ParamKind;
+use vramscope_core::optim::Optimizer;
+use vramscope_core::sim::{Category, Mode, Simulation};
+use vramscope_core::{Graph, Precision};
+
+use crate::gpu::Gpu;
+
+/// What the report needs besides the simulation.
+#[derive(Debug, Clone)]
+pub struct ReportInput<'a> {
+    /// The model graph.
+    pub graph: &'a Graph,
+    /// Where the model came from (`zoo`).
+    pub source: &'a str,
+    /// Batch size.
+    pub batch_size: u64,
+    /// Train or infer.
+    pub mode: Mode,
+    /// Precision.
+    pub precision: Precision,
+    /// Optimizer.
+    pub optimizer: Optimizer,
+    /// Checkpoint flags as given.
+    pub checkpoint: Vec<String>,
+    /// The GPU to check against.
+    pub gpu: &'a Gpu,
+}
+
+/// `model`.
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelInfo {
+    /// Model name.
+    pub name: String,
+    /// `zoo`, `onnx`, ...
+    pub source: String,
+    /// Parameter elements.
+    pub parameters: u64,
+    /// Trainable parameter elements.
+    pub trainable_parameters: u64,
+    /// Parameter bytes in the run's dtype.
+    pub parameter_bytes: u64,
+    /// Buffer bytes.
+    pub buffer_bytes: u64,
+}
+
+/// `config`.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConfigInfo {
+    /// `train` / `infer`.
+    pub mode: Mode,
+    /// Batch size.
+    pub batch_size: u64,
+    /// Input shape of one sample.
+    pub input_shape: Vec<u64>,
+    /// Precision.
+    pub precision: Precision,
+    /// Optimizer (train only).
+    pub optimizer: Option<Optimizer>,
+    /// Checkpointed modules.
+    pub checkpoint: Vec<String>,
+}
+
+/// `peak`.
+#[derive(Debug, Clone, Serialize)]
+pub struct PeakInfo {
+    /// Predicted `max_memory_allocated()`.
+    pub allocated_bytes: u64,
+    /// Predicted `max_memory_reserved()`.
+    pub reserved_bytes: u64,
+    /// Predicted process memory in `nvidia-smi` (reserved + context + workspaces).
+    pub device_bytes: u64,
+    /// Phase of the allocated peak.
+    pub phase: String,
+}
+
+/// `phases[]`.
+#[derive(Debug, Clone, Serialize)]
+pub struct PhaseInfo {
+    /// Phase name.
+    pub name: String,
+    /// `memory_allocated()` at its end.
+    pub allocated_after_bytes: u64,
+    /// Peak allocated within it.
+    pub peak_allocated_bytes: u64,
+    /// `memory_reserved()` at its end.
+    pub reserved_after_bytes: u64,
+    /// Peak reserved within it.
+    pub peak_reserved_bytes: u64,
+}
+
+/// `breakdown_at_peak`.
+#[derive(Debug, Clone, Serialize)]
+pub struct BreakdownInfo {
+    /// Parameters.
+    pub parameters: u64,
+    /// Buffers.
+    pub buffers: u64,
+    /// Gradients.
+    pub gradients: u64,
+    /// Optimizer states.
+    pub optimizer_states: u64,
+    /// Activations (recomputed ones included).
+    pub activations: u64,
+    /// Temporaries.
+    pub temporaries: u64,
+    /// Inputs.
+    pub inputs: u64,
+}
+
+/// `layers[]`.
+#[derive(Debug, Clone, Serialize)]
+pub struct LayerInfo {
+    /// Module path.
+    pub name: String,
+    /// Module class.
+    pub op: String,
+    /// Output shape.
+    pub output_shape: Vec<u64>,
+    /// Parameters owned.
+    pub parameters: u64,
+    /// Bytes saved for backward.
+    pub saved_bytes: u64,
+}
+
+/// `live_at_peak[]`.
+#[derive(Debug, Clone, Serialize)]
+pub struct LiveInfo {
+    /// Block bytes.
+    pub bytes: u64,
+    /// Shape.
+    pub shape: Vec<u64>,
+    /// Dtype.
+    pub dtype: &'static str,
+    /// Category.
+    pub category: Category,
+    /// What made it.
+    pub made_by: String,
+    /// Module path.
+    pub module: String,
+}
+
+/// `overheads`.
+#[derive(Debug, Clone, Serialize)]
+pub struct OverheadInfo {
+    /// CUDA context.
+    pub cuda_context_bytes: u64,
+    /// Library workspaces outside the caching allocator.
+    pub library_workspace_bytes: u64,
+}
+
+/// `gpu`.
+#[derive(Debug, Clone, Serialize)]
+pub struct GpuInfo {
+    /// GPU name.
+    pub name: String,
+    /// Its memory.
+    pub memory_bytes: u64,
+    /// Whether `device_bytes` fits.
+    pub fits: bool,
+    /// Memory left (negative when it does not fit).
+    pub headroom_bytes: i64,
+}
+
+/// The whole `--json` object.
+#[derive(Debug, Clone, Serialize)]
+pub struct EstimateReport {
+    /// Model facts.
+    pub model: ModelInfo,
+    /// The run's settings.
+    pub config: ConfigInfo,
+    /// The peak.
+    pub peak: PeakInfo,
+    /// Phase timeline.
+    pub phases: Vec<PhaseInfo>,
+    /// Category breakdown at the peak.
+    pub breakdown_at_peak: BreakdownInfo,
+    /// Largest tensors alive at the peak.
+    pub live_at_peak: Vec<LiveInfo>,
+    /// Per-layer table.
+    pub layers: Vec<LayerInfo>,
+    /// Context and workspace lines.
+    pub overheads: OverheadInfo,
+    /// Fit verdict.
+    pub gpu: GpuInfo,
+    /// Attention kernels chosen.
+    pub sdpa_backends: Vec<String>,
+}
+
+impl EstimateReport {
+    /// Builds the report.
+    pub fn new(input: &ReportInput, sim: &Simulation) -> Self {
+        let g = input.graph;
+        let b = &sim.breakdown_at_peak;
+        let device =
+            sim.peak_reserved + input.gpu.cuda_context_bytes + input.gpu.library_workspace_bytes;
+        let headroom = input.gpu.memory_bytes as i64 - device as i64;
+        EstimateReport {
+            model: ModelInfo {
+                name: g.name.clone(),
+                source: input.source.to_string(),
+                parameters: g.parameter_count(),
+                trainable_parameters: g.trainable_parameter_count(),
+                parameter_bytes: sim.parameter_bytes,
+                buffer_bytes: sim.buffer_bytes,
+            },
+            config: ConfigInfo {
+                mode: input.mode,
+                batch_size: input.batch_size,
+                input_shape: g
+                    .inputs
+                    .first()
+                    .map(|t| g.tensor(*t).shape[1..].to_vec())
+                    .unwrap_or_default(),
+                precision: input.precision,
+                optimizer: (input.mode == Mode::Train).then_some(input.optimizer),
+                checkpoint: input.checkpoint.clone(),
+            },
+            peak: PeakInfo {
+                allocated_bytes: sim.peak_allocated,
+                reserved_bytes: sim.peak_reserved,
+                device_bytes: device,
+                phase: sim
+                    .phases
+                    .get(sim.peak_phase)
+                    .map(|p| p.name.clone())
+                    .unwrap_or_default(),
+            },
+            phases: sim
+                .phases
+                .iter()
+                .map(|p| PhaseInfo {
+                    name: p.name.clone(),
+                    allocated_after_bytes: p.allocated_after,
+                    peak_allocated_bytes: p.peak_allocated,
+                    reserved_after_bytes: p.reserved_after,
+                    peak_reserved_bytes: p.peak_reserved,
+                })
+                .collect(),
+            breakdown_at_peak: BreakdownInfo {
+                parameters: b.get(Category::Parameters),
+                buffers: b.get(Category::Buffers),
+                gradients: b.get(Category::Gradients),
+                optimizer_states: b.get(Category::OptimizerStates),
+                activations: b.get(Category::Activations) + b.get(Category::Recomputed),
+                temporaries: b.get(Category::Temporaries),
+                inputs: b.get(Category::Inputs),
+            },
+            live_at_peak: sim
+                .live_at_peak
+                .iter()
+                .map(|l| LiveInfo {
+                    bytes: l.bytes,
+                    shape: l.shape.clone(),
+                    dtype: l.dtype.name(),
+                    category: l.category,
+                    made_by: l.label.to_string(),
+                    module: l.module.clone(),
+                })
+                .collect(),
+            layers: sim
+                .layers
+                .iter()
+                .map(|l| LayerInfo {
+                    name: l.name.clone(),
+                    op: l.op.clone(),
+                    output_shape: l.output_shape.clone(),
+                    parameters: l.parameters,
+                    saved_bytes: l.saved_bytes,
+                })
+                .collect(),
+            overheads: OverheadInfo {
+                cuda_context_bytes: input.gpu.cuda_context_bytes,
+                library_workspace_bytes: input.gpu.library_workspace_bytes,
+            },
+            gpu: GpuInfo {
+                name: input.gpu.name.to_string(),
+                memory_bytes: input.gpu.memory_bytes,
+                fits: headroom >= 0,
+                headroom_bytes: headroom,
+            },
+            sdpa_backends: sim
+                .sdpa_backends
+                .iter()
+                .map(|b| {
+                    serde_json::to_value(b)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_string))
+                        .unwrap_or_default()
+                })
+                .collect(),
+        }
+    }
+
+    /// Whether any parameter is a buffer-only model (for the text report).
+    pub fn has_buffers(g: &Graph) -> bool {
+        g.params.iter().any(|p| p.kind == ParamKind::Buffer)
+    }
+}

@@ -1,0 +1,10 @@
+//! vramscope-report: turns a simulation into the JSON contract of DESIGN.md and terminal tables.
+#![deny(missing_docs)]
+
+mod gpu;
+mod json;
+mod table;
+
+pub use gpu::{find_gpu, Gpu, GPUS};
+pub use json::{EstimateReport, ModelInfo, ReportInput};
+pub use table::render_text;

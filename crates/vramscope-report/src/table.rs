@@ -1,0 +1,226 @@
+//! Terminal output: layer table, phase timeline with a reason per phase, breakdown at the peak,
+//! the largest tensors alive there and the fit verdict.
+
+use comfy_table::{presets::UTF8_FULL_CONDENSED, Cell, CellAlignment, Table};
+
+use crate::json::EstimateReport;
+
+/// Formats bytes as MiB/GiB with one decimal.
+pub fn human(bytes: u64) -> String {
+    let mib = bytes as f64 / (1u64 << 20) as f64;
+    if mib >= 10240.0 {
+        format!("{:.2} GiB", mib / 1024.0)
+    } else {
+        format!("{mib:.1} MiB")
+    }
+}
+
+fn shape(s: &[u64]) -> String {
+    format!(
+        "[{}]",
+        s.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")
+    )
+}
+
+fn right(s: String) -> Cell {
+    Cell::new(s).set_alignment(CellAlignment::Right)
+}
+
+fn phase_reason(name: &str, delta: i64, r: &EstimateReport) -> String {
+    let step = name.rsplit('.').next().unwrap_or(name);
+    let second = name.starts_with("it") && !name.starts_with("it1.");
+    match step {
+        "init" => "nothing allocated yet".into(),
+        "model" => "parameters and buffers on the device".into(),
+        "optimizer" => "optimizer states are created lazily at the first step".into(),
+        "data" if second => "new batch; the previous one is freed on reassignment".into(),
+        "data" => "the batch (inputs and labels)".into(),
+        "forward" if r.config.mode == vramscope_core::sim::Mode::Infer => {
+            "no_grad: only live activations; the previous output is still referenced".into()
+        }
+        "forward" if second => {
+            "saved activations; the previous output and gradients are still alive".into()
+        }
+        "forward" => "activations saved for backward".into(),
+        "loss" => "loss: log-softmax kept for backward".into(),
+        "zero_grad" if second => "set_to_none frees the previous gradients".into(),
+        "zero_grad" => "no gradients exist yet".into(),
+        "backward" => "gradients allocated; saved activations released node by node".into(),
+        "step" if !second && delta > 0 => "optimizer states created at the first step".into(),
+        "step" => "optimizer update (foreach temporaries are freed again)".into(),
+        _ => String::new(),
+    }
+}
+
+/// Renders the human-readable report.
+pub fn render_text(r: &EstimateReport, max_layers: usize) -> String {
+    let mut out = String::new();
+    out.push_str(&format!(
+        "{} ({}): {} parameters ({}), {} {} batch {} input {}",
+        r.model.name,
+        r.model.source,
+        r.model.parameters,
+        human(r.model.parameter_bytes),
+        match r.config.mode {
+            vramscope_core::sim::Mode::Train => "train",
+            vramscope_core::sim::Mode::Infer => "infer",
+        },
+        r.config.precision.name(),
+        r.config.batch_size,
+        shape(&r.config.input_shape),
+    ));
+    if let Some(o) = r.config.optimizer {
+        out.push_str(&format!(", optimizer {}", o.name()));
+    }
+    out.push_str("\n\n");
+
+    let mut t = Table::new();
+    t.load_preset(UTF8_FULL_CONDENSED);
+    t.set_header(vec![
+        "layer",
+        "op",
+        "output shape",
+        "params",
+        "saved for backward",
+    ]);
+    let n = r.layers.len();
+    for l in r.layers.iter().take(max_layers) {
+        t.add_row(vec![
+            Cell::new(&l.name),
+            Cell::new(&l.op),
+            Cell::new(shape(&l.output_shape)),
+            right(l.parameters.to_string()),
+            right(human(l.saved_bytes)),
+        ]);
+    }
+    if n > max_layers {
+        t.add_row(vec![
+            Cell::new(format!("... {} more (use --layers all)", n - max_layers)),
+            Cell::new(""),
+            Cell::new(""),
+            Cell::new(""),
+            Cell::new(""),
+        ]);
+    }
+    out.push_str(&t.to_string());
+    out.push_str("\n\n");
+
+    let mut t = Table::new();
+    t.load_preset(UTF8_FULL_CONDENSED);
+    t.set_header(vec![
+        "phase",
+        "allocated after",
+        "peak allocated",
+        "peak reserved",
+        "why",
+    ]);
+    let mut prev = 0i64;
+    for p in &r.phases {
+        let delta = p.allocated_after_bytes as i64 - prev;
+        prev = p.allocated_after_bytes as i64;
+        let marker = if p.name == r.peak.phase {
+            " <- peak"
+        } else {
+            ""
+        };
+        t.add_row(vec![
+            Cell::new(format!("{}{}", p.name, marker)),
+            right(human(p.allocated_after_bytes)),
+            right(human(p.peak_allocated_bytes)),
+            right(human(p.peak_reserved_bytes)),
+            Cell::new(phase_reason(&p.name, delta, r)),
+        ]);
+    }
+    out.push_str(&t.to_string());
+    out.push_str("\n\n");
+
+    let b = &r.breakdown_at_peak;
+    let mut t = Table::new();
+    t.load_preset(UTF8_FULL_CONDENSED);
+    t.set_header(vec!["at the peak", "bytes"]);
+    for (k, v) in [
+        ("parameters", b.parameters),
+        ("buffers", b.buffers),
+        ("gradients", b.gradients),
+        ("optimizer states", b.optimizer_states),
+        ("activations", b.activations),
+        ("temporaries", b.temporaries),
+        ("inputs", b.inputs),
+    ] {
+        t.add_row(vec![Cell::new(k), right(human(v))]);
+    }
+    t.add_row(vec![
+        Cell::new("allocated (max_memory_allocated)"),
+        right(human(r.peak.allocated_bytes)),
+    ]);
+    t.add_row(vec![
+        Cell::new("reserved (max_memory_reserved)"),
+        right(human(r.peak.reserved_bytes)),
+    ]);
+    t.add_row(vec![
+        Cell::new("CUDA context"),
+        right(human(r.overheads.cuda_context_bytes)),
+    ]);
+    t.add_row(vec![
+        Cell::new("library workspaces"),
+        right(human(r.overheads.library_workspace_bytes)),
+    ]);
+    t.add_row(vec![
+        Cell::new("device total (nvidia-smi)"),
+        right(human(r.peak.device_bytes)),
+    ]);
+    out.push_str(&t.to_string());
+    out.push_str("\n\n");
+
+    if !r.live_at_peak.is_empty() {
+        let mut t = Table::new();
+        t.load_preset(UTF8_FULL_CONDENSED);
+        t.set_header(vec![
+            "largest tensors alive at the peak",
+            "shape",
+            "dtype",
+            "category",
+            "bytes",
+        ]);
+        for l in r.live_at_peak.iter().take(8) {
+            let who = if l.module.is_empty() {
+                l.made_by.clone()
+            } else {
+                format!("{} ({})", l.module, l.made_by)
+            };
+            t.add_row(vec![
+                Cell::new(who),
+                Cell::new(shape(&l.shape)),
+                Cell::new(l.dtype),
+                Cell::new(format!("{:?}", l.category).to_lowercase()),
+                right(human(l.bytes)),
+            ]);
+        }
+        out.push_str(&t.to_string());
+        out.push_str("\n\n");
+    }
+
+    let verdict = if r.gpu.fits {
+        format!(
+            "fits on {} ({}), {} headroom",
+            r.gpu.name,
+            human(r.gpu.memory_bytes),
+            human(r.gpu.headroom_bytes as u64)
+        )
+    } else {
+        format!(
+            "does NOT fit on {} ({}): {} short",
+            r.gpu.name,
+            human(r.gpu.memory_bytes),
+            human(r.gpu.headroom_bytes.unsigned_abs())
+        )
+    };
+    out.push_str(&format!(
+        "peak {} allocated, {} reserved in {}; {}\n",
+        human(r.peak.allocated_bytes),
+        human(r.peak.reserved_bytes),
+        r.peak.phase,
+        verdict
+    ));
+    out
+}
