@@ -6,6 +6,9 @@ use vramscope_core::{BuildError, DType, Graph, GraphBuilder, TensorId};
 
 mod common;
 mod resnet;
+// CNN models (vgg, alexnet, squeezenet, densenet, mobilenet, shufflenet): modules below
+// efficientnet, convnext, regnet, vit, swin: modules below
+
 
 pub use common::*;
 
@@ -92,6 +95,8 @@ static ZOO: &[Entry] = entries! {
     "wide_resnet101_2" => "ResNet", |b, x, i| resnet::resnet(b, x, i, resnet::Depth::Wide101_2);
     "resnext50_32x4d" => "ResNet", |b, x, i| resnet::resnet(b, x, i, resnet::Depth::Next50_32x4d);
     "resnext101_32x8d" => "ResNet", |b, x, i| resnet::resnet(b, x, i, resnet::Depth::Next101_32x8d);
+    // CNN entries (vgg, alexnet, squeezenet, densenet, mobilenet, shufflenet)
+    // efficientnet, convnext, regnet, vit, swin entries
 };
 
 /// All model names of the zoo, in a stable order.
