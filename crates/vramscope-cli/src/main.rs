@@ -59,6 +59,10 @@ struct EstimateArgs {
     /// Print the JSON report.
     #[arg(long)]
     json: bool,
+    /// Write every simulated allocation and free to FILE as JSON lines (the format of
+    /// ../shared/truth's `--trace`, so the two can be diffed).
+    #[arg(long, value_name = "FILE")]
+    trace: Option<std::path::PathBuf>,
     /// Layers to show in the table (a number or `all`).
     #[arg(long, default_value = "40")]
     layers: String,
@@ -148,9 +152,12 @@ fn estimate(a: &EstimateArgs) -> Result<()> {
         optimizer,
         iterations: 2,
         checkpoint: parse_checkpoint(&a.checkpoint)?,
-        record_events: false,
+        record_events: a.trace.is_some(),
     };
     let sim = simulate(&graph, &cfg)?;
+    if let Some(path) = &a.trace {
+        write_trace(path, &graph, &sim)?;
+    }
     let report = EstimateReport::new(
         &ReportInput {
             graph: &graph,
@@ -172,6 +179,45 @@ fn estimate(a: &EstimateArgs) -> Result<()> {
     std::io::stdout()
         .write_all(text.as_bytes())
         .context("writing to stdout")?;
+    Ok(())
+}
+
+fn write_trace(
+    path: &std::path::Path,
+    graph: &vramscope_core::Graph,
+    sim: &vramscope_core::sim::Simulation,
+) -> Result<()> {
+    let mut out = String::new();
+    let mut phase = u16::MAX;
+    for (seq, e) in sim.events.iter().enumerate() {
+        if e.phase != phase {
+            phase = e.phase;
+            out.push_str(
+                &serde_json::json!({"ev": "phase", "phase": sim.phases[phase as usize].name})
+                    .to_string(),
+            );
+            out.push('\n');
+        }
+        let line = serde_json::json!({
+            "seq": seq,
+            "ev": if e.alloc { "alloc" } else { "free" },
+            "sid": e.storage,
+            "phase": sim.phases[e.phase as usize].name,
+            "bytes": e.bytes,
+            "block": e.block,
+            "category": e.category,
+            "op": &*e.label,
+            "module": e.module.map(|m| graph.module_path(m)),
+            "alloc": e.allocated,
+            "reserved": e.reserved,
+        });
+        out.push_str(&line.to_string());
+        out.push('\n');
+    }
+    // write to a temporary file first so a failure leaves nothing half-written
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, out).with_context(|| format!("writing trace {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("writing trace {}", path.display()))?;
     Ok(())
 }
 

@@ -317,7 +317,8 @@ struct Region {
     first: usize,
     end: usize,
     inputs: Vec<TensorId>,
-    frame: Vec<u32>,
+    /// the region's inputs as the checkpoint frame holds them (graph tensor, rt tensor)
+    frame: Vec<(TensorId, Rt)>,
     recomputed: bool,
     lowest_tape: Option<usize>,
 }
@@ -836,7 +837,7 @@ impl<'g> Sim<'g> {
                             if let Some(rt) = env[t.0 as usize] {
                                 let sid = self.rts[rt as usize].storage;
                                 self.incref(sid);
-                                frame.push(sid);
+                                frame.push((t, rt));
                             }
                         }
                         self.regions[r].frame = frame;
@@ -912,16 +913,14 @@ impl<'g> Sim<'g> {
         }
     }
 
-    fn recompute_region(&mut self, r: usize, env_outer: &[Option<Rt>]) {
+    fn recompute_region(&mut self, r: usize) {
         let (first, end) = (self.regions[r].first, self.regions[r].end);
         let mut env: Vec<Option<Rt>> = vec![None; self.g.tensors.len()];
         // region inputs: the originals, kept by the frame
         let mut hold = vec![false; self.g.tensors.len()];
-        for t in self.regions[r].inputs.clone() {
-            if let Some(rt) = env_outer[t.0 as usize] {
-                env[t.0 as usize] = Some(rt);
-                self.incref(self.rts[rt as usize].storage);
-            }
+        for (t, rt) in self.regions[r].frame.clone() {
+            env[t.0 as usize] = Some(rt);
+            self.incref(self.rts[rt as usize].storage);
         }
         for (i, h) in hold.iter_mut().enumerate() {
             *h = self.g.tensors[i]
@@ -997,7 +996,7 @@ impl<'g> Sim<'g> {
         }
     }
 
-    fn backward(&mut self, loss: Rt, env: &[Option<Rt>]) {
+    fn backward(&mut self, loss: Rt) {
         self.in_backward = true;
         let root_meta = TensorMeta::new(vec![], self.rts[loss as usize].meta.dtype);
         let mut extra_roots = Vec::new();
@@ -1035,7 +1034,7 @@ impl<'g> Sim<'g> {
             i -= 1;
             if let Some(r) = self.tape[i].region {
                 if !self.regions[r].recomputed {
-                    self.recompute_region(r, env);
+                    self.recompute_region(r);
                 }
             }
             let node = self.tape[i].clone();
@@ -1119,8 +1118,8 @@ impl<'g> Sim<'g> {
     fn finish_region_node(&mut self, i: usize) {
         if let Some(r) = self.tape[i].region {
             if self.regions[r].lowest_tape == Some(i) {
-                for s in std::mem::take(&mut self.regions[r].frame) {
-                    self.decref(s);
+                for (_, rt) in std::mem::take(&mut self.regions[r].frame) {
+                    self.release_rt(rt);
                 }
             }
         }
@@ -1241,6 +1240,10 @@ fn release_schedule(g: &Graph) -> Vec<Vec<TensorId>> {
         if let Some(l) = l {
             out[*l].push(TensorId(t as u32));
         }
+    }
+    // inner frames return first, and their locals are the newer tensors
+    for v in &mut out {
+        v.sort_by(|a, b| b.cmp(a));
     }
     out
 }
@@ -1484,7 +1487,7 @@ fn run(g: &Graph, cfg: &StepConfig, stop_at: Option<u64>) -> Result<(Simulation,
                 s.regions[r].lowest_tape = s.tape.iter().position(|t| t.region == Some(r));
             }
             s.grad_enabled = false;
-            s.backward(l[0], &env);
+            s.backward(l[0]);
             if it == 1 {
                 s.gradient_bytes = s
                     .param_grad

@@ -9,7 +9,6 @@ mod resnet;
 // CNN models (vgg, alexnet, squeezenet, densenet, mobilenet, shufflenet): modules below
 // efficientnet, convnext, regnet, vit, swin: modules below
 
-
 pub use common::*;
 
 /// What the zoo model is built for.

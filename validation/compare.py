@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""Compare `vramscope estimate --json` with truth records (JSONL from ../shared/truth/run_cases.py).
+
+Usage: python3 validation/compare.py TRUTH.jsonl [--only SUBSTR] [--phases] [--bin target/release/vramscope]
+Prints, per case, truth vs vramscope peak allocated / reserved and the error; with --phases, the
+per-phase allocated-after values. Needs only the Python standard library.
+"""
+import argparse, json, subprocess, sys, statistics
+
+OPTIM = {"sgd": "sgd", "sgdm": "sgd-momentum", "adam": "adam", "adamw": "adamw"}
+AMP = {"fp32": "fp32", "bf16": "amp-bf16", "fp16": "amp-fp16"}
+
+
+def args_for(case):
+    model = case["model"].split(":", 1)[1]
+    a = [model, "--batch-size", str(case["batch"]), "--json"]
+    if case.get("image"):
+        a += ["--input", f"3x{case['image']}x{case['image']}"]
+    if case.get("num_classes"):
+        a += ["--num-classes", str(case["num_classes"])]
+    a += ["--mode", case.get("mode", "train")]
+    if case.get("mode", "train") == "train":
+        a += ["--optimizer", OPTIM[case.get("optim", "adam")]]
+    pd = case.get("param_dtype", "fp32")
+    a += ["--precision", AMP[case.get("amp", "fp32")] if pd == "fp32" else pd]
+    if case.get("checkpoint"):
+        a += ["--checkpoint", case["checkpoint"]]
+    return a
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("truth")
+    ap.add_argument("--only", default="")
+    ap.add_argument("--phases", action="store_true")
+    ap.add_argument("--bin", default="target/release/vramscope")
+    ap.add_argument("--json-out")
+    o = ap.parse_args()
+    rows, errs = [], []
+    for line in open(o.truth):
+        rec = json.loads(line)
+        case = rec["case"]
+        if not rec.get("ok", True) or not case["model"].startswith("torchvision:") or o.only not in case["name"]:
+            continue
+        p = subprocess.run([o.bin, "estimate", *args_for(case)], capture_output=True, text=True)
+        if p.returncode != 0:
+            print(f"{case['name']:45s} ERROR {p.stderr.strip()[:200]}")
+            continue
+        est = json.loads(p.stdout)
+        t_alloc = rec["overall"]["peak"]["alloc"]
+        t_res = rec["overall"]["peak"]["reserved"]
+        e_alloc = est["peak"]["allocated_bytes"]
+        e_res = est["peak"]["reserved_bytes"]
+        err = 100.0 * (e_alloc - t_alloc) / t_alloc
+        rerr = 100.0 * (e_res - t_res) / t_res
+        errs.append(err)
+        tph = {ph["phase"]: ph for ph in rec["phases"]}
+        worst_phase = max(
+            (abs(ph["allocated_after_bytes"] - tph[ph["name"]]["after"]["alloc"]) / max(tph[ph["name"]]["after"]["alloc"], 1) * 100, ph["name"])
+            for ph in est["phases"] if ph["name"] in tph and tph[ph["name"]]["after"]["alloc"] > 0
+        )
+        rows.append(dict(case=case["name"], truth_alloc=t_alloc, est_alloc=e_alloc, err=err, truth_reserved=t_res, est_reserved=e_res, rerr=rerr,
+                         truth_phase=rec["overall"]["peak_phase"], est_phase=est["peak"]["phase"], worst_phase=worst_phase))
+        print(f"{case['name']:45s} truth {t_alloc/2**20:9.1f} est {e_alloc/2**20:9.1f} MiB {err:+6.2f}%  reserved {rerr:+6.2f}%  "
+              f"peak {rec['overall']['peak_phase']}/{est['peak']['phase']}  worst phase {worst_phase[1]} {worst_phase[0]:.2f}%")
+        if o.phases:
+            for ph in est["phases"]:
+                t = tph.get(ph["name"])
+                if t:
+                    print(f"    {ph['name']:14s} after {t['after']['alloc']/2**20:9.1f} / {ph['allocated_after_bytes']/2**20:9.1f}   "
+                          f"peak {t['peak']['alloc']/2**20:9.1f} / {ph['peak_allocated_bytes']/2**20:9.1f}   "
+                          f"resv {t['peak']['reserved']/2**20:8.1f} / {ph['peak_reserved_bytes']/2**20:8.1f}")
+    if errs:
+        a = [abs(e) for e in errs]
+        print(f"\n{len(errs)} cases: median |err| {statistics.median(a):.2f}%, worst {max(a):.2f}%, under-estimates >3%: {sum(e < -3 for e in errs)}")
+    if o.json_out:
+        json.dump(rows, open(o.json_out, "w"), indent=1)
+
+
+if __name__ == "__main__":
+    main()
