@@ -22,7 +22,7 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Predict the memory of a training step or inference pass, phase by phase.
-    Estimate(EstimateArgs),
+    Estimate(Box<EstimateArgs>),
     /// List the built-in models.
     Models,
 }

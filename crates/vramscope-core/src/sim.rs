@@ -420,7 +420,7 @@ impl<'g> Sim<'g> {
                     .unwrap_or_default(),
             })
             .collect();
-        live.sort_by(|a, b| b.bytes.cmp(&a.bytes));
+        live.sort_by_key(|l| std::cmp::Reverse(l.bytes));
         live.truncate(20);
         self.live_snapshot = Some(live);
     }
@@ -574,10 +574,10 @@ impl<'g> Sim<'g> {
                 graph_node: None,
             });
         }
-        if cacheable && param.is_some() && self.rts[r as usize].requires_grad {
+        if let (true, Some(p), true) = (cacheable, param, self.rts[r as usize].requires_grad) {
             // the cache keeps its own reference until the autocast block exits
             self.incref(self.rts[c as usize].storage);
-            self.autocast_cache.push((param.expect("checked"), c));
+            self.autocast_cache.push((p, c));
         }
         c
     }
@@ -845,9 +845,9 @@ impl<'g> Sim<'g> {
                 }
             }
             let node = &self.g.nodes[n];
-            if self.layers.is_some() && !self.recomputing {
+            let recomputing = self.recomputing;
+            if let (Some(layers), false) = (self.layers.as_mut(), recomputing) {
                 let path = self.g.module_path(node.module).to_string();
-                let layers = self.layers.as_mut().expect("checked");
                 if layers.last().map(|l| l.name != path).unwrap_or(true) {
                     let m = &self.g.modules[node.module.0 as usize];
                     let parameters = if layers.iter().any(|l| l.name == path) {
@@ -1472,7 +1472,7 @@ fn run(g: &Graph, cfg: &StepConfig, stop_at: Option<u64>) -> Result<(Simulation,
             let label_rt = y.expect("train has labels");
             let l = s.call(&ce, &[out[0], label_rt], &[], None, None, None);
             s.clear_autocast_cache();
-            if let Some(old) = std::mem::replace(&mut loss, Some(l[0])) {
+            if let Some(old) = loss.replace(l[0]) {
                 s.release_rt(old);
             }
             s.phase(&format!("it{it}.zero_grad"));

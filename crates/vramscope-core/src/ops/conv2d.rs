@@ -78,8 +78,8 @@ impl Op for Conv2d {
             ));
         }
         if self.groups == 0
-            || self.in_channels % self.groups != 0
-            || self.out_channels % self.groups != 0
+            || !self.in_channels.is_multiple_of(self.groups)
+            || !self.out_channels.is_multiple_of(self.groups)
         {
             return Err(ShapeError::new(
                 "Conv2d",

@@ -18,8 +18,10 @@ mod avg_pool;
 mod batch_norm;
 mod cat;
 mod conv2d;
+mod copy_slices;
 mod cross_entropy;
 mod dropout;
+mod dropout_inplace;
 mod layer_norm;
 mod linear;
 mod matmul;
@@ -30,6 +32,7 @@ mod pad;
 mod roll;
 mod softmax;
 mod view;
+mod view_strided_grad;
 
 pub use activation::{Activation, ActivationKind};
 pub use adaptive_avg_pool::AdaptiveAvgPool2d;
@@ -39,8 +42,10 @@ pub use avg_pool::AvgPool2d;
 pub use batch_norm::BatchNorm2d;
 pub use cat::Cat;
 pub use conv2d::Conv2d;
+pub use copy_slices::CopySlices;
 pub use cross_entropy::CrossEntropyLoss;
 pub use dropout::{Dropout, StochasticDepth};
+pub use dropout_inplace::DropoutInplace;
 pub use layer_norm::LayerNorm;
 pub use linear::Linear;
 pub use matmul::MatMul;
@@ -51,6 +56,7 @@ pub use pad::ConstantPad;
 pub use roll::Roll;
 pub use softmax::Softmax;
 pub use view::{Contiguous, View};
+pub use view_strided_grad::ViewStridedGrad;
 
 /// Shape and dtype of one tensor as an op sees it at run time.
 #[derive(Debug, Clone, PartialEq, Eq)]

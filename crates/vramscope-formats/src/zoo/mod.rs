@@ -7,7 +7,16 @@ use vramscope_core::{BuildError, DType, Graph, GraphBuilder, TensorId};
 mod common;
 mod resnet;
 // CNN models (vgg, alexnet, squeezenet, densenet, mobilenet, shufflenet): modules below
+mod alexnet;
+mod densenet;
+mod mobilenet;
+mod shufflenet;
+mod squeezenet;
+mod vgg;
 // efficientnet, convnext, regnet, vit, swin: modules below
+mod convnext;
+mod efficientnet;
+mod regnet;
 
 pub use common::*;
 
@@ -95,7 +104,41 @@ static ZOO: &[Entry] = entries! {
     "resnext50_32x4d" => "ResNet", |b, x, i| resnet::resnet(b, x, i, resnet::Depth::Next50_32x4d);
     "resnext101_32x8d" => "ResNet", |b, x, i| resnet::resnet(b, x, i, resnet::Depth::Next101_32x8d);
     // CNN entries (vgg, alexnet, squeezenet, densenet, mobilenet, shufflenet)
+    "vgg11" => "VGG", |b, x, i| vgg::vgg(b, x, i, vgg::Config::A, false);
+    "vgg13" => "VGG", |b, x, i| vgg::vgg(b, x, i, vgg::Config::B, false);
+    "vgg16" => "VGG", |b, x, i| vgg::vgg(b, x, i, vgg::Config::D, false);
+    "vgg19" => "VGG", |b, x, i| vgg::vgg(b, x, i, vgg::Config::E, false);
+    "vgg11_bn" => "VGG", |b, x, i| vgg::vgg(b, x, i, vgg::Config::A, true);
+    "vgg13_bn" => "VGG", |b, x, i| vgg::vgg(b, x, i, vgg::Config::B, true);
+    "vgg16_bn" => "VGG", |b, x, i| vgg::vgg(b, x, i, vgg::Config::D, true);
+    "vgg19_bn" => "VGG", |b, x, i| vgg::vgg(b, x, i, vgg::Config::E, true);
+    "alexnet" => "AlexNet", alexnet::alexnet;
+    "squeezenet1_0" => "SqueezeNet", |b, x, i| squeezenet::squeezenet(b, x, i, squeezenet::Version::V1_0);
+    "squeezenet1_1" => "SqueezeNet", |b, x, i| squeezenet::squeezenet(b, x, i, squeezenet::Version::V1_1);
+    "densenet121" => "DenseNet", |b, x, i| densenet::densenet(b, x, i, densenet::Depth::D121);
+    "densenet161" => "DenseNet", |b, x, i| densenet::densenet(b, x, i, densenet::Depth::D161);
+    "densenet169" => "DenseNet", |b, x, i| densenet::densenet(b, x, i, densenet::Depth::D169);
+    "densenet201" => "DenseNet", |b, x, i| densenet::densenet(b, x, i, densenet::Depth::D201);
+    "mobilenet_v2" => "MobileNetV2", mobilenet::mobilenet_v2;
+    "mobilenet_v3_small" => "MobileNetV3", |b, x, i| mobilenet::mobilenet_v3(b, x, i, mobilenet::V3::Small);
+    "mobilenet_v3_large" => "MobileNetV3", |b, x, i| mobilenet::mobilenet_v3(b, x, i, mobilenet::V3::Large);
+    "shufflenet_v2_x0_5" => "ShuffleNetV2", |b, x, i| shufflenet::shufflenet_v2(b, x, i, shufflenet::Width::X0_5);
+    "shufflenet_v2_x1_0" => "ShuffleNetV2", |b, x, i| shufflenet::shufflenet_v2(b, x, i, shufflenet::Width::X1_0);
+    "shufflenet_v2_x1_5" => "ShuffleNetV2", |b, x, i| shufflenet::shufflenet_v2(b, x, i, shufflenet::Width::X1_5);
+    "shufflenet_v2_x2_0" => "ShuffleNetV2", |b, x, i| shufflenet::shufflenet_v2(b, x, i, shufflenet::Width::X2_0);
     // efficientnet, convnext, regnet, vit, swin entries
+    "efficientnet_b0" => "EfficientNet", |b, x, i| efficientnet::efficientnet(b, x, i, efficientnet::Variant::B0);
+    "efficientnet_b1" => "EfficientNet", |b, x, i| efficientnet::efficientnet(b, x, i, efficientnet::Variant::B1);
+    "efficientnet_b2" => "EfficientNet", |b, x, i| efficientnet::efficientnet(b, x, i, efficientnet::Variant::B2);
+    "efficientnet_b3" => "EfficientNet", |b, x, i| efficientnet::efficientnet(b, x, i, efficientnet::Variant::B3);
+    "efficientnet_b4" => "EfficientNet", |b, x, i| efficientnet::efficientnet(b, x, i, efficientnet::Variant::B4);
+    "efficientnet_b5" => "EfficientNet", |b, x, i| efficientnet::efficientnet(b, x, i, efficientnet::Variant::B5);
+    "efficientnet_b6" => "EfficientNet", |b, x, i| efficientnet::efficientnet(b, x, i, efficientnet::Variant::B6);
+    "efficientnet_b7" => "EfficientNet", |b, x, i| efficientnet::efficientnet(b, x, i, efficientnet::Variant::B7);
+    "regnet_y_400mf" => "RegNet", |b, x, i| regnet::regnet(b, x, i, regnet::Variant::Y400Mf);
+    "convnext_tiny" => "ConvNeXt", |b, x, i| convnext::convnext(b, x, i, convnext::Variant::Tiny);
+    "convnext_small" => "ConvNeXt", |b, x, i| convnext::convnext(b, x, i, convnext::Variant::Small);
+    "convnext_base" => "ConvNeXt", |b, x, i| convnext::convnext(b, x, i, convnext::Variant::Base);
 };
 
 /// All model names of the zoo, in a stable order.

@@ -1,0 +1,132 @@
+//! The engine against measured truth: every case of `fixtures/truth/*.jsonl` (measured with
+//! `../shared/truth/measure.py`, see fixtures/truth/README.md) must have its peak allocated within
+//! 2%, every phase's allocated-after within 3% (or 1 MiB), and the peak reserved within 5%.
+
+use serde_json::Value;
+
+use crate::estimate_json;
+
+const PEAK_TOLERANCE: f64 = 0.02;
+const PHASE_TOLERANCE: f64 = 0.03;
+const PHASE_SLACK_BYTES: f64 = 1048576.0;
+const RESERVED_TOLERANCE: f64 = 0.05;
+
+fn cases(file: &str) -> Vec<Value> {
+    let path = format!("{}/../../fixtures/truth/{file}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).expect("one JSON case per line"))
+        .collect()
+}
+
+fn args_of(case: &Value) -> Vec<String> {
+    let s = |k: &str| case[k].as_str().unwrap_or_default().to_string();
+    let n = |k: &str| case[k].as_u64().unwrap_or(0).to_string();
+    let mut a = vec![s("model"), "--batch-size".into(), n("batch")];
+    if case["image"].is_u64() {
+        let h = n("image");
+        a.extend(["--input".into(), format!("3x{h}x{h}")]);
+    }
+    if case["num_classes"].is_u64() {
+        a.extend(["--num-classes".into(), n("num_classes")]);
+    }
+    let mode = if case["mode"].as_str() == Some("infer") {
+        "infer"
+    } else {
+        "train"
+    };
+    a.extend(["--mode".into(), mode.into()]);
+    let optim = match case["optim"].as_str() {
+        Some("sgdm") => "sgd-momentum",
+        Some(o) => o,
+        None => "adam",
+    };
+    a.extend(["--optimizer".into(), optim.into()]);
+    let precision = match case["amp"].as_str() {
+        Some("bf16") => "amp-bf16",
+        Some("fp16") => "amp-fp16",
+        _ => "fp32",
+    };
+    a.extend(["--precision".into(), precision.into()]);
+    if let Some(c) = case["checkpoint"].as_str() {
+        a.extend(["--checkpoint".into(), c.into()]);
+    }
+    a
+}
+
+fn check(file: &str) {
+    let mut failures = Vec::new();
+    let mut worst: f64 = 0.0;
+    let all = cases(file);
+    assert!(!all.is_empty(), "{file} has no cases");
+    for case in &all {
+        let name = case["name"].as_str().unwrap_or("?");
+        let args = args_of(case);
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let r = estimate_json(&argv);
+        let rel = |ours: f64, truth: f64| (ours - truth) / truth.max(1.0);
+        let peak = rel(
+            r["peak"]["allocated_bytes"].as_f64().unwrap_or(0.0),
+            case["peak_alloc"].as_f64().unwrap_or(0.0),
+        );
+        worst = worst.max(peak.abs());
+        if peak.abs() > PEAK_TOLERANCE {
+            failures.push(format!(
+                "{name}: peak allocated off by {:+.2}%",
+                peak * 100.0
+            ));
+        }
+        let reserved = rel(
+            r["peak"]["reserved_bytes"].as_f64().unwrap_or(0.0),
+            case["peak_reserved"].as_f64().unwrap_or(0.0),
+        );
+        if reserved.abs() > RESERVED_TOLERANCE {
+            failures.push(format!(
+                "{name}: peak reserved off by {:+.2}%",
+                reserved * 100.0
+            ));
+        }
+        let ours: Vec<&Value> = r["phases"]
+            .as_array()
+            .map(|v| v.iter().collect())
+            .unwrap_or_default();
+        for tp in case["phases"].as_array().into_iter().flatten() {
+            let phase = tp["phase"].as_str().unwrap_or("?");
+            let Some(op) = ours.iter().find(|p| p["name"].as_str() == Some(phase)) else {
+                failures.push(format!("{name}: phase {phase} missing"));
+                continue;
+            };
+            let t = tp["after_alloc"].as_f64().unwrap_or(0.0);
+            let o = op["allocated_after_bytes"].as_f64().unwrap_or(0.0);
+            if (o - t).abs() > (PHASE_TOLERANCE * t).max(PHASE_SLACK_BYTES) {
+                failures.push(format!(
+                    "{name}: {phase} allocated-after {o} vs truth {t} ({:+.2}%)",
+                    rel(o, t) * 100.0
+                ));
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases off:\n{}",
+        failures.len(),
+        all.len(),
+        failures.join("\n")
+    );
+    eprintln!(
+        "{file}: {} cases, worst peak error {:.2}%",
+        all.len(),
+        worst * 100.0
+    );
+}
+
+#[test]
+fn torchvision_dev_cases_match_truth() {
+    check("torchvision_dev.jsonl");
+}
+
+#[test]
+fn torchvision_extra_cases_match_truth() {
+    check("torchvision_extra.jsonl");
+}

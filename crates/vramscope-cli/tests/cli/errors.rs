@@ -1,0 +1,90 @@
+//! Bad input gets a clear error naming what was wrong, a non-zero exit code, and never a panic.
+
+use crate::vramscope;
+
+fn fails_with(args: &[&str], needles: &[&str]) {
+    let out = vramscope(args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{args:?} should fail");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{args:?}: a clean error exit, not a panic: {err}"
+    );
+    assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
+    assert!(out.stdout.is_empty(), "{args:?} printed a half report");
+    for n in needles {
+        assert!(err.contains(n), "{args:?}: expected {n:?} in: {err}");
+    }
+}
+
+#[test]
+fn unknown_model() {
+    fails_with(
+        &["estimate", "resnet5"],
+        &["unknown model `resnet5`", "did you mean `resnet50`"],
+    );
+}
+
+#[test]
+fn bad_precision_optimizer_mode_gpu() {
+    fails_with(
+        &["estimate", "resnet18", "--precision", "fp8"],
+        &["--precision", "fp8", "amp-bf16"],
+    );
+    fails_with(
+        &["estimate", "resnet18", "--optimizer", "lion"],
+        &["--optimizer", "lion", "adamw"],
+    );
+    fails_with(
+        &["estimate", "resnet18", "--mode", "serve"],
+        &["--mode", "train or infer"],
+    );
+    fails_with(
+        &["estimate", "resnet18", "--gpu", "voodoo5"],
+        &["--gpu", "voodoo5", "h100"],
+    );
+}
+
+#[test]
+fn bad_input_shape() {
+    fails_with(
+        &["estimate", "resnet18", "--input", "3x224"],
+        &["--input", "CxHxW"],
+    );
+    fails_with(
+        &["estimate", "resnet18", "--input", "axbxc"],
+        &["--input", "CxHxW"],
+    );
+    fails_with(
+        &["estimate", "resnet18", "--batch-size", "0"],
+        &["positive"],
+    );
+}
+
+#[test]
+fn image_too_small_names_the_module() {
+    fails_with(
+        &["estimate", "vgg16", "--input", "3x16x16"],
+        &["vgg16", "features.", "too small"],
+    );
+}
+
+#[test]
+fn checkpoint_of_a_missing_module() {
+    fails_with(
+        &["estimate", "resnet18", "--checkpoint", "layer9"],
+        &["--checkpoint layer9", "layer1"],
+    );
+    fails_with(
+        &["estimate", "resnet18", "--checkpoint", "layer1:x"],
+        &["segment count"],
+    );
+}
+
+#[test]
+fn bad_flag_is_a_usage_error() {
+    let out = vramscope(&["estimate", "resnet18", "--frobnicate"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--frobnicate"));
+}

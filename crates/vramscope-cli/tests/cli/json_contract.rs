@@ -1,0 +1,187 @@
+//! The `--json` field names of DESIGN.md, which scripts depend on, and their internal consistency.
+
+use crate::estimate_json;
+
+#[test]
+fn contract_fields_exist() {
+    let r = estimate_json(&["resnet18", "--batch-size", "4"]);
+    for path in [
+        "/model/name",
+        "/model/source",
+        "/model/parameters",
+        "/model/trainable_parameters",
+        "/model/parameter_bytes",
+        "/model/buffer_bytes",
+        "/config/mode",
+        "/config/batch_size",
+        "/config/precision",
+        "/config/optimizer",
+        "/peak/allocated_bytes",
+        "/peak/reserved_bytes",
+        "/peak/device_bytes",
+        "/peak/phase",
+        "/phases/0/name",
+        "/phases/0/allocated_after_bytes",
+        "/phases/0/peak_allocated_bytes",
+        "/phases/0/peak_reserved_bytes",
+        "/breakdown_at_peak/parameters",
+        "/breakdown_at_peak/buffers",
+        "/breakdown_at_peak/gradients",
+        "/breakdown_at_peak/optimizer_states",
+        "/breakdown_at_peak/activations",
+        "/breakdown_at_peak/temporaries",
+        "/breakdown_at_peak/inputs",
+        "/layers/0/name",
+        "/layers/0/op",
+        "/layers/0/output_shape",
+        "/layers/0/parameters",
+        "/layers/0/saved_bytes",
+        "/overheads/cuda_context_bytes",
+        "/overheads/library_workspace_bytes",
+        "/gpu/name",
+        "/gpu/memory_bytes",
+        "/gpu/fits",
+        "/gpu/headroom_bytes",
+    ] {
+        assert!(r.pointer(path).is_some(), "missing {path}");
+    }
+    assert_eq!(r["model"]["parameters"], 11_689_512);
+    assert_eq!(r["config"]["optimizer"], "sgd-momentum");
+    assert_eq!(r["layers"][0]["name"], "conv1");
+    assert_eq!(
+        r["layers"][0]["output_shape"],
+        serde_json::json!([4, 64, 112, 112])
+    );
+}
+
+#[test]
+fn phases_are_the_canonical_ones() {
+    let train = estimate_json(&["resnet18", "--batch-size", "2"]);
+    let names: Vec<&str> = train["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "init",
+            "model",
+            "optimizer",
+            "it1.data",
+            "it1.forward",
+            "it1.loss",
+            "it1.zero_grad",
+            "it1.backward",
+            "it1.step",
+            "it2.data",
+            "it2.forward",
+            "it2.loss",
+            "it2.zero_grad",
+            "it2.backward",
+            "it2.step"
+        ]
+    );
+    let infer = estimate_json(&["resnet18", "--batch-size", "2", "--mode", "infer"]);
+    let names: Vec<&str> = infer["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "init",
+            "model",
+            "it1.data",
+            "it1.forward",
+            "it2.data",
+            "it2.forward"
+        ]
+    );
+    assert!(infer["config"]["optimizer"].is_null());
+}
+
+#[test]
+fn peak_is_consistent_with_phases_and_breakdown() {
+    let r = estimate_json(&[
+        "resnet50",
+        "--batch-size",
+        "8",
+        "--optimizer",
+        "adam",
+        "--precision",
+        "amp-bf16",
+    ]);
+    let peak = r["peak"]["allocated_bytes"].as_u64().unwrap();
+    let max_phase = r["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["peak_allocated_bytes"].as_u64().unwrap())
+        .max()
+        .unwrap();
+    assert_eq!(peak, max_phase);
+    let b = &r["breakdown_at_peak"];
+    let sum: u64 = [
+        "parameters",
+        "buffers",
+        "gradients",
+        "optimizer_states",
+        "activations",
+        "temporaries",
+        "inputs",
+    ]
+    .iter()
+    .map(|k| b[k].as_u64().unwrap())
+    .sum();
+    assert_eq!(sum, peak, "the breakdown adds up to the peak");
+    assert!(r["peak"]["reserved_bytes"].as_u64().unwrap() >= peak);
+    assert_eq!(
+        r["peak"]["device_bytes"].as_u64().unwrap(),
+        r["peak"]["reserved_bytes"].as_u64().unwrap()
+            + r["overheads"]["cuda_context_bytes"].as_u64().unwrap()
+            + r["overheads"]["library_workspace_bytes"].as_u64().unwrap()
+    );
+}
+
+#[test]
+fn more_batch_more_memory_and_infer_less_than_train() {
+    let peak = |args: &[&str]| {
+        estimate_json(args)["peak"]["allocated_bytes"]
+            .as_u64()
+            .unwrap()
+    };
+    let b8 = peak(&["resnet34", "--batch-size", "8"]);
+    let b16 = peak(&["resnet34", "--batch-size", "16"]);
+    let inf = peak(&["resnet34", "--batch-size", "16", "--mode", "infer"]);
+    let ckpt = peak(&[
+        "resnet34",
+        "--batch-size",
+        "16",
+        "--checkpoint",
+        "layer1,layer2,layer3,layer4",
+    ]);
+    assert!(b16 > b8);
+    assert!(inf < b16);
+    assert!(ckpt < b16);
+}
+
+#[test]
+fn text_report_has_the_sections() {
+    let out = crate::vramscope(&["estimate", "resnet18", "--batch-size", "2"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    for needle in [
+        "layer1.0.conv1",
+        "it2.forward",
+        "<- peak",
+        "parameters",
+        "largest tensors alive at the peak",
+        "fits on H100",
+    ] {
+        assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
+    }
+}

@@ -1,0 +1,29 @@
+//! The one integration-test binary: runs the real `vramscope` executable.
+
+mod accuracy;
+mod errors;
+mod json_contract;
+
+use std::process::{Command, Output};
+
+/// Runs `vramscope ARGS...`.
+pub fn vramscope(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_vramscope"))
+        .args(args)
+        .output()
+        .expect("the vramscope binary runs")
+}
+
+/// Runs `vramscope estimate ARGS... --json` and parses the report.
+pub fn estimate_json(args: &[&str]) -> serde_json::Value {
+    let mut all = vec!["estimate"];
+    all.extend_from_slice(args);
+    all.push("--json");
+    let out = vramscope(&all);
+    assert!(
+        out.status.success(),
+        "vramscope {all:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("--json prints one JSON object")
+}

@@ -1,0 +1,61 @@
+//! `nn.Dropout(p, inplace=True)` / `F.dropout(x, p, training, inplace=True)` (MobileNetV3's
+//! classifier): ATen's `dropout_` has no fused kernel, so in training it builds a float noise
+//! tensor (`empty_like(input).bernoulli_(1 - p).div_(1 - p)`, the input's dtype and shape) and
+//! multiplies the input by it in place; `MulBackward0` keeps the noise. In eval mode (or p = 0) it
+//! returns its input and allocates nothing.
+
+use super::*;
+
+/// `nn.Dropout(p, inplace=True)`.
+#[derive(Debug, Clone)]
+pub struct DropoutInplace {
+    /// Drop probability.
+    pub p: f64,
+}
+
+impl DropoutInplace {
+    fn noise(&self, ctx: &OpCtx) -> Vec<TensorMeta> {
+        if ctx.training && self.p > 0.0 {
+            vec![ctx.inputs[0].clone()]
+        } else {
+            Vec::new()
+        }
+    }
+}
+
+impl Op for DropoutInplace {
+    fn kind(&self) -> &'static str {
+        "Dropout"
+    }
+
+    fn output_shapes(&self, inputs: &[&[u64]]) -> Result<Vec<Shape>, ShapeError> {
+        if !(0.0..=1.0).contains(&self.p) {
+            return Err(ShapeError::new(
+                "Dropout",
+                format!("p = {} is not a probability", self.p),
+            ));
+        }
+        Ok(vec![inputs[0].to_vec()])
+    }
+
+    fn alias(&self) -> Alias {
+        Alias::InPlace(0)
+    }
+
+    fn forward_extras(&self, ctx: &OpCtx) -> Vec<TensorMeta> {
+        self.noise(ctx)
+    }
+
+    // train mode under no_grad still draws the noise (freed right after the op)
+    fn inference_extras(&self, ctx: &OpCtx) -> Vec<TensorMeta> {
+        self.noise(ctx)
+    }
+
+    fn saved_for_backward(&self, ctx: &OpCtx) -> Vec<Saved> {
+        if ctx.training && self.p > 0.0 {
+            vec![Saved::Extra(0)]
+        } else {
+            Vec::new()
+        }
+    }
+}
