@@ -206,7 +206,7 @@ fn write_trace(
             "bytes": e.bytes,
             "block": e.block,
             "category": e.category,
-            "op": &*e.label,
+            "op": e.label.to_string(),
             "module": e.module.map(|m| graph.module_path(m)),
             "alloc": e.allocated,
             "reserved": e.reserved,

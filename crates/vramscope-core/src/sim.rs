@@ -137,6 +137,37 @@ impl Breakdown {
     }
 }
 
+/// What made a tensor: an op kind, or the gradient of one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Label {
+    /// The op kind or role (`Conv2d`, `exp_avg`, `input`).
+    pub what: &'static str,
+    /// Whether this is the gradient computed by that op's backward.
+    pub grad: bool,
+}
+
+impl Label {
+    /// A plain label.
+    pub fn new(what: &'static str) -> Self {
+        Label { what, grad: false }
+    }
+
+    /// The gradient produced by the backward of `what`.
+    pub fn grad_of(what: &'static str) -> Self {
+        Label { what, grad: true }
+    }
+}
+
+impl std::fmt::Display for Label {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.grad {
+            write!(f, "grad of {}", self.what)
+        } else {
+            f.write_str(self.what)
+        }
+    }
+}
+
 /// Memory of one phase of the loop.
 #[derive(Debug, Clone)]
 pub struct PhaseStats {
@@ -174,7 +205,7 @@ pub struct Event {
     /// Category.
     pub category: Category,
     /// What made it (`Conv2d`, `grad of Conv2d`, `exp_avg`).
-    pub label: Arc<str>,
+    pub label: Label,
     /// The module whose op made it.
     pub module: Option<ModuleId>,
     /// `memory_allocated()` after the event.
@@ -195,7 +226,7 @@ pub struct LiveTensor {
     /// Category.
     pub category: Category,
     /// What made it.
-    pub label: Arc<str>,
+    pub label: Label,
     /// Module path (empty when none).
     pub module: String,
 }
@@ -284,7 +315,7 @@ struct Storage {
     block: Option<BlockId>,
     refs: u32,
     category: Category,
-    label: Arc<str>,
+    label: Label,
     module: Option<ModuleId>,
     meta: TensorMeta,
     alive: bool,
@@ -301,7 +332,7 @@ struct RtTensor {
 
 #[derive(Debug, Clone)]
 struct TapeNode {
-    label: Arc<str>,
+    label: Label,
     module: Option<ModuleId>,
     /// rt ids of the inputs (activations then parameters) with their gradient rule
     inputs: Vec<(Option<Rt>, GradIn, TensorMeta)>,
@@ -341,9 +372,11 @@ struct Sim<'g> {
     peak_phase: usize,
     peak_cat: Breakdown,
     events: Vec<Event>,
-    event_count: u64,
-    stop_at: Option<u64>,
-    live_snapshot: Option<Vec<LiveTensor>>,
+    /// (storage, allocated?) for every block event, to rebuild what is alive at the peak
+    trail: Vec<(u32, bool)>,
+    module_params: Vec<u64>,
+    module_listed: Vec<bool>,
+    last_layer_module: Option<ModuleId>,
     // forward bookkeeping
     release_after: Vec<Vec<TensorId>>,
     region_of_node: Vec<Option<usize>>,
@@ -392,37 +425,41 @@ impl<'g> Sim<'g> {
         p.reserved_after = r;
         if a > self.peak_allocated {
             self.peak_allocated = a;
-            self.peak_event = self.event_count + 1;
+            self.peak_event = self.trail.len() as u64;
             self.peak_phase = ph;
             self.peak_cat = self.cur_cat;
         }
         self.peak_reserved = self.peak_reserved.max(r);
-        self.event_count += 1;
-        if self.stop_at == Some(self.event_count) {
-            self.snapshot_live();
-        }
     }
 
-    fn snapshot_live(&mut self) {
-        let mut live: Vec<LiveTensor> = self
-            .storages
+    /// The largest tensors alive after the first `n` block events.
+    fn live_after(&self, n: usize) -> Vec<LiveTensor> {
+        let mut alive = vec![false; self.storages.len()];
+        for &(sid, a) in &self.trail[..n.min(self.trail.len())] {
+            alive[sid as usize] = a;
+        }
+        let mut live: Vec<LiveTensor> = alive
             .iter()
-            .filter(|s| s.alive && s.block.is_some())
-            .map(|s| LiveTensor {
-                bytes: s.block.map(|b| self.alloc.block_size(b)).unwrap_or(0),
-                shape: s.meta.shape.clone(),
-                dtype: s.meta.dtype,
-                category: s.category,
-                label: s.label.clone(),
-                module: s
-                    .module
-                    .map(|m| self.g.module_path(m).to_string())
-                    .unwrap_or_default(),
+            .enumerate()
+            .filter(|(_, &a)| a)
+            .map(|(i, _)| {
+                let s = &self.storages[i];
+                LiveTensor {
+                    bytes: crate::allocator::round_size(s.bytes),
+                    shape: s.meta.shape.clone(),
+                    dtype: s.meta.dtype,
+                    category: s.category,
+                    label: s.label,
+                    module: s
+                        .module
+                        .map(|m| self.g.module_path(m).to_string())
+                        .unwrap_or_default(),
+                }
             })
             .collect();
         live.sort_by_key(|l| std::cmp::Reverse(l.bytes));
         live.truncate(20);
-        self.live_snapshot = Some(live);
+        live
     }
 
     fn record(&mut self, alloc: bool, sid: u32, block: u64) {
@@ -437,7 +474,7 @@ impl<'g> Sim<'g> {
             bytes: s.bytes,
             block,
             category: s.category,
-            label: s.label.clone(),
+            label: s.label,
             module: s.module,
             allocated: self.alloc.allocated(),
             reserved: self.alloc.reserved(),
@@ -449,7 +486,7 @@ impl<'g> Sim<'g> {
         &mut self,
         meta: TensorMeta,
         category: Category,
-        label: Arc<str>,
+        label: Label,
         module: Option<ModuleId>,
     ) -> u32 {
         let bytes = meta.bytes();
@@ -471,6 +508,7 @@ impl<'g> Sim<'g> {
         });
         let sid = self.storages.len() as u32 - 1;
         if block.is_some() {
+            self.trail.push((sid, true));
             self.bump();
             self.record(true, sid, bsize);
         }
@@ -494,6 +532,7 @@ impl<'g> Sim<'g> {
                 self.cur_cat.0[cat.index()] -= size;
                 let ph = self.phases.len() - 1;
                 self.phases[ph].freed_bytes += size;
+                self.trail.push((sid, false));
                 self.bump();
                 self.record(false, sid, size);
             }
@@ -516,7 +555,7 @@ impl<'g> Sim<'g> {
         &mut self,
         meta: TensorMeta,
         category: Category,
-        label: Arc<str>,
+        label: Label,
         module: Option<ModuleId>,
         rg: bool,
     ) -> Rt {
@@ -557,14 +596,14 @@ impl<'g> Sim<'g> {
         let c = self.fresh(
             meta.clone(),
             self.forward_category(),
-            Arc::from("autocast cast"),
+            Label::new("autocast cast"),
             module,
             rg,
         );
         if rg && !self.recomputing {
             let grad = GradIn::New;
             self.tape.push(TapeNode {
-                label: Arc::from("cast"),
+                label: Label::new("cast"),
                 module,
                 inputs: vec![(Some(r), grad, src.meta.clone())],
                 outputs: vec![c],
@@ -671,13 +710,13 @@ impl<'g> Sim<'g> {
             .chain(eff_params.iter())
             .any(|&r| self.rts[r as usize].requires_grad);
         let records = self.grad_enabled && any_rg && op.differentiable();
-        let label: Arc<str> = Arc::from(op.kind());
+        let label = Label::new(op.kind());
         let cat = self.forward_category();
         let mut outs = Vec::with_capacity(out_metas.len());
         match op.alias() {
             Alias::None => {
                 for m in &out_metas {
-                    outs.push(self.fresh(m.clone(), cat, label.clone(), module, records));
+                    outs.push(self.fresh(m.clone(), cat, label, module, records));
                 }
             }
             Alias::View(i) | Alias::InPlace(i) => {
@@ -701,13 +740,13 @@ impl<'g> Sim<'g> {
         };
         let extras: Vec<u32> = extras_meta
             .iter()
-            .map(|m| self.new_storage(m.clone(), cat, label.clone(), module))
+            .map(|m| self.new_storage(m.clone(), cat, label, module))
             .collect();
         for t in op.forward_temporaries(&ctx) {
             let s = self.new_storage(
                 TensorMeta::new(vec![t], DType::U8),
                 cat,
-                Arc::from("temporary"),
+                Label::new("temporary"),
                 module,
             );
             self.decref(s);
@@ -776,7 +815,7 @@ impl<'g> Sim<'g> {
                     ));
                 }
                 self.tape.push(TapeNode {
-                    label: label.clone(),
+                    label,
                     module,
                     inputs: tin,
                     outputs: outs.clone(),
@@ -814,7 +853,7 @@ impl<'g> Sim<'g> {
                 ParamKind::Parameter => (Category::Parameters, "parameter"),
                 ParamKind::Buffer => (Category::Buffers, "buffer"),
             };
-            let sid = self.new_storage(meta.clone(), cat, Arc::from(label), Some(p.module));
+            let sid = self.new_storage(meta.clone(), cat, Label::new(label), Some(p.module));
             let rg = p.kind == ParamKind::Parameter && p.trainable && meta.dtype.is_float();
             let r = self.new_rt(sid, meta, rg);
             self.rts[r as usize].param = Some(ParamId(i as u32));
@@ -845,23 +884,22 @@ impl<'g> Sim<'g> {
                 }
             }
             let node = &self.g.nodes[n];
-            let recomputing = self.recomputing;
-            if let (Some(layers), false) = (self.layers.as_mut(), recomputing) {
-                let path = self.g.module_path(node.module).to_string();
-                if layers.last().map(|l| l.name != path).unwrap_or(true) {
-                    let m = &self.g.modules[node.module.0 as usize];
-                    let parameters = if layers.iter().any(|l| l.name == path) {
-                        0
-                    } else {
-                        self.g
-                            .params
-                            .iter()
-                            .filter(|p| p.module == node.module && p.kind == ParamKind::Parameter)
-                            .map(|p| p.numel())
-                            .sum()
-                    };
+            if !self.recomputing
+                && self.layers.is_some()
+                && self.last_layer_module != Some(node.module)
+            {
+                self.last_layer_module = Some(node.module);
+                let mi = node.module.0 as usize;
+                let parameters = if self.module_listed[mi] {
+                    0
+                } else {
+                    self.module_params[mi]
+                };
+                self.module_listed[mi] = true;
+                let m = &self.g.modules[mi];
+                if let Some(layers) = self.layers.as_mut() {
                     layers.push(LayerStats {
-                        name: path,
+                        name: m.path.clone(),
                         op: m.type_name.clone(),
                         output_shape: Vec::new(),
                         parameters,
@@ -956,7 +994,7 @@ impl<'g> Sim<'g> {
                         let c = self.new_storage(
                             meta,
                             Category::Gradients,
-                            Arc::from("grad"),
+                            Label::new("grad"),
                             self.storages[grad_sid as usize].module,
                         );
                         self.decref(grad_sid);
@@ -986,7 +1024,7 @@ impl<'g> Sim<'g> {
                 let sum = self.new_storage(
                     meta,
                     Category::Temporaries,
-                    Arc::from("gradient sum"),
+                    Label::new("gradient sum"),
                     module,
                 );
                 self.decref(old);
@@ -1006,7 +1044,7 @@ impl<'g> Sim<'g> {
             let scaled = self.new_storage(
                 root_meta.clone(),
                 Category::Temporaries,
-                Arc::from("scaled loss"),
+                Label::new("scaled loss"),
                 None,
             );
             extra_roots.push(scaled);
@@ -1014,14 +1052,14 @@ impl<'g> Sim<'g> {
         let root = self.new_storage(
             root_meta.clone(),
             Category::Temporaries,
-            Arc::from("ones_like(loss)"),
+            Label::new("ones_like(loss)"),
             None,
         );
         if self.cfg.precision.uses_grad_scaler() {
             let g = self.new_storage(
                 root_meta,
                 Category::Temporaries,
-                Arc::from("grad of loss"),
+                Label::new("grad of loss"),
                 None,
             );
             self.deliver(loss, g);
@@ -1058,7 +1096,7 @@ impl<'g> Sim<'g> {
                     self.new_storage(
                         TensorMeta::new(vec![b], DType::U8),
                         Category::Temporaries,
-                        Arc::from("backward temporary"),
+                        Label::new("backward temporary"),
                         node.module,
                     )
                 })
@@ -1081,7 +1119,7 @@ impl<'g> Sim<'g> {
                         } else {
                             Category::Temporaries
                         };
-                        let label: Arc<str> = Arc::from(format!("grad of {}", node.label).as_str());
+                        let label = Label::grad_of(node.label.what);
                         self.new_storage(meta.clone(), cat, label, node.module)
                     }
                 };
@@ -1136,27 +1174,27 @@ impl<'g> Sim<'g> {
             let d = self.new_storage(
                 TensorMeta::new(vec![], DType::F64),
                 Category::Temporaries,
-                Arc::from("GradScaler"),
+                Label::new("GradScaler"),
                 None,
             );
             let rcp = self.new_storage(
                 TensorMeta::new(vec![], DType::F64),
                 Category::Temporaries,
-                Arc::from("GradScaler"),
+                Label::new("GradScaler"),
                 None,
             );
             self.decref(d);
             let inv = self.new_storage(
                 TensorMeta::new(vec![], DType::F32),
                 Category::Temporaries,
-                Arc::from("GradScaler"),
+                Label::new("GradScaler"),
                 None,
             );
             self.decref(rcp);
             let found = self.new_storage(
                 TensorMeta::new(vec![], DType::F32),
                 Category::Temporaries,
-                Arc::from("GradScaler"),
+                Label::new("GradScaler"),
                 None,
             );
             scaler_tmp.push(inv);
@@ -1179,7 +1217,7 @@ impl<'g> Sim<'g> {
                     st.push(self.new_storage(
                         meta.clone(),
                         Category::OptimizerStates,
-                        Arc::from(names[k.min(names.len() - 1)]),
+                        Label::new(names[k.min(names.len() - 1)]),
                         module,
                     ));
                 }
@@ -1194,7 +1232,7 @@ impl<'g> Sim<'g> {
                 temps.push(self.new_storage(
                     meta,
                     Category::Temporaries,
-                    Arc::from("foreach step temporary"),
+                    Label::new("foreach step temporary"),
                     Some(self.g.params[i].module),
                 ));
             }
@@ -1334,16 +1372,10 @@ fn checkpoint_regions(g: &Graph, specs: &[Checkpoint]) -> Result<Vec<Region>, Si
 
 /// Simulates `cfg` over `graph`.
 pub fn simulate(graph: &Graph, cfg: &StepConfig) -> Result<Simulation, SimError> {
-    let (mut sim, peak_event) = run(graph, cfg, None)?;
-    // a second, identical pass stops at the peak event to list what is alive there
-    let mut second_cfg = cfg.clone();
-    second_cfg.record_events = false;
-    let (again, _) = run(graph, &second_cfg, Some(peak_event))?;
-    sim.live_at_peak = again.live_at_peak;
-    Ok(sim)
+    run(graph, cfg)
 }
 
-fn run(g: &Graph, cfg: &StepConfig, stop_at: Option<u64>) -> Result<(Simulation, u64), SimError> {
+fn run(g: &Graph, cfg: &StepConfig) -> Result<Simulation, SimError> {
     let regions = if cfg.mode == Mode::Train {
         checkpoint_regions(g, &cfg.checkpoint)?
     } else {
@@ -1373,9 +1405,16 @@ fn run(g: &Graph, cfg: &StepConfig, stop_at: Option<u64>) -> Result<(Simulation,
         peak_phase: 0,
         peak_cat: Breakdown::default(),
         events: Vec::new(),
-        event_count: 0,
-        stop_at,
-        live_snapshot: None,
+        trail: Vec::new(),
+        module_params: {
+            let mut v = vec![0; g.modules.len()];
+            for p in g.params.iter().filter(|p| p.kind == ParamKind::Parameter) {
+                v[p.module.0 as usize] += p.numel();
+            }
+            v
+        },
+        module_listed: vec![false; g.modules.len()],
+        last_layer_module: None,
         release_after: release_schedule(g),
         region_of_node,
         regions,
@@ -1422,7 +1461,7 @@ fn run(g: &Graph, cfg: &StepConfig, stop_at: Option<u64>) -> Result<(Simulation,
             new_x.push(s.fresh(
                 TensorMeta::new(d.shape.clone(), input_dtype(d.dtype)),
                 Category::Inputs,
-                Arc::from("input"),
+                Label::new("input"),
                 None,
                 false,
             ));
@@ -1432,7 +1471,7 @@ fn run(g: &Graph, cfg: &StepConfig, stop_at: Option<u64>) -> Result<(Simulation,
                 Task::Classification { .. } => s.fresh(
                     TensorMeta::new(vec![batch], DType::I64),
                     Category::Inputs,
-                    Arc::from("labels"),
+                    Label::new("labels"),
                     None,
                     false,
                 ),
@@ -1529,7 +1568,7 @@ fn run(g: &Graph, cfg: &StepConfig, stop_at: Option<u64>) -> Result<(Simulation,
         peak_reserved: s.peak_reserved,
         peak_phase: s.peak_phase,
         breakdown_at_peak: s.peak_cat,
-        live_at_peak: s.live_snapshot.clone().unwrap_or_default(),
+        live_at_peak: s.live_after(s.peak_event as usize),
         layers: std::mem::take(&mut s.first_layers),
         events: std::mem::take(&mut s.events),
         sdpa_backends: s.sdpa.clone(),
@@ -1539,5 +1578,5 @@ fn run(g: &Graph, cfg: &StepConfig, stop_at: Option<u64>) -> Result<(Simulation,
         optimizer_state_bytes,
         segments: s.alloc.segments(),
     };
-    Ok((sim, s.peak_event))
+    Ok(sim)
 }

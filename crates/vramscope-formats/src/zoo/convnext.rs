@@ -8,7 +8,9 @@
 //! the conv output it comes from stays alive for backward. (On a real GPU the CUDA kernel also
 //! makes a transient contiguous copy of it, which the op-level trace does not see.)
 
-use vramscope_core::ops::{ActivationKind, Conv2d, LayerNorm, Mul, StochasticDepth, View};
+use vramscope_core::ops::{
+    ActivationKind, Conv2d, LayerNorm, Mul, StochasticDepth, View, ViewStridedGrad,
+};
 use vramscope_core::{GraphBuilder, TensorId};
 
 use super::{act, adaptive_avg_pool, add, conv, linear, ZooInput};
@@ -49,12 +51,24 @@ fn layer_norm_2d(b: &mut GraphBuilder, name: &str, c: u64, x: TensorId) -> Tenso
     permute(b, y, [0, 3, 1, 2])
 }
 
-/// `nn.Permute(dims)` as a leaf module named `name`.
-fn permute_module(b: &mut GraphBuilder, name: &str, x: TensorId, dims: [usize; 4]) -> TensorId {
+/// `nn.Permute(dims)` as a leaf module named `name`. With `strided_grad`, the gradient reaching it
+/// is NCHW-contiguous, so the permuted gradient it hands back is not, and the `_unsafe_view` of
+/// the Linear before it copies it (`UnsafeViewBackward0`'s clone): a new gradient of its size.
+fn permute_module(
+    b: &mut GraphBuilder,
+    name: &str,
+    x: TensorId,
+    dims: [usize; 4],
+    strided_grad: bool,
+) -> TensorId {
     b.declare_module(name, "Permute");
     let s = b.shape(x).to_vec();
-    let shape = dims.iter().map(|&d| s[d]).collect();
-    b.layer(name, View::new("permute", shape), &[x])
+    let shape: Vec<u64> = dims.iter().map(|&d| s[d]).collect();
+    if strided_grad {
+        b.layer(name, ViewStridedGrad { shape }, &[x])
+    } else {
+        b.layer(name, View::new("permute", shape), &[x])
+    }
 }
 
 /// Builds a ConvNeXt: returns the logits.
@@ -74,12 +88,17 @@ pub fn convnext(b: &mut GraphBuilder, x: TensorId, input: &ZooInput, v: Variant)
         let mut block_id = 0u64;
         let mut idx = 1;
         for (si, (&dim, &n)) in widths.iter().zip(&depths).enumerate() {
+            // the last stage's gradient comes from the pooling head in NCHW order; the others'
+            // from the downsampling conv, channels-last like the activations
+            let last_stage = si + 1 == widths.len();
             x = b.module(&idx.to_string(), "Sequential", &[x], |b| {
                 let mut x = x;
                 for i in 0..n {
                     // sd_prob * stage_block_id / (total_stage_blocks - 1.0)
                     let p = sd_prob * block_id as f64 / (total as f64 - 1.0);
-                    x = b.module(&i.to_string(), "CNBlock", &[x], |b| cn_block(b, x, dim, p));
+                    x = b.module(&i.to_string(), "CNBlock", &[x], |b| {
+                        cn_block(b, x, dim, p, last_stage)
+                    });
                     block_id += 1;
                 }
                 x
@@ -97,6 +116,10 @@ pub fn convnext(b: &mut GraphBuilder, x: TensorId, input: &ZooInput, v: Variant)
     });
     let last = widths[3];
     x = adaptive_avg_pool(b, "avgpool", (1, 1), x);
+    // on a channels-last input, adaptive_avg_pool2d(1) is `mean` restrided with `as_strided`,
+    // whose backward (AsStridedBackward1) scatters the gradient into a new tensor
+    let s = b.shape(x).to_vec();
+    x = b.op(ViewStridedGrad { shape: s }, &[x]);
     b.module("classifier", "Sequential", &[x], |b| {
         let y = layer_norm_2d(b, "0", last, x);
         let s = b.shape(y).to_vec();
@@ -110,15 +133,15 @@ pub fn convnext(b: &mut GraphBuilder, x: TensorId, input: &ZooInput, v: Variant)
     })
 }
 
-fn cn_block(b: &mut GraphBuilder, x: TensorId, dim: u64, p: f64) -> TensorId {
+fn cn_block(b: &mut GraphBuilder, x: TensorId, dim: u64, p: f64, last_stage: bool) -> TensorId {
     let y = b.module("block", "Sequential", &[x], |b| {
         let mut y = conv(b, "0", Conv2d::new(dim, dim, 7).padding(3).groups(dim), x);
-        y = permute_module(b, "1", y, [0, 2, 3, 1]);
+        y = permute_module(b, "1", y, [0, 2, 3, 1], false);
         y = b.layer("2", LayerNorm::new(dim), &[y]);
         y = linear(b, "3", dim, 4 * dim, y);
         y = act(b, "4", ActivationKind::GELU, false, y);
         y = linear(b, "5", 4 * dim, dim, y);
-        permute_module(b, "6", y, [0, 3, 1, 2])
+        permute_module(b, "6", y, [0, 3, 1, 2], last_stage)
     });
     let scale = b.parameter("layer_scale", vec![dim, 1, 1]);
     let mut r = b.op(Mul, &[scale, y]);

@@ -1,0 +1,47 @@
+//! Speed of an estimate: building a zoo graph and simulating the two-iteration training step
+//! (what `vramscope estimate MODEL` does besides printing). Run: `cargo bench -p vramscope-formats`.
+//! Results are recorded in docs/performance.md.
+
+use vramscope_core::optim::Optimizer;
+use vramscope_core::sim::{simulate, Mode, StepConfig};
+use vramscope_core::Precision;
+use vramscope_formats::zoo::{self, ZooInput};
+
+fn main() {
+    divan::main();
+}
+
+fn estimate(name: &str, mode: Mode, precision: Precision) -> u64 {
+    let g = zoo::build(name, &ZooInput::imagenet(32)).expect("zoo model builds");
+    let cfg = StepConfig {
+        mode,
+        precision,
+        optimizer: Optimizer::AdamW,
+        ..StepConfig::default()
+    };
+    simulate(&g, &cfg).expect("simulates").peak_allocated
+}
+
+#[divan::bench(args = ["resnet50", "resnet152", "vit_l_16", "densenet201", "efficientnet_b7", "swin_t"])]
+fn train_fp32(bencher: divan::Bencher, name: &str) {
+    if zoo::build(name, &ZooInput::imagenet(1)).is_err() {
+        return;
+    }
+    bencher.bench(|| estimate(divan::black_box(name), Mode::Train, Precision::Fp32));
+}
+
+#[divan::bench(args = ["resnet50", "vit_l_16"])]
+fn train_amp_bf16(bencher: divan::Bencher, name: &str) {
+    if zoo::build(name, &ZooInput::imagenet(1)).is_err() {
+        return;
+    }
+    bencher.bench(|| estimate(divan::black_box(name), Mode::Train, Precision::AmpBf16));
+}
+
+#[divan::bench(args = ["resnet50", "vit_l_16"])]
+fn infer(bencher: divan::Bencher, name: &str) {
+    if zoo::build(name, &ZooInput::imagenet(1)).is_err() {
+        return;
+    }
+    bencher.bench(|| estimate(divan::black_box(name), Mode::Infer, Precision::Fp32));
+}
