@@ -131,6 +131,37 @@ impl GraphBuilder {
         self.child(name, type_name).0
     }
 
+    /// Marks the parameters of child module `child` of the current module as created before the
+    /// current module's other parameters (PyTorch allocates in `__init__` order: ResNet's
+    /// `_make_layer` builds `downsample` before the block that registers it last).
+    pub fn init_first(&mut self, child: &str) {
+        let here = self.graph.modules[self.current().0 as usize].path.clone();
+        let child_path = self.child_path(child);
+        let under = |p: &str, m: &str| p == m || (m.is_empty() || p.starts_with(&format!("{m}.")));
+        let mut members: Vec<usize> = (0..self.graph.params.len())
+            .filter(|&i| {
+                under(
+                    &self.graph.modules[self.graph.params[i].module.0 as usize].path,
+                    &here,
+                )
+            })
+            .collect();
+        members.sort_by_key(|&i| self.graph.params[i].init_rank);
+        let ranks: Vec<u32> = members
+            .iter()
+            .map(|&i| self.graph.params[i].init_rank)
+            .collect();
+        let (first, rest): (Vec<usize>, Vec<usize>) = members.into_iter().partition(|&i| {
+            under(
+                &self.graph.modules[self.graph.params[i].module.0 as usize].path,
+                &child_path,
+            )
+        });
+        for (i, r) in first.into_iter().chain(rest).zip(ranks) {
+            self.graph.params[i].init_rank = r;
+        }
+    }
+
     /// Registers a parameter of the current module (e.g. ViT's `class_token`) and returns a tensor
     /// that stands for it in ops.
     pub fn parameter(&mut self, name: &str, shape: Shape) -> TensorId {
@@ -164,6 +195,7 @@ impl GraphBuilder {
         if let Some(i) = self.graph.params.iter().position(|p| p.name == full) {
             return ParamId(i as u32);
         }
+        let init_rank = self.graph.params.len() as u32;
         self.graph.params.push(ParamDef {
             name: full,
             shape,
@@ -171,6 +203,7 @@ impl GraphBuilder {
             kind,
             trainable: true,
             module,
+            init_rank,
         });
         ParamId(self.graph.params.len() as u32 - 1)
     }

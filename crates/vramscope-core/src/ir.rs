@@ -70,6 +70,10 @@ pub struct ParamDef {
     pub trainable: bool,
     /// The module that owns it.
     pub module: ModuleId,
+    /// Position in the order `Module.__init__` creates tensors (on the device, that is the
+    /// allocation order), which can differ from the registration order (ResNet builds a block's
+    /// `downsample` before the block).
+    pub init_rank: u32,
 }
 
 impl ParamDef {

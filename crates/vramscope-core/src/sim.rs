@@ -847,7 +847,11 @@ impl<'g> Sim<'g> {
     }
 
     fn build_model(&mut self) {
-        for (i, p) in self.g.params.iter().enumerate() {
+        let mut order: Vec<usize> = (0..self.g.params.len()).collect();
+        order.sort_by_key(|&i| self.g.params[i].init_rank);
+        self.param_rt = vec![0; self.g.params.len()];
+        for i in order {
+            let p = &self.g.params[i];
             let meta = self.param_meta(ParamId(i as u32));
             let (cat, label) = match p.kind {
                 ParamKind::Parameter => (Category::Parameters, "parameter"),
@@ -857,7 +861,7 @@ impl<'g> Sim<'g> {
             let rg = p.kind == ParamKind::Parameter && p.trainable && meta.dtype.is_float();
             let r = self.new_rt(sid, meta, rg);
             self.rts[r as usize].param = Some(ParamId(i as u32));
-            self.param_rt.push(r);
+            self.param_rt[i] = r;
         }
         self.param_grad = vec![None; self.g.params.len()];
     }

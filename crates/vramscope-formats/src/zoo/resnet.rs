@@ -90,7 +90,7 @@ pub fn resnet(b: &mut GraphBuilder, x: TensorId, input: &ZooInput, d: Depth) -> 
                     "BasicBlock"
                 };
                 x = b.module(&i.to_string(), block_type, &[x], |b| {
-                    if s.bottleneck {
+                    let y = if s.bottleneck {
                         bottleneck(
                             b,
                             x,
@@ -103,7 +103,12 @@ pub fn resnet(b: &mut GraphBuilder, x: TensorId, input: &ZooInput, d: Depth) -> 
                         )
                     } else {
                         basic_block(b, x, inplanes, planes, st, down)
+                    };
+                    if down {
+                        // torchvision's _make_layer builds downsample before the block
+                        b.init_first("downsample");
                     }
+                    y
                 });
                 inplanes = planes * expansion;
             }
