@@ -39,6 +39,12 @@ def main():
     rows, errs = [], []
     for line in open(o.truth):
         rec = json.loads(line)
+        if "case" not in rec:  # the compact fixture format of fixtures/truth/*.jsonl
+            c = dict(rec)
+            c["model"] = "torchvision:" + c["model"]
+            rec = {"case": c, "ok": True,
+                   "overall": {"peak": {"alloc": c["peak_alloc"], "reserved": c["peak_reserved"]}, "peak_phase": c["peak_phase"]},
+                   "phases": [{"phase": p["phase"], "after": {"alloc": p["after_alloc"]}, "peak": {"alloc": p["peak_alloc"], "reserved": p["peak_reserved"]}} for p in c["phases"]]}
         case = rec["case"]
         if not rec.get("ok", True) or not case["model"].startswith("torchvision:") or o.only not in case["name"]:
             continue

@@ -1346,18 +1346,20 @@ fn checkpoint_regions(g: &Graph, specs: &[Checkpoint]) -> Result<Vec<Region>, Si
                         reason: "needs at least one segment and a module with children".into(),
                     });
                 }
+                // torch.utils.checkpoint.checkpoint_sequential: segment_size = len // segments;
+                // the first segments - 1 segments are checkpointed, the rest runs normally
                 let n = children.len();
-                let seg = n.div_ceil(*segments as usize).max(1);
-                let mut start = 0;
-                // checkpoint_sequential: every segment but the last is checkpointed
-                while start + seg < n {
-                    let end = start + seg;
-                    push(
-                        children[start].first,
-                        children[end - 1].end,
-                        children[start].inputs.clone(),
-                    );
-                    start = end;
+                let seg = n / *segments as usize;
+                if seg == 0 {
+                    return Err(SimError::BadSegments {
+                        name: module.clone(),
+                        segments: *segments,
+                        reason: format!("`{module}` has only {n} children"),
+                    });
+                }
+                for k in 0..(*segments as usize - 1) {
+                    let (a, b) = (k * seg, (k + 1) * seg);
+                    push(children[a].first, children[b - 1].end, children[a].inputs.clone());
                 }
             }
         }

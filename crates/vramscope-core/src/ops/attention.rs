@@ -1,7 +1,8 @@
 //! `F.scaled_dot_product_attention` with the backend PyTorch picks on an H100 (sm_90, cuDNN 9):
 //! cuDNN attention for fp16/bf16 without dropout, flash attention for fp16/bf16 with dropout,
 //! memory-efficient attention for fp32. None of them materialises the L×L score matrix; each keeps
-//! q, k, v, the output and a float32 log-sum-exp for backward. The math fallback (an explicit
+//! q, k, v, the output and a float32 log-sum-exp for backward (cuDNN and mem-efficient attention
+//! also return two int64 scalars, the philox seed and offset, which backward keeps too). The math fallback (an explicit
 //! softmax(QKᵀ)V) keeps the L×L probabilities.
 
 use super::*;
@@ -77,10 +78,18 @@ impl Op for ScaledDotProductAttention {
         let q = &ctx.inputs[0].shape;
         let (b, h, l) = (q[0], q[1], q[2]);
         match self.backend(ctx) {
-            SdpaBackend::Efficient => {
-                vec![TensorMeta::new(vec![b, h, l.div_ceil(32) * 32], DType::F32)]
-            }
-            SdpaBackend::Cudnn => vec![TensorMeta::new(vec![b, h, l, 1], DType::F32)],
+            // log-sum-exp padded to 32 rows, then the philox seed and offset (int64 scalars)
+            SdpaBackend::Efficient => vec![
+                TensorMeta::new(vec![b, h, l.div_ceil(32) * 32], DType::F32),
+                TensorMeta::new(vec![], DType::I64),
+                TensorMeta::new(vec![], DType::I64),
+            ],
+            // softmax statistics, then the philox seed and offset (int64 scalars)
+            SdpaBackend::Cudnn => vec![
+                TensorMeta::new(vec![b, h, l, 1], DType::F32),
+                TensorMeta::new(vec![], DType::I64),
+                TensorMeta::new(vec![], DType::I64),
+            ],
             SdpaBackend::Flash => vec![
                 TensorMeta::new(vec![b, h, l], DType::F32),
                 TensorMeta::new(vec![2], DType::I64),
@@ -89,6 +98,22 @@ impl Op for ScaledDotProductAttention {
                 let k = &ctx.inputs[1].shape;
                 vec![TensorMeta::new(vec![b, h, l, k[2]], ctx.inputs[0].dtype)]
             }
+        }
+    }
+
+    // without grad, mem-efficient attention skips the log-sum-exp (an empty tensor) and cuDNN
+    // still returns its statistics; both still make the seed and offset (freed after the call)
+    fn inference_extras(&self, ctx: &OpCtx) -> Vec<TensorMeta> {
+        let q = &ctx.inputs[0].shape;
+        let (b, h) = (q[0], q[1]);
+        match self.backend(ctx) {
+            SdpaBackend::Efficient => vec![
+                TensorMeta::new(vec![b, h, 0], DType::F32),
+                TensorMeta::new(vec![], DType::I64),
+                TensorMeta::new(vec![], DType::I64),
+            ],
+            SdpaBackend::Cudnn => self.forward_extras(ctx),
+            _ => Vec::new(),
         }
     }
 

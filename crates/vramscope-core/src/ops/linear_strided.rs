@@ -66,17 +66,17 @@ impl Op for LinearStrided {
         vec![ctx.inputs[0].clone()]
     }
 
-    fn inference_extras(&self, ctx: &OpCtx) -> Vec<TensorMeta> {
-        self.forward_extras(ctx)
-    }
-
-    // the `mm` result, dropped once the bias has been added
+    // the `mm` result, dropped once the bias has been added; without autograd (eval mode) the
+    // copy is dropped right after `mm` too
     fn forward_temporaries(&self, ctx: &OpCtx) -> Vec<u64> {
-        if ctx.inputs.len() > 2 {
-            vec![ctx.outputs[0].bytes()]
-        } else {
-            Vec::new()
+        let mut t = Vec::new();
+        if !ctx.training {
+            t.push(ctx.inputs[0].bytes());
         }
+        if ctx.inputs.len() > 2 {
+            t.push(ctx.outputs[0].bytes());
+        }
+        t
     }
 
     fn saved_for_backward(&self, _ctx: &OpCtx) -> Vec<Saved> {

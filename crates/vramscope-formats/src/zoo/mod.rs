@@ -17,6 +17,7 @@ mod vgg;
 mod convnext;
 mod efficientnet;
 mod regnet;
+mod vit;
 
 pub use common::*;
 
@@ -139,6 +140,9 @@ static ZOO: &[Entry] = entries! {
     "convnext_tiny" => "ConvNeXt", |b, x, i| convnext::convnext(b, x, i, convnext::Variant::Tiny);
     "convnext_small" => "ConvNeXt", |b, x, i| convnext::convnext(b, x, i, convnext::Variant::Small);
     "convnext_base" => "ConvNeXt", |b, x, i| convnext::convnext(b, x, i, convnext::Variant::Base);
+    "vit_b_16" => "VisionTransformer", |b, x, i| vit::vit(b, x, i, vit::Variant::B16);
+    "vit_b_32" => "VisionTransformer", |b, x, i| vit::vit(b, x, i, vit::Variant::B32);
+    "vit_l_16" => "VisionTransformer", |b, x, i| vit::vit(b, x, i, vit::Variant::L16);
 };
 
 /// All model names of the zoo, in a stable order.
