@@ -7,7 +7,7 @@ per-phase allocated-after values. Needs only the Python standard library.
 """
 import argparse, json, subprocess, sys, statistics
 
-OPTIM = {"sgd": "sgd", "sgdm": "sgd-momentum", "adam": "adam", "adamw": "adamw"}
+OPTIM = {"sgd": "sgd", "sgdm": "sgd-momentum", "adam": "adam", "adamw": "adamw", "adagrad": "adagrad", "rmsprop": "rmsprop"}
 AMP = {"fp32": "fp32", "bf16": "amp-bf16", "fp16": "amp-fp16"}
 
 

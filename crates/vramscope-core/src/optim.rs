@@ -27,13 +27,14 @@ pub enum Optimizer {
     RmsProp,
 }
 
-/// When a state tensor is created at the first step.
+/// When the state tensors are created (all of one parameter's states in a row, each the
+/// parameter's size and dtype).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StateInit {
-    /// `torch.zeros_like(p)` / `torch.full_like(p)`, all of one parameter's states in a row.
-    ZerosLike,
-    /// `torch.clone(grad)` (SGD momentum's first buffer).
-    CloneOfGrad,
+    /// Lazily, at the first `step` (`zeros_like(p)`, or `clone(grad)` for SGD momentum).
+    FirstStep,
+    /// Eagerly in the optimizer's constructor (Adagrad's `full_like(p, initial_accumulator_value)`).
+    Constructor,
 }
 
 impl Optimizer {
@@ -67,13 +68,22 @@ impl Optimizer {
         }
     }
 
-    /// The state tensors per parameter (each the parameter's size and dtype), and how they start.
-    pub fn states_per_param(self) -> (u32, StateInit) {
+    /// The state tensors of one parameter (each the parameter's size and dtype), by name.
+    pub fn state_names(self) -> &'static [&'static str] {
         match self {
-            Optimizer::Sgd => (0, StateInit::ZerosLike),
-            Optimizer::SgdMomentum => (1, StateInit::CloneOfGrad),
-            Optimizer::Adam | Optimizer::AdamW => (2, StateInit::ZerosLike),
-            Optimizer::Adagrad | Optimizer::RmsProp => (1, StateInit::ZerosLike),
+            Optimizer::Sgd => &[],
+            Optimizer::SgdMomentum => &["momentum_buffer"],
+            Optimizer::Adam | Optimizer::AdamW => &["exp_avg", "exp_avg_sq"],
+            Optimizer::Adagrad => &["sum"],
+            Optimizer::RmsProp => &["square_avg"],
+        }
+    }
+
+    /// When the states are created.
+    pub fn state_init(self) -> StateInit {
+        match self {
+            Optimizer::Adagrad => StateInit::Constructor,
+            _ => StateInit::FirstStep,
         }
     }
 
@@ -95,7 +105,7 @@ impl Optimizer {
             Optimizer::Adam | Optimizer::AdamW => {
                 "Adam creates exp_avg and exp_avg_sq lazily at the first step; each foreach step allocates sqrt(exp_avg_sq) for all parameters"
             }
-            Optimizer::Adagrad => "Adagrad keeps a sum of squares; each step allocates std and the scaled gradient",
+            Optimizer::Adagrad => "Adagrad creates its sum of squares in the constructor; each step allocates std and the scaled gradient",
             Optimizer::RmsProp => "RMSprop keeps square_avg; each step allocates its square root",
         }
     }

@@ -1167,6 +1167,26 @@ impl<'g> Sim<'g> {
         }
     }
 
+    /// Creates the optimizer state of `params`, one parameter's states in a row.
+    fn create_optimizer_states(&mut self, params: &[usize]) {
+        let names = self.cfg.optimizer.state_names();
+        for &i in params {
+            let meta = self.param_meta(ParamId(i as u32));
+            let module = Some(self.g.params[i].module);
+            self.opt_state[i] = names
+                .iter()
+                .map(|&n| {
+                    self.new_storage(
+                        meta.clone(),
+                        Category::OptimizerStates,
+                        Label::new(n),
+                        module,
+                    )
+                })
+                .collect();
+        }
+    }
+
     fn optimizer_step(&mut self, first: bool) {
         let opt = self.cfg.optimizer;
         let trainable: Vec<usize> = (0..self.g.params.len())
@@ -1204,29 +1224,8 @@ impl<'g> Sim<'g> {
             scaler_tmp.push(inv);
             scaler_tmp.push(found);
         }
-        let (n_states, init) = opt.states_per_param();
-        if first && n_states > 0 {
-            let names: &[&str] = match opt {
-                Optimizer::Adam | Optimizer::AdamW => &["exp_avg", "exp_avg_sq"],
-                Optimizer::SgdMomentum => &["momentum_buffer"],
-                Optimizer::Adagrad => &["sum"],
-                _ => &["square_avg"],
-            };
-            for &i in &trainable {
-                let meta = self.param_meta(ParamId(i as u32));
-                let module = Some(self.g.params[i].module);
-                let mut st = Vec::new();
-                for k in 0..n_states as usize {
-                    let _ = init == StateInit::CloneOfGrad;
-                    st.push(self.new_storage(
-                        meta.clone(),
-                        Category::OptimizerStates,
-                        Label::new(names[k.min(names.len() - 1)]),
-                        module,
-                    ));
-                }
-                self.opt_state[i] = st;
-            }
+        if first && opt.state_init() == StateInit::FirstStep {
+            self.create_optimizer_states(&trainable);
         }
         let lists = opt.step_temporary_lists();
         let mut temps = Vec::new();
@@ -1359,7 +1358,11 @@ fn checkpoint_regions(g: &Graph, specs: &[Checkpoint]) -> Result<Vec<Region>, Si
                 }
                 for k in 0..(*segments as usize - 1) {
                     let (a, b) = (k * seg, (k + 1) * seg);
-                    push(children[a].first, children[b - 1].end, children[a].inputs.clone());
+                    push(
+                        children[a].first,
+                        children[b - 1].end,
+                        children[a].inputs.clone(),
+                    );
                 }
             }
         }
@@ -1441,6 +1444,12 @@ fn run(g: &Graph, cfg: &StepConfig) -> Result<Simulation, SimError> {
     let train = cfg.mode == Mode::Train;
     if train {
         s.phase("optimizer");
+        if cfg.optimizer.state_init() == StateInit::Constructor {
+            let trainable: Vec<usize> = (0..g.params.len())
+                .filter(|&i| s.rts[s.param_rt[i] as usize].requires_grad)
+                .collect();
+            s.create_optimizer_states(&trainable);
+        }
     }
     let input_dtype = |d: DType| {
         if d.is_float() {

@@ -130,3 +130,8 @@ fn torchvision_dev_cases_match_truth() {
 fn torchvision_extra_cases_match_truth() {
     check("torchvision_extra.jsonl");
 }
+
+#[test]
+fn adagrad_rmsprop_and_checkpoint_sequential_match_truth() {
+    check("torchvision_more.jsonl");
+}

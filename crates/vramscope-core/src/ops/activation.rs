@@ -2,8 +2,9 @@
 //! `inplace=True` variants.
 //!
 //! What backward needs decides memory: ReLU, Sigmoid and Tanh keep their *output*; the others keep
-//! their *input*. An in-place op whose formula needs the input (`silu_`, `hardswish_`, `gelu_`) makes
-//! autograd save a clone of the original (`original_self`), so in-place saves nothing there.
+//! their *input*. An in-place op whose formula needs the input (`silu_`, `hardswish_`, `gelu_`,
+//! and `hardtanh_` = `ReLU6(inplace=True)`, whose `HardtanhBackward0` keeps `self` in torch 2.15)
+//! makes autograd save a clone of the original (`original_self`), so in-place saves nothing there.
 
 use super::*;
 
@@ -79,8 +80,8 @@ impl Op for Activation {
     }
 
     fn forward_extras(&self, ctx: &OpCtx) -> Vec<TensorMeta> {
-        // hardtanh_ saves its result; the other in-place ops clone their input first
-        if self.inplace && !self.kind.saves_output() && self.kind != ActivationKind::ReLU6 {
+        // in-place ops whose backward reads the input clone it first
+        if self.inplace && !self.kind.saves_output() {
             vec![ctx.inputs[0].clone()]
         } else {
             Vec::new()
@@ -88,7 +89,7 @@ impl Op for Activation {
     }
 
     fn saved_for_backward(&self, _ctx: &OpCtx) -> Vec<Saved> {
-        if self.kind.saves_output() || (self.inplace && self.kind == ActivationKind::ReLU6) {
+        if self.kind.saves_output() {
             vec![Saved::Output(0)]
         } else if self.inplace {
             vec![Saved::Extra(0)]

@@ -58,18 +58,24 @@ impl Op for Cat {
         ]
     }
 
+    // not on autocast's lists: `cat` promotes mixed dtypes itself, without `_to_copy` casts
+    // (ViT's fp32 class token with bf16 patch embeddings)
     fn autocast(&self) -> Autocast {
-        Autocast::Promote
+        Autocast::Unlisted
     }
 
+    // a narrow view of the gradient, or, for an input of another dtype than the output, the
+    // engine's cast of it (a new tensor)
     fn input_grads(&self, ctx: &OpCtx) -> Vec<GradIn> {
         ctx.inputs
             .iter()
             .map(|t| {
-                if t.dtype.is_float() {
+                if !t.dtype.is_float() {
+                    GradIn::None
+                } else if t.dtype == ctx.outputs[0].dtype {
                     GradIn::PassThrough(0)
                 } else {
-                    GradIn::None
+                    GradIn::New
                 }
             })
             .collect()

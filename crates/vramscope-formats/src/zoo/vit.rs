@@ -14,16 +14,17 @@
 //!   projection into `[3, L, B, E]`; q, k and v are `select`s of it, viewed as `[L, B·H, d]`,
 //!   transposed and viewed again as `[B, H, L, d]`;
 //! - `scaled_dot_product_attention` (mem-efficient attention in fp32, cuDNN in fp16/bf16);
-//! - `permute(2, 0, 1, 3).reshape(B·L, E)` copies the output, `out_proj` is an `addmm`, and the
-//!   result is viewed as `[L, B, E]` and transposed back.
+//! - `permute(2, 0, 1, 3).reshape(B·L, E)` (a copy after mem-efficient attention, a view after
+//!   cuDNN attention: [`AttentionHeadsMerge`]), `out_proj` is an `addmm`, and the result is viewed
+//!   as `[L, B, E]` and transposed back.
 //!
 //! In backward several of those views receive a non-contiguous gradient and their `reshape`
-//! copies it ([`ViewStridedGrad`]); each `select` makes a full-size zero tensor and the three are
-//! summed.
+//! copies it ([`ViewStridedGrad`], [`AttentionHeadsView`] in fp32); each `select` makes a
+//! full-size zero tensor and the three are summed.
 
 use vramscope_core::ops::{
-    ActivationKind, Add, Cat, Contiguous, Conv2d, LayerNorm, Linear, LinearStrided,
-    ScaledDotProductAttention, Select, View, ViewStridedGrad,
+    ActivationKind, Add, AttentionHeadsMerge, AttentionHeadsView, Cat, Contiguous, Conv2d,
+    LayerNorm, Linear, LinearStrided, ScaledDotProductAttention, Select, View, ViewStridedGrad,
 };
 use vramscope_core::{GraphBuilder, TensorId};
 
@@ -175,15 +176,13 @@ fn multi_head_attention(
         },
         &[p],
     );
-    let qkv: Vec<TensorId> = (0..3)
-        .map(|_| b.op(Select { dim: 0 }, &[packed]))
-        .collect();
+    let qkv: Vec<TensorId> = (0..3).map(|_| b.op(Select { dim: 0 }, &[packed])).collect();
     // q.view(L, B*H, d).transpose(0, 1), then k, then v
     let heads_first: Vec<TensorId> = qkv
         .iter()
         .map(|&t| {
             let t = b.op(
-                ViewStridedGrad {
+                AttentionHeadsView {
                     shape: vec![l, n * heads, d],
                 },
                 &[t],
@@ -196,7 +195,7 @@ fn multi_head_attention(
         .iter()
         .map(|&t| {
             b.op(
-                ViewStridedGrad {
+                AttentionHeadsView {
                     shape: vec![n, heads, l, d],
                 },
                 &[t],
@@ -210,15 +209,8 @@ fn multi_head_attention(
         },
         &bhld,
     );
-    // attn_output.permute(2, 0, 1, 3).reshape(B * L, E): a copy
-    let a = view(b, "permute", a, vec![l, n, heads, d]);
-    let a = b.op(
-        Contiguous {
-            name: "reshape",
-            shape: vec![l * n, e],
-        },
-        &[a],
-    );
+    // attn_output.permute(2, 0, 1, 3).reshape(B * L, E): a copy unless cuDNN attention ran
+    let a = b.op(AttentionHeadsMerge, &[a]);
     let o = b.layer("out_proj", Linear::new(e, e), &[a]);
     // .view(L, B, E): its gradient arrives transposed and is copied; then transpose(1, 0)
     let o = b.op(

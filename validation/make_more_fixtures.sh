@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Measures the truth cases that ../shared/truth/measure.py cannot express directly and writes
+# fixtures/truth/torchvision_more.jsonl:
+#  - Adagrad and RMSprop steps (validation/measure_more_optimizers.py patches measure.make_optimizer);
+#  - checkpoint_sequential(model.features, N) (validation/checkpoint_sequential_models.py), which
+#    vramscope spells `--checkpoint features:N`.
+# Needs the truth venv (VENV, default ~/.venvs/truth). Run from the repository root.
+set -euo pipefail
+VENV=${VENV:-$HOME/.venvs/truth}
+PY=$VENV/bin/python
+TRUTH=${TRUTH:-../shared/truth}
+[ -d "$TRUTH" ] || TRUTH=/work/shared/truth
+mkdir -p .truth/raw
+D=$($PY "$TRUTH/measure.py" --build-shim)
+LD_PRELOAD=$D/libfakecudart.so LD_LIBRARY_PATH=$D TRUTH_SHIM_ACTIVE=1 PYTHONPATH=$TRUTH \
+    $PY validation/measure_more_optimizers.py resnet18:8:adagrad resnet18:8:rmsprop mobilenet_v3_small:16:adagrad \
+    > .truth/raw/more_optimizers.jsonl
+: > .truth/raw/checkpoint_sequential.jsonl
+for spec in "vgg11_bn 16 3" "mobilenet_v2 32 4"; do
+    set -- $spec
+    VENV=$VENV python3 "$TRUTH/measure.py" --model "py:$PWD/validation/checkpoint_sequential_models.py:$1" \
+        --batch "$2" --optim sgdm --model-kwargs "{\"segments\": $3}" --json 2>/dev/null \
+        | python3 -c "import json,sys; r=json.load(sys.stdin); c=r['case']; c['model']='torchvision:$1'; c['checkpoint']='features:$3'; c['name']='$1_b$2_fp32_sgdm_features$3'; print(json.dumps(r))" \
+        >> .truth/raw/checkpoint_sequential.jsonl
+done
+python3 validation/compact_results.py .truth/raw/more_optimizers.jsonl .truth/raw/checkpoint_sequential.jsonl \
+    --out fixtures/truth/torchvision_more.jsonl
