@@ -35,6 +35,8 @@ def main():
     ap.add_argument("--phases", action="store_true")
     ap.add_argument("--bin", default="target/release/vramscope")
     ap.add_argument("--json-out")
+    ap.add_argument("--markdown", help="append a Markdown table of the results to this file")
+    ap.add_argument("--title", default=None)
     o = ap.parse_args()
     rows, errs = [], []
     for line in open(o.truth):
@@ -81,6 +83,19 @@ def main():
         print(f"\n{len(errs)} cases: median |err| {statistics.median(a):.2f}%, worst {max(a):.2f}%, under-estimates >3%: {sum(e < -3 for e in errs)}")
     if o.json_out:
         json.dump(rows, open(o.json_out, "w"), indent=1)
+    if o.markdown:
+        with open(o.markdown, "a") as f:
+            f.write(f"\n## {o.title or o.truth}\n\n")
+            f.write("| case | truth peak alloc MiB | vramscope MiB | error | truth reserved MiB | vramscope MiB | error | peak phase (truth / vramscope) | worst phase error |\n")
+            f.write("|---|---:|---:|---:|---:|---:|---:|---|---|\n")
+            for r in rows:
+                f.write(f"| {r['case']} | {r['truth_alloc']/2**20:.1f} | {r['est_alloc']/2**20:.1f} | {r['err']:+.2f}% | "
+                        f"{r['truth_reserved']/2**20:.1f} | {r['est_reserved']/2**20:.1f} | {r['rerr']:+.2f}% | "
+                        f"{r['truth_phase']} / {r['est_phase']} | {r['worst_phase'][1]} {r['worst_phase'][0]:.2f}% |\n")
+            if errs:
+                a = [abs(e) for e in errs]
+                f.write(f"\n{len(errs)} cases: median |error| {statistics.median(a):.2f}%, worst {max(a):.2f}%, "
+                        f"under-estimated by more than 3%: {sum(e < -3 for e in errs)}.\n")
 
 
 if __name__ == "__main__":

@@ -340,7 +340,6 @@ struct TapeNode {
     saved: Vec<u32>,
     temporaries: Vec<u64>,
     region: Option<usize>,
-    graph_node: Option<usize>,
 }
 
 #[derive(Debug, Clone)]
@@ -377,6 +376,8 @@ struct Sim<'g> {
     module_params: Vec<u64>,
     module_listed: Vec<bool>,
     last_layer_module: Option<ModuleId>,
+    /// the tape entry each graph node recorded in this iteration's forward
+    tape_of_node: Vec<Option<usize>>,
     // forward bookkeeping
     release_after: Vec<Vec<TensorId>>,
     region_of_node: Vec<Option<usize>>,
@@ -610,7 +611,6 @@ impl<'g> Sim<'g> {
                 saved: Vec::new(),
                 temporaries: Vec::new(),
                 region: None,
-                graph_node: None,
             });
         }
         if let (true, Some(p), true) = (cacheable, param, self.rts[r as usize].requires_grad) {
@@ -638,6 +638,11 @@ impl<'g> Sim<'g> {
         graph_node: Option<usize>,
         region: Option<usize>,
     ) -> Vec<Rt> {
+        if !self.training && op.identity_in_eval() {
+            let r = inputs[0];
+            self.incref(self.rts[r as usize].storage);
+            return vec![r];
+        }
         // 1. autocast
         let ac = self.cfg.precision.autocast_dtype();
         let mut eff: Vec<Rt> = inputs.to_vec();
@@ -786,7 +791,7 @@ impl<'g> Sim<'g> {
             if self.recomputing {
                 // fill the saved tensors of the node recorded in the original forward
                 if let Some(n) = graph_node {
-                    if let Some(t) = self.tape.iter_mut().rev().find(|t| t.graph_node == Some(n)) {
+                    if let Some(t) = self.tape_of_node[n].and_then(|i| self.tape.get_mut(i)) {
                         t.saved.extend(saved);
                     } else {
                         for s in saved {
@@ -814,6 +819,9 @@ impl<'g> Sim<'g> {
                         p_metas[j].clone(),
                     ));
                 }
+                if let Some(n) = graph_node {
+                    self.tape_of_node[n] = Some(self.tape.len());
+                }
                 self.tape.push(TapeNode {
                     label,
                     module,
@@ -822,7 +830,6 @@ impl<'g> Sim<'g> {
                     saved,
                     temporaries: op.backward_temporaries(&ctx),
                     region,
-                    graph_node,
                 });
             }
         }
@@ -1023,7 +1030,7 @@ impl<'g> Sim<'g> {
         match self.grad_buf[target as usize] {
             None => self.grad_buf[target as usize] = Some(grad_sid),
             Some(old) => {
-                let meta = self.storages[old as usize].meta.clone();
+                let meta = self.rts[target as usize].meta.clone();
                 let module = self.storages[old as usize].module;
                 let sum = self.new_storage(
                     meta,
@@ -1424,6 +1431,7 @@ fn run(g: &Graph, cfg: &StepConfig) -> Result<Simulation, SimError> {
         },
         module_listed: vec![false; g.modules.len()],
         last_layer_module: None,
+        tape_of_node: vec![None; g.nodes.len()],
         release_after: release_schedule(g),
         region_of_node,
         regions,
@@ -1507,6 +1515,7 @@ fn run(g: &Graph, cfg: &StepConfig) -> Result<Simulation, SimError> {
             env[t.0 as usize] = Some(r);
             s.incref(s.rts[r as usize].storage);
         }
+        s.tape_of_node.fill(None);
         s.forward_nodes(&mut env, 0, g.nodes.len(), &hold);
         if let Some(l) = s.layers.take() {
             s.first_layers = l;

@@ -16,6 +16,10 @@ impl Op for Dropout {
         "Dropout"
     }
 
+    fn identity_in_eval(&self) -> bool {
+        true
+    }
+
     fn output_shapes(&self, inputs: &[&[u64]]) -> Result<Vec<Shape>, ShapeError> {
         if !(0.0..=1.0).contains(&self.p) {
             return Err(ShapeError::new(
@@ -45,6 +49,10 @@ pub struct StochasticDepth {
 impl Op for StochasticDepth {
     fn kind(&self) -> &'static str {
         "StochasticDepth"
+    }
+
+    fn identity_in_eval(&self) -> bool {
+        true
     }
 
     fn output_shapes(&self, inputs: &[&[u64]]) -> Result<Vec<Shape>, ShapeError> {

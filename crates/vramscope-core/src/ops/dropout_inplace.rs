@@ -28,6 +28,10 @@ impl Op for DropoutInplace {
         "Dropout"
     }
 
+    fn identity_in_eval(&self) -> bool {
+        true
+    }
+
     fn output_shapes(&self, inputs: &[&[u64]]) -> Result<Vec<Shape>, ShapeError> {
         if !(0.0..=1.0).contains(&self.p) {
             return Err(ShapeError::new(

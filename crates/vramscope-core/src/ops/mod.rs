@@ -271,6 +271,12 @@ pub trait Op: Debug + Send + Sync {
         Vec::new()
     }
 
+    /// Whether the op returns its input unchanged (no allocation, no autograd node) when the module
+    /// is in eval mode (dropout, stochastic depth).
+    fn identity_in_eval(&self) -> bool {
+        false
+    }
+
     /// The fused attention kernel this call runs, for attention ops.
     fn sdpa_backend(&self, _ctx: &OpCtx) -> Option<SdpaBackend> {
         None
