@@ -76,7 +76,8 @@ impl GraphBuilder {
     }
 
     fn current(&self) -> ModuleId {
-        *self.stack.last().expect("the root module is never popped")
+        // the root module is pushed first and never popped
+        self.stack.last().copied().unwrap_or(ModuleId(0))
     }
 
     fn child_path(&self, name: &str) -> String {

@@ -292,6 +292,9 @@ pub enum SimError {
         /// The top-level modules.
         available: String,
     },
+    /// The graph breaks an invariant the simulator relies on (a front-end bug or a corrupt model).
+    #[error("invalid graph: {0}")]
+    InvalidGraph(String),
     /// `--checkpoint m:N` on a module that is not a sequence of children.
     #[error("--checkpoint {name}:{segments}: {reason}")]
     BadSegments {
@@ -921,16 +924,10 @@ impl<'g> Sim<'g> {
             let inputs: Vec<Rt> = node
                 .inputs
                 .iter()
-                .map(|t| match env[t.0 as usize] {
-                    Some(r) => r,
-                    None => {
-                        let p = self
-                            .g
-                            .tensor(*t)
-                            .param
-                            .expect("a node input is produced before use");
-                        self.param_rt[p.0 as usize]
-                    }
+                .filter_map(|t| {
+                    // validate_graph checked that every input is produced before use
+                    env[t.0 as usize]
+                        .or_else(|| self.g.tensor(*t).param.map(|p| self.param_rt[p.0 as usize]))
                 })
                 .collect();
             let op = node.op.clone();
@@ -1388,7 +1385,52 @@ fn checkpoint_regions(g: &Graph, specs: &[Checkpoint]) -> Result<Vec<Region>, Si
 
 /// Simulates `cfg` over `graph`.
 pub fn simulate(graph: &Graph, cfg: &StepConfig) -> Result<Simulation, SimError> {
+    validate_graph(graph)?;
     run(graph, cfg)
+}
+
+/// Checks what the simulator relies on: every node input exists and is produced before use (or
+/// is a graph input or a parameter), and the graph has an output.
+fn validate_graph(g: &Graph) -> Result<(), SimError> {
+    let n_t = g.tensors.len();
+    let mut ready = vec![false; n_t];
+    for &t in &g.inputs {
+        if (t.0 as usize) < n_t {
+            ready[t.0 as usize] = true;
+        }
+    }
+    for (i, t) in g.tensors.iter().enumerate() {
+        if t.param.is_some() {
+            ready[i] = true;
+        }
+    }
+    for (n, node) in g.nodes.iter().enumerate() {
+        for t in &node.inputs {
+            if !ready.get(t.0 as usize).copied().unwrap_or(false) {
+                return Err(SimError::InvalidGraph(format!(
+                    "node {n} ({}) in `{}` reads tensor {} before it is produced",
+                    node.op.kind(),
+                    g.module_path(node.module),
+                    t.0
+                )));
+            }
+        }
+        for t in &node.outputs {
+            if let Some(r) = ready.get_mut(t.0 as usize) {
+                *r = true;
+            }
+        }
+    }
+    if g.outputs.is_empty()
+        || g.outputs
+            .iter()
+            .any(|t| !ready.get(t.0 as usize).copied().unwrap_or(false))
+    {
+        return Err(SimError::InvalidGraph(
+            "the graph has no produced output".into(),
+        ));
+    }
+    Ok(())
 }
 
 fn run(g: &Graph, cfg: &StepConfig) -> Result<Simulation, SimError> {
@@ -1529,11 +1571,10 @@ fn run(g: &Graph, cfg: &StepConfig) -> Result<Simulation, SimError> {
         for r in std::mem::replace(&mut out, new_out) {
             s.release_rt(r);
         }
-        if train {
+        if let (true, Some(label_rt), Some(&logits)) = (train, y, out.first()) {
             s.phase(&format!("it{it}.loss"));
             let ce: Arc<dyn Op> = Arc::new(CrossEntropyLoss);
-            let label_rt = y.expect("train has labels");
-            let l = s.call(&ce, &[out[0], label_rt], &[], None, None, None);
+            let l = s.call(&ce, &[logits, label_rt], &[], None, None, None);
             s.clear_autocast_cache();
             if let Some(old) = loss.replace(l[0]) {
                 s.release_rt(old);

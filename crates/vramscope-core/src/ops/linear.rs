@@ -35,7 +35,9 @@ impl Op for Linear {
         match s.last() {
             Some(&k) if k == self.in_features => {
                 let mut o = s.to_vec();
-                *o.last_mut().expect("non-empty") = self.out_features;
+                if let Some(last) = o.last_mut() {
+                    *last = self.out_features;
+                }
                 Ok(vec![o])
             }
             _ => Err(ShapeError::new(
