@@ -378,6 +378,7 @@ struct Sim<'g> {
     trail: Vec<(u32, bool)>,
     module_params: Vec<u64>,
     module_listed: Vec<bool>,
+    module_has_children: Vec<bool>,
     last_layer_module: Option<ModuleId>,
     /// the tape entry each graph node recorded in this iteration's forward
     tape_of_node: Vec<Option<usize>>,
@@ -911,10 +912,16 @@ impl<'g> Sim<'g> {
                 };
                 self.module_listed[mi] = true;
                 let m = &self.g.modules[mi];
+                // a functional op inside a container (a residual `+=`) is named by the op
+                let op = if self.module_has_children[mi] {
+                    node.op.kind().to_string()
+                } else {
+                    m.type_name.clone()
+                };
                 if let Some(layers) = self.layers.as_mut() {
                     layers.push(LayerStats {
                         name: m.path.clone(),
-                        op: m.type_name.clone(),
+                        op,
                         output_shape: Vec::new(),
                         parameters,
                         saved_bytes: 0,
@@ -1472,6 +1479,15 @@ fn run(g: &Graph, cfg: &StepConfig) -> Result<Simulation, SimError> {
             v
         },
         module_listed: vec![false; g.modules.len()],
+        module_has_children: {
+            let mut v = vec![false; g.modules.len()];
+            for m in &g.modules {
+                if let Some(p) = m.parent {
+                    v[p.0 as usize] = true;
+                }
+            }
+            v
+        },
         last_layer_module: None,
         tape_of_node: vec![None; g.nodes.len()],
         release_after: release_schedule(g),
