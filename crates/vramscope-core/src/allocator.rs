@@ -226,14 +226,18 @@ mod tests {
         a.free(b);
         assert_eq!(a.allocated(), 0);
         assert_eq!(a.reserved(), SMALL_BUFFER);
-        // a 3 MiB request takes a 20 MiB segment, a 12 MiB one its own 12 MiB segment
+        // a 3 MiB request takes a 20 MiB segment; a 12 MiB one fits in its 17 MiB remainder
         let c = a.malloc(3 << 20).unwrap();
         assert_eq!(a.reserved(), SMALL_BUFFER + LARGE_BUFFER);
         let d = a.malloc((12 << 20) + 1).unwrap();
-        assert_eq!(a.reserved(), SMALL_BUFFER + LARGE_BUFFER + (14 << 20));
+        assert_eq!(a.reserved(), SMALL_BUFFER + LARGE_BUFFER);
+        // a 15 MiB request does not fit any more: its own segment, rounded up to 2 MiB
+        let big = a.malloc((15 << 20) + 1).unwrap();
+        assert_eq!(a.reserved(), SMALL_BUFFER + LARGE_BUFFER + (16 << 20));
         a.free(c);
         a.free(d);
-        // best fit: a 10 MiB request reuses the 14 MiB block without splitting (remainder > 1 MiB splits)
+        a.free(big);
+        // best fit: a 10 MiB request splits the 16 MiB block (the remainder is over 1 MiB)
         let e = a.malloc(10 << 20).unwrap();
         assert_eq!(a.block_size(e), 10 << 20);
         assert_eq!(a.segments(), 3);

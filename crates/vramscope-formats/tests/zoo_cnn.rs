@@ -168,3 +168,30 @@ fn modules_and_parameter_names_match_torchvision() {
         assert_eq!(bnames, names(&r["buffer_names"]), "{name}: buffer names");
     }
 }
+
+/// The smallest square image each model accepts, and the largest it rejects, as torchvision's
+/// forward does (squeezenet's `ceil_mode` pools take inputs smaller than their kernel).
+#[test]
+fn minimum_input_sizes_match_torchvision() {
+    let cases: &[(&str, Option<u64>, u64)] = &[
+        ("squeezenet1_1", Some(16), 17),
+        ("squeezenet1_0", Some(20), 21),
+        ("alexnet", Some(62), 63),
+        ("vgg11", Some(31), 32),
+        ("densenet121", Some(28), 29),
+        ("shufflenet_v2_x1_0", None, 1),
+        ("mobilenet_v3_small", None, 1),
+    ];
+    for &(name, too_small, ok) in cases {
+        let at = |s: u64| {
+            let mut input = ZooInput::imagenet(1);
+            input.height = s;
+            input.width = s;
+            zoo::build(name, &input)
+        };
+        assert!(at(ok).is_ok(), "{name} at {ok}: {:?}", at(ok).err());
+        if let Some(s) = too_small {
+            assert!(at(s).is_err(), "{name} at {s} should be too small");
+        }
+    }
+}

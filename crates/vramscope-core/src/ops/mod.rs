@@ -319,7 +319,15 @@ pub(crate) fn window_out(
 ) -> Result<u64, ShapeError> {
     let eff = dilation * (kernel - 1) + 1;
     let padded = size + 2 * padding;
-    if padded < eff {
+    // PyTorch's pooling_output_shape: floor division of a possibly negative numerator; in
+    // ceil_mode an input smaller than the kernel can still give one window (SqueezeNet at 17x17)
+    let num = padded as i128 - eff as i128 + if ceil_mode { stride as i128 - 1 } else { 0 };
+    let mut out = num.div_euclid(stride.max(1) as i128) + 1;
+    // PyTorch: the last window must start inside the input or left padding
+    if ceil_mode && out > 0 && (out - 1) * stride as i128 >= (size + padding) as i128 {
+        out -= 1;
+    }
+    if out < 1 {
         return Err(ShapeError::new(
             op,
             format!(
@@ -327,17 +335,7 @@ pub(crate) fn window_out(
             ),
         ));
     }
-    let num = padded - eff;
-    let mut out = if ceil_mode {
-        num.div_ceil(stride) + 1
-    } else {
-        num / stride + 1
-    };
-    // PyTorch: the last window must start inside the input or left padding
-    if ceil_mode && (out - 1) * stride >= size + padding {
-        out -= 1;
-    }
-    Ok(out)
+    Ok(out as u64)
 }
 
 /// Broadcasts two shapes (numpy rules).
