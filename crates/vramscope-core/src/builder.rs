@@ -26,6 +26,8 @@ pub struct BuildError {
 pub struct GraphBuilder {
     graph: Graph,
     stack: Vec<ModuleId>,
+    /// Python frames (module calls and plain functions) and the locals they keep referenced
+    frames: Vec<Vec<TensorId>>,
     error: Option<BuildError>,
 }
 
@@ -44,11 +46,13 @@ impl GraphBuilder {
                 }],
                 nodes: Vec::new(),
                 scopes: Vec::new(),
+                holds: Vec::new(),
                 inputs: Vec::new(),
                 outputs: Vec::new(),
                 task: Task::Classification { num_classes: 0 },
             },
             stack: vec![ModuleId(0)],
+            frames: vec![Vec::new()],
             error: None,
         }
     }
@@ -115,7 +119,7 @@ impl GraphBuilder {
         let (id, _) = self.child(name, type_name);
         self.stack.push(id);
         let first = self.graph.nodes.len() as u32;
-        let r = f(self);
+        let r = self.frame(f);
         self.stack.pop();
         let end = self.graph.nodes.len() as u32;
         self.graph.scopes.push(Scope {
@@ -125,6 +129,25 @@ impl GraphBuilder {
             inputs: inputs.to_vec(),
         });
         r
+    }
+
+    /// A plain Python function call inside the current module (DenseNet's `bn_function`): locals
+    /// [`hold`](Self::hold) inside it are released when it returns.
+    pub fn frame<R>(&mut self, f: impl FnOnce(&mut Self) -> R) -> R {
+        self.frames.push(Vec::new());
+        let r = f(self);
+        let held = self.frames.pop().unwrap_or_default();
+        let end = self.graph.nodes.len() as u32;
+        self.graph.holds.extend(held.into_iter().map(|t| (t, end)));
+        r
+    }
+
+    /// Keeps `tensors` referenced until the innermost frame (module call or [`frame`](Self::frame))
+    /// returns, as a Python local variable does after its last use (`concated_features`).
+    pub fn hold(&mut self, tensors: &[TensorId]) {
+        if let Some(top) = self.frames.last_mut() {
+            top.extend_from_slice(tensors);
+        }
     }
 
     /// Registers a module that holds parameters but is only used functionally (never "called").
@@ -297,6 +320,10 @@ impl GraphBuilder {
     pub fn finish(mut self, outputs: &[TensorId], task: Task) -> Result<Graph, BuildError> {
         if let Some(e) = self.error {
             return Err(e);
+        }
+        let end = self.graph.nodes.len() as u32;
+        for f in std::mem::take(&mut self.frames) {
+            self.graph.holds.extend(f.into_iter().map(|t| (t, end)));
         }
         self.graph.outputs = outputs.to_vec();
         self.graph.task = task;

@@ -148,6 +148,9 @@ pub struct Graph {
     pub nodes: Vec<Node>,
     /// Module calls.
     pub scopes: Vec<Scope>,
+    /// Tensors a Python frame keeps referenced past their last use: (tensor, node index the frame
+    /// ends before).
+    pub holds: Vec<(TensorId, u32)>,
     /// The model's inputs (the batch).
     pub inputs: Vec<TensorId>,
     /// The model's outputs.

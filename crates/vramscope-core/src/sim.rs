@@ -24,7 +24,7 @@ use crate::allocator::{BlockId, CachingAllocator};
 use crate::dtype::{DType, Precision};
 use crate::ir::{Graph, ModuleId, ParamId, ParamKind, Shape, Task, TensorId};
 use crate::ops::{
-    Alias, Autocast, CrossEntropyLoss, GradIn, Op, OpCtx, Saved, SdpaBackend, TensorMeta,
+    Alias, Autocast, GradIn, LogSoftmax, NllLoss, Op, OpCtx, Saved, SdpaBackend, TensorMeta,
 };
 use crate::optim::{Optimizer, StateInit};
 
@@ -380,6 +380,7 @@ struct Sim<'g> {
     module_listed: Vec<bool>,
     module_has_children: Vec<bool>,
     last_layer_module: Option<ModuleId>,
+    scaler_initialised: bool,
     /// the tape entry each graph node recorded in this iteration's forward
     tape_of_node: Vec<Option<usize>>,
     // forward bookkeeping
@@ -670,7 +671,9 @@ impl<'g> Sim<'g> {
                 Autocast::Unlisted => None,
             };
             if let Some(t) = target {
-                for slot in eff.iter_mut().chain(eff_params.iter_mut()) {
+                // the C++ autocast wrappers cast their arguments right to left (GCC's evaluation
+                // order): bias, weight, then the activations, last first (truth traces)
+                for slot in eff_params.iter_mut().rev().chain(eff.iter_mut().rev()) {
                     let d = self.rts[*slot as usize].meta.dtype;
                     let castable = match class {
                         Autocast::Fp32 => d == DType::F16 || d == DType::BF16,
@@ -1053,6 +1056,18 @@ impl<'g> Sim<'g> {
         self.in_backward = true;
         let root_meta = TensorMeta::new(vec![], self.rts[loss as usize].meta.dtype);
         let mut extra_roots = Vec::new();
+        if self.cfg.precision.uses_grad_scaler() && !self.scaler_initialised {
+            // GradScaler creates _scale and _growth_tracker at its first scale()
+            for _ in 0..2 {
+                self.new_storage(
+                    root_meta.clone(),
+                    Category::Temporaries,
+                    Label::new("GradScaler state"),
+                    None,
+                );
+            }
+            self.scaler_initialised = true;
+        }
         if self.cfg.precision.uses_grad_scaler() {
             // scaler.scale(loss): loss * _scale; the engine seeds the scaled loss, MulBackward
             // hands the loss its gradient
@@ -1205,35 +1220,23 @@ impl<'g> Sim<'g> {
             .collect();
         let mut scaler_tmp = Vec::new();
         if self.cfg.precision.uses_grad_scaler() {
-            // unscale_: inv_scale = _scale.double().reciprocal().float(); found_inf
-            let d = self.new_storage(
-                TensorMeta::new(vec![], DType::F64),
-                Category::Temporaries,
-                Label::new("GradScaler"),
-                None,
-            );
-            let rcp = self.new_storage(
-                TensorMeta::new(vec![], DType::F64),
-                Category::Temporaries,
-                Label::new("GradScaler"),
-                None,
-            );
+            // scaler.unscale_(opt): inv_scale = _scale.double().reciprocal().float(); found_inf;
+            // _amp_foreach_non_finite_check_and_unscale_ works in place; two scalar copies for
+            // the per-device bookkeeping, one of which lives until scaler.update()
+            let scalar = |d| TensorMeta::new(vec![], d);
+            let lbl = Label::new("GradScaler");
+            let d = self.new_storage(scalar(DType::F64), Category::Temporaries, lbl, None);
+            let rcp = self.new_storage(scalar(DType::F64), Category::Temporaries, lbl, None);
             self.decref(d);
-            let inv = self.new_storage(
-                TensorMeta::new(vec![], DType::F32),
-                Category::Temporaries,
-                Label::new("GradScaler"),
-                None,
-            );
+            let inv = self.new_storage(scalar(DType::F32), Category::Temporaries, lbl, None);
             self.decref(rcp);
-            let found = self.new_storage(
-                TensorMeta::new(vec![], DType::F32),
-                Category::Temporaries,
-                Label::new("GradScaler"),
-                None,
-            );
-            scaler_tmp.push(inv);
-            scaler_tmp.push(found);
+            let found = self.new_storage(scalar(DType::F32), Category::Temporaries, lbl, None);
+            let kept = self.new_storage(scalar(DType::F32), Category::Temporaries, lbl, None);
+            let copy = self.new_storage(scalar(DType::F32), Category::Temporaries, lbl, None);
+            self.decref(copy);
+            self.decref(inv);
+            self.decref(found);
+            scaler_tmp.push(kept);
         }
         if first && opt.state_init() == StateInit::FirstStep {
             self.create_optimizer_states(&trainable);
@@ -1279,6 +1282,14 @@ fn release_schedule(g: &Graph) -> Vec<Vec<TensorId>> {
             let e = s.end as usize - 1;
             *l = Some(l.map_or(e, |x| x.max(e)));
         }
+    }
+    for &(t, end) in &g.holds {
+        if end == 0 {
+            continue;
+        }
+        let l = &mut last[t.0 as usize];
+        let e = end as usize - 1;
+        *l = Some(l.map_or(e, |x| x.max(e)));
     }
     let mut out = vec![Vec::new(); g.nodes.len()];
     for (t, l) in last.iter().enumerate() {
@@ -1490,6 +1501,7 @@ fn run(g: &Graph, cfg: &StepConfig) -> Result<Simulation, SimError> {
         },
         last_layer_module: None,
         tape_of_node: vec![None; g.nodes.len()],
+        scaler_initialised: false,
         release_after: release_schedule(g),
         region_of_node,
         regions,
@@ -1547,7 +1559,8 @@ fn run(g: &Graph, cfg: &StepConfig) -> Result<Simulation, SimError> {
                 false,
             ));
         }
-        let new_y = if train {
+        // a data loader yields labels with the images, in inference too
+        let new_y = {
             Some(match g.task {
                 Task::Classification { .. } => s.fresh(
                     TensorMeta::new(vec![batch], DType::I64),
@@ -1557,8 +1570,6 @@ fn run(g: &Graph, cfg: &StepConfig) -> Result<Simulation, SimError> {
                     false,
                 ),
             })
-        } else {
-            None
         };
         for r in std::mem::replace(&mut x, new_x) {
             s.release_rt(r);
@@ -1589,12 +1600,19 @@ fn run(g: &Graph, cfg: &StepConfig) -> Result<Simulation, SimError> {
         }
         if let (true, Some(label_rt), Some(&logits)) = (train, y, out.first()) {
             s.phase(&format!("it{it}.loss"));
-            let ce: Arc<dyn Op> = Arc::new(CrossEntropyLoss);
-            let l = s.call(&ce, &[logits, label_rt], &[], None, None, None);
-            s.clear_autocast_cache();
+            // F.cross_entropy = nll_loss(log_softmax(logits), labels)
+            let log_softmax: Arc<dyn Op> = Arc::new(LogSoftmax { dim: 1 });
+            let nll: Arc<dyn Op> = Arc::new(NllLoss);
+            let lp = s.call(&log_softmax, &[logits], &[], None, None, None);
+            let l = s.call(&nll, &[lp[0], label_rt], &[], None, None, None);
+            for r in lp {
+                s.release_rt(r);
+            }
+            // `loss = ...` rebinds inside the autocast block; its weight cache goes at the exit
             if let Some(old) = loss.replace(l[0]) {
                 s.release_rt(old);
             }
+            s.clear_autocast_cache();
             s.phase(&format!("it{it}.zero_grad"));
             for i in 0..s.param_grad.len() {
                 if let Some(g) = s.param_grad[i].take() {

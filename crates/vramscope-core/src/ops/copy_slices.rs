@@ -86,4 +86,8 @@ impl<O: Op> Op for CopySlices<O> {
     fn differentiable(&self) -> bool {
         self.op.differentiable()
     }
+
+    fn identity_in_eval(&self) -> bool {
+        self.op.identity_in_eval()
+    }
 }

@@ -1,5 +1,6 @@
 //! `F.pad(x, ..., mode="constant")`: a new padded tensor (also when every pad is zero); backward
-//! slices the gradient (a view).
+//! (`ConstantPadNdBackward0`) is `constant_pad_nd` with the negated pads, a new tensor of the
+//! input's size (also when every pad is zero).
 
 use super::*;
 
@@ -30,7 +31,16 @@ impl Op for ConstantPad {
         Ok(vec![s])
     }
 
-    fn input_grads(&self, _ctx: &OpCtx) -> Vec<GradIn> {
-        vec![GradIn::PassThrough(0)]
+    fn input_grads(&self, ctx: &OpCtx) -> Vec<GradIn> {
+        ctx.inputs
+            .iter()
+            .map(|t| {
+                if t.dtype.is_float() {
+                    GradIn::New
+                } else {
+                    GradIn::None
+                }
+            })
+            .collect()
     }
 }

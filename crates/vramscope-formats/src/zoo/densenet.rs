@@ -45,11 +45,17 @@ fn bn(b: &mut GraphBuilder, name: &str, c: u64, x: TensorId) -> TensorId {
 fn dense_layer(b: &mut GraphBuilder, features: &[TensorId], in_c: u64, growth: u64) -> TensorId {
     let relu = ActivationKind::ReLU;
     let mid = BN_SIZE * growth;
-    let mut x = b.op(Cat { dim: 1 }, features);
-    x = bn(b, "norm1", in_c, x);
-    x = act(b, "relu1", relu, true, x);
-    x = conv(b, "conv1", Conv2d::new(in_c, mid, 1).bias(false), x);
-    x = bn(b, "norm2", mid, x);
+    // bn_function: `concated_features` is a local that lives until the function returns
+    let bottleneck_output = b.frame(|b| {
+        let concated = b.op(Cat { dim: 1 }, features);
+        b.hold(&[concated]);
+        let x = bn(b, "norm1", in_c, concated);
+        let x = act(b, "relu1", relu, true, x);
+        conv(b, "conv1", Conv2d::new(in_c, mid, 1).bias(false), x)
+    });
+    // `bottleneck_output` lives until forward returns
+    b.hold(&[bottleneck_output]);
+    let mut x = bn(b, "norm2", mid, bottleneck_output);
     x = act(b, "relu2", relu, true, x);
     conv(
         b,

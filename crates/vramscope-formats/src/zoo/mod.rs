@@ -17,6 +17,7 @@ mod vgg;
 mod convnext;
 mod efficientnet;
 mod regnet;
+mod swin;
 mod vit;
 
 pub use common::*;
@@ -143,6 +144,7 @@ static ZOO: &[Entry] = entries! {
     "vit_b_16" => "VisionTransformer", |b, x, i| vit::vit(b, x, i, vit::Variant::B16);
     "vit_b_32" => "VisionTransformer", |b, x, i| vit::vit(b, x, i, vit::Variant::B32);
     "vit_l_16" => "VisionTransformer", |b, x, i| vit::vit(b, x, i, vit::Variant::L16);
+    "swin_t" => "SwinTransformer", |b, x, i| swin::swin(b, x, i, swin::Variant::T);
 };
 
 /// All model names of the zoo, in a stable order.
