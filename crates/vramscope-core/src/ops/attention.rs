@@ -2,8 +2,8 @@
 //! cuDNN attention for fp16/bf16 without dropout, flash attention for fp16/bf16 with dropout,
 //! memory-efficient attention for fp32. None of them materialises the L×L score matrix; each keeps
 //! q, k, v, the output and a float32 log-sum-exp for backward (cuDNN and mem-efficient attention
-//! also return two int64 scalars, the philox seed and offset, which backward keeps too). The math fallback (an explicit
-//! softmax(QKᵀ)V) keeps the L×L probabilities.
+//! also return two int64 scalars, the philox seed and offset, which backward keeps too). The math
+//! fallback (an explicit softmax(QKᵀ)V) keeps the L×L probabilities.
 
 use super::*;
 

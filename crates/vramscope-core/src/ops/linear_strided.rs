@@ -7,13 +7,18 @@
 //! Under autocast `linear` is on the lower-precision list: input, weight and bias are cast first
 //! (weight and bias through the autocast cache), and the copy is made of the cast input.
 //!
+//! The op has one output per tensor it creates, in PyTorch's order: the input copy, the `mm`
+//! result and (with a bias) the sum; the last one is `F.linear`'s result. The copy is saved; the
+//! `mm` result has no other user and is freed when the op returns.
+//!
 //! Backward: `AddBackward0` sums the gradient into the bias gradient; `MmBackward0` makes the
 //! weight gradient (contiguous in the weight's layout, so `AccumulateGrad` keeps it) and the
 //! input gradient, which `reshape`'s backward hands on as a view.
 
 use super::*;
 
-/// `F.linear` on a non-contiguous N-d input; inputs are `[x, weight, bias]` (bias optional).
+/// `F.linear` on a non-contiguous N-d input; inputs are `[x, weight, bias]` (bias optional);
+/// the last output is the result.
 #[derive(Debug, Clone)]
 pub struct LinearStrided {
     /// Input features.
@@ -50,7 +55,12 @@ impl Op for LinearStrided {
         if let Some(l) = o.last_mut() {
             *l = self.out_features;
         }
-        Ok(vec![o])
+        // the copy, the mm result, and (with a bias) the sum
+        let mut outs = vec![x.to_vec(), o.clone()];
+        if inputs.len() > 2 {
+            outs.push(o);
+        }
+        Ok(outs)
     }
 
     fn output_dtypes(&self, inputs: &[DType], n: usize) -> Vec<DType> {
@@ -61,25 +71,7 @@ impl Op for LinearStrided {
         Autocast::LowerPrecision
     }
 
-    // the contiguous copy of the input that `mm` keeps
-    fn forward_extras(&self, ctx: &OpCtx) -> Vec<TensorMeta> {
-        vec![ctx.inputs[0].clone()]
-    }
-
-    // the `mm` result, dropped once the bias has been added; without autograd (eval mode) the
-    // copy is dropped right after `mm` too
-    fn forward_temporaries(&self, ctx: &OpCtx) -> Vec<u64> {
-        let mut t = Vec::new();
-        if !ctx.training {
-            t.push(ctx.inputs[0].bytes());
-        }
-        if ctx.inputs.len() > 2 {
-            t.push(ctx.outputs[0].bytes());
-        }
-        t
-    }
-
     fn saved_for_backward(&self, _ctx: &OpCtx) -> Vec<Saved> {
-        vec![Saved::Extra(0), Saved::Input(1)]
+        vec![Saved::Output(0), Saved::Input(1)]
     }
 }

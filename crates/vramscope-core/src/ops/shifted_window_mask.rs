@@ -37,8 +37,7 @@ impl Op for ShiftedWindowMask {
     fn output_shapes(&self, _inputs: &[&[u64]]) -> Result<Vec<Shape>, ShapeError> {
         if self.window.0 == 0
             || self.window.1 == 0
-            || self.padded.0 % self.window.0 != 0
-            || self.padded.1 % self.window.1 != 0
+            || self.windows() * self.n() != self.padded.0 * self.padded.1
         {
             return Err(ShapeError::new(
                 "attn_mask",

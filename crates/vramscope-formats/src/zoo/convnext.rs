@@ -45,10 +45,10 @@ fn permute(b: &mut GraphBuilder, x: TensorId, dims: [usize; 4]) -> TensorId {
 /// `LayerNorm2d(c, eps=1e-6)` named `name`: permute to NHWC, layer norm with the module's weight
 /// and bias, permute back (the permutes are views).
 fn layer_norm_2d(b: &mut GraphBuilder, name: &str, c: u64, x: TensorId) -> TensorId {
-    b.declare_module(name, "LayerNorm2d");
-    let y = permute(b, x, [0, 2, 3, 1]);
+    // one call, recorded as three pieces so that the weight and bias belong to `name` itself
+    let y = b.module(name, "LayerNorm2d", &[x], |b| permute(b, x, [0, 2, 3, 1]));
     let y = b.layer(name, LayerNorm::new(c), &[y]);
-    permute(b, y, [0, 3, 1, 2])
+    b.module(name, "LayerNorm2d", &[y], |b| permute(b, y, [0, 3, 1, 2]))
 }
 
 /// `nn.Permute(dims)` as a leaf module named `name`. With `strided_grad`, the gradient reaching it

@@ -19,8 +19,8 @@
 
 use vramscope_core::ops::{
     ActivationKind, Add, Cat, ConstantPad, Contiguous, Conv2d, LayerNorm, Linear, MatMul,
-    MulScalar, RelativePositionBias, Roll, Select, ShiftedWindowMask, Slice, Softmax,
-    StochasticDepth, View, ViewStridedGrad,
+    MatMulCopyRhs, MulScalar, RelativePositionBias, Roll, Select, ShiftedWindowMask, Slice,
+    Softmax, StochasticDepth, View, ViewStridedGrad,
 };
 use vramscope_core::{GraphBuilder, TensorId};
 
@@ -216,7 +216,7 @@ fn swin_block(b: &mut GraphBuilder, x: TensorId, c: &BlockCfg) -> TensorId {
         },
         &[],
     );
-    let a = b.module("attn", "ShiftedWindowAttention", &[n1, bias], |b| {
+    let a = b.module("attn", "ShiftedWindowAttention", &[n1], |b| {
         shifted_window_attention(b, n1, bias, c)
     });
     let a = stochastic_depth(b, c.p, a);
@@ -350,15 +350,8 @@ fn shifted_window_attention(
             attn = view(b, "view", attn, vec![bw, heads, nn, nn]);
         }
         attn = b.op(Softmax { dim: 3 }, &[attn]);
-        // attn.matmul(v).transpose(1, 2).reshape(B*nW, N, C)
-        let vc = b.op(
-            Contiguous {
-                name: "reshape",
-                shape: vec![bw, heads, nn, d],
-            },
-            &[qkv3[2]],
-        );
-        let o = b.op(MatMul, &[attn, vc]);
+        // attn.matmul(v).transpose(1, 2).reshape(B*nW, N, C); matmul copies v (after casting)
+        let o = b.op_multi(MatMulCopyRhs, &[attn, qkv3[2]])[1];
         let o = strided_grad_view(b, o, vec![bw, heads, nn, d]);
         let o = view(b, "transpose", o, vec![bw, nn, heads, d]);
         let o = b.op(

@@ -152,13 +152,14 @@ fn multi_head_attention(
     b.declare_module("out_proj", "NonDynamicallyQuantizableLinear");
     // query = key = value = x.transpose(1, 0)
     let q = view(b, "transpose", x, vec![l, n, e]);
-    let proj = b.op(
+    let outs = b.op_multi(
         LinearStrided {
             in_features: e,
             out_features: 3 * e,
         },
         &[q, w, bias],
     );
+    let proj = outs[outs.len() - 1];
     // unflatten(-1, (3, E)): its gradient comes back permuted and is copied
     let mut p = b.op(
         ViewStridedGrad {
