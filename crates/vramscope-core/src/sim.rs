@@ -342,6 +342,8 @@ struct TapeNode {
     outputs: Vec<Rt>,
     saved: Vec<u32>,
     temporaries: Vec<u64>,
+    /// allocate input gradients last argument first (`mm`: mat2 before mat1)
+    grads_right_to_left: bool,
     region: Option<usize>,
 }
 
@@ -615,6 +617,7 @@ impl<'g> Sim<'g> {
                 outputs: vec![c],
                 saved: Vec::new(),
                 temporaries: Vec::new(),
+                grads_right_to_left: false,
                 region: None,
             });
         }
@@ -836,6 +839,7 @@ impl<'g> Sim<'g> {
                     outputs: outs.clone(),
                     saved,
                     temporaries: op.backward_temporaries(&ctx),
+                    grads_right_to_left: op.grads_right_to_left(),
                     region,
                 });
             }
@@ -1132,7 +1136,12 @@ impl<'g> Sim<'g> {
                 })
                 .collect();
             let mut produced: Vec<(Rt, u32)> = Vec::new();
-            for (inp, gi, meta) in &node.inputs {
+            let order: Vec<usize> = if node.grads_right_to_left {
+                (0..node.inputs.len()).rev().collect()
+            } else {
+                (0..node.inputs.len()).collect()
+            };
+            for (inp, gi, meta) in order.iter().map(|&k| &node.inputs[k]) {
                 let Some(target) = *inp else { continue };
                 let sid = match gi {
                     GradIn::None => continue,

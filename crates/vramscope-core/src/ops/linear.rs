@@ -30,6 +30,12 @@ impl Op for Linear {
         "Linear"
     }
 
+    // addmm (with a bias) computes the input's gradient first; a bias-free linear is an `mm`,
+    // whose backward computes mat2's (the weight's) first
+    fn grads_right_to_left(&self) -> bool {
+        !self.bias
+    }
+
     fn output_shapes(&self, inputs: &[&[u64]]) -> Result<Vec<Shape>, ShapeError> {
         let s = inputs[0];
         match s.last() {

@@ -32,6 +32,10 @@ impl Op for LinearStrided {
         "linear"
     }
 
+    fn grads_right_to_left(&self) -> bool {
+        true
+    }
+
     fn output_shapes(&self, inputs: &[&[u64]]) -> Result<Vec<Shape>, ShapeError> {
         let x = inputs
             .first()

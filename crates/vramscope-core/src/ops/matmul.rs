@@ -11,6 +11,10 @@ impl Op for MatMul {
         "matmul"
     }
 
+    fn grads_right_to_left(&self) -> bool {
+        true
+    }
+
     fn output_shapes(&self, inputs: &[&[u64]]) -> Result<Vec<Shape>, ShapeError> {
         let (a, b) = (inputs[0], inputs[1]);
         if a.len() < 2 || b.len() < 2 || a[a.len() - 1] != b[b.len() - 2] {

@@ -14,6 +14,10 @@ impl Op for MatMulCopyRhs {
         "matmul"
     }
 
+    fn grads_right_to_left(&self) -> bool {
+        true
+    }
+
     fn output_shapes(&self, inputs: &[&[u64]]) -> Result<Vec<Shape>, ShapeError> {
         let mut out = MatMul.output_shapes(inputs)?;
         out.insert(0, inputs[1].to_vec());

@@ -281,6 +281,12 @@ pub trait Op: Debug + Send + Sync {
         Vec::new()
     }
 
+    /// Whether backward allocates the input gradients last argument first (`mm`/`bmm` compute
+    /// the gradient of mat2 before mat1; `linear` goes bias, weight, input).
+    fn grads_right_to_left(&self) -> bool {
+        false
+    }
+
     /// Whether the op returns its input unchanged (no allocation, no autograd node) when the module
     /// is in eval mode (dropout, stochastic depth).
     fn identity_in_eval(&self) -> bool {
