@@ -28,6 +28,8 @@ pub struct GraphBuilder {
     stack: Vec<ModuleId>,
     /// Python frames (module calls and plain functions) and the locals they keep referenced
     frames: Vec<Vec<TensorId>>,
+    module_index: std::collections::HashMap<String, ModuleId>,
+    param_index: std::collections::HashMap<String, ParamId>,
     error: Option<BuildError>,
 }
 
@@ -53,6 +55,8 @@ impl GraphBuilder {
             },
             stack: vec![ModuleId(0)],
             frames: vec![Vec::new()],
+            module_index: std::collections::HashMap::from([(String::new(), ModuleId(0))]),
+            param_index: std::collections::HashMap::new(),
             error: None,
         }
     }
@@ -96,15 +100,17 @@ impl GraphBuilder {
     /// Finds or registers the child module `name` of the current module.
     fn child(&mut self, name: &str, type_name: &str) -> (ModuleId, bool) {
         let path = self.child_path(name);
-        if let Some(id) = self.graph.find_module(&path) {
+        if let Some(&id) = self.module_index.get(&path) {
             return (id, false);
         }
+        let id = ModuleId(self.graph.modules.len() as u32);
+        self.module_index.insert(path.clone(), id);
         self.graph.modules.push(ModuleDef {
             path,
             type_name: type_name.to_string(),
             parent: Some(self.current()),
         });
-        (ModuleId(self.graph.modules.len() as u32 - 1), true)
+        (id, true)
     }
 
     /// Calls child module `name` (class `type_name`) with `inputs`: everything `f` records belongs
@@ -216,9 +222,11 @@ impl GraphBuilder {
         } else {
             format!("{mpath}.{name}")
         };
-        if let Some(i) = self.graph.params.iter().position(|p| p.name == full) {
-            return ParamId(i as u32);
+        if let Some(&i) = self.param_index.get(&full) {
+            return i;
         }
+        self.param_index
+            .insert(full.clone(), ParamId(self.graph.params.len() as u32));
         let init_rank = self.graph.params.len() as u32;
         self.graph.params.push(ParamDef {
             name: full,

@@ -1109,17 +1109,27 @@ impl<'g> Sim<'g> {
                     self.recompute_region(r);
                 }
             }
-            let node = self.tape[i].clone();
+            // each tape node runs once: move its lists out instead of cloning them
+            let t = &mut self.tape[i];
+            let node = TapeNode {
+                label: t.label,
+                module: t.module,
+                inputs: std::mem::take(&mut t.inputs),
+                outputs: std::mem::take(&mut t.outputs),
+                saved: Vec::new(),
+                temporaries: std::mem::take(&mut t.temporaries),
+                grads_right_to_left: t.grads_right_to_left,
+                region: t.region,
+            };
             let incoming: Vec<Option<u32>> = node
                 .outputs
                 .iter()
                 .map(|&o| self.grad_buf[o as usize].take())
                 .collect();
             if incoming.iter().all(Option::is_none) {
-                for s in &self.tape[i].saved.clone() {
-                    self.decref(*s);
+                for s in std::mem::take(&mut self.tape[i].saved) {
+                    self.decref(s);
                 }
-                self.tape[i].saved.clear();
                 self.finish_region_node(i);
                 continue;
             }
