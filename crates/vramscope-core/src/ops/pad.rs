@@ -30,17 +30,4 @@ impl Op for ConstantPad {
         }
         Ok(vec![s])
     }
-
-    fn input_grads(&self, ctx: &OpCtx) -> Vec<GradIn> {
-        ctx.inputs
-            .iter()
-            .map(|t| {
-                if t.dtype.is_float() {
-                    GradIn::New
-                } else {
-                    GradIn::None
-                }
-            })
-            .collect()
-    }
 }

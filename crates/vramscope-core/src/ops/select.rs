@@ -33,19 +33,6 @@ impl Op for Select {
     fn alias(&self) -> Alias {
         Alias::View(0)
     }
-
-    fn input_grads(&self, ctx: &OpCtx) -> Vec<GradIn> {
-        ctx.inputs
-            .iter()
-            .map(|t| {
-                if t.dtype.is_float() {
-                    GradIn::New
-                } else {
-                    GradIn::None
-                }
-            })
-            .collect()
-    }
 }
 
 /// A slice `x[..., a:b:s, ...]` along one dimension that does not cover it whole.

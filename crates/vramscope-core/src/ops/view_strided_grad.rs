@@ -31,17 +31,4 @@ impl Op for ViewStridedGrad {
     fn alias(&self) -> Alias {
         Alias::View(0)
     }
-
-    fn input_grads(&self, ctx: &OpCtx) -> Vec<GradIn> {
-        ctx.inputs
-            .iter()
-            .map(|t| {
-                if t.dtype.is_float() {
-                    GradIn::New
-                } else {
-                    GradIn::None
-                }
-            })
-            .collect()
-    }
 }
