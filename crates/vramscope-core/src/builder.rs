@@ -13,12 +13,20 @@ use crate::ops::{Op, ShapeError};
 
 /// An error while building a graph: a shape rule failed inside a named module.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("in module `{module}`: {source}")]
+#[error("{}{shape}", where_(module))]
 pub struct BuildError {
     /// Path of the module whose op failed (`""` is the root).
     pub module: String,
     /// What the op's shape rule said.
-    pub source: ShapeError,
+    pub shape: ShapeError,
+}
+
+fn where_(module: &str) -> String {
+    if module.is_empty() {
+        String::new()
+    } else {
+        format!("in module `{module}`: ")
+    }
 }
 
 /// Builds a [`Graph`] op by op.
@@ -63,6 +71,14 @@ impl GraphBuilder {
 
     /// Adds a model input (the batch).
     pub fn input(&mut self, shape: Shape, dtype: DType) -> TensorId {
+        if self.error.is_none() {
+            if let Err(e) = check_size("input", &shape) {
+                self.error = Some(BuildError {
+                    module: String::new(),
+                    shape: e,
+                });
+            }
+        }
         let t = self.new_tensor(shape, dtype, None);
         self.graph.inputs.push(t);
         t
@@ -301,11 +317,20 @@ impl GraphBuilder {
                 Ok(s) => s,
                 Err(e) => {
                     let module = self.graph.modules[self.current().0 as usize].path.clone();
-                    self.error = Some(BuildError { module, source: e });
+                    self.error = Some(BuildError { module, shape: e });
                     vec![shapes.first().map(|s| s.to_vec()).unwrap_or_default()]
                 }
             }
         };
+        if self.error.is_none() {
+            if let Some(e) = out_shapes
+                .iter()
+                .find_map(|s| check_size(op.kind(), s).err())
+            {
+                let module = self.graph.modules[self.current().0 as usize].path.clone();
+                self.error = Some(BuildError { module, shape: e });
+            }
+        }
         let dtypes: Vec<DType> = inputs.iter().map(|&t| self.graph.tensor(t).dtype).collect();
         let out_dtypes = op.output_dtypes(&dtypes, out_shapes.len());
         let node = NodeId(self.graph.nodes.len() as u32);
@@ -336,5 +361,21 @@ impl GraphBuilder {
         self.graph.outputs = outputs.to_vec();
         self.graph.task = task;
         Ok(self.graph)
+    }
+}
+
+/// The largest tensor the simulator accepts (2^48 bytes = 256 TiB at 8 bytes an element), so that
+/// sums of sizes cannot overflow.
+const MAX_ELEMENTS: u64 = 1 << 45;
+
+/// Rejects shapes whose element count overflows or exceeds any real device.
+fn check_size(op: &'static str, shape: &[u64]) -> Result<(), ShapeError> {
+    let n = shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d));
+    match n {
+        Some(n) if n <= MAX_ELEMENTS => Ok(()),
+        _ => Err(ShapeError::new(
+            op,
+            format!("a tensor of shape {shape:?} has more than 2^45 elements; check the batch size and input size"),
+        )),
     }
 }

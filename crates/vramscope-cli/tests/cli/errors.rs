@@ -63,6 +63,23 @@ fn bad_input_shape() {
 }
 
 #[test]
+fn absurd_sizes_are_refused_not_wrapped() {
+    fails_with(
+        &[
+            "estimate",
+            "resnet50",
+            "--batch-size",
+            "4611686018427387904",
+        ],
+        &["more than 2^45 elements", "batch size"],
+    );
+    fails_with(
+        &["estimate", "resnet50", "--input", "3x99999999x99999999"],
+        &["more than 2^45 elements"],
+    );
+}
+
+#[test]
 fn image_too_small_names_the_module() {
     fails_with(
         &["estimate", "vgg16", "--input", "3x16x16"],

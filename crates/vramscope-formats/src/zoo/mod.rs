@@ -64,12 +64,12 @@ pub enum ZooError {
         available: String,
     },
     /// The model cannot take this input (e.g. an image too small).
-    #[error("{model}: {source}")]
+    #[error("{model}: {cause}")]
     Build {
         /// The model.
         model: String,
         /// The failing module and shape rule.
-        source: BuildError,
+        cause: BuildError,
     },
     /// The input itself is unusable.
     #[error("{model}: {message}")]
@@ -195,9 +195,9 @@ pub fn build(name: &str, input: &ZooInput) -> Result<Graph, ZooError> {
             num_classes: input.num_classes,
         },
     )
-    .map_err(|source| ZooError::Build {
+    .map_err(|cause| ZooError::Build {
         model: entry.name.to_string(),
-        source,
+        cause,
     })
 }
 
