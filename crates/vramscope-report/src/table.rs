@@ -32,7 +32,8 @@ fn phase_reason(name: &str, delta: i64, r: &EstimateReport) -> String {
     match step {
         "init" => "nothing allocated yet".into(),
         "model" => "parameters and buffers on the device".into(),
-        "optimizer" => "optimizer states are created lazily at the first step".into(),
+        "optimizer" if delta > 0 => "this optimizer creates its state in the constructor".into(),
+        "optimizer" => "nothing yet: optimizer states are created lazily at the first step".into(),
         "data" if second => "new batch; the previous one is freed on reassignment".into(),
         "data" => "the batch (inputs and labels)".into(),
         "forward" if r.config.mode == vramscope_core::sim::Mode::Infer => {

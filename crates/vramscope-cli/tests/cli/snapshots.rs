@@ -1,0 +1,61 @@
+//! Snapshots (insta) of what users and scripts read: the text report, the JSON report and error
+//! messages. A change to any of them shows up as a reviewable diff.
+
+use crate::vramscope;
+
+fn stdout(args: &[&str]) -> String {
+    let out = vramscope(args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(args: &[&str]) -> String {
+    let out = vramscope(args);
+    assert!(!out.status.success());
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn text_report_resnet18() {
+    insta::assert_snapshot!(stdout(&[
+        "estimate",
+        "resnet18",
+        "--batch-size",
+        "8",
+        "--layers",
+        "12"
+    ]));
+}
+
+#[test]
+fn json_report_mobilenet_v3_small_amp() {
+    let json: serde_json::Value = serde_json::from_str(&stdout(&[
+        "estimate",
+        "mobilenet_v3_small",
+        "-b",
+        "4",
+        "--precision",
+        "amp-bf16",
+        "--optimizer",
+        "adamw",
+        "--json",
+    ]))
+    .expect("JSON");
+    insta::assert_json_snapshot!(json);
+}
+
+#[test]
+fn error_messages() {
+    let text = [
+        stderr(&["estimate", "resnet5"]),
+        stderr(&["estimate", "vgg16", "--input", "3x16x16"]),
+        stderr(&["estimate", "resnet18", "--checkpoint", "layer9"]),
+        stderr(&["estimate", "resnet18", "--precision", "fp8"]),
+    ]
+    .join("");
+    insta::assert_snapshot!(text);
+}
