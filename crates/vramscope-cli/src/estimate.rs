@@ -1,0 +1,123 @@
+//! `vramscope estimate`: one simulation, printed as tables or JSON.
+
+use std::io::Write;
+use std::path::Path;
+
+use anyhow::{anyhow, Context, Result};
+use vramscope_core::sim::{simulate, Simulation};
+use vramscope_core::Graph;
+use vramscope_report::{find_gpu, render_text, EstimateReport, Gpu, ReportInput, GPUS};
+
+use crate::model::{self, ModelArgs};
+use crate::step::StepArgs;
+
+/// `vramscope estimate` flags.
+#[derive(clap::Args, Debug)]
+pub struct EstimateArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub step: StepArgs,
+    /// GPU to check the fit against.
+    #[arg(long, default_value = "h100")]
+    pub gpu: String,
+    /// Print the JSON report.
+    #[arg(long)]
+    pub json: bool,
+    /// Write every simulated allocation and free to FILE as JSON lines (the format of
+    /// ../shared/truth's `--trace`, so the two can be diffed).
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<std::path::PathBuf>,
+    /// Layers to show in the table (a number or `all`).
+    #[arg(long, default_value = "40")]
+    pub layers: String,
+}
+
+/// Finds `--gpu`.
+pub fn gpu(name: &str) -> Result<&'static Gpu> {
+    find_gpu(name).ok_or_else(|| {
+        anyhow!(
+            "--gpu {name:?}: unknown GPU; known: {}",
+            GPUS.iter()
+                .map(|g| g.aliases[0])
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    })
+}
+
+/// Runs `vramscope estimate`.
+pub fn run(a: &EstimateArgs) -> Result<()> {
+    let mut cfg = a.step.config()?;
+    let gpu = gpu(&a.gpu)?;
+    let max_layers = if a.layers == "all" {
+        usize::MAX
+    } else {
+        a.layers
+            .parse()
+            .map_err(|_| anyhow!("--layers {:?}: expected a number or `all`", a.layers))?
+    };
+    let loaded = model::load(&a.model, a.model.batch_size)?;
+    cfg.record_events = a.trace.is_some();
+    let sim = simulate(&loaded.graph, &cfg)?;
+    if let Some(path) = &a.trace {
+        write_trace(path, &loaded.graph, &sim)?;
+    }
+    let report = EstimateReport::new(
+        &ReportInput {
+            graph: &loaded.graph,
+            source: loaded.source,
+            batch_size: a.model.batch_size,
+            mode: cfg.mode,
+            precision: cfg.precision,
+            optimizer: cfg.optimizer,
+            checkpoint: a.step.checkpoint.clone(),
+            gpu,
+        },
+        &sim,
+    );
+    let text = if a.json {
+        serde_json::to_string_pretty(&report).context("serialising the report")? + "\n"
+    } else {
+        render_text(&report, max_layers)
+    };
+    std::io::stdout()
+        .write_all(text.as_bytes())
+        .context("writing to stdout")?;
+    Ok(())
+}
+
+fn write_trace(path: &Path, graph: &Graph, sim: &Simulation) -> Result<()> {
+    let mut out = String::new();
+    let mut phase = u16::MAX;
+    for (seq, e) in sim.events.iter().enumerate() {
+        if e.phase != phase {
+            phase = e.phase;
+            out.push_str(
+                &serde_json::json!({"ev": "phase", "phase": sim.phases[phase as usize].name})
+                    .to_string(),
+            );
+            out.push('\n');
+        }
+        let line = serde_json::json!({
+            "seq": seq,
+            "ev": if e.alloc { "alloc" } else { "free" },
+            "sid": e.storage,
+            "phase": sim.phases[e.phase as usize].name,
+            "bytes": e.bytes,
+            "block": e.block,
+            "category": e.category,
+            "op": e.label.to_string(),
+            "module": e.module.map(|m| graph.module_path(m)),
+            "alloc": e.allocated,
+            "reserved": e.reserved,
+        });
+        out.push_str(&line.to_string());
+        out.push('\n');
+    }
+    // write to a temporary file first so a failure leaves nothing half-written
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, out).with_context(|| format!("writing trace {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("writing trace {}", path.display()))?;
+    Ok(())
+}

@@ -1,0 +1,75 @@
+//! How the step runs: mode, optimizer, precision and checkpointing flags, turned into a
+//! [`StepConfig`].
+
+use anyhow::{anyhow, bail, Result};
+use vramscope_core::optim::Optimizer;
+use vramscope_core::sim::{Checkpoint, Mode, StepConfig};
+use vramscope_core::Precision;
+
+/// The step's flags, shared by every command that simulates.
+#[derive(clap::Args, Debug, Clone)]
+pub struct StepArgs {
+    /// train or infer.
+    #[arg(long, default_value = "train")]
+    pub mode: String,
+    /// sgd, sgd-momentum, adam, adamw, adagrad, rmsprop.
+    #[arg(long, default_value = "sgd-momentum")]
+    pub optimizer: String,
+    /// fp32, fp16, bf16, amp-fp16, amp-bf16.
+    #[arg(long, default_value = "fp32")]
+    pub precision: String,
+    /// Modules to checkpoint, comma-separated (`layer3,layer4`), or `module:N` for
+    /// checkpoint_sequential with N segments.
+    #[arg(long, value_delimiter = ',')]
+    pub checkpoint: Vec<String>,
+}
+
+/// Parses `--checkpoint` items.
+pub fn parse_checkpoint(items: &[String]) -> Result<Vec<Checkpoint>> {
+    items
+        .iter()
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| match s.split_once(':') {
+            Some((m, n)) => {
+                let segments = n.parse::<u32>().ok().filter(|&n| n > 0).ok_or_else(|| {
+                    anyhow!(
+                        "--checkpoint {s}: the segment count after ':' must be a positive integer"
+                    )
+                })?;
+                Ok(Checkpoint::Sequential {
+                    module: m.trim().to_string(),
+                    segments,
+                })
+            }
+            None => Ok(Checkpoint::Module(s.trim().to_string())),
+        })
+        .collect()
+}
+
+impl StepArgs {
+    /// The simulator configuration these flags describe.
+    pub fn config(&self) -> Result<StepConfig> {
+        let mode = match self.mode.as_str() {
+            "train" => Mode::Train,
+            "infer" | "inference" | "eval" => Mode::Infer,
+            m => bail!("--mode {m:?}: expected train or infer"),
+        };
+        let precision = Precision::parse(&self.precision).ok_or_else(|| {
+            anyhow!(
+                "--precision {:?}: expected one of fp32, fp16, bf16, amp-fp16, amp-bf16",
+                self.precision
+            )
+        })?;
+        let optimizer = Optimizer::parse(&self.optimizer).ok_or_else(|| {
+            anyhow!("--optimizer {:?}: expected one of sgd, sgd-momentum, adam, adamw, adagrad, rmsprop", self.optimizer)
+        })?;
+        Ok(StepConfig {
+            mode,
+            precision,
+            optimizer,
+            iterations: 2,
+            checkpoint: parse_checkpoint(&self.checkpoint)?,
+            record_events: false,
+        })
+    }
+}
