@@ -18,3 +18,8 @@ for f in torchvision_dev torchvision_extra torchvision_more; do
   python3 validation/compare.py "fixtures/truth/$f.jsonl" --markdown "$out" --title "$f" > /dev/null
 done
 echo "wrote $out"
+# the field's rules of thumb (the classic formula always; torchinfo with the truth venv's python)
+PY=python3
+if [ -x "${VENV:-$HOME/.venvs/truth}/bin/python" ]; then PY="${VENV:-$HOME/.venvs/truth}/bin/python"; fi
+$PY validation/baselines.py fixtures/truth/torchvision_dev.jsonl --markdown "$out" > /dev/null
+echo "added baselines to $out"
