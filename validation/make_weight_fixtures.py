@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Writes the weight-file fixtures under fixtures/weights/ (each a few KB): real files made by the
-`safetensors`, `transformers` and `gguf` packages, plus corrupt variants of them for the error tests.
+`safetensors`, `transformers` and `gguf` packages, plus corrupt variants of them for the error tests, and `reference.json`: what the packages' own
+readers (safetensors' safe_open, gguf's GGUFReader) say each good file holds.
 
 Run (in the truth venv, which has torch, transformers 5.23, safetensors 0.8 and gguf 0.19):
     ~/.venvs/truth/bin/python validation/make_weight_fixtures.py
@@ -169,6 +170,25 @@ def corrupt_gguf(good: pathlib.Path) -> None:
     (BAD / "unknown-type.gguf").write_bytes(bytes(bad_type))
 
 
+def reference_inventory() -> dict:
+    """What the packages' own readers say about the good fixtures: name -> [dtype, shape, bytes]."""
+    from safetensors import safe_open
+
+    out = {}
+    for rel in ("tiny.safetensors", "sharded/model-00001-of-00002.safetensors",
+                "sharded/model-00002-of-00002.safetensors"):
+        with safe_open(str(OUT / rel), framework="pt") as f:
+            for name in f.keys():
+                sl = f.get_slice(name)
+                t = f.get_tensor(name)
+                out.setdefault(rel.split("/")[0], {})[name] = [sl.get_dtype(), list(sl.get_shape()),
+                                                               t.numel() * t.element_size()]
+    r = gguf.GGUFReader(str(OUT / "tiny.gguf"))
+    out["tiny.gguf"] = {t.name: [t.tensor_type.name, [int(d) for d in t.shape], int(t.n_bytes)]
+                        for t in r.tensors}
+    return out
+
+
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     BAD.mkdir(parents=True, exist_ok=True)
@@ -178,6 +198,7 @@ def main() -> None:
     bad_index(OUT / "sharded")
     write_gguf(OUT / "tiny.gguf")
     corrupt_gguf(OUT / "tiny.gguf")
+    (OUT / "reference.json").write_text(json.dumps(reference_inventory(), indent=1, sort_keys=True) + "\n")
     for p in sorted(OUT.rglob("*")):
         if p.is_file():
             print(f"{p.stat().st_size:7d}  {p.relative_to(ROOT)}")

@@ -417,7 +417,15 @@ pub fn read_file(path: &Path) -> Result<WeightInventory, WeightsError> {
                 ),
             ));
         }
-        let bytes = elements / ty.block_size * ty.type_size;
+        let bytes = (elements / ty.block_size)
+            .checked_mul(ty.type_size)
+            .ok_or_else(|| {
+                WeightsError::invalid(
+                    path,
+                    format!("{what} dims"),
+                    format!("{dims:?} is too large"),
+                )
+            })?;
         if offset % alignment != 0 {
             return Err(WeightsError::invalid(
                 path,
