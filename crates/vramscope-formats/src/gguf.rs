@@ -307,14 +307,14 @@ pub fn read_file(path: &Path) -> Result<WeightInventory, WeightsError> {
     let n_tensors = r.u64("tensor_count")?;
     let n_kv = r.u64("metadata_kv_count")?;
     // every key/value takes at least 13 bytes and every tensor info at least 24
-    if n_kv.checked_mul(13).map_or(true, |b| b > len - r.pos) {
+    if n_kv.checked_mul(13).is_none_or(|b| b > len - r.pos) {
         return Err(WeightsError::invalid(
             path,
             "metadata_kv_count",
             format!("{n_kv} cannot fit in a file of {len} bytes"),
         ));
     }
-    if n_tensors.checked_mul(24).map_or(true, |b| b > len - r.pos) {
+    if n_tensors.checked_mul(24).is_none_or(|b| b > len - r.pos) {
         return Err(WeightsError::invalid(
             path,
             "tensor_count",
@@ -433,7 +433,7 @@ pub fn read_file(path: &Path) -> Result<WeightInventory, WeightsError> {
                 format!("{offset} is not a multiple of the alignment {alignment}"),
             ));
         }
-        if offset.checked_add(bytes).map_or(true, |end| end > data_len) {
+        if offset.checked_add(bytes).is_none_or(|end| end > data_len) {
             return Err(WeightsError::invalid(
                 path,
                 format!("{what} offset"),

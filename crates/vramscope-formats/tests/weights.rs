@@ -104,7 +104,7 @@ fn sparse_safetensors(path: &Path, prefix: &str, n: u64, rows: u64, cols: u64) -
         );
     }
     let mut text = serde_json::to_vec(&header).unwrap();
-    while text.len() % 8 != 0 {
+    while !text.len().is_multiple_of(8) {
         text.push(b' ');
     }
     let mut f = std::fs::File::create(path).unwrap();
