@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod estimate;
+mod inspect;
 mod model;
 mod step;
 
@@ -22,6 +23,8 @@ struct Cli {
 enum Command {
     /// Predict the memory of a training step or inference pass, phase by phase.
     Estimate(Box<estimate::EstimateArgs>),
+    /// List the tensors of a checkpoint (safetensors, sharded folder, GGUF) from its headers.
+    Inspect(inspect::InspectArgs),
     /// List the built-in models.
     Models,
 }
@@ -30,6 +33,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match &cli.command {
         Command::Estimate(a) => estimate::run(a),
+        Command::Inspect(a) => inspect::run(a),
         Command::Models => {
             println!("{}", vramscope_formats::zoo::names().join("\n"));
             Ok(())

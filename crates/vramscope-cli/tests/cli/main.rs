@@ -2,6 +2,7 @@
 
 mod accuracy;
 mod errors;
+mod inspect;
 mod json_contract;
 mod snapshots;
 
