@@ -1,4 +1,6 @@
-//! vramscope-formats: front-ends that build the graph IR. Today: the built-in torchvision zoo.
+//! vramscope-formats: front-ends that build the graph IR. The built-in torchvision zoo and
+//! Hugging Face `config.json` files.
 #![deny(missing_docs)]
 
+pub mod hf;
 pub mod zoo;
