@@ -6,7 +6,7 @@ into the compact fixture format used by vramscope's tests.
         [--prefix torchvision:] [--only-names NAMES.jsonl]
 
 One output line per successful record whose model starts with --prefix (default "torchvision:"):
-  {"name","model","batch","image","num_classes","amp","optim","mode","checkpoint",
+  {"name","model","batch","image","num_classes","amp","optim","mode","checkpoint","seq","task","param_dtype",
    "param_count","peak_alloc","peak_reserved","peak_phase",
    "phases":[{"phase","after_alloc","peak_alloc","after_reserved","peak_reserved"}, ...]}
 "model" has the prefix stripped.  Failed records are reported on stderr and skipped.
@@ -17,11 +17,13 @@ import json
 import sys
 
 
-def compact(rec, prefix):
+def compact(rec, prefix, rename_dir=None):
     c = rec["case"]
     model = c["model"]
     if prefix and model.startswith(prefix):
         model = model[len(prefix):]
+    if rename_dir is not None and model.endswith(".json"):
+        model = rename_dir + "/" + model.rsplit("/", 1)[-1]
     ov = rec["overall"]
     return {
         "name": c.get("name"),
@@ -33,6 +35,9 @@ def compact(rec, prefix):
         "optim": c.get("optim"),
         "mode": c.get("mode"),
         "checkpoint": c.get("checkpoint"),
+        "seq": c.get("seq"),
+        "task": c.get("task"),
+        "param_dtype": c.get("param_dtype"),
         "param_count": rec.get("param_count"),
         "peak_alloc": ov["peak"]["alloc"],
         "peak_reserved": ov["peak"]["reserved"],
@@ -55,6 +60,7 @@ def main():
     ap.add_argument("inputs", nargs="+")
     ap.add_argument("--out", required=True)
     ap.add_argument("--prefix", default="torchvision:", help="keep only models with this prefix ('' = all)")
+    ap.add_argument("--config-dir", help="hf: rewrite config paths to DIR/NAME.json (the committed copies)")
     ap.add_argument("--order", help="a case list (.jsonl); output follows its order and only its names")
     args = ap.parse_args()
 
@@ -72,7 +78,7 @@ def main():
         if not r.get("ok"):
             failed.append((c.get("name"), (r.get("error") or "")[:200]))
             continue
-        out[c["name"]] = compact(r, args.prefix)
+        out[c["name"]] = compact(r, args.prefix, args.config_dir)
     names = list(out)
     if args.order:
         with open(args.order) as f:

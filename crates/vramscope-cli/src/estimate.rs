@@ -57,7 +57,13 @@ pub fn run(a: &EstimateArgs) -> Result<()> {
             .parse()
             .map_err(|_| anyhow!("--layers {:?}: expected a number or `all`", a.layers))?
     };
-    let loaded = model::load(&a.model, a.model.batch_size)?;
+    let loaded = model::load(&a.model, a.model.batch_size, cfg.precision)?;
+    cfg.checkpoint.extend(
+        loaded
+            .checkpoint_layers
+            .iter()
+            .map(|m| vramscope_core::sim::Checkpoint::Module(m.clone())),
+    );
     cfg.record_events = a.trace.is_some();
     let sim = simulate(&loaded.graph, &cfg)?;
     if let Some(path) = &a.trace {

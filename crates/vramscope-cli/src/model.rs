@@ -1,14 +1,16 @@
 //! Which model to simulate and for what input: `MODEL` and the flags that shape the input. Every
-//! front-end (the zoo today; config.json, ONNX, safetensors next) is dispatched from here.
+//! front-end (the zoo, Hugging Face config.json files or model folders) is dispatched from here.
 
 use anyhow::{anyhow, bail, Result};
-use vramscope_core::Graph;
+use vramscope_core::{Graph, Precision};
+use vramscope_formats::hf::{self, HfInput, HfTask};
 use vramscope_formats::zoo::{self, ZooInput};
 
 /// The model and its input, shared by every command that simulates.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ModelArgs {
-    /// A built-in model name (`vramscope models` lists them).
+    /// A built-in model name (`vramscope models` lists them), or a Hugging Face `config.json`
+    /// (or a folder holding one).
     pub model: String,
     /// Batch size.
     #[arg(long, short = 'b', default_value_t = 32)]
@@ -19,6 +21,17 @@ pub struct ModelArgs {
     /// Classes of the classifier head.
     #[arg(long, default_value_t = 1000)]
     pub num_classes: u64,
+    /// Sequence length (Hugging Face models; required for them).
+    #[arg(long)]
+    pub seq_len: Option<u64>,
+    /// Head and loss of a Hugging Face model: causal-lm, masked-lm or seq-cls (default: from the
+    /// config's `architectures`).
+    #[arg(long)]
+    pub task: Option<String>,
+    /// What `model.gradient_checkpointing_enable()` does: every decoder/encoder layer checkpointed
+    /// (non-reentrant). Hugging Face models only.
+    #[arg(long)]
+    pub gradient_checkpointing: bool,
 }
 
 /// A built graph and where it came from.
@@ -27,6 +40,8 @@ pub struct LoadedModel {
     pub graph: Graph,
     /// `zoo`, `hf-config`, `onnx`, ...
     pub source: &'static str,
+    /// The modules `--gradient-checkpointing` checkpoints.
+    pub checkpoint_layers: Vec<String>,
 }
 
 /// Parses `--input`.
@@ -44,7 +59,16 @@ pub fn parse_input(s: &str) -> Result<(u64, u64, u64)> {
 }
 
 /// Builds the graph for `args` (with `batch_size` overriding the flag, for searches).
-pub fn load(args: &ModelArgs, batch_size: u64) -> Result<LoadedModel> {
+pub fn load(args: &ModelArgs, batch_size: u64, precision: Precision) -> Result<LoadedModel> {
+    if hf::is_hf_path(&args.model) {
+        return load_hf(args, batch_size, precision);
+    }
+    if args.seq_len.is_some() || args.task.is_some() || args.gradient_checkpointing {
+        bail!(
+            "--seq-len, --task and --gradient-checkpointing apply to Hugging Face models (a config.json or a model folder); `{}` is not one",
+            args.model
+        );
+    }
     let (c, h, w) = parse_input(&args.input)?;
     let input = ZooInput {
         batch: batch_size,
@@ -56,5 +80,41 @@ pub fn load(args: &ModelArgs, batch_size: u64) -> Result<LoadedModel> {
     Ok(LoadedModel {
         graph: zoo::build(&args.model, &input)?,
         source: "zoo",
+        checkpoint_layers: Vec::new(),
+    })
+}
+
+fn load_hf(args: &ModelArgs, batch_size: u64, precision: Precision) -> Result<LoadedModel> {
+    let seq = args.seq_len.ok_or_else(|| {
+        anyhow!(
+            "{}: a Hugging Face model needs --seq-len (the sequence length to simulate)",
+            args.model
+        )
+    })?;
+    let task = match &args.task {
+        None => None,
+        Some(t) => Some(
+            HfTask::parse(t)
+                .ok_or_else(|| anyhow!("--task {t:?}: expected causal-lm, masked-lm or seq-cls"))?,
+        ),
+    };
+    let cfg = hf::read_config(&args.model)?;
+    let m = hf::build(
+        &cfg,
+        &HfInput {
+            batch: batch_size,
+            seq,
+            task,
+            precision,
+        },
+    )?;
+    Ok(LoadedModel {
+        graph: m.graph,
+        source: "hf-config",
+        checkpoint_layers: if args.gradient_checkpointing {
+            m.checkpoint_layers
+        } else {
+            Vec::new()
+        },
     })
 }

@@ -259,6 +259,17 @@ impl GraphBuilder {
     /// Calls a leaf module `name` whose whole forward is `op` (an `nn.Conv2d`, `nn.ReLU`, ...):
     /// registers the op's parameters under the module's path and records the op.
     pub fn layer(&mut self, name: &str, op: impl Op + 'static, inputs: &[TensorId]) -> TensorId {
+        self.layer_multi(name, op, inputs)[0]
+    }
+
+    /// [`layer`](Self::layer) for a leaf module whose op has several outputs (a rotary
+    /// embedding's `cos` and `sin`).
+    pub fn layer_multi(
+        &mut self,
+        name: &str,
+        op: impl Op + 'static,
+        inputs: &[TensorId],
+    ) -> Vec<TensorId> {
         let op: Arc<dyn Op> = Arc::new(op);
         let (id, _) = self.child(name, op.kind());
         let mut params = Vec::new();
@@ -286,7 +297,7 @@ impl GraphBuilder {
             end: first + 1,
             inputs: inputs.to_vec(),
         });
-        out[0]
+        out
     }
 
     /// Records a functional op (no parameters of its own) in the current module.

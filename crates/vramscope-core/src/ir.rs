@@ -131,6 +131,19 @@ pub enum Task {
         /// Number of classes K.
         num_classes: u64,
     },
+    /// Hugging Face's `ForCausalLMLoss(logits [B, S, V], labels = input_ids)`: logits upcast to
+    /// float32, labels padded with -100 and shifted (`pad` + `[..., 1:].contiguous()`), then
+    /// `cross_entropy` over `[B·S, V]`.
+    CausalLm {
+        /// Vocabulary size V.
+        vocab: u64,
+    },
+    /// Hugging Face's `ForMaskedLMLoss(logits [B, S, V], labels [B, S])`: logits upcast to float32,
+    /// `cross_entropy` over `[B·S, V]`.
+    MaskedLm {
+        /// Vocabulary size V.
+        vocab: u64,
+    },
 }
 
 /// The forward program of a model for one input shape.

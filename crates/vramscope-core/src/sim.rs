@@ -1034,7 +1034,17 @@ impl<'g> Sim<'g> {
                         self.param_grad[pi] = Some(grad_sid);
                     }
                 }
-                Some(_) => self.decref(grad_sid), // p.grad += g in place
+                // a parameter used twice in one graph (tied embeddings): the engine sums its
+                // gradients out of place before AccumulateGrad runs (truth traces)
+                Some(old) => {
+                    let meta = self.rts[target as usize].meta.clone();
+                    let module = self.storages[old as usize].module;
+                    let sum =
+                        self.new_storage(meta, Category::Gradients, Label::new("grad"), module);
+                    self.decref(old);
+                    self.decref(grad_sid);
+                    self.param_grad[pi] = Some(sum);
+                }
             }
             return;
         }
@@ -1200,6 +1210,65 @@ impl<'g> Sim<'g> {
         }
         self.tape.clear();
         self.in_backward = false;
+    }
+
+    /// `F.cross_entropy(logits, labels)` = `nll_loss(log_softmax(logits), labels)`.
+    fn cross_entropy(&mut self, logits: Rt, labels: Rt) -> Rt {
+        let log_softmax: Arc<dyn Op> = Arc::new(LogSoftmax { dim: 1 });
+        let nll: Arc<dyn Op> = Arc::new(NllLoss);
+        let lp = self.call(&log_softmax, &[logits], &[], None, None, None);
+        let l = self.call(&nll, &[lp[0], labels], &[], None, None, None);
+        for r in lp {
+            self.release_rt(r);
+        }
+        l[0]
+    }
+
+    /// Hugging Face's `ForCausalLMLoss` (`causal`) or `ForMaskedLMLoss` over `[B, S, V]` logits:
+    /// `logits.float()` (a copy unless already float32), for the causal loss `pad(labels, (0, 1),
+    /// value=-100)[..., 1:].contiguous()`, then `cross_entropy(logits.view(-1, V), labels.view(-1))`.
+    /// The padded labels and the float copy are freed when the loss function returns.
+    fn lm_loss(&mut self, logits: Rt, labels: Rt, vocab: u64, causal: bool) -> Rt {
+        let meta = self.rts[logits as usize].meta.clone();
+        let upcast = if meta.dtype == DType::F32 {
+            self.incref(self.rts[logits as usize].storage);
+            logits
+        } else {
+            self.cast(logits, DType::F32, None, false)
+        };
+        let lab_shape = self.rts[labels as usize].meta.shape.clone();
+        let n = crate::ir::numel(&lab_shape);
+        let mut locals = Vec::new();
+        let target = if causal {
+            let mut padded_shape = lab_shape.clone();
+            if let Some(last) = padded_shape.last_mut() {
+                *last += 1;
+            }
+            let pad: Arc<dyn Op> = Arc::new(
+                crate::ops::Aten::new("constant_pad_nd", padded_shape).not_differentiable(),
+            );
+            let padded = self.call(&pad, &[labels], &[], None, None, None)[0];
+            let clone: Arc<dyn Op> =
+                Arc::new(crate::ops::Aten::new("clone", lab_shape.clone()).not_differentiable());
+            let shifted = self.call(&clone, &[padded], &[], None, None, None)[0];
+            locals.push(padded);
+            shifted
+        } else {
+            self.incref(self.rts[labels as usize].storage);
+            labels
+        };
+        let flat: Arc<dyn Op> = Arc::new(crate::ops::Aten::view("view", vec![n, vocab]));
+        let flat_logits = self.call(&flat, &[upcast], &[], None, None, None)[0];
+        let flat_t: Arc<dyn Op> = Arc::new(crate::ops::Aten::view("view", vec![n]));
+        let flat_target = self.call(&flat_t, &[target], &[], None, None, None)[0];
+        let loss = self.cross_entropy(flat_logits, flat_target);
+        for r in [flat_target, target, flat_logits, upcast]
+            .into_iter()
+            .chain(locals)
+        {
+            self.release_rt(r);
+        }
+        loss
     }
 
     fn finish_region_node(&mut self, i: usize) {
@@ -1588,6 +1657,34 @@ fn run(g: &Graph, cfg: &StepConfig) -> Result<Simulation, SimError> {
                     None,
                     false,
                 ),
+                // `labels = input_ids`: the same tensor
+                Task::CausalLm { .. } => match new_x.first() {
+                    Some(&r) => {
+                        s.incref(s.rts[r as usize].storage);
+                        r
+                    }
+                    None => s.fresh(
+                        TensorMeta::new(vec![batch], DType::I64),
+                        Category::Inputs,
+                        Label::new("labels"),
+                        None,
+                        false,
+                    ),
+                },
+                Task::MaskedLm { .. } => {
+                    let shape = g
+                        .inputs
+                        .first()
+                        .map(|t| g.tensor(*t).shape.clone())
+                        .unwrap_or_else(|| vec![batch]);
+                    s.fresh(
+                        TensorMeta::new(shape, DType::I64),
+                        Category::Inputs,
+                        Label::new("labels"),
+                        None,
+                        false,
+                    )
+                }
             })
         };
         for r in std::mem::replace(&mut x, new_x) {
@@ -1619,14 +1716,11 @@ fn run(g: &Graph, cfg: &StepConfig) -> Result<Simulation, SimError> {
         }
         if let (true, Some(label_rt), Some(&logits)) = (train, y, out.first()) {
             s.phase(&format!("it{it}.loss"));
-            // F.cross_entropy = nll_loss(log_softmax(logits), labels)
-            let log_softmax: Arc<dyn Op> = Arc::new(LogSoftmax { dim: 1 });
-            let nll: Arc<dyn Op> = Arc::new(NllLoss);
-            let lp = s.call(&log_softmax, &[logits], &[], None, None, None);
-            let l = s.call(&nll, &[lp[0], label_rt], &[], None, None, None);
-            for r in lp {
-                s.release_rt(r);
-            }
+            let l = match g.task {
+                Task::Classification { .. } => vec![s.cross_entropy(logits, label_rt)],
+                Task::CausalLm { vocab } => vec![s.lm_loss(logits, label_rt, vocab, true)],
+                Task::MaskedLm { vocab } => vec![s.lm_loss(logits, label_rt, vocab, false)],
+            };
             // `loss = ...` rebinds inside the autocast block; its weight cache goes at the exit
             if let Some(old) = loss.replace(l[0]) {
                 s.release_rt(old);

@@ -1,8 +1,10 @@
-//! vramscope-formats: front-ends that build the graph IR. Today: the built-in torchvision zoo, the
-//! built-in Hugging Face configs (`hf_zoo`) and weight-file headers (`weights`, `safetensors`, `gguf`).
+//! vramscope-formats: front-ends that build the graph IR: the built-in torchvision zoo, Hugging
+//! Face `config.json` files (`hf`) and the built-in configs (`hf_zoo`), and weight-file headers
+//! (`weights`, `safetensors`, `gguf`).
 #![deny(missing_docs)]
 
 pub mod gguf;
+pub mod hf;
 pub mod hf_zoo;
 pub mod safetensors;
 pub mod weights;

@@ -35,6 +35,6 @@ impl Op for NllLoss {
     }
 
     fn saved_for_backward(&self, _ctx: &OpCtx) -> Vec<Saved> {
-        vec![Saved::Input(0), Saved::Extra(0)]
+        vec![Saved::Input(0), Saved::Input(1), Saved::Extra(0)]
     }
 }

@@ -1,0 +1,299 @@
+//! A single aten call described by data instead of a dedicated type: its output shapes and dtype
+//! rule, whether it is a view, what autograd saves, its extra results and temporaries, and where
+//! each input's gradient comes from. Front-ends that transcribe a model's forward op by op (the
+//! Hugging Face transformers, whose forwards are long chains of small tensor ops: `pow`, `mean`,
+//! `rsqrt`, `mul`, `neg`, `cat`, `embedding`, ...) use it for the ops whose rules are plain data.
+//!
+//! Shapes are fixed when the graph is built (a graph is built for one batch and sequence length);
+//! dtypes are decided at run time from the inputs, so the same graph serves every precision.
+
+use super::*;
+
+/// How the dtype of an output, extra or temporary is decided at run time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DTypeRule {
+    /// The dtype of input `i`.
+    Like(usize),
+    /// Type promotion over the floating-point inputs (the first input's dtype when none is float).
+    Promote,
+    /// Always this dtype (int64 indices, bool masks, float32 statistics).
+    Fixed(DType),
+}
+
+impl DTypeRule {
+    fn resolve(self, inputs: &[DType]) -> DType {
+        match self {
+            DTypeRule::Like(i) => inputs.get(i).copied().unwrap_or(DType::F32),
+            DTypeRule::Fixed(d) => d,
+            DTypeRule::Promote => inputs
+                .iter()
+                .copied()
+                .filter(|d| d.is_float())
+                .reduce(DType::promote)
+                .or_else(|| inputs.first().copied())
+                .unwrap_or(DType::F32),
+        }
+    }
+}
+
+/// A tensor an [`Aten`] op makes besides its outputs: shape and dtype rule.
+pub type TensorRule = (Shape, DTypeRule);
+
+/// One aten call with data-driven rules (see the module docs).
+#[derive(Debug, Clone)]
+pub struct Aten {
+    /// The aten name (`pow`, `rsqrt`, `embedding`), for tables and traces.
+    pub name: &'static str,
+    /// Output shapes and dtype rules.
+    pub outputs: Vec<TensorRule>,
+    /// New memory, a view or in place.
+    pub alias: Alias,
+    /// The autocast class.
+    pub autocast: Autocast,
+    /// What autograd saves.
+    pub saved: Vec<Saved>,
+    /// Extra results kept for backward (when autograd records the op).
+    pub extras: Vec<TensorRule>,
+    /// Transient allocations inside the forward call (allocated and freed one after another).
+    pub temporaries: Vec<TensorRule>,
+    /// Transient allocations of the backward call (alive together with the new gradients).
+    pub backward_temporaries: Vec<TensorRule>,
+    /// Gradient rule per input; `None` is the default (a new tensor for every float input).
+    pub grads: Option<Vec<GradIn>>,
+    /// Backward allocates the input gradients last input first.
+    pub grads_right_to_left: bool,
+    /// Whether it makes an autograd node at all.
+    pub differentiable: bool,
+    /// Parameters and buffers its module owns (when used as a leaf module's whole forward).
+    pub param_specs: Vec<ParamSpec>,
+}
+
+impl Aten {
+    /// An op named `name` with one new output of `shape`, dtype promoted from its inputs, not on
+    /// any autocast list, saving nothing.
+    pub fn new(name: &'static str, shape: Shape) -> Self {
+        Aten {
+            name,
+            outputs: vec![(shape, DTypeRule::Promote)],
+            alias: Alias::None,
+            autocast: Autocast::Unlisted,
+            saved: Vec::new(),
+            extras: Vec::new(),
+            temporaries: Vec::new(),
+            backward_temporaries: Vec::new(),
+            grads: None,
+            grads_right_to_left: false,
+            differentiable: true,
+            param_specs: Vec::new(),
+        }
+    }
+
+    /// A view of input 0 (`view`, `transpose`, `unsqueeze`, `split` pieces, `[..., :n]`).
+    pub fn view(name: &'static str, shape: Shape) -> Self {
+        Aten {
+            alias: Alias::View(0),
+            grads: Some(vec![GradIn::PassThrough(0)]),
+            ..Aten::new(name, shape)
+        }
+    }
+
+    /// Sets the output dtype rule.
+    pub fn dtype(mut self, rule: DTypeRule) -> Self {
+        for o in &mut self.outputs {
+            o.1 = rule;
+        }
+        self
+    }
+
+    /// Sets what autograd saves.
+    pub fn saves(mut self, saved: Vec<Saved>) -> Self {
+        self.saved = saved;
+        self
+    }
+
+    /// Sets the gradient rule per input.
+    pub fn grads(mut self, grads: Vec<GradIn>) -> Self {
+        self.grads = Some(grads);
+        self
+    }
+
+    /// Sets the autocast class.
+    pub fn autocast(mut self, class: Autocast) -> Self {
+        self.autocast = class;
+        self
+    }
+
+    /// Adds an extra result kept for backward.
+    pub fn extra(mut self, shape: Shape, rule: DTypeRule) -> Self {
+        self.extras.push((shape, rule));
+        self
+    }
+
+    /// Adds a forward temporary.
+    pub fn temporary(mut self, shape: Shape, rule: DTypeRule) -> Self {
+        self.temporaries.push((shape, rule));
+        self
+    }
+
+    /// Adds a backward temporary.
+    pub fn backward_temporary(mut self, shape: Shape, rule: DTypeRule) -> Self {
+        self.backward_temporaries.push((shape, rule));
+        self
+    }
+
+    /// Backward allocates the input gradients last input first.
+    pub fn right_to_left(mut self) -> Self {
+        self.grads_right_to_left = true;
+        self
+    }
+
+    /// Registers a buffer of the op's module.
+    pub fn buffer(mut self, name: &'static str, shape: Shape) -> Self {
+        self.param_specs.push(ParamSpec::buffer(name, shape));
+        self
+    }
+
+    /// No autograd node (integer index arithmetic).
+    pub fn not_differentiable(mut self) -> Self {
+        self.differentiable = false;
+        self
+    }
+
+    fn dtypes(ctx: &OpCtx) -> Vec<DType> {
+        ctx.inputs.iter().map(|t| t.dtype).collect()
+    }
+
+    fn metas(rules: &[TensorRule], dtypes: &[DType]) -> Vec<TensorMeta> {
+        rules
+            .iter()
+            .map(|(s, r)| TensorMeta::new(s.clone(), r.resolve(dtypes)))
+            .collect()
+    }
+}
+
+impl Op for Aten {
+    fn kind(&self) -> &'static str {
+        self.name
+    }
+
+    fn output_shapes(&self, inputs: &[&[u64]]) -> Result<Vec<Shape>, ShapeError> {
+        if let Alias::View(i) | Alias::InPlace(i) = self.alias {
+            let n_in = inputs.get(i).map(|s| crate::ir::numel(s)).unwrap_or(0);
+            let n_out = self.outputs.first().map(|o| crate::ir::numel(&o.0));
+            if self.alias == Alias::InPlace(i) && Some(n_in) != n_out {
+                return Err(ShapeError::new(
+                    self.name,
+                    format!("in-place output {:?} does not fit input {i}", n_out),
+                ));
+            }
+        }
+        Ok(self.outputs.iter().map(|o| o.0.clone()).collect())
+    }
+
+    fn output_dtypes(&self, inputs: &[DType], _n: usize) -> Vec<DType> {
+        self.outputs.iter().map(|o| o.1.resolve(inputs)).collect()
+    }
+
+    fn alias(&self) -> Alias {
+        self.alias
+    }
+
+    fn param_specs(&self) -> Vec<ParamSpec> {
+        self.param_specs.clone()
+    }
+
+    fn autocast(&self) -> Autocast {
+        self.autocast
+    }
+
+    fn forward_extras(&self, ctx: &OpCtx) -> Vec<TensorMeta> {
+        Self::metas(&self.extras, &Self::dtypes(ctx))
+    }
+
+    fn forward_temporaries(&self, ctx: &OpCtx) -> Vec<u64> {
+        Self::metas(&self.temporaries, &Self::dtypes(ctx))
+            .iter()
+            .map(TensorMeta::bytes)
+            .collect()
+    }
+
+    fn saved_for_backward(&self, _ctx: &OpCtx) -> Vec<Saved> {
+        self.saved.clone()
+    }
+
+    fn input_grads(&self, ctx: &OpCtx) -> Vec<GradIn> {
+        match &self.grads {
+            Some(g) => ctx
+                .inputs
+                .iter()
+                .enumerate()
+                .map(|(i, t)| {
+                    if t.dtype.is_float() {
+                        g.get(i).copied().unwrap_or(GradIn::None)
+                    } else {
+                        GradIn::None
+                    }
+                })
+                .collect(),
+            None => ctx
+                .inputs
+                .iter()
+                .map(|t| {
+                    if t.dtype.is_float() {
+                        GradIn::New
+                    } else {
+                        GradIn::None
+                    }
+                })
+                .collect(),
+        }
+    }
+
+    fn backward_temporaries(&self, ctx: &OpCtx) -> Vec<u64> {
+        Self::metas(&self.backward_temporaries, &Self::dtypes(ctx))
+            .iter()
+            .map(TensorMeta::bytes)
+            .collect()
+    }
+
+    fn grads_right_to_left(&self) -> bool {
+        self.grads_right_to_left
+    }
+
+    fn differentiable(&self) -> bool {
+        self.differentiable
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn promote_picks_the_widest_float_input() {
+        let op = Aten::new("mul", vec![2, 3]);
+        assert_eq!(
+            op.output_dtypes(&[DType::BF16, DType::F32], 1),
+            vec![DType::F32]
+        );
+        assert_eq!(op.output_dtypes(&[DType::I64], 1), vec![DType::I64]);
+        let fixed = Aten::new("ne", vec![2]).dtype(DTypeRule::Fixed(DType::Bool));
+        assert_eq!(fixed.output_dtypes(&[DType::I64], 1), vec![DType::Bool]);
+    }
+
+    #[test]
+    fn explicit_grads_skip_integer_inputs() {
+        let op = Aten::new("embedding", vec![2, 4]).grads(vec![GradIn::New, GradIn::New]);
+        let inputs = [
+            TensorMeta::new(vec![10, 4], DType::F32),
+            TensorMeta::new(vec![2], DType::I64),
+        ];
+        let ctx = OpCtx {
+            inputs: &inputs,
+            params: &[],
+            outputs: &[],
+            training: true,
+        };
+        assert_eq!(op.input_grads(&ctx), vec![GradIn::New, GradIn::None]);
+    }
+}

@@ -1,0 +1,126 @@
+//! Reading a Hugging Face `config.json`: typed field access with errors that name the file, the
+//! field and what was expected. Multimodal configs keep the language model under `text_config`;
+//! fields missing at the top level are looked up there.
+
+use serde_json::{Map, Value};
+
+use super::HfError;
+
+/// A parsed `config.json`.
+#[derive(Debug, Clone)]
+pub struct HfConfig {
+    /// Where it came from (for error messages).
+    pub path: String,
+    top: Map<String, Value>,
+    text: Option<Map<String, Value>>,
+}
+
+impl HfConfig {
+    /// Parses the text of a `config.json`.
+    pub fn parse(path: &str, text: &str) -> Result<HfConfig, HfError> {
+        let v: Value = serde_json::from_str(text).map_err(|e| HfError::Json {
+            path: path.to_string(),
+            message: e.to_string(),
+        })?;
+        let Value::Object(top) = v else {
+            return Err(HfError::Field {
+                path: path.to_string(),
+                field: "(top level)".into(),
+                expected: "a JSON object".into(),
+            });
+        };
+        let text = match top.get("text_config") {
+            Some(Value::Object(m)) => Some(m.clone()),
+            _ => None,
+        };
+        Ok(HfConfig {
+            path: path.to_string(),
+            top,
+            text,
+        })
+    }
+
+    fn get(&self, key: &str) -> Option<&Value> {
+        match self.top.get(key) {
+            Some(Value::Null) | None => self
+                .text
+                .as_ref()
+                .and_then(|t| t.get(key))
+                .filter(|v| !v.is_null()),
+            Some(v) => Some(v),
+        }
+    }
+
+    fn err(&self, field: &str, expected: &str) -> HfError {
+        HfError::Field {
+            path: self.path.clone(),
+            field: field.to_string(),
+            expected: expected.to_string(),
+        }
+    }
+
+    /// A positive integer field, under the first of `keys` present.
+    pub fn opt_u64(&self, keys: &[&str]) -> Result<Option<u64>, HfError> {
+        for k in keys {
+            if let Some(v) = self.get(k) {
+                return match v.as_u64() {
+                    Some(n) => Ok(Some(n)),
+                    None => Err(self.err(k, "a non-negative integer")),
+                };
+            }
+        }
+        Ok(None)
+    }
+
+    /// A required positive integer field (the first of `keys` present).
+    pub fn u64(&self, keys: &[&str]) -> Result<u64, HfError> {
+        match self.opt_u64(keys)? {
+            Some(0) => Err(self.err(keys[0], "a positive integer")),
+            Some(n) => Ok(n),
+            None => Err(self.err(keys[0], "a positive integer (the field is missing)")),
+        }
+    }
+
+    /// A number field, or `default`.
+    pub fn f64_or(&self, key: &str, default: f64) -> Result<f64, HfError> {
+        match self.get(key) {
+            None => Ok(default),
+            Some(v) => v.as_f64().ok_or_else(|| self.err(key, "a number")),
+        }
+    }
+
+    /// A boolean field, or `default`.
+    pub fn bool_or(&self, key: &str, default: bool) -> Result<bool, HfError> {
+        match self.get(key) {
+            None => Ok(default),
+            Some(v) => v.as_bool().ok_or_else(|| self.err(key, "true or false")),
+        }
+    }
+
+    /// A string field.
+    pub fn str(&self, key: &str) -> Result<Option<&str>, HfError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => v
+                .as_str()
+                .map(Some)
+                .ok_or_else(|| self.err(key, "a string")),
+        }
+    }
+
+    /// `architectures`, as a list of class names.
+    pub fn architectures(&self) -> Result<Vec<String>, HfError> {
+        match self.top.get("architectures") {
+            None | Some(Value::Null) => Ok(Vec::new()),
+            Some(Value::Array(a)) => a
+                .iter()
+                .map(|v| {
+                    v.as_str()
+                        .map(str::to_string)
+                        .ok_or_else(|| self.err("architectures", "a list of class names"))
+                })
+                .collect(),
+            Some(_) => Err(self.err("architectures", "a list of class names")),
+        }
+    }
+}

@@ -1,0 +1,318 @@
+//! Pieces shared by the transformers models, each written as the aten calls it issues (checked
+//! against truth traces): embeddings, `Conv1D`, RMSNorm with its float32 upcast, rotary position
+//! embeddings, the position ids and the packed-sequence check every model's mask code runs.
+
+use vramscope_core::ops::{
+    Add, Aten, Autocast, DTypeRule, Dropout, GradIn, Linear, Saved, ScaledDotProductAttention,
+};
+use vramscope_core::{DType, GraphBuilder, TensorId};
+
+/// `nn.Embedding(num, dim)` called on integer `ids`: `embedding(weight, ids)`, which saves the
+/// indices; backward makes a dense `[num, dim]` gradient. Returns the output and the weight (for
+/// tied heads).
+pub fn embedding(
+    b: &mut GraphBuilder,
+    name: &str,
+    num: u64,
+    dim: u64,
+    ids: TensorId,
+) -> (TensorId, TensorId) {
+    let mut shape = b.shape(ids).to_vec();
+    shape.push(dim);
+    b.module(name, "Embedding", &[ids], |b| {
+        let w = b.parameter("weight", vec![num, dim]);
+        let op = Aten::new("embedding", shape)
+            .dtype(DTypeRule::Like(0))
+            .saves(vec![Saved::Input(1)])
+            .grads(vec![GradIn::New, GradIn::None]);
+        (b.op(op, &[w, ids]), w)
+    })
+}
+
+/// `nn.Dropout(p)`; p = 0 returns its input.
+pub fn dropout(b: &mut GraphBuilder, name: &str, p: f64, x: TensorId) -> TensorId {
+    if p <= 0.0 {
+        b.declare_module(name, "Dropout");
+        return x;
+    }
+    b.layer(name, Dropout { p }, &[x])
+}
+
+/// `position_ids = arange(S) + past_seen_tokens` (int64, `[S]`).
+pub fn position_ids(b: &mut GraphBuilder, seq: u64) -> TensorId {
+    let op = Aten::new("add", vec![seq])
+        .dtype(DTypeRule::Fixed(DType::I64))
+        .temporary(vec![seq], DTypeRule::Fixed(DType::I64))
+        .not_differentiable();
+    b.op(op, &[])
+}
+
+/// The temporaries of `masking_utils.find_packed_sequence_indices(position_ids)` (sub, cat, sub,
+/// ne, cumsum over `[B, S]` int64), which every model's mask code runs.
+pub fn packed_sequence_check(b: &mut GraphBuilder, batch: u64, seq: u64) {
+    let i64 = DTypeRule::Fixed(DType::I64);
+    let mut op = Aten::new("find_packed_sequence_indices", vec![])
+        .temporary(vec![batch, 1], i64)
+        .temporary(vec![batch, seq + 1], i64)
+        .temporary(vec![batch, seq], i64)
+        .temporary(vec![batch, seq], DTypeRule::Fixed(DType::Bool))
+        .temporary(vec![batch, seq], i64)
+        .not_differentiable();
+    op.outputs.clear();
+    b.op_multi(op, &[]);
+}
+
+/// `Conv1D(nf, nx)` (GPT-2's transposed linear): `addmm(bias, x.view(-1, nx), weight)` with
+/// `weight` `[nx, nf]`.
+pub fn conv1d(b: &mut GraphBuilder, name: &str, nx: u64, nf: u64, x: TensorId) -> TensorId {
+    let mut shape = b.shape(x).to_vec();
+    if let Some(l) = shape.last_mut() {
+        *l = nf;
+    }
+    b.module(name, "Conv1D", &[x], |b| {
+        let w = b.parameter("weight", vec![nx, nf]);
+        let bias = b.parameter("bias", vec![nf]);
+        let op = Aten::new("addmm", shape)
+            .autocast(Autocast::LowerPrecision)
+            .saves(vec![Saved::Input(1), Saved::Input(2)])
+            .right_to_left();
+        b.op(op, &[bias, x, w])
+    })
+}
+
+/// `nn.Linear(i, o, bias)` as a leaf module.
+pub fn linear(
+    b: &mut GraphBuilder,
+    name: &str,
+    i: u64,
+    o: u64,
+    bias: bool,
+    x: TensorId,
+) -> TensorId {
+    b.layer(
+        name,
+        Linear {
+            in_features: i,
+            out_features: o,
+            bias,
+        },
+        &[x],
+    )
+}
+
+/// An LM head tied to the embedding `weight`: `linear(x, weight)` (an `mm` without bias).
+pub fn tied_head(b: &mut GraphBuilder, name: &str, weight: TensorId, x: TensorId) -> TensorId {
+    let mut shape = b.shape(x).to_vec();
+    let vocab = b.shape(weight)[0];
+    if let Some(l) = shape.last_mut() {
+        *l = vocab;
+    }
+    b.module(name, "Linear", &[x], |b| {
+        let op = Aten::new("linear", shape)
+            .autocast(Autocast::LowerPrecision)
+            .saves(vec![Saved::Input(0), Saved::Input(1)])
+            .right_to_left();
+        b.op(op, &[x, weight])
+    })
+}
+
+/// `a + b` (out of place, same shapes).
+pub fn add(b: &mut GraphBuilder, x: TensorId, y: TensorId) -> TensorId {
+    b.op(Add { inplace: false }, &[x, y])
+}
+
+/// `x * scalar` (`MulBackward0` makes a new gradient, nothing saved).
+pub fn mul_scalar(b: &mut GraphBuilder, x: TensorId) -> TensorId {
+    let s = b.shape(x).to_vec();
+    b.op(Aten::new("mul", s), &[x])
+}
+
+/// `x + scalar` (the gradient passes through).
+pub fn add_scalar(b: &mut GraphBuilder, x: TensorId) -> TensorId {
+    let s = b.shape(x).to_vec();
+    b.op(
+        Aten::new("add", s).grads(vec![GradIn::PassThrough(0)]),
+        &[x],
+    )
+}
+
+/// `x * y` for two tensors of the same shape that both need gradients (saves both; backward
+/// computes the second operand's gradient first).
+pub fn mul(b: &mut GraphBuilder, x: TensorId, y: TensorId) -> TensorId {
+    let s = b.shape(x).to_vec();
+    b.op(
+        Aten::new("mul", s)
+            .saves(vec![Saved::Input(0), Saved::Input(1)])
+            .right_to_left(),
+        &[x, y],
+    )
+}
+
+/// A view with a new shape (`view`, `transpose`, `split` pieces).
+pub fn view(b: &mut GraphBuilder, name: &'static str, x: TensorId, shape: Vec<u64>) -> TensorId {
+    b.op(Aten::view(name, shape), &[x])
+}
+
+/// `x.to(dtype)` when it changes the dtype (a `_to_copy` with its own autograd node).
+pub fn to_dtype(b: &mut GraphBuilder, x: TensorId, dtype: DType) -> TensorId {
+    let s = b.shape(x).to_vec();
+    b.op(
+        Aten::new("_to_copy", s).dtype(DTypeRule::Fixed(dtype)),
+        &[x],
+    )
+}
+
+/// `RMSNorm(hidden)` (Llama, Mistral, Qwen2): `x.to(float32)`, `pow(2).mean(-1, keepdim)`,
+/// `+ eps`, `rsqrt`, `x * rsqrt`, `.to(input_dtype)`, `weight * h`. `dtype` is the dtype of `x`.
+pub fn rms_norm(
+    b: &mut GraphBuilder,
+    name: &str,
+    type_name: &str,
+    hidden: u64,
+    dtype: DType,
+    x: TensorId,
+) -> TensorId {
+    b.module(name, type_name, &[x], |b| {
+        let w = b.parameter("weight", vec![hidden]);
+        let s = b.shape(x).to_vec();
+        let mut s1 = s.clone();
+        if let Some(l) = s1.last_mut() {
+            *l = 1;
+        }
+        let f32 = DTypeRule::Fixed(DType::F32);
+        let xf = if dtype != DType::F32 {
+            to_dtype(b, x, DType::F32)
+        } else {
+            x
+        };
+        // pow(2): saves its input; backward pow and mul.Scalar temporaries
+        let p = b.op(
+            Aten::new("pow", s.clone())
+                .autocast(Autocast::Fp32)
+                .saves(vec![Saved::Input(0)])
+                .backward_temporary(s.clone(), f32)
+                .backward_temporary(s.clone(), f32),
+            &[xf],
+        );
+        let var = b.op(Aten::new("mean", s1.clone()), &[p]);
+        let var = add_scalar(b, var);
+        let r = b.op(
+            Aten::new("rsqrt", s1.clone())
+                .autocast(Autocast::Fp32)
+                .saves(vec![Saved::Output(0)])
+                .backward_temporary(s1.clone(), f32)
+                .backward_temporary(s1.clone(), f32),
+            &[var],
+        );
+        // x * rsqrt: the rsqrt gradient is a full-size product summed down
+        let h = b.op(
+            Aten::new("mul", s.clone())
+                .saves(vec![Saved::Input(0), Saved::Input(1)])
+                .backward_temporary(s.clone(), f32),
+            &[xf, r],
+        );
+        let h = if dtype != DType::F32 {
+            to_dtype(b, h, dtype)
+        } else {
+            h
+        };
+        // weight * h: h's gradient first, then the weight's (a full-size product summed down)
+        b.op(
+            Aten::new("mul", s.clone())
+                .saves(vec![Saved::Input(0), Saved::Input(1)])
+                .backward_temporary(s, DTypeRule::Promote)
+                .right_to_left(),
+            &[w, h],
+        )
+    })
+}
+
+/// Rotary embedding (`model.rotary_emb`): `cos` and `sin` `[1, S, D]` in the dtype of `x`, under
+/// `no_grad`, with its `inv_freq` buffers; the float32 frequency temporaries are freed inside.
+pub fn rotary(
+    b: &mut GraphBuilder,
+    type_name: &str,
+    head_dim: u64,
+    x: TensorId,
+    pos: TensorId,
+) -> (TensorId, TensorId) {
+    let seq = b.shape(pos)[0];
+    let f32 = DTypeRule::Fixed(DType::F32);
+    let shape = vec![1, seq, head_dim];
+    let mut op = Aten::new("rotary_emb", shape.clone())
+        .dtype(DTypeRule::Like(0))
+        .buffer("inv_freq", vec![head_dim / 2])
+        .buffer("original_inv_freq", vec![head_dim / 2])
+        .temporary(vec![1, seq, 1], f32)
+        .temporary(vec![1, seq, head_dim / 2], f32)
+        .temporary(shape.clone(), f32)
+        .temporary(shape.clone(), f32)
+        .temporary(shape.clone(), f32)
+        .not_differentiable();
+    op.outputs.push((shape, DTypeRule::Like(0)));
+    op.name = "rotary_emb";
+    let _ = type_name;
+    let out = b.layer_multi("rotary_emb", op, &[x, pos]);
+    (out[0], out[1])
+}
+
+/// `apply_rotary_pos_emb` on one of q / k (`[B, H, S, D]`): `q * cos + rotate_half(q) * sin`,
+/// `rotate_half(q) = cat(-q[..., D/2:], q[..., :D/2])`. `amp` is whether q is in a lower
+/// precision than cos/sin (autocast): the products are then float32 and their gradients are
+/// cast back.
+pub fn apply_rotary(
+    b: &mut GraphBuilder,
+    q: TensorId,
+    cos: TensorId,
+    sin: TensorId,
+    amp: bool,
+) -> TensorId {
+    let s = b.shape(q).to_vec();
+    let d = s[3];
+    let mut half = s.clone();
+    half[3] = d / 2;
+    let cos4 = view(b, "unsqueeze", cos, vec![1, 1, s[2], d]);
+    let sin4 = view(b, "unsqueeze", sin, vec![1, 1, s[2], d]);
+    let rope_mul = |b: &mut GraphBuilder, x: TensorId, c: TensorId| {
+        let mut op = Aten::new("mul", s.clone())
+            .saves(vec![Saved::Input(1)])
+            .grads(vec![GradIn::New, GradIn::None]);
+        if amp {
+            op = op.backward_temporary(s.clone(), DTypeRule::Fixed(DType::F32));
+        }
+        b.op(op, &[x, c])
+    };
+    let m1 = rope_mul(b, q, cos4);
+    let x2 = b.op(
+        Aten::view("slice", half.clone()).grads(vec![GradIn::New]),
+        &[q],
+    );
+    let n = b.op(Aten::new("neg", half.clone()), &[x2]);
+    let x1 = b.op(
+        Aten::view("slice", half.clone()).grads(vec![GradIn::New]),
+        &[q],
+    );
+    let rot = b.op(
+        Aten::new("cat", s.clone()).grads(vec![GradIn::PassThrough(0), GradIn::PassThrough(0)]),
+        &[n, x1],
+    );
+    let m2 = rope_mul(b, rot, sin4);
+    add(b, m1, m2)
+}
+
+/// `F.scaled_dot_product_attention(q, k, v, dropout_p, is_causal=True)` (GQA via `enable_gqa`).
+pub fn sdpa(
+    b: &mut GraphBuilder,
+    q: TensorId,
+    k: TensorId,
+    v: TensorId,
+    dropout_p: f64,
+) -> TensorId {
+    b.op(
+        ScaledDotProductAttention {
+            dropout_p,
+            causal: true,
+        },
+        &[q, k, v],
+    )
+}

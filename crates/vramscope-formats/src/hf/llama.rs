@@ -1,0 +1,198 @@
+//! The Llama-family decoder (`LlamaForCausalLM`, `MistralForCausalLM`, `Qwen2ForCausalLM`:
+//! transformers/models/{llama,mistral,qwen2}/modeling_*.py): `embed_tokens`, rotary embeddings
+//! computed once per forward, decoder layers of RMSNorm + attention (q/k/v projections with
+//! `num_key_value_heads` ≤ heads and `head_dim`, rotary applied to q and k, SDPA with
+//! `enable_gqa`, `o_proj`) + RMSNorm + SiLU-gated MLP, a final RMSNorm and `lm_head` (tied to
+//! `embed_tokens` when `tie_word_embeddings`). Qwen2 has biases on q/k/v. A sliding window only
+//! changes the mask, which SDPA runs without (`is_causal`) at sequence lengths within the window.
+
+use vramscope_core::ir::Task;
+use vramscope_core::ops::{Aten, GradIn, Saved};
+use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
+
+use super::layers::{
+    add, apply_rotary, embedding, linear, mul, packed_sequence_check, position_ids, rms_norm,
+    rotary, sdpa, tied_head, view,
+};
+use super::{build_error, HfConfig, HfError, HfInput};
+
+struct Spec {
+    vocab: u64,
+    hidden: u64,
+    layers: u64,
+    heads: u64,
+    kv_heads: u64,
+    head_dim: u64,
+    intermediate: u64,
+    attn_dropout: f64,
+    qkv_bias: bool,
+    o_bias: bool,
+    mlp_bias: bool,
+    tied: bool,
+    max_positions: Option<u64>,
+}
+
+fn spec(cfg: &HfConfig, model_type: &str) -> Result<Spec, HfError> {
+    let hidden = cfg.u64(&["hidden_size"])?;
+    let heads = cfg.u64(&["num_attention_heads"])?;
+    let kv_heads = cfg
+        .opt_u64(&["num_key_value_heads"])?
+        .filter(|&n| n > 0)
+        .unwrap_or(heads);
+    if heads % kv_heads != 0 {
+        return Err(HfError::Field {
+            path: cfg.path.clone(),
+            field: "num_key_value_heads".into(),
+            expected: format!("a divisor of num_attention_heads = {heads}"),
+        });
+    }
+    let head_dim = match cfg.opt_u64(&["head_dim"])? {
+        Some(d) if d > 0 => d,
+        _ => hidden / heads,
+    };
+    if let Some(act) = cfg.str("hidden_act")? {
+        if act != "silu" {
+            return Err(HfError::Field {
+                path: cfg.path.clone(),
+                field: "hidden_act".into(),
+                expected: "\"silu\" (the only activation modelled for this family)".into(),
+            });
+        }
+    }
+    let qwen2 = model_type.starts_with("qwen2");
+    let attention_bias = cfg.bool_or("attention_bias", false)?;
+    Ok(Spec {
+        vocab: cfg.u64(&["vocab_size"])?,
+        hidden,
+        layers: cfg.u64(&["num_hidden_layers"])?,
+        heads,
+        kv_heads,
+        head_dim,
+        intermediate: cfg.u64(&["intermediate_size"])?,
+        attn_dropout: cfg.f64_or("attention_dropout", 0.0)?,
+        qkv_bias: qwen2 || attention_bias,
+        o_bias: attention_bias,
+        mlp_bias: cfg.bool_or("mlp_bias", false)?,
+        tied: cfg.bool_or("tie_word_embeddings", false)?,
+        max_positions: cfg.opt_u64(&["max_position_embeddings"])?,
+    })
+}
+
+fn class_prefix(model_type: &str) -> &'static str {
+    if model_type.starts_with("mistral") {
+        "Mistral"
+    } else if model_type.starts_with("qwen2") {
+        "Qwen2"
+    } else {
+        "Llama"
+    }
+}
+
+/// Builds `{Llama,Mistral,Qwen2}ForCausalLM`; returns the graph and the checkpointed layers.
+pub fn build(
+    cfg: &HfConfig,
+    model_type: &str,
+    input: &HfInput,
+    dtype: DType,
+) -> Result<(Graph, Vec<String>), HfError> {
+    let s = spec(cfg, model_type)?;
+    if let Some(m) = s.max_positions {
+        if input.seq > m {
+            return Err(HfError::BadInput(format!(
+                "{}: --seq-len {} exceeds max_position_embeddings = {m}",
+                cfg.path, input.seq
+            )));
+        }
+    }
+    let p = class_prefix(model_type);
+    let amp = input.precision.autocast_dtype().is_some();
+    let (bsz, seq) = (input.batch, input.seq);
+    let mut b = GraphBuilder::new(model_type, &format!("{p}ForCausalLM"));
+    let ids = b.input(vec![bsz, seq], DType::I64);
+    let (h, emb) = b.module("model", &format!("{p}Model"), &[ids], |b| {
+        let (x, emb) = embedding(b, "embed_tokens", s.vocab, s.hidden, ids);
+        let pos = position_ids(b, seq);
+        // position_ids is a local of the model's forward until it returns
+        b.hold(&[pos]);
+        packed_sequence_check(b, bsz, seq);
+        let (cos, sin) = rotary(b, &format!("{p}RotaryEmbedding"), s.head_dim, x, pos);
+        let mut x = x;
+        b.module("layers", "ModuleList", &[], |b| {
+            for i in 0..s.layers {
+                // position_embeddings are arguments too (a checkpoint keeps them)
+                x = b.module(
+                    &i.to_string(),
+                    &format!("{p}DecoderLayer"),
+                    &[x, cos, sin],
+                    |b| decoder_layer(b, &s, p, bsz, seq, dtype, amp, x, cos, sin),
+                );
+            }
+        });
+        (
+            rms_norm(b, "norm", &format!("{p}RMSNorm"), s.hidden, dtype, x),
+            emb,
+        )
+    });
+    let logits = if s.tied {
+        tied_head(&mut b, "lm_head", emb, h)
+    } else {
+        linear(&mut b, "lm_head", s.hidden, s.vocab, false, h)
+    };
+    let graph = b
+        .finish(&[logits], Task::CausalLm { vocab: s.vocab })
+        .map_err(build_error(cfg))?;
+    let layers = (0..s.layers).map(|i| format!("model.layers.{i}")).collect();
+    Ok((graph, layers))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn decoder_layer(
+    b: &mut GraphBuilder,
+    s: &Spec,
+    p: &str,
+    bsz: u64,
+    seq: u64,
+    dtype: DType,
+    amp: bool,
+    input: TensorId,
+    cos: TensorId,
+    sin: TensorId,
+) -> TensorId {
+    let norm = format!("{p}RMSNorm");
+    let x = rms_norm(b, "input_layernorm", &norm, s.hidden, dtype, input);
+    let a = b.module("self_attn", &format!("{p}Attention"), &[x], |b| {
+        let d = s.head_dim;
+        let proj = |b: &mut GraphBuilder, name: &str, heads: u64| {
+            let t = linear(b, name, s.hidden, heads * d, s.qkv_bias, x);
+            let t = view(b, "view", t, vec![bsz, seq, heads, d]);
+            view(b, "transpose", t, vec![bsz, heads, seq, d])
+        };
+        let q = proj(b, "q_proj", s.heads);
+        let k = proj(b, "k_proj", s.kv_heads);
+        let v = proj(b, "v_proj", s.kv_heads);
+        let q = apply_rotary(b, q, cos, sin, amp);
+        let k = apply_rotary(b, k, cos, sin, amp);
+        let o = sdpa(b, q, k, v, s.attn_dropout);
+        let o = view(b, "transpose", o, vec![bsz, seq, s.heads, d]);
+        let o = view(b, "reshape", o, vec![bsz, seq, s.heads * d]);
+        linear(b, "o_proj", s.heads * d, s.hidden, s.o_bias, o)
+    });
+    let x = add(b, input, a);
+    let y = rms_norm(b, "post_attention_layernorm", &norm, s.hidden, dtype, x);
+    let y = b.module("mlp", &format!("{p}MLP"), &[y], |b| {
+        let g = linear(b, "gate_proj", s.hidden, s.intermediate, s.mlp_bias, y);
+        let sh = b.shape(g).to_vec();
+        let g = b.module("act_fn", "SiLUActivation", &[g], |b| {
+            b.op(
+                Aten::new("silu", sh.clone())
+                    .saves(vec![Saved::Input(0)])
+                    .grads(vec![GradIn::New]),
+                &[g],
+            )
+        });
+        let u = linear(b, "up_proj", s.hidden, s.intermediate, s.mlp_bias, y);
+        let m = mul(b, g, u);
+        linear(b, "down_proj", s.intermediate, s.hidden, s.mlp_bias, m)
+    });
+    add(b, x, y)
+}

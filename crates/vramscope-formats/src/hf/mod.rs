@@ -1,0 +1,246 @@
+//! The Hugging Face `config.json` front-end: reads a config (a file or a model folder), picks the
+//! architecture from `model_type` / `architectures`, and builds the module graph transformers 5.23
+//! builds for it, with its module names (`transformer.h.0.attn.c_attn`,
+//! `model.layers.3.self_attn.q_proj`) and its forward as it runs with `attn_implementation="sdpa"`,
+//! `use_cache=False` and no attention mask, op by op as the truth traces show it.
+//!
+//! Supported: GPT-2 (`gpt2`), and the Llama family decoder (`llama`, `mistral`, `qwen2`: GQA,
+//! `head_dim`, tied embeddings, q/k/v biases, RMSNorm, rotary embeddings, SiLU-gated MLP).
+
+mod config;
+mod gpt2;
+mod layers;
+mod llama;
+
+use std::path::Path;
+
+pub use config::HfConfig;
+use vramscope_core::{BuildError, DType, Graph, Precision};
+
+/// What the model is trained on (the head and the loss).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HfTask {
+    /// `AutoModelForCausalLM`: next-token loss.
+    CausalLm,
+    /// `AutoModelForMaskedLM`: masked-token loss.
+    MaskedLm,
+    /// `AutoModelForSequenceClassification`: one label per sequence.
+    SeqCls,
+}
+
+impl HfTask {
+    /// Parses `causal-lm`, `masked-lm` or `seq-cls`.
+    pub fn parse(s: &str) -> Option<HfTask> {
+        match s {
+            "causal-lm" => Some(HfTask::CausalLm),
+            "masked-lm" => Some(HfTask::MaskedLm),
+            "seq-cls" => Some(HfTask::SeqCls),
+            _ => None,
+        }
+    }
+
+    /// The task the config's `architectures` name (as transformers' auto classes would pick).
+    pub fn from_architectures(archs: &[String]) -> HfTask {
+        for a in archs {
+            if a.ends_with("LMHeadModel") || a.ends_with("ForCausalLM") {
+                return HfTask::CausalLm;
+            }
+            if a.ends_with("ForMaskedLM") {
+                return HfTask::MaskedLm;
+            }
+            if a.ends_with("ForSequenceClassification") {
+                return HfTask::SeqCls;
+            }
+        }
+        HfTask::CausalLm
+    }
+
+    /// The flag spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            HfTask::CausalLm => "causal-lm",
+            HfTask::MaskedLm => "masked-lm",
+            HfTask::SeqCls => "seq-cls",
+        }
+    }
+}
+
+/// The model families this front-end builds (`model_type` values).
+pub const SUPPORTED: &[&str] = &["gpt2", "llama", "mistral", "qwen2"];
+
+/// Batch, sequence and how the model is run.
+#[derive(Debug, Clone)]
+pub struct HfInput {
+    /// Batch size.
+    pub batch: u64,
+    /// Sequence length.
+    pub seq: u64,
+    /// Head and loss; `None` follows `architectures`.
+    pub task: Option<HfTask>,
+    /// Precision (pure fp16/bf16 adds the casts of the models' float32 islands).
+    pub precision: Precision,
+}
+
+/// A built model.
+#[derive(Debug, Clone)]
+pub struct HfModel {
+    /// The forward program.
+    pub graph: Graph,
+    /// The task it was built for.
+    pub task: HfTask,
+    /// The layers `gradient_checkpointing_enable()` checkpoints (each decoder/encoder layer).
+    pub checkpoint_layers: Vec<String>,
+}
+
+/// An error reading or building a Hugging Face model.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HfError {
+    /// The file could not be read.
+    #[error("{path}: {message}")]
+    Io {
+        /// The path.
+        path: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// Not valid JSON.
+    #[error("{path}: not valid JSON: {message}")]
+    Json {
+        /// The path.
+        path: String,
+        /// The parser's message.
+        message: String,
+    },
+    /// A field is missing or has the wrong type.
+    #[error("{path}: field `{field}`: expected {expected}")]
+    Field {
+        /// The path.
+        path: String,
+        /// The field.
+        field: String,
+        /// What was expected.
+        expected: String,
+    },
+    /// The architecture is not one this front-end builds.
+    #[error("{path}: model_type {model_type:?} (architectures {architectures:?}) is not supported; supported model types: {supported}")]
+    Unsupported {
+        /// The path.
+        path: String,
+        /// `model_type`.
+        model_type: String,
+        /// `architectures`.
+        architectures: Vec<String>,
+        /// The supported model types.
+        supported: String,
+    },
+    /// The model has no head for the task.
+    #[error("{path}: {model_type} has no {task} head in this front-end")]
+    NoHead {
+        /// The path.
+        path: String,
+        /// `model_type`.
+        model_type: String,
+        /// The task.
+        task: &'static str,
+    },
+    /// Bad batch / sequence arguments.
+    #[error("{0}")]
+    BadInput(String),
+    /// A shape rule failed while building.
+    #[error("{path}: {cause}")]
+    Build {
+        /// The path.
+        path: String,
+        /// The builder's error.
+        cause: BuildError,
+    },
+}
+
+/// Whether `path` looks like a Hugging Face model: a `.json` file or a folder with `config.json`.
+pub fn is_hf_path(path: &str) -> bool {
+    let p = Path::new(path);
+    (p.is_file() && path.ends_with(".json")) || p.join("config.json").is_file()
+}
+
+/// Reads `config.json` (or `FOLDER/config.json`).
+pub fn read_config(path: &str) -> Result<HfConfig, HfError> {
+    let p = Path::new(path);
+    let file = if p.is_dir() {
+        p.join("config.json")
+    } else {
+        p.to_path_buf()
+    };
+    let shown = file.display().to_string();
+    let text = std::fs::read_to_string(&file).map_err(|e| HfError::Io {
+        path: shown.clone(),
+        message: e.to_string(),
+    })?;
+    HfConfig::parse(&shown, &text)
+}
+
+/// Builds the model a config describes.
+pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
+    if input.batch == 0 || input.seq == 0 {
+        return Err(HfError::BadInput(
+            "batch size and sequence length must be positive".into(),
+        ));
+    }
+    let archs = cfg.architectures()?;
+    let task = input
+        .task
+        .unwrap_or_else(|| HfTask::from_architectures(&archs));
+    let model_type = match cfg.str("model_type")? {
+        Some(m) => m.to_string(),
+        None => archs.first().map(|a| a.to_lowercase()).unwrap_or_default(),
+    };
+    let dtype = input.precision.param_dtype();
+    let family = match model_type.as_str() {
+        "gpt2" => Family::Gpt2,
+        "llama" | "mistral" | "qwen2" => Family::Llama,
+        m if m.starts_with("gpt2") => Family::Gpt2,
+        m if m.starts_with("llama") || m.starts_with("mistral") || m.starts_with("qwen2") => {
+            Family::Llama
+        }
+        _ => {
+            return Err(HfError::Unsupported {
+                path: cfg.path.clone(),
+                model_type,
+                architectures: archs,
+                supported: SUPPORTED.join(", "),
+            })
+        }
+    };
+    if task != HfTask::CausalLm {
+        return Err(HfError::NoHead {
+            path: cfg.path.clone(),
+            model_type,
+            task: task.name(),
+        });
+    }
+    let (graph, checkpoint_layers) = match family {
+        Family::Gpt2 => gpt2::build(cfg, input, dtype)?,
+        Family::Llama => llama::build(cfg, &model_type, input, dtype)?,
+    };
+    Ok(HfModel {
+        graph,
+        task,
+        checkpoint_layers,
+    })
+}
+
+enum Family {
+    Gpt2,
+    Llama,
+}
+
+fn build_error(cfg: &HfConfig) -> impl Fn(BuildError) -> HfError + '_ {
+    move |cause| HfError::Build {
+        path: cfg.path.clone(),
+        cause,
+    }
+}
+
+#[allow(dead_code)]
+fn is_half(d: DType) -> bool {
+    d == DType::F16 || d == DType::BF16
+}
