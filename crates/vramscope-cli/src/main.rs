@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod estimate;
+mod fit;
 mod model;
 mod step;
 
@@ -22,6 +23,14 @@ struct Cli {
 enum Command {
     /// Predict the memory of a training step or inference pass, phase by phase.
     Estimate(Box<estimate::EstimateArgs>),
+    /// The largest batch that fits a GPU, or the smallest GPU that fits a batch.
+    Fit(Box<fit::FitArgs>),
+    /// List the GPUs `--gpu` knows (memory, compute capability, overheads, sources).
+    Gpus {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// List the built-in models.
     Models,
 }
@@ -30,6 +39,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match &cli.command {
         Command::Estimate(a) => estimate::run(a),
+        Command::Fit(a) => fit::run(a),
+        Command::Gpus { json } => gpus(*json),
         Command::Models => {
             println!("{}", vramscope_formats::zoo::names().join("\n"));
             Ok(())
@@ -42,4 +53,18 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn gpus(json: bool) -> anyhow::Result<()> {
+    use anyhow::Context;
+    use std::io::Write;
+    let gpus: &[vramscope_report::Gpu] = &vramscope_report::GPUS;
+    let text = if json {
+        serde_json::to_string_pretty(gpus).context("serialising the GPU table")? + "\n"
+    } else {
+        vramscope_report::render_gpus(gpus)
+    };
+    std::io::stdout()
+        .write_all(text.as_bytes())
+        .context("writing to stdout")
 }
