@@ -5,6 +5,7 @@
 
 pub mod fit;
 pub mod render;
+pub mod tricks;
 
 pub use fit::{fit_search, parse_margin, smallest_gpu, Estimate, FitResult, SmallestGpu, Target};
 

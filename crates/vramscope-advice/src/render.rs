@@ -153,3 +153,54 @@ pub fn smallest_gpu_text(what: &str, batch: u64, r: &SmallestGpu) -> String {
     }
     out
 }
+
+/// The ranked tricks table.
+pub fn tricks_text(what: &str, batch: u64, rows: &[crate::tricks::Trick]) -> String {
+    let before = rows.first().map(|r| r.before);
+    let mut out = format!("{what}, batch size {batch}");
+    if let Some(b) = before {
+        out.push_str(&format!(
+            ": peak allocated {}, reserved {}",
+            human(b.allocated_bytes),
+            human(b.reserved_bytes)
+        ));
+    }
+    out.push('\n');
+    let mut t = table(vec![
+        "#",
+        "trick",
+        "peak reserved before -> after",
+        "saved",
+        "cost",
+        "how (PyTorch)",
+        "why",
+    ]);
+    for (i, r) in rows.iter().enumerate() {
+        let peak = match r.after {
+            Some(a) => format!(
+                "{} -> {}",
+                human(r.before.reserved_bytes),
+                human(a.reserved_bytes)
+            ),
+            None => "-".to_string(),
+        };
+        let mib = r.saved_bytes as f64 / (1u64 << 20) as f64;
+        let saved = if r.after.is_none() && r.saved_bytes == 0 {
+            "-".to_string()
+        } else {
+            format!("{mib:.1} MiB")
+        };
+        t.add_row(vec![
+            right((i + 1).to_string()),
+            Cell::new(&r.name),
+            right(peak),
+            right(saved),
+            Cell::new(&r.cost),
+            Cell::new(&r.how),
+            Cell::new(&r.note),
+        ]);
+    }
+    out.push_str(&t.to_string());
+    out.push_str("\nRanked by peak reserved memory saved (what decides an out-of-memory error); every \"after\" is a re-simulation with that change alone. ZeRO rows count model states only.\n");
+    out
+}

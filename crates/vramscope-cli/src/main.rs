@@ -10,6 +10,7 @@ mod estimate;
 mod fit;
 mod model;
 mod step;
+mod tricks;
 
 /// How much GPU memory a model takes, where it goes, and what fits.
 #[derive(Parser, Debug)]
@@ -31,6 +32,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Every memory-saving trick, re-simulated and ranked by memory saved.
+    Tricks(Box<tricks::TricksArgs>),
     /// List the built-in models.
     Models,
 }
@@ -41,6 +44,7 @@ fn main() -> ExitCode {
         Command::Estimate(a) => estimate::run(a),
         Command::Fit(a) => fit::run(a),
         Command::Gpus { json } => gpus(*json),
+        Command::Tricks(a) => tricks::run(a),
         Command::Models => {
             println!("{}", vramscope_formats::zoo::names().join("\n"));
             Ok(())
