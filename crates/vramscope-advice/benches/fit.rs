@@ -19,7 +19,10 @@ fn fit_h100(bencher: divan::Bencher, name: &str) {
     bencher.bench(|| {
         fit_search(
             "batch_size",
-            |b| zoo::build(divan::black_box(name), &ZooInput::imagenet(b)).map_err(|e| e.to_string()),
+            |b| {
+                zoo::build(divan::black_box(name), &ZooInput::imagenet(b))
+                    .map_err(|e| e.to_string())
+            },
             &cfg,
             &target,
         )
@@ -36,7 +39,10 @@ fn fit_t4(bencher: divan::Bencher, name: &str) {
     bencher.bench(|| {
         fit_search(
             "batch_size",
-            |b| zoo::build(divan::black_box(name), &ZooInput::imagenet(b)).map_err(|e| e.to_string()),
+            |b| {
+                zoo::build(divan::black_box(name), &ZooInput::imagenet(b))
+                    .map_err(|e| e.to_string())
+            },
             &cfg,
             &target,
         )

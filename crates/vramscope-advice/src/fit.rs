@@ -225,7 +225,10 @@ where
         }
     }
     result.size = lo.size;
-    result.verified = hi.as_ref().is_some_and(|h| h.size == lo.size + 1 && !h.fits) && lo.fits;
+    result.verified = hi
+        .as_ref()
+        .is_some_and(|h| h.size == lo.size + 1 && !h.fits)
+        && lo.fits;
     if let Some(h) = hi.as_ref().filter(|h| h.size == lo.size + 1) {
         for s in (h.size + 1..=h.size + LOOKAHEAD).filter(|&s| s <= MAX_SIZE) {
             let e = fits(s, &mut sims)?;

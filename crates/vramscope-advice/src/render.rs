@@ -95,7 +95,10 @@ pub fn fit_text(what: &str, r: &FitResult) -> String {
             ));
         }
         if !r.checked_above.is_empty() {
-            let (a, b) = (r.checked_above[0], r.checked_above[r.checked_above.len() - 1]);
+            let (a, b) = (
+                r.checked_above[0],
+                r.checked_above[r.checked_above.len() - 1],
+            );
             if r.fits_again_at.is_empty() {
                 out.push_str(&format!(
                     " Memory is not always monotone in the {dim} at the allocator level; {a}..{b} were checked too and do not fit."

@@ -95,18 +95,26 @@ pub fn tricks<S: ModelSource>(
     cfg: &StepConfig,
     gpus: u64,
 ) -> Result<Vec<Trick>, AdviceError> {
-    let base_graph = src
-        .build(batch)
-        .map_err(|m| AdviceError::Build { size: batch, message: m })?;
+    let base_graph = src.build(batch).map_err(|m| AdviceError::Build {
+        size: batch,
+        message: m,
+    })?;
     let base_sim = simulate(&base_graph, cfg)?;
     let before = Peak::of(&base_sim);
     let mut rows: Vec<Trick> = Vec::new();
     let train = cfg.mode == Mode::Train;
     let build = |b: u64| {
-        src.build(b)
-            .map_err(|m| AdviceError::Build { size: b, message: m })
+        src.build(b).map_err(|m| AdviceError::Build {
+            size: b,
+            message: m,
+        })
     };
-    let mut push = |name: String, change: Change, after: Option<Peak>, cost: &str, how: String, note: String| {
+    let mut push = |name: String,
+                    change: Change,
+                    after: Option<Peak>,
+                    cost: &str,
+                    how: String,
+                    note: String| {
         let saved = after
             .map(|a| before.reserved_bytes as i64 - a.reserved_bytes as i64)
             .unwrap_or(0);
@@ -121,7 +129,8 @@ pub fn tricks<S: ModelSource>(
             note,
         });
     };
-    let sim = |g: &Graph, c: &StepConfig| -> Result<Peak, AdviceError> { Ok(Peak::of(&simulate(g, c)?)) };
+    let sim =
+        |g: &Graph, c: &StepConfig| -> Result<Peak, AdviceError> { Ok(Peak::of(&simulate(g, c)?)) };
     let half = batch / 2;
 
     // batch
@@ -136,7 +145,10 @@ pub fn tricks<S: ModelSource>(
             "activations scale with the batch; parameters, gradients and optimizer states do not".into(),
         );
         if train {
-            let c = StepConfig { zero_grad_set_to_none: false, ..cfg.clone() };
+            let c = StepConfig {
+                zero_grad_set_to_none: false,
+                ..cfg.clone()
+            };
             push(
                 format!("gradient accumulation (2 x {half})"),
                 Change::Accumulate(half),
@@ -158,13 +170,19 @@ pub fn tricks<S: ModelSource>(
     }
     // input
     if let Some((desc, g)) = src.smaller_input(batch) {
-        let g = g.map_err(|m| AdviceError::Build { size: batch, message: m })?;
+        let g = g.map_err(|m| AdviceError::Build {
+            size: batch,
+            message: m,
+        })?;
         push(
             format!("smaller input ({desc})"),
             Change::SmallerInput(desc.clone()),
             Some(sim(&g, cfg)?),
             "accuracy: the model sees less detail (train at low resolution, fine-tune at full)",
-            format!("transforms.Resize({})", desc.rsplit('x').next().unwrap_or(&desc)),
+            format!(
+                "transforms.Resize({})",
+                desc.rsplit('x').next().unwrap_or(&desc)
+            ),
             "activations scale with the input's area".into(),
         );
     }
@@ -203,14 +221,32 @@ pub fn tricks<S: ModelSource>(
             if o == cfg.optimizer {
                 continue;
             }
-            let c = StepConfig { optimizer: o, ..cfg.clone() };
+            let c = StepConfig {
+                optimizer: o,
+                ..cfg.clone()
+            };
             let (cost, how) = match o {
-                Optimizer::Sgd => ("often slower convergence than momentum or Adam", "torch.optim.SGD(model.parameters(), lr=0.1)"),
-                Optimizer::SgdMomentum => ("needs learning-rate tuning (vs Adam)", "torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)"),
-                Optimizer::Adam => ("none in memory terms beyond its two states", "torch.optim.Adam(model.parameters(), lr=1e-3)"),
+                Optimizer::Sgd => (
+                    "often slower convergence than momentum or Adam",
+                    "torch.optim.SGD(model.parameters(), lr=0.1)",
+                ),
+                Optimizer::SgdMomentum => (
+                    "needs learning-rate tuning (vs Adam)",
+                    "torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)",
+                ),
+                Optimizer::Adam => (
+                    "none in memory terms beyond its two states",
+                    "torch.optim.Adam(model.parameters(), lr=1e-3)",
+                ),
                 Optimizer::AdamW => ("as Adam", "torch.optim.AdamW(model.parameters(), lr=1e-3)"),
-                Optimizer::Adam8bit => ("small accuracy risk; needs bitsandbytes", "bnb.optim.Adam8bit(model.parameters(), lr=1e-3)"),
-                _ => ("no first moment; different convergence", "torch.optim.Adafactor(model.parameters())"),
+                Optimizer::Adam8bit => (
+                    "small accuracy risk; needs bitsandbytes",
+                    "bnb.optim.Adam8bit(model.parameters(), lr=1e-3)",
+                ),
+                _ => (
+                    "no first moment; different convergence",
+                    "torch.optim.Adafactor(model.parameters())",
+                ),
             };
             push(
                 format!("optimizer {}", o.name()),
@@ -240,11 +276,21 @@ pub fn tricks<S: ModelSource>(
             } else {
                 format!("{flipped} activations flipped: each writes over its input instead of allocating an output")
             };
-            push("inplace=True activations".into(), Change::InplaceActivations(flipped), Some(after), "none (the input is overwritten)", how, note);
+            push(
+                "inplace=True activations".into(),
+                Change::InplaceActivations(flipped),
+                Some(after),
+                "none (the input is overwritten)",
+                how,
+                note,
+            );
         }
         // zero_grad
         if cfg.zero_grad_set_to_none {
-            let c = StepConfig { zero_grad_set_to_none: false, ..cfg.clone() };
+            let c = StepConfig {
+                zero_grad_set_to_none: false,
+                ..cfg.clone()
+            };
             let after = sim(&base_graph, &c)?;
             let note = if after.reserved_bytes > before.reserved_bytes {
                 "the loop already frees the gradients with set_to_none=True; zeroing in place would keep them through backward: the negative saving is what set_to_none=True saves".to_string()
@@ -260,7 +306,8 @@ pub fn tricks<S: ModelSource>(
                 Change::ZeroGradInPlace,
                 Some(after),
                 "-",
-                "opt.zero_grad()  # set_to_none=True is the default since torch 2.0; keep it".into(),
+                "opt.zero_grad()  # set_to_none=True is the default since torch 2.0; keep it"
+                    .into(),
                 note,
             );
         }
@@ -276,7 +323,10 @@ pub fn tricks<S: ModelSource>(
     }
     // inference
     if train {
-        let c = StepConfig { mode: Mode::Infer, ..cfg.clone() };
+        let c = StepConfig {
+            mode: Mode::Infer,
+            ..cfg.clone()
+        };
         push(
             "evaluate under torch.no_grad() / eval()".into(),
             Change::Inference,
@@ -288,14 +338,25 @@ pub fn tricks<S: ModelSource>(
     }
     // del out
     if !cfg.free_output {
-        let c = StepConfig { free_output: true, ..cfg.clone() };
+        let c = StepConfig {
+            free_output: true,
+            ..cfg.clone()
+        };
         let after = sim(&base_graph, &c)?;
         let note = if after.reserved_bytes >= before.reserved_bytes {
             "saves nothing here: the previous output (logits) is small next to the peak, or the peak is elsewhere".to_string()
         } else {
-            "the previous iteration's output and loss no longer live through the next forward".to_string()
+            "the previous iteration's output and loss no longer live through the next forward"
+                .to_string()
         };
-        push("del out, loss at the end of each iteration".into(), Change::FreeOutput, Some(after), "none", "del out, loss".into(), note);
+        push(
+            "del out, loss at the end of each iteration".into(),
+            Change::FreeOutput,
+            Some(after),
+            "none",
+            "del out, loss".into(),
+            note,
+        );
     }
     push(
         "loss.item() instead of accumulating the loss tensor".into(),
@@ -306,7 +367,9 @@ pub fn tricks<S: ModelSource>(
         "not applicable: the canonical loop calls backward on every loss, which frees the saved tensors; `total += loss` would keep only the small autograd nodes of each loss (a leak of the graph happens when backward is never called on it, e.g. an evaluation loop without no_grad)".into(),
     );
     let last = base_sim.phases.last();
-    let (alloc_end, res_end) = last.map(|p| (p.allocated_after, p.reserved_after)).unwrap_or((0, 0));
+    let (alloc_end, res_end) = last
+        .map(|p| (p.allocated_after, p.reserved_after))
+        .unwrap_or((0, 0));
     push(
         "torch.cuda.empty_cache()".into(),
         Change::None,
@@ -373,7 +436,10 @@ where
             .collect::<Vec<_>>()
     };
     let with_cp = |cp: Vec<Checkpoint>| -> Result<Peak, AdviceError> {
-        let c = StepConfig { checkpoint: [cfg.checkpoint.clone(), cp].concat(), ..cfg.clone() };
+        let c = StepConfig {
+            checkpoint: [cfg.checkpoint.clone(), cp].concat(),
+            ..cfg.clone()
+        };
         Ok(Peak::of(&simulate(g, &c)?))
     };
     // stages: top-level containers (modules with children)
@@ -393,7 +459,10 @@ where
             Change::Checkpoint(vec![s.path.clone()]),
             Some(after),
             cost,
-            format!("x = torch.utils.checkpoint.checkpoint(self.{}, x, use_reentrant=False)", s.path),
+            format!(
+                "x = torch.utils.checkpoint.checkpoint(self.{}, x, use_reentrant=False)",
+                s.path
+            ),
             "only the stage's input is kept; its activations are recomputed in backward".into(),
         );
     }
@@ -414,7 +483,13 @@ where
         .iter()
         .flat_map(|s| {
             let id = g.find_module(&s.path);
-            id.map(|m| children(m).into_iter().map(|c| c.path.clone()).collect::<Vec<_>>()).unwrap_or_default()
+            id.map(|m| {
+                children(m)
+                    .into_iter()
+                    .map(|c| c.path.clone())
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default()
         })
         .collect();
     if blocks.len() > stages.len() {
@@ -430,15 +505,23 @@ where
     }
     // best segment count for sequential stages
     for s in &stages {
-        let Some(m) = g.find_module(&s.path) else { continue };
+        let Some(m) = g.find_module(&s.path) else {
+            continue;
+        };
         let n = children(m).len() as u32;
         if n < 4 {
             continue;
         }
         let mut best: Option<(u32, Peak)> = None;
         for k in 2..=n.min(16) {
-            let after = with_cp(vec![Checkpoint::Sequential { module: s.path.clone(), segments: k }])?;
-            if best.map(|(_, b)| after.reserved_bytes < b.reserved_bytes).unwrap_or(true) {
+            let after = with_cp(vec![Checkpoint::Sequential {
+                module: s.path.clone(),
+                segments: k,
+            }])?;
+            if best
+                .map(|(_, b)| after.reserved_bytes < b.reserved_bytes)
+                .unwrap_or(true)
+            {
                 best = Some((k, after));
             }
         }

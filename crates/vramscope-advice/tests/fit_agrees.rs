@@ -2,8 +2,8 @@
 //! fits (simulated independently here) and the next batch does not.
 
 use vramscope_advice::{fit_search, smallest_gpu, Target};
-use vramscope_core::sim::{simulate, StepConfig};
 use vramscope_core::optim::Optimizer;
+use vramscope_core::sim::{simulate, StepConfig};
 use vramscope_formats::zoo::{self, ZooInput};
 use vramscope_report::{find_gpu, GPUS};
 
@@ -84,7 +84,10 @@ fn smallest_gpu_is_the_first_by_memory_that_fits() {
     assert_eq!(r.smallest.as_deref(), Some(r.gpus[first].gpu.as_str()));
     // every smaller GPU really does not fit, and the answer does
     for (i, row) in r.gpus.iter().enumerate() {
-        let gpu = GPUS.iter().find(|g| g.name == row.gpu).expect("in the table");
+        let gpu = GPUS
+            .iter()
+            .find(|g| g.name == row.gpu)
+            .expect("in the table");
         let t = Target { gpu, margin: 0.05 };
         assert_eq!(row.fits, t.device_bytes(reserved) <= t.budget());
         if i < first {

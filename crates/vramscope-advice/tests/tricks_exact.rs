@@ -114,8 +114,11 @@ fn resimulate(model: &str, batch: u64, cfg: &StepConfig, t: &Trick) -> Option<(u
 
 fn check(model: &'static str, batch: u64, cfg: &StepConfig) -> Vec<Trick> {
     let rows = tricks(&Zoo(model), batch, cfg, 4).expect("tricks");
-    let base = simulate(&zoo::build(model, &ZooInput::imagenet(batch)).expect("builds"), cfg)
-        .expect("simulates");
+    let base = simulate(
+        &zoo::build(model, &ZooInput::imagenet(batch)).expect("builds"),
+        cfg,
+    )
+    .expect("simulates");
     for t in &rows {
         assert_eq!(t.before.allocated_bytes, base.peak_allocated, "{}", t.name);
         assert_eq!(t.before.reserved_bytes, base.peak_reserved, "{}", t.name);
@@ -123,14 +126,21 @@ fn check(model: &'static str, batch: u64, cfg: &StepConfig) -> Vec<Trick> {
             (Some((a, r)), Some(after)) => {
                 assert_eq!(after.allocated_bytes, a, "{model}: {}", t.name);
                 assert_eq!(after.reserved_bytes, r, "{model}: {}", t.name);
-                assert_eq!(t.saved_bytes, base.peak_reserved as i64 - r as i64, "{}", t.name);
+                assert_eq!(
+                    t.saved_bytes,
+                    base.peak_reserved as i64 - r as i64,
+                    "{}",
+                    t.name
+                );
             }
             (None, None) => assert!(!t.note.is_empty(), "{}", t.name),
             (x, y) => panic!("{}: {x:?} vs {y:?}", t.name),
         }
     }
     // ranked by memory saved
-    assert!(rows.windows(2).all(|w| w[0].saved_bytes >= w[1].saved_bytes));
+    assert!(rows
+        .windows(2)
+        .all(|w| w[0].saved_bytes >= w[1].saved_bytes));
     rows
 }
 
@@ -178,10 +188,16 @@ fn every_trick_is_the_engine_estimate_resnet18_adamw() {
     // the big savers save, and resnet18's ReLUs are already in place
     assert!(find(&rows, "halve the batch").saved_bytes > 0);
     assert!(find(&rows, "evaluate under").saved_bytes > 0);
-    assert!(find(&rows, "inplace=True").note.starts_with("saves nothing"));
-    assert!(find(&rows, "loss.item()").note.starts_with("not applicable"));
+    assert!(find(&rows, "inplace=True")
+        .note
+        .starts_with("saves nothing"));
+    assert!(find(&rows, "loss.item()")
+        .note
+        .starts_with("not applicable"));
     // SGD keeps no state: it saves against AdamW
-    assert!(rows.iter().any(|t| t.name == "optimizer sgd" && t.saved_bytes >= 0));
+    assert!(rows
+        .iter()
+        .any(|t| t.name == "optimizer sgd" && t.saved_bytes >= 0));
 }
 
 #[test]

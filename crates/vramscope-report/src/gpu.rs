@@ -35,7 +35,10 @@ impl Gpu {
 
     /// The short name (first alias).
     pub fn short_name(&self) -> &str {
-        self.aliases.first().map(String::as_str).unwrap_or(&self.name)
+        self.aliases
+            .first()
+            .map(String::as_str)
+            .unwrap_or(&self.name)
     }
 }
 
@@ -114,9 +117,18 @@ mod tests {
             assert!(g.memory_bytes > 8 << 30, "{}", g.name);
             assert_eq!(g.vendor == "nvidia", g.compute_capability.is_some());
         }
-        assert_eq!(find_gpu("A100 80GB").map(|g| g.name.as_str()), Some("A100 80GB"));
-        assert_eq!(find_gpu("RTX_4090").map(|g| g.name.as_str()), Some("RTX 4090"));
-        assert_eq!(find_gpu(" H100 ").map(|g| g.name.as_str()), Some("H100 80GB"));
+        assert_eq!(
+            find_gpu("A100 80GB").map(|g| g.name.as_str()),
+            Some("A100 80GB")
+        );
+        assert_eq!(
+            find_gpu("RTX_4090").map(|g| g.name.as_str()),
+            Some("RTX 4090")
+        );
+        assert_eq!(
+            find_gpu(" H100 ").map(|g| g.name.as_str()),
+            Some("H100 80GB")
+        );
         assert!(find_gpu("h1000").is_none());
     }
 

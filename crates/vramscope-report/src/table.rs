@@ -241,12 +241,22 @@ pub fn render_gpus(gpus: &[crate::Gpu]) -> String {
     ]);
     for g in gpus {
         let memory_only = g.compute_capability.is_none();
-        let or_dash = |b: u64| if memory_only { "-".to_string() } else { human(b) };
+        let or_dash = |b: u64| {
+            if memory_only {
+                "-".to_string()
+            } else {
+                human(b)
+            }
+        };
         t.add_row(vec![
             Cell::new(&g.name),
             Cell::new(g.aliases.join(", ")),
             right(format!("{} ({} B)", human(g.memory_bytes), g.memory_bytes)),
-            Cell::new(g.compute_capability.as_deref().unwrap_or("- (AMD, memory only)")),
+            Cell::new(
+                g.compute_capability
+                    .as_deref()
+                    .unwrap_or("- (AMD, memory only)"),
+            ),
             right(or_dash(g.cuda_context_bytes)),
             right(or_dash(g.library_workspace_bytes)),
             Cell::new(&g.source),
