@@ -108,10 +108,11 @@ mod tests {
 
     #[test]
     fn names_and_aliases_are_unique_and_case_insensitive() {
-        let mut seen = std::collections::HashSet::new();
+        let mut seen = std::collections::HashMap::new();
         for g in GPUS.iter() {
             for a in std::iter::once(&g.name).chain(&g.aliases) {
-                assert!(seen.insert(a.to_ascii_lowercase()), "duplicate {a}");
+                let owner = seen.entry(a.to_ascii_lowercase()).or_insert(&g.name);
+                assert_eq!(*owner, &g.name, "{a} names two GPUs");
             }
             assert!(!g.source.is_empty());
             assert!(g.memory_bytes > 8 << 30, "{}", g.name);
