@@ -39,7 +39,7 @@ pub fn gpu(name: &str) -> Result<&'static Gpu> {
         anyhow!(
             "--gpu {name:?}: unknown GPU; known: {}",
             GPUS.iter()
-                .map(|g| g.aliases[0])
+                .map(|g| g.short_name())
                 .collect::<Vec<_>>()
                 .join(", ")
         )

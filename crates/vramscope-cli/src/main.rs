@@ -7,9 +7,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod estimate;
+mod fit;
 mod inspect;
 mod model;
 mod step;
+mod tricks;
 
 /// How much GPU memory a model takes, where it goes, and what fits.
 #[derive(Parser, Debug)]
@@ -25,6 +27,16 @@ enum Command {
     Estimate(Box<estimate::EstimateArgs>),
     /// List the tensors of a checkpoint (safetensors, sharded folder, GGUF) from its headers.
     Inspect(inspect::InspectArgs),
+    /// The largest batch that fits a GPU, or the smallest GPU that fits a batch.
+    Fit(Box<fit::FitArgs>),
+    /// List the GPUs `--gpu` knows (memory, compute capability, overheads, sources).
+    Gpus {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Every memory-saving trick, re-simulated and ranked by memory saved.
+    Tricks(Box<tricks::TricksArgs>),
     /// List the built-in models.
     Models,
 }
@@ -34,6 +46,9 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Estimate(a) => estimate::run(a),
         Command::Inspect(a) => inspect::run(a),
+        Command::Fit(a) => fit::run(a),
+        Command::Gpus { json } => gpus(*json),
+        Command::Tricks(a) => tricks::run(a),
         Command::Models => {
             println!("{}", vramscope_formats::zoo::names().join("\n"));
             Ok(())
@@ -46,4 +61,18 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn gpus(json: bool) -> anyhow::Result<()> {
+    use anyhow::Context;
+    use std::io::Write;
+    let gpus: &[vramscope_report::Gpu] = &vramscope_report::GPUS;
+    let text = if json {
+        serde_json::to_string_pretty(gpus).context("serialising the GPU table")? + "\n"
+    } else {
+        vramscope_report::render_gpus(gpus)
+    };
+    std::io::stdout()
+        .write_all(text.as_bytes())
+        .context("writing to stdout")
 }

@@ -12,7 +12,7 @@ pub struct StepArgs {
     /// train or infer.
     #[arg(long, default_value = "train")]
     pub mode: String,
-    /// sgd, sgd-momentum, adam, adamw, adagrad, rmsprop.
+    /// sgd, sgd-momentum, adam, adamw, adagrad, rmsprop, adam8bit (bitsandbytes), adafactor.
     #[arg(long, default_value = "sgd-momentum")]
     pub optimizer: String,
     /// fp32, fp16, bf16, amp-fp16, amp-bf16.
@@ -61,7 +61,7 @@ impl StepArgs {
             )
         })?;
         let optimizer = Optimizer::parse(&self.optimizer).ok_or_else(|| {
-            anyhow!("--optimizer {:?}: expected one of sgd, sgd-momentum, adam, adamw, adagrad, rmsprop", self.optimizer)
+            anyhow!("--optimizer {:?}: expected one of sgd, sgd-momentum, adam, adamw, adagrad, rmsprop, adam8bit, adafactor", self.optimizer)
         })?;
         Ok(StepConfig {
             mode,
@@ -69,7 +69,7 @@ impl StepArgs {
             optimizer,
             iterations: 2,
             checkpoint: parse_checkpoint(&self.checkpoint)?,
-            record_events: false,
+            ..StepConfig::default()
         })
     }
 }

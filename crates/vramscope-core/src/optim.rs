@@ -1,8 +1,18 @@
 //! Optimizers as PyTorch's CUDA default (`foreach`) implementations run them: which state tensors
 //! each creates (lazily, at the first `step`), and which temporaries a step allocates
-//! (torch/optim/{sgd,adam,adamw,adagrad,rmsprop}.py, `_multi_tensor_*`).
+//! (torch/optim/{sgd,adam,adamw,adagrad,rmsprop}.py, `_multi_tensor_*`); bitsandbytes' 8-bit
+//! Adam (bitsandbytes/optim/optimizer.py, `Optimizer2State`, blockwise) and torch's Adafactor
+//! (torch/optim/_adafactor.py, whose default is the single-tensor loop).
 
 use serde::Serialize;
+
+use crate::dtype::DType;
+use crate::ir::{numel, Shape};
+
+/// bitsandbytes quantises blocks of 256 values, each with an fp32 absmax.
+pub const BNB_BLOCK: u64 = 256;
+/// bitsandbytes keeps fp32 states for parameters smaller than this (`min_8bit_size`).
+pub const BNB_MIN_8BIT_SIZE: u64 = 4096;
 
 /// An optimizer with PyTorch's defaults.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -25,6 +35,27 @@ pub enum Optimizer {
     /// `RMSprop`: square_avg; a step allocates `sqrt(square_avg)`.
     #[serde(rename = "rmsprop")]
     RmsProp,
+    /// `bitsandbytes.optim.Adam8bit` (blockwise): uint8 `state1`/`state2` (1 byte per element
+    /// each) plus one fp32 `absmax` per 256-element block per state; fp32 states for parameters
+    /// under 4096 elements; two shared 256-entry fp32 quantisation maps. The step is one fused
+    /// kernel per parameter (no temporaries).
+    #[serde(rename = "adam8bit")]
+    Adam8bit,
+    /// `torch.optim.Adafactor`: factored second moments for parameters of 2 or more dimensions
+    /// (`row_var` with the last dimension 1, `col_var` with the second-to-last 1), a full
+    /// `variance` for vectors. Single-tensor loop (torch's default for Adafactor): one
+    /// parameter-sized `var_estimate` at a time (two for vectors: `grad * grad` and the clone).
+    #[serde(rename = "adafactor")]
+    Adafactor,
+}
+
+/// What an optimizer step allocates besides the states.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepTemporaries {
+    /// Foreach: this many parameter-sized tensor lists, all alive at the step's peak.
+    Foreach(u32),
+    /// A loop over parameters: each parameter's temporaries are freed before the next.
+    PerParameter,
 }
 
 /// When the state tensors are created (all of one parameter's states in a row, each the
@@ -39,13 +70,15 @@ pub enum StateInit {
 
 impl Optimizer {
     /// Every optimizer, in CLI order.
-    pub const ALL: [Optimizer; 6] = [
+    pub const ALL: [Optimizer; 8] = [
         Optimizer::Sgd,
         Optimizer::SgdMomentum,
         Optimizer::Adam,
         Optimizer::AdamW,
         Optimizer::Adagrad,
         Optimizer::RmsProp,
+        Optimizer::Adam8bit,
+        Optimizer::Adafactor,
     ];
 
     /// The CLI spelling.
@@ -57,13 +90,16 @@ impl Optimizer {
             Optimizer::AdamW => "adamw",
             Optimizer::Adagrad => "adagrad",
             Optimizer::RmsProp => "rmsprop",
+            Optimizer::Adam8bit => "adam8bit",
+            Optimizer::Adafactor => "adafactor",
         }
     }
 
-    /// Parses the CLI spelling (also `sgdm`, `momentum`).
+    /// Parses the CLI spelling (also `sgdm`, `momentum`, `adamw8bit`, `adam-8bit`).
     pub fn parse(s: &str) -> Option<Optimizer> {
         match s {
             "sgdm" | "momentum" => Some(Optimizer::SgdMomentum),
+            "adamw8bit" | "adam-8bit" | "adamw-8bit" => Some(Optimizer::Adam8bit),
             _ => Optimizer::ALL.into_iter().find(|o| o.name() == s),
         }
     }
@@ -76,6 +112,77 @@ impl Optimizer {
             Optimizer::Adam | Optimizer::AdamW => &["exp_avg", "exp_avg_sq"],
             Optimizer::Adagrad => &["sum"],
             Optimizer::RmsProp => &["square_avg"],
+            Optimizer::Adam8bit => &["state1", "state2", "absmax1", "absmax2"],
+            Optimizer::Adafactor => &["row_var", "col_var"],
+        }
+    }
+
+    /// The state tensors of one parameter of `shape` and `dtype`, in creation order.
+    pub fn state_tensors(self, shape: &[u64], dtype: DType) -> Vec<(&'static str, Shape, DType)> {
+        match self {
+            Optimizer::Adam8bit if numel(shape) >= BNB_MIN_8BIT_SIZE => {
+                let blocks = numel(shape).div_ceil(BNB_BLOCK);
+                vec![
+                    ("state1", shape.to_vec(), DType::U8),
+                    ("state2", shape.to_vec(), DType::U8),
+                    ("absmax1", vec![blocks], DType::F32),
+                    ("absmax2", vec![blocks], DType::F32),
+                ]
+            }
+            Optimizer::Adam8bit => vec![
+                ("state1", shape.to_vec(), DType::F32),
+                ("state2", shape.to_vec(), DType::F32),
+            ],
+            Optimizer::Adafactor if shape.len() >= 2 => {
+                let n = shape.len();
+                let (mut row, mut col) = (shape.to_vec(), shape.to_vec());
+                row[n - 1] = 1;
+                col[n - 2] = 1;
+                vec![("row_var", row, dtype), ("col_var", col, dtype)]
+            }
+            Optimizer::Adafactor => vec![("variance", shape.to_vec(), dtype)],
+            _ => self
+                .state_names()
+                .iter()
+                .map(|&n| (n, shape.to_vec(), dtype))
+                .collect(),
+        }
+    }
+
+    /// State shared by all parameters, created before the first parameter's state (bitsandbytes'
+    /// `dynamic` and `udynamic` quantisation maps, moved to the device at the first step).
+    pub fn shared_state(self) -> Vec<(&'static str, Shape, DType)> {
+        match self {
+            Optimizer::Adam8bit => vec![
+                ("qmap dynamic", vec![256], DType::F32),
+                ("qmap udynamic", vec![256], DType::F32),
+            ],
+            _ => Vec::new(),
+        }
+    }
+
+    /// The temporaries of one step.
+    pub fn step_temporaries(self) -> StepTemporaries {
+        match self {
+            Optimizer::Adafactor => StepTemporaries::PerParameter,
+            o => StepTemporaries::Foreach(o.step_temporary_lists()),
+        }
+    }
+
+    /// The temporaries of one parameter's update in a per-parameter loop, alive together.
+    pub fn parameter_temporaries(self, shape: &[u64], dtype: DType) -> Vec<(Shape, DType)> {
+        match self {
+            Optimizer::Adafactor if shape.len() >= 2 => {
+                let n = shape.len();
+                let (mut row, mut col) = (shape.to_vec(), shape.to_vec());
+                row[n - 1] = 1;
+                col[n - 2] = 1;
+                // row_mean, col_mean, var_estimate = row_var @ col_var
+                vec![(row, dtype), (col, dtype), (shape.to_vec(), dtype)]
+            }
+            // grad * grad, variance.clone()
+            Optimizer::Adafactor => vec![(shape.to_vec(), dtype), (shape.to_vec(), dtype)],
+            _ => Vec::new(),
         }
     }
 
@@ -94,6 +201,7 @@ impl Optimizer {
             Optimizer::Sgd | Optimizer::SgdMomentum => 0,
             Optimizer::Adam | Optimizer::AdamW | Optimizer::RmsProp => 1,
             Optimizer::Adagrad => 2,
+            Optimizer::Adam8bit | Optimizer::Adafactor => 0,
         }
     }
 
@@ -107,6 +215,12 @@ impl Optimizer {
             }
             Optimizer::Adagrad => "Adagrad creates its sum of squares in the constructor; each step allocates std and the scaled gradient",
             Optimizer::RmsProp => "RMSprop keeps square_avg; each step allocates its square root",
+            Optimizer::Adam8bit => {
+                "8-bit Adam (bitsandbytes) creates uint8 state1/state2 and per-256-block absmax at the first step; its fused step allocates nothing"
+            }
+            Optimizer::Adafactor => {
+                "Adafactor creates factored row/column second moments at the first step; its per-parameter loop allocates one var_estimate at a time"
+            }
         }
     }
 }

@@ -26,7 +26,7 @@ use crate::ir::{Graph, ModuleId, ParamId, ParamKind, Shape, Task, TensorId};
 use crate::ops::{
     Alias, Autocast, GradIn, LogSoftmax, NllLoss, Op, OpCtx, Saved, SdpaBackend, TensorMeta,
 };
-use crate::optim::{Optimizer, StateInit};
+use crate::optim::{Optimizer, StateInit, StepTemporaries};
 
 /// Training step or inference pass.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -67,6 +67,12 @@ pub struct StepConfig {
     pub checkpoint: Vec<Checkpoint>,
     /// Keep the event stream (for traces and the "why" of each phase).
     pub record_events: bool,
+    /// `optimizer.zero_grad(set_to_none=...)`: with `false` the gradients stay allocated and are
+    /// zeroed in place (backward then accumulates into them).
+    pub zero_grad_set_to_none: bool,
+    /// `del out, loss` at the end of each iteration, so the previous output is gone before the
+    /// next forward.
+    pub free_output: bool,
 }
 
 impl Default for StepConfig {
@@ -78,6 +84,8 @@ impl Default for StepConfig {
             iterations: 2,
             checkpoint: Vec::new(),
             record_events: false,
+            zero_grad_set_to_none: true,
+            free_output: false,
         }
     }
 }
@@ -383,6 +391,8 @@ struct Sim<'g> {
     module_has_children: Vec<bool>,
     last_layer_module: Option<ModuleId>,
     scaler_initialised: bool,
+    /// which parameters had a `.grad` when the current backward started
+    grad_existed_before_backward: Vec<bool>,
     /// the tape entry each graph node recorded in this iteration's forward
     tape_of_node: Vec<Option<usize>>,
     // forward bookkeeping
@@ -1034,6 +1044,9 @@ impl<'g> Sim<'g> {
                         self.param_grad[pi] = Some(grad_sid);
                     }
                 }
+                // p.grad kept from the previous iteration (zero_grad(set_to_none=False)):
+                // AccumulateGrad adds in place
+                Some(_) if self.grad_existed_before_backward[pi] => self.decref(grad_sid),
                 // a parameter used twice in one graph (tied embeddings): the engine sums its
                 // gradients out of place before AccumulateGrad runs (truth traces)
                 Some(old) => {
@@ -1067,6 +1080,7 @@ impl<'g> Sim<'g> {
     }
 
     fn backward(&mut self, loss: Rt) {
+        self.grad_existed_before_backward = self.param_grad.iter().map(Option::is_some).collect();
         self.in_backward = true;
         let root_meta = TensorMeta::new(vec![], self.rts[loss as usize].meta.dtype);
         let mut extra_roots = Vec::new();
@@ -1283,19 +1297,21 @@ impl<'g> Sim<'g> {
 
     /// Creates the optimizer state of `params`, one parameter's states in a row.
     fn create_optimizer_states(&mut self, params: &[usize]) {
-        let names = self.cfg.optimizer.state_names();
+        let opt = self.cfg.optimizer;
+        for (n, shape, dtype) in opt.shared_state() {
+            // held for the rest of the run: never released
+            let meta = TensorMeta::new(shape, dtype);
+            self.new_storage(meta, Category::OptimizerStates, Label::new(n), None);
+        }
         for &i in params {
             let meta = self.param_meta(ParamId(i as u32));
             let module = Some(self.g.params[i].module);
-            self.opt_state[i] = names
-                .iter()
-                .map(|&n| {
-                    self.new_storage(
-                        meta.clone(),
-                        Category::OptimizerStates,
-                        Label::new(n),
-                        module,
-                    )
+            self.opt_state[i] = opt
+                .state_tensors(&meta.shape, meta.dtype)
+                .into_iter()
+                .map(|(n, shape, dtype)| {
+                    let m = TensorMeta::new(shape, dtype);
+                    self.new_storage(m, Category::OptimizerStates, Label::new(n), module)
                 })
                 .collect();
         }
@@ -1328,6 +1344,24 @@ impl<'g> Sim<'g> {
         }
         if first && opt.state_init() == StateInit::FirstStep {
             self.create_optimizer_states(&trainable);
+        }
+        if opt.step_temporaries() == StepTemporaries::PerParameter {
+            for &i in &trainable {
+                let meta = self.param_meta(ParamId(i as u32));
+                let module = Some(self.g.params[i].module);
+                let lbl = Label::new("step temporary");
+                let temps: Vec<u32> = opt
+                    .parameter_temporaries(&meta.shape, meta.dtype)
+                    .into_iter()
+                    .map(|(s, d)| {
+                        let m = TensorMeta::new(s, d);
+                        self.new_storage(m, Category::Temporaries, lbl, module)
+                    })
+                    .collect();
+                for t in temps {
+                    self.decref(t);
+                }
+            }
         }
         let lists = opt.step_temporary_lists();
         let mut temps = Vec::new();
@@ -1590,6 +1624,7 @@ fn run(g: &Graph, cfg: &StepConfig) -> Result<Simulation, SimError> {
         last_layer_module: None,
         tape_of_node: vec![None; g.nodes.len()],
         scaler_initialised: false,
+        grad_existed_before_backward: vec![false; g.params.len()],
         release_after: release_schedule(g),
         region_of_node,
         regions,
@@ -1727,7 +1762,7 @@ fn run(g: &Graph, cfg: &StepConfig) -> Result<Simulation, SimError> {
             }
             s.clear_autocast_cache();
             s.phase(&format!("it{it}.zero_grad"));
-            for i in 0..s.param_grad.len() {
+            for i in (0..s.param_grad.len()).filter(|_| cfg.zero_grad_set_to_none) {
                 if let Some(g) = s.param_grad[i].take() {
                     s.decref(g);
                 }
@@ -1753,6 +1788,11 @@ fn run(g: &Graph, cfg: &StepConfig) -> Result<Simulation, SimError> {
             s.clear_autocast_cache();
         }
         s.grad_enabled = false;
+        if cfg.free_output {
+            for r in std::mem::take(&mut out).into_iter().chain(loss.take()) {
+                s.release_rt(r);
+            }
+        }
     }
     let parameter_bytes = g
         .params

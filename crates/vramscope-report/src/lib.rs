@@ -7,4 +7,4 @@ mod table;
 
 pub use gpu::{find_gpu, Gpu, GPUS};
 pub use json::{EstimateReport, ModelInfo, ReportInput};
-pub use table::render_text;
+pub use table::{human, render_gpus, render_text};

@@ -225,3 +225,45 @@ pub fn render_text(r: &EstimateReport, max_layers: usize) -> String {
     ));
     out
 }
+
+/// Renders the GPU table (`vramscope gpus`).
+pub fn render_gpus(gpus: &[crate::Gpu]) -> String {
+    let mut t = Table::new();
+    t.load_preset(UTF8_FULL_CONDENSED);
+    t.set_header(vec![
+        "GPU",
+        "--gpu",
+        "memory (NVML total)",
+        "compute cap.",
+        "CUDA context",
+        "cuBLAS workspace",
+        "source",
+    ]);
+    for g in gpus {
+        let memory_only = g.compute_capability.is_none();
+        let or_dash = |b: u64| {
+            if memory_only {
+                "-".to_string()
+            } else {
+                human(b)
+            }
+        };
+        t.add_row(vec![
+            Cell::new(&g.name),
+            Cell::new(g.aliases.join(", ")),
+            right(format!("{} ({} B)", human(g.memory_bytes), g.memory_bytes)),
+            Cell::new(
+                g.compute_capability
+                    .as_deref()
+                    .unwrap_or("- (AMD, memory only)"),
+            ),
+            right(or_dash(g.cuda_context_bytes)),
+            right(or_dash(g.library_workspace_bytes)),
+            Cell::new(&g.source),
+        ]);
+    }
+    format!(
+        "{t}\nCUDA context: typical for torch 2.x with CUDA_MODULE_LOADING=LAZY (approximate); \
+         cuBLAS workspace: torch's default for the architecture, added on top of reserved memory.\n"
+    )
+}

@@ -185,3 +185,25 @@ fn text_report_has_the_sections() {
         assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
     }
 }
+
+#[test]
+fn fit_json_gives_the_batch_size_and_both_estimates() {
+    let out = crate::vramscope(&["fit", "resnet18", "--gpu", "a100", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let b = v["batch_size"].as_u64().expect("batch_size");
+    assert!(b > 100);
+    assert_eq!(v["at_size"]["size"].as_u64(), Some(b));
+    assert_eq!(v["next_size"]["size"].as_u64(), Some(b + 1));
+    assert_eq!(v["at_size"]["fits"].as_bool(), Some(true));
+    assert_eq!(v["next_size"]["fits"].as_bool(), Some(false));
+    assert_eq!(v["verified"].as_bool(), Some(true));
+    // the estimate at that batch is what `estimate` reports
+    let e = crate::estimate_json(&["resnet18", "-b", &b.to_string(), "--gpu", "a100"]);
+    assert_eq!(e["peak"]["device_bytes"], v["at_size"]["device_bytes"]);
+    assert_eq!(e["gpu"]["fits"].as_bool(), Some(true));
+}

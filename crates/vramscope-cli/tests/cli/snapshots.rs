@@ -59,3 +59,54 @@ fn error_messages() {
     .join("");
     insta::assert_snapshot!(text);
 }
+
+#[test]
+fn gpu_table() {
+    insta::assert_snapshot!(stdout(&["gpus"]));
+}
+
+#[test]
+fn gpu_table_json() {
+    let json: serde_json::Value = serde_json::from_str(&stdout(&["gpus", "--json"])).expect("JSON");
+    insta::assert_json_snapshot!(json);
+}
+
+#[test]
+fn fit_resnet50_t4() {
+    insta::assert_snapshot!(stdout(&[
+        "fit",
+        "resnet50",
+        "--gpu",
+        "t4",
+        "--optimizer",
+        "adamw"
+    ]));
+}
+
+#[test]
+fn fit_reverse_vit_b_32() {
+    insta::assert_snapshot!(stdout(&["fit", "vit_b_32", "--batch-size", "64"]));
+}
+
+#[test]
+fn tricks_resnet18() {
+    insta::assert_snapshot!(stdout(&[
+        "tricks",
+        "resnet18",
+        "-b",
+        "16",
+        "--optimizer",
+        "adam"
+    ]));
+}
+
+#[test]
+fn advice_error_messages() {
+    let text = [
+        stderr(&["fit", "resnet18", "--gpu", "h1000"]),
+        stderr(&["fit", "resnet18", "--gpu", "t4", "--margin", "120%"]),
+        stderr(&["tricks", "resnet5"]),
+    ]
+    .join("");
+    insta::assert_snapshot!(text);
+}

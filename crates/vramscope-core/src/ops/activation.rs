@@ -88,6 +88,24 @@ impl Op for Activation {
         }
     }
 
+    fn inplace_variant(&self) -> Option<std::sync::Arc<dyn Op>> {
+        // nn.GELU, nn.Sigmoid and nn.Tanh have no `inplace` argument
+        let has_inplace = matches!(
+            self.kind,
+            ActivationKind::ReLU
+                | ActivationKind::ReLU6
+                | ActivationKind::SiLU
+                | ActivationKind::Hardswish
+                | ActivationKind::Hardsigmoid
+        );
+        (has_inplace && !self.inplace).then(|| {
+            std::sync::Arc::new(Activation {
+                kind: self.kind,
+                inplace: true,
+            }) as std::sync::Arc<dyn Op>
+        })
+    }
+
     fn saved_for_backward(&self, _ctx: &OpCtx) -> Vec<Saved> {
         if self.kind.saves_output() {
             vec![Saved::Output(0)]

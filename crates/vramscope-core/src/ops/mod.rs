@@ -300,6 +300,12 @@ pub trait Op: Debug + Send + Sync {
         None
     }
 
+    /// The `inplace=True` variant of this op, when PyTorch's module offers one and this op is
+    /// not in place already (the in-place pass asks; `None` for most ops).
+    fn inplace_variant(&self) -> Option<std::sync::Arc<dyn Op>> {
+        None
+    }
+
     /// Whether the op makes an autograd node at all (views of non-grad tensors still do).
     fn differentiable(&self) -> bool {
         true

@@ -1,0 +1,541 @@
+//! The memory-saving tricks of the field's write-ups, each quantified by re-simulating the step
+//! with the change applied (never by a rule of thumb): smaller batches, accumulation, smaller
+//! input, precision, checkpointing, inference, optimizers, in-place activations, `zero_grad`,
+//! freeing the output, and more GPUs. A trick that saves nothing says so and why. Rows are ranked
+//! by peak reserved memory saved (what decides an out-of-memory error).
+
+use serde::Serialize;
+use vramscope_core::optim::Optimizer;
+use vramscope_core::passes::inplace_activations;
+use vramscope_core::sim::{simulate, Checkpoint, Mode, Simulation, StepConfig};
+use vramscope_core::{Graph, Precision};
+
+use crate::AdviceError;
+
+/// Where the tricks get their model variants from (the CLI builds them from its flags).
+pub trait ModelSource {
+    /// The graph at `batch` with the user's input.
+    fn build(&self, batch: u64) -> Result<Graph, String>;
+    /// A smaller input at `batch` (a lower resolution; a shorter sequence for sequence models),
+    /// described (`3x168x168`); `None` when there is no smaller input to try.
+    fn smaller_input(&self, batch: u64) -> Option<(String, Result<Graph, String>)>;
+}
+
+/// The peak of one simulated step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Peak {
+    /// `max_memory_allocated()`.
+    pub allocated_bytes: u64,
+    /// `max_memory_reserved()`.
+    pub reserved_bytes: u64,
+}
+
+impl Peak {
+    fn of(s: &Simulation) -> Self {
+        Peak {
+            allocated_bytes: s.peak_allocated,
+            reserved_bytes: s.peak_reserved,
+        }
+    }
+}
+
+/// What was simulated for a trick: exactly this graph change and step configuration.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub enum Change {
+    /// Batch size.
+    Batch(u64),
+    /// Batch size with gradients kept across micro-batches (accumulation).
+    Accumulate(u64),
+    /// A smaller input (described).
+    SmallerInput(String),
+    /// A precision.
+    Precision(String),
+    /// Checkpointed modules (`layer3`, `features:4`).
+    Checkpoint(Vec<String>),
+    /// Inference.
+    Inference,
+    /// An optimizer.
+    Optimizer(String),
+    /// `inplace=True` on this many activations.
+    InplaceActivations(usize),
+    /// `zero_grad(set_to_none=False)`.
+    ZeroGradInPlace,
+    /// `del out, loss` at the end of each iteration.
+    FreeOutput,
+    /// Nothing simulated (analytic or not applicable).
+    None,
+}
+
+/// One row of the tricks table.
+#[derive(Debug, Clone, Serialize)]
+pub struct Trick {
+    /// Short name.
+    pub name: String,
+    /// What was simulated.
+    pub change: Change,
+    /// Peak before (the step as given).
+    pub before: Peak,
+    /// Peak after (the engine's estimate with the change), when simulated.
+    pub after: Option<Peak>,
+    /// Reserved bytes saved (negative: the change costs memory).
+    pub saved_bytes: i64,
+    /// What it costs (compute, accuracy, semantics).
+    pub cost: String,
+    /// One line of PyTorch.
+    pub how: String,
+    /// Why it saves what it saves, or nothing.
+    pub note: String,
+}
+
+/// The tricks for a step at `batch` with `cfg`, ranked by reserved memory saved, plus the
+/// analytic multi-GPU lines (model states only) over `gpus` GPUs.
+pub fn tricks<S: ModelSource>(
+    src: &S,
+    batch: u64,
+    cfg: &StepConfig,
+    gpus: u64,
+) -> Result<Vec<Trick>, AdviceError> {
+    let base_graph = src.build(batch).map_err(|m| AdviceError::Build {
+        size: batch,
+        message: m,
+    })?;
+    let base_sim = simulate(&base_graph, cfg)?;
+    let before = Peak::of(&base_sim);
+    let mut rows: Vec<Trick> = Vec::new();
+    let train = cfg.mode == Mode::Train;
+    let build = |b: u64| {
+        src.build(b).map_err(|m| AdviceError::Build {
+            size: b,
+            message: m,
+        })
+    };
+    let mut push = |name: String,
+                    change: Change,
+                    after: Option<Peak>,
+                    cost: &str,
+                    how: String,
+                    note: String| {
+        let saved = after
+            .map(|a| before.reserved_bytes as i64 - a.reserved_bytes as i64)
+            .unwrap_or(0);
+        rows.push(Trick {
+            name,
+            change,
+            before,
+            after,
+            saved_bytes: saved,
+            cost: cost.to_string(),
+            how,
+            note,
+        });
+    };
+    let sim =
+        |g: &Graph, c: &StepConfig| -> Result<Peak, AdviceError> { Ok(Peak::of(&simulate(g, c)?)) };
+    let half = batch / 2;
+
+    // batch
+    if half >= 1 {
+        let g = build(half)?;
+        push(
+            format!("halve the batch ({batch} -> {half})"),
+            Change::Batch(half),
+            Some(sim(&g, cfg)?),
+            "2x the steps per epoch; changes the optimisation (learning rate, batch-norm statistics)",
+            format!("DataLoader(..., batch_size={half})"),
+            "activations scale with the batch; parameters, gradients and optimizer states do not".into(),
+        );
+        if train {
+            let c = StepConfig {
+                zero_grad_set_to_none: false,
+                ..cfg.clone()
+            };
+            push(
+                format!("gradient accumulation (2 x {half})"),
+                Change::Accumulate(half),
+                Some(sim(&g, &c)?),
+                "2x the forward/backward calls for the same effective batch; batch norm sees half the samples",
+                "loss = loss_fn(model(x_i), y_i) / 2; loss.backward()  # opt.step(); opt.zero_grad() every 2nd micro-batch".into(),
+                "micro-batch activations, with the gradients alive through every backward (simulated as zero_grad(set_to_none=False))".into(),
+            );
+        }
+    } else {
+        push(
+            "halve the batch".into(),
+            Change::None,
+            None,
+            "-",
+            "-".into(),
+            "not applicable: the batch is already 1".into(),
+        );
+    }
+    // input
+    if let Some((desc, g)) = src.smaller_input(batch) {
+        let g = g.map_err(|m| AdviceError::Build {
+            size: batch,
+            message: m,
+        })?;
+        push(
+            format!("smaller input ({desc})"),
+            Change::SmallerInput(desc.clone()),
+            Some(sim(&g, cfg)?),
+            "accuracy: the model sees less detail (train at low resolution, fine-tune at full)",
+            format!(
+                "transforms.Resize({})",
+                desc.rsplit('x').next().unwrap_or(&desc)
+            ),
+            "activations scale with the input's area".into(),
+        );
+    }
+    // precision
+    for (p, cost, how) in [
+        (Precision::AmpBf16, "none on Ampere and newer (bf16 tensor cores); small accuracy risk", "with torch.autocast('cuda', dtype=torch.bfloat16): loss = loss_fn(model(x), y)"),
+        (Precision::AmpFp16, "GradScaler bookkeeping; overflow risk handled by loss scaling", "scaler = torch.amp.GradScaler(); with torch.autocast('cuda', dtype=torch.float16): ...; scaler.scale(loss).backward()"),
+        (Precision::Bf16, "accuracy risk: bf16 weights lose small updates (use Kahan summation or fp32 master weights)", "model = model.to(torch.bfloat16); x = x.to(torch.bfloat16)"),
+    ] {
+        let name = format!("precision {}", p.name());
+        if cfg.precision == p {
+            push(name, Change::None, None, cost, how.into(), format!("already {}", p.name()));
+            continue;
+        }
+        let c = StepConfig { precision: p, ..cfg.clone() };
+        let after = sim(&base_graph, &c)?;
+        let note = if p.autocast_dtype().is_some() {
+            "activations saved in half precision; fp32 weights, gradients and states stay, plus autocast's cached half copies of the weights"
+        } else {
+            "everything in half precision: weights, gradients, optimizer states and activations"
+        };
+        push(name, Change::Precision(p.name().into()), Some(after), cost, how.into(), note.into());
+    }
+    // checkpointing
+    if train {
+        checkpoint_tricks(&base_graph, cfg, &mut push)?;
+        // optimizers
+        for o in [
+            Optimizer::Sgd,
+            Optimizer::SgdMomentum,
+            Optimizer::Adam,
+            Optimizer::AdamW,
+            Optimizer::Adam8bit,
+            Optimizer::Adafactor,
+        ] {
+            if o == cfg.optimizer {
+                continue;
+            }
+            let c = StepConfig {
+                optimizer: o,
+                ..cfg.clone()
+            };
+            let (cost, how) = match o {
+                Optimizer::Sgd => (
+                    "often slower convergence than momentum or Adam",
+                    "torch.optim.SGD(model.parameters(), lr=0.1)",
+                ),
+                Optimizer::SgdMomentum => (
+                    "needs learning-rate tuning (vs Adam)",
+                    "torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)",
+                ),
+                Optimizer::Adam => (
+                    "none in memory terms beyond its two states",
+                    "torch.optim.Adam(model.parameters(), lr=1e-3)",
+                ),
+                Optimizer::AdamW => ("as Adam", "torch.optim.AdamW(model.parameters(), lr=1e-3)"),
+                Optimizer::Adam8bit => (
+                    "small accuracy risk; needs bitsandbytes",
+                    "bnb.optim.Adam8bit(model.parameters(), lr=1e-3)",
+                ),
+                _ => (
+                    "no first moment; different convergence",
+                    "torch.optim.Adafactor(model.parameters())",
+                ),
+            };
+            push(
+                format!("optimizer {}", o.name()),
+                Change::Optimizer(o.name().into()),
+                Some(sim(&base_graph, &c)?),
+                cost,
+                how.into(),
+                o.describe().into(),
+            );
+        }
+        // in-place activations
+        let (g, flipped) = inplace_activations(&base_graph);
+        let how = "nn.ReLU(inplace=True) (also ReLU6, SiLU, Hardswish, Hardsigmoid)".to_string();
+        if flipped == 0 {
+            push(
+                "inplace=True activations".into(),
+                Change::None,
+                None,
+                "-",
+                how,
+                "saves nothing: every activation that PyTorch allows in place already is (or its input is read again, or saved by the op before it)".into(),
+            );
+        } else {
+            let after = sim(&g, cfg)?;
+            let note = if after.reserved_bytes >= before.reserved_bytes {
+                format!("{flipped} activations flipped; saves nothing here: the peak is not where their outputs are alive, or the in-place op must clone its input for backward (SiLU, Hardswish, ReLU6)")
+            } else {
+                format!("{flipped} activations flipped: each writes over its input instead of allocating an output")
+            };
+            push(
+                "inplace=True activations".into(),
+                Change::InplaceActivations(flipped),
+                Some(after),
+                "none (the input is overwritten)",
+                how,
+                note,
+            );
+        }
+        // zero_grad
+        if cfg.zero_grad_set_to_none {
+            let c = StepConfig {
+                zero_grad_set_to_none: false,
+                ..cfg.clone()
+            };
+            let after = sim(&base_graph, &c)?;
+            let note = if after.reserved_bytes > before.reserved_bytes {
+                "the loop already frees the gradients with set_to_none=True; zeroing in place would keep them through backward: the negative saving is what set_to_none=True saves".to_string()
+            } else {
+                format!(
+                    "the loop already uses set_to_none=True; zeroing in place keeps the gradients through backward (peak allocated {} -> {}), but the peak reserved memory is the same: the allocator's cached blocks absorb it",
+                    vramscope_report::human(before.allocated_bytes),
+                    vramscope_report::human(after.allocated_bytes)
+                )
+            };
+            push(
+                "zero_grad(set_to_none=False) instead of True".into(),
+                Change::ZeroGradInPlace,
+                Some(after),
+                "-",
+                "opt.zero_grad()  # set_to_none=True is the default since torch 2.0; keep it"
+                    .into(),
+                note,
+            );
+        }
+    } else {
+        push(
+            "checkpointing, optimizers, zero_grad".into(),
+            Change::None,
+            None,
+            "-",
+            "-".into(),
+            "not applicable in inference: no autograd graph, no gradients, no optimizer".into(),
+        );
+    }
+    // inference
+    if train {
+        let c = StepConfig {
+            mode: Mode::Infer,
+            ..cfg.clone()
+        };
+        push(
+            "evaluate under torch.no_grad() / eval()".into(),
+            Change::Inference,
+            Some(sim(&base_graph, &c)?),
+            "for evaluation only (no training)",
+            "model.eval(); with torch.no_grad(): out = model(x)".into(),
+            "no saved activations, gradients or optimizer states: only the live activations".into(),
+        );
+    }
+    // del out
+    if !cfg.free_output {
+        let c = StepConfig {
+            free_output: true,
+            ..cfg.clone()
+        };
+        let after = sim(&base_graph, &c)?;
+        let note = if after.reserved_bytes >= before.reserved_bytes {
+            "saves nothing here: the previous output (logits) is small next to the peak, or the peak is elsewhere".to_string()
+        } else {
+            "the previous iteration's output and loss no longer live through the next forward"
+                .to_string()
+        };
+        push(
+            "del out, loss at the end of each iteration".into(),
+            Change::FreeOutput,
+            Some(after),
+            "none",
+            "del out, loss".into(),
+            note,
+        );
+    }
+    push(
+        "loss.item() instead of accumulating the loss tensor".into(),
+        Change::None,
+        None,
+        "none",
+        "total += loss.item()".into(),
+        "not applicable: the canonical loop calls backward on every loss, which frees the saved tensors; `total += loss` would keep only the small autograd nodes of each loss (a leak of the graph happens when backward is never called on it, e.g. an evaluation loop without no_grad)".into(),
+    );
+    let last = base_sim.phases.last();
+    let (alloc_end, res_end) = last
+        .map(|p| (p.allocated_after, p.reserved_after))
+        .unwrap_or((0, 0));
+    push(
+        "torch.cuda.empty_cache()".into(),
+        Change::None,
+        None,
+        "the next allocations go back to cudaMalloc (slower); no effect on PyTorch's own peak",
+        "torch.cuda.empty_cache()  # between phases, e.g. after evaluation".into(),
+        format!(
+            "returns cached, unused blocks to the driver: after the step, reserved {} vs allocated {} (what nvidia-smi and other processes gain); it cannot lower the peak reached inside the step",
+            vramscope_report::human(res_end),
+            vramscope_report::human(alloc_end)
+        ),
+    );
+    // more GPUs
+    if gpus > 1 {
+        let per = (batch / gpus).max(1);
+        let g = build(per)?;
+        push(
+            format!("DDP over {gpus} GPUs (batch {per} per GPU)"),
+            Change::Batch(per),
+            Some(sim(&g, cfg)?),
+            "N GPUs; gradient all-reduce (DDP's bucket copies of the gradients are not modelled)",
+            "model = DistributedDataParallel(model); DistributedSampler(dataset)".into(),
+            format!("the global batch {batch} is split: each GPU runs batch {per}; model states are replicated"),
+        );
+        if train {
+            let p = base_sim.parameter_bytes;
+            let gr = base_sim.gradient_bytes;
+            let o = base_sim.optimizer_state_bytes;
+            for (stage, sharded) in [(1u32, o), (2, o + gr), (3, o + gr + p)] {
+                let saved = sharded - sharded / gpus;
+                rows.push(Trick {
+                    name: format!("ZeRO-{stage} over {gpus} GPUs (model states only)"),
+                    change: Change::None,
+                    before,
+                    after: None,
+                    saved_bytes: saved as i64,
+                    cost: "communication; DeepSpeed or FSDP".into(),
+                    how: match stage {
+                        1 => "deepspeed zero_optimization.stage=1 / ZeroRedundancyOptimizer".into(),
+                        2 => "deepspeed zero_optimization.stage=2 / FSDP(SHARD_GRAD_OP)".into(),
+                        _ => "deepspeed zero_optimization.stage=3 / FSDP(FULL_SHARD)".into(),
+                    },
+                    note: format!(
+                        "model states only (analytic until the multi-GPU model lands): shards {} of {} per GPU",
+                        match stage { 1 => "optimizer states", 2 => "optimizer states + gradients", _ => "optimizer states + gradients + parameters" },
+                        vramscope_report::human(sharded)
+                    ),
+                });
+            }
+        }
+    }
+    rows.sort_by_key(|t| std::cmp::Reverse(t.saved_bytes));
+    Ok(rows)
+}
+
+fn checkpoint_tricks<F>(g: &Graph, cfg: &StepConfig, push: &mut F) -> Result<(), AdviceError>
+where
+    F: FnMut(String, Change, Option<Peak>, &str, String, String),
+{
+    let children = |m: vramscope_core::ir::ModuleId| {
+        g.modules
+            .iter()
+            .filter(move |c| c.parent == Some(m))
+            .collect::<Vec<_>>()
+    };
+    let with_cp = |cp: Vec<Checkpoint>| -> Result<Peak, AdviceError> {
+        let c = StepConfig {
+            checkpoint: [cfg.checkpoint.clone(), cp].concat(),
+            ..cfg.clone()
+        };
+        Ok(Peak::of(&simulate(g, &c)?))
+    };
+    // stages: top-level containers (modules with children)
+    let stages: Vec<&vramscope_core::ir::ModuleDef> = g
+        .top_level_children()
+        .into_iter()
+        .filter(|m| {
+            let id = g.find_module(&m.path);
+            id.is_some() && g.modules.iter().any(|c| c.parent == id)
+        })
+        .collect();
+    let cost = "about +33% compute (one more forward of the checkpointed part)";
+    for s in &stages {
+        let after = with_cp(vec![Checkpoint::Module(s.path.clone())])?;
+        push(
+            format!("checkpoint {}", s.path),
+            Change::Checkpoint(vec![s.path.clone()]),
+            Some(after),
+            cost,
+            format!(
+                "x = torch.utils.checkpoint.checkpoint(self.{}, x, use_reentrant=False)",
+                s.path
+            ),
+            "only the stage's input is kept; its activations are recomputed in backward".into(),
+        );
+    }
+    if stages.len() > 1 {
+        let names: Vec<String> = stages.iter().map(|s| s.path.clone()).collect();
+        let after = with_cp(names.iter().cloned().map(Checkpoint::Module).collect())?;
+        push(
+            format!("checkpoint every stage ({})", names.join(",")),
+            Change::Checkpoint(names.clone()),
+            Some(after),
+            cost,
+            "checkpoint(stage, x, use_reentrant=False) for each stage".into(),
+            "only the stages' inputs are kept; each stage is recomputed in backward".into(),
+        );
+    }
+    // every block of the stages (stages' children)
+    let blocks: Vec<String> = stages
+        .iter()
+        .flat_map(|s| {
+            let id = g.find_module(&s.path);
+            id.map(|m| {
+                children(m)
+                    .into_iter()
+                    .map(|c| c.path.clone())
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default()
+        })
+        .collect();
+    if blocks.len() > stages.len() {
+        let after = with_cp(blocks.iter().cloned().map(Checkpoint::Module).collect())?;
+        push(
+            format!("checkpoint every block ({} blocks)", blocks.len()),
+            Change::Checkpoint(blocks.clone()),
+            Some(after),
+            cost,
+            "checkpoint(block, x, use_reentrant=False) in each block's caller".into(),
+            "block inputs are kept; one block's activations at a time are recomputed".into(),
+        );
+    }
+    // best segment count for sequential stages
+    for s in &stages {
+        let Some(m) = g.find_module(&s.path) else {
+            continue;
+        };
+        let n = children(m).len() as u32;
+        if n < 4 {
+            continue;
+        }
+        let mut best: Option<(u32, Peak)> = None;
+        for k in 2..=n.min(16) {
+            let after = with_cp(vec![Checkpoint::Sequential {
+                module: s.path.clone(),
+                segments: k,
+            }])?;
+            if best
+                .map(|(_, b)| after.reserved_bytes < b.reserved_bytes)
+                .unwrap_or(true)
+            {
+                best = Some((k, after));
+            }
+        }
+        if let Some((k, after)) = best {
+            let spec = format!("{}:{k}", s.path);
+            push(
+                format!("checkpoint_sequential {spec} (best of 2..{})", n.min(16)),
+                Change::Checkpoint(vec![spec]),
+                Some(after),
+                cost,
+                format!("x = torch.utils.checkpoint.checkpoint_sequential(self.{}, {k}, x, use_reentrant=False)", s.path),
+                format!("{k} segments give the lowest peak: segment inputs kept, one segment recomputed at a time"),
+            );
+        }
+    }
+    Ok(())
+}

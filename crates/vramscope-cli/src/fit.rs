@@ -1,0 +1,85 @@
+//! `vramscope fit`: the largest batch that fits a GPU (`--gpu`), or, without `--gpu`, the
+//! smallest GPU of the table that fits the step at `--batch-size`. The search itself lives in
+//! vramscope-advice; this is argument handling and printing.
+
+use std::io::Write;
+
+use anyhow::{anyhow, Context, Result};
+use vramscope_advice::{fit_search, parse_margin, render, smallest_gpu, Target};
+
+use crate::estimate::gpu;
+use crate::model::{self, ModelArgs};
+use crate::step::StepArgs;
+
+/// `vramscope fit` flags.
+#[derive(clap::Args, Debug)]
+pub struct FitArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub step: StepArgs,
+    /// GPU to fit: search the largest batch size. Without it, print the smallest GPU of the
+    /// table that fits `--batch-size`.
+    #[arg(long)]
+    pub gpu: Option<String>,
+    /// Memory to leave free, as a percentage (`5%`) or a fraction (`0.05`).
+    #[arg(long, default_value = "5%")]
+    pub margin: String,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs `vramscope fit`.
+pub fn run(a: &FitArgs) -> Result<()> {
+    let cfg = a.step.config()?;
+    let margin = parse_margin(&a.margin).ok_or_else(|| {
+        anyhow!(
+            "--margin {:?}: expected a percentage below 100 (`5%`) or a fraction below 1 (`0.05`)",
+            a.margin
+        )
+    })?;
+    // check the model and its input once, with a clear error, before searching
+    let loaded = model::load(&a.model, a.model.batch_size, cfg.precision)?;
+    let name = loaded.graph.name.clone();
+    let what = render::step_summary(&name, &cfg);
+    let text = match &a.gpu {
+        Some(g) => {
+            let gpu = gpu(g)?;
+            let target = Target { gpu, margin };
+            let r = fit_search(
+                "batch_size",
+                |b| {
+                    model::load(&a.model, b, cfg.precision)
+                        .map(|l| l.graph)
+                        .map_err(|e| format!("{e:#}"))
+                },
+                &cfg,
+                &target,
+            )?;
+            if a.json {
+                let mut v = serde_json::to_value(&r).context("serialising the result")?;
+                v["batch_size"] = r.size.into();
+                v["model"] = name.into();
+                serde_json::to_string_pretty(&v).context("serialising the result")? + "\n"
+            } else {
+                render::fit_text(&what, &r)
+            }
+        }
+        None => {
+            let r = smallest_gpu(&loaded.graph, &cfg, margin)?;
+            if a.json {
+                let mut v = serde_json::to_value(&r).context("serialising the result")?;
+                v["batch_size"] = a.model.batch_size.into();
+                v["model"] = name.into();
+                serde_json::to_string_pretty(&v).context("serialising the result")? + "\n"
+            } else {
+                render::smallest_gpu_text(&what, a.model.batch_size, &r)
+            }
+        }
+    };
+    std::io::stdout()
+        .write_all(text.as_bytes())
+        .context("writing to stdout")?;
+    Ok(())
+}

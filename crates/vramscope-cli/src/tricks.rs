@@ -1,0 +1,78 @@
+//! `vramscope tricks`: every memory-saving trick re-simulated and ranked. The tricks live in
+//! vramscope-advice; this is argument handling, the model variants and printing.
+
+use std::io::Write;
+
+use anyhow::{Context, Result};
+use vramscope_advice::render;
+use vramscope_advice::tricks::{tricks, ModelSource};
+use vramscope_core::Graph;
+
+use crate::model::{self, parse_input, ModelArgs};
+use crate::step::StepArgs;
+
+/// `vramscope tricks` flags.
+#[derive(clap::Args, Debug)]
+pub struct TricksArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub step: StepArgs,
+    /// GPUs for the DDP / ZeRO lines.
+    #[arg(long, default_value_t = 8)]
+    pub gpus: u64,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The zoo model at other batch sizes and a lower resolution.
+pub struct Source<'a>(pub &'a ModelArgs, pub vramscope_core::Precision);
+
+impl ModelSource for Source<'_> {
+    fn build(&self, batch: u64) -> Result<Graph, String> {
+        model::load(self.0, batch, self.1)
+            .map(|l| l.graph)
+            .map_err(|e| format!("{e:#}"))
+    }
+
+    fn smaller_input(&self, batch: u64) -> Option<(String, Result<Graph, String>)> {
+        let (c, h, w) = parse_input(&self.0.input).ok()?;
+        // three quarters of the side, a multiple of 8
+        let (h2, w2) = ((h * 3 / 4) / 8 * 8, (w * 3 / 4) / 8 * 8);
+        if h2 < 32 || w2 < 32 {
+            return None;
+        }
+        let desc = format!("{c}x{h2}x{w2}");
+        let args = ModelArgs {
+            input: desc.clone(),
+            ..self.0.clone()
+        };
+        Some((desc, Source(&args, self.1).build(batch)))
+    }
+}
+
+/// Runs `vramscope tricks`.
+pub fn run(a: &TricksArgs) -> Result<()> {
+    let cfg = a.step.config()?;
+    let loaded = model::load(&a.model, a.model.batch_size, cfg.precision)?;
+    let rows = tricks(
+        &Source(&a.model, cfg.precision),
+        a.model.batch_size,
+        &cfg,
+        a.gpus,
+    )?;
+    let text = if a.json {
+        serde_json::to_string_pretty(&rows).context("serialising the tricks")? + "\n"
+    } else {
+        render::tricks_text(
+            &render::step_summary(&loaded.graph.name, &cfg),
+            a.model.batch_size,
+            &rows,
+        )
+    };
+    std::io::stdout()
+        .write_all(text.as_bytes())
+        .context("writing to stdout")?;
+    Ok(())
+}
