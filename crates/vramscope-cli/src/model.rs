@@ -8,7 +8,7 @@ use vramscope_formats::zoo::{self, ZooInput};
 /// The model and its input, shared by every command that simulates.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ModelArgs {
-    /// A built-in model name (`vramscope models` lists them).
+    /// A built-in model name (`vramscope models` lists them), or an `.onnx` file.
     pub model: String,
     /// Batch size.
     #[arg(long, short = 'b', default_value_t = 32)]
@@ -19,6 +19,9 @@ pub struct ModelArgs {
     /// Classes of the classifier head.
     #[arg(long, default_value_t = 1000)]
     pub num_classes: u64,
+    /// Sequence length bound to the symbolic `sequence` dims of ONNX inputs.
+    #[arg(long, default_value_t = 128)]
+    pub seq_len: u64,
 }
 
 /// A built graph and where it came from.
@@ -46,6 +49,19 @@ pub fn parse_input(s: &str) -> Result<(u64, u64, u64)> {
 /// Builds the graph for `args` (with `batch_size` overriding the flag, for searches).
 pub fn load(args: &ModelArgs, batch_size: u64) -> Result<LoadedModel> {
     let (c, h, w) = parse_input(&args.input)?;
+    if args.model.to_ascii_lowercase().ends_with(".onnx") {
+        // the task is classification with --num-classes taken from the output shape
+        let opts = vramscope_formats::onnx::OnnxOptions {
+            batch: batch_size,
+            seq_len: args.seq_len,
+            chw: (c, h, w),
+        };
+        let graph = vramscope_formats::onnx::load(std::path::Path::new(&args.model), &opts)?;
+        return Ok(LoadedModel {
+            graph,
+            source: "onnx",
+        });
+    }
     let input = ZooInput {
         batch: batch_size,
         channels: c,

@@ -1,4 +1,5 @@
-//! vramscope-formats: front-ends that build the graph IR. Today: the built-in torchvision zoo.
+//! vramscope-formats: front-ends that build the graph IR. The built-in torchvision zoo and ONNX files.
 #![deny(missing_docs)]
 
+pub mod onnx;
 pub mod zoo;
