@@ -212,7 +212,7 @@ pub fn reshape_dims(input: &[u64], target: &[i64]) -> Option<Vec<u64>> {
     }
     let known: u64 = out.iter().try_fold(1u64, |a, &d| a.checked_mul(d))?;
     if let Some(i) = infer {
-        if known == 0 || total % known != 0 {
+        if known == 0 || !total.is_multiple_of(known) {
             return None;
         }
         out[i] = total / known;

@@ -253,7 +253,7 @@ impl<'a> Lowerer<'a> {
             Some(Val::Init(i)) => {
                 let t = self.init(i);
                 let dims = self.init_dims(name)?;
-                let short = t.name().rsplit('.').next().unwrap_or(&t.name()).to_string();
+                let short = t.name().rsplit('.').next().unwrap_or(t.name()).to_string();
                 let id = if dtype_of(t.data_type()).is_some_and(DType::is_float) {
                     b.parameter(&short, dims)
                 } else {
@@ -278,7 +278,7 @@ impl<'a> Lowerer<'a> {
         let shape = match &v {
             Val::Act(t) => b.shape(*t).to_vec(),
             Val::Const(k) => k.dims.clone(),
-            Val::Init(i) => self.init_dims(&self.init(*i).name()).unwrap_or_default(),
+            Val::Init(i) => self.init_dims(self.init(*i).name()).unwrap_or_default(),
         };
         self.shapes.insert(name.to_string(), shape);
         self.vals.insert(name.to_string(), v);
@@ -546,7 +546,7 @@ impl<'a> Lowerer<'a> {
                     let d = match self.vals.get(s.as_str()) {
                         Some(Val::Act(t)) => b.shape(*t).to_vec(),
                         Some(Val::Const(k)) => k.dims.clone(),
-                        Some(Val::Init(i)) => self.init_dims(&self.init(*i).name())?,
+                        Some(Val::Init(i)) => self.init_dims(self.init(*i).name())?,
                         None => return Err(format!("`{s}` is not defined")),
                     };
                     shape = broadcast_dims(&shape, &d)?;
@@ -868,6 +868,23 @@ impl<'a> Lowerer<'a> {
         };
         self.producer.insert(result, op.to_string());
         self.set(b, out0, Val::Act(result));
+        // secondary outputs nothing reads: training-mode batch norm's running statistics, the
+        // dropout mask; they get their shapes only
+        let side = match op {
+            "BatchNormalization" => b.shape(result).get(1).map(|&c| vec![c]),
+            "Dropout" => Some(b.shape(result).to_vec()),
+            _ => None,
+        };
+        if let Some(dims) = side {
+            for o in n.output.iter().skip(1).filter(|o| !o.is_empty()) {
+                let k = Konst {
+                    dims: dims.clone(),
+                    vals: None,
+                    int: op == "Dropout",
+                };
+                self.set(b, o, Val::Const(k));
+            }
+        }
         Ok(())
     }
 
@@ -1001,6 +1018,7 @@ impl<'a> Lowerer<'a> {
             self.ints(inp(4), "steps")?
         };
         let mut o = s.to_vec();
+        #[allow(clippy::needless_range_loop)]
         for i in 0..starts.len() {
             let ax = axes
                 .get(i)
@@ -1027,7 +1045,7 @@ impl<'a> Lowerer<'a> {
         Ok(Some(match op {
             "Constant" => {
                 let a = n.attribute.first().ok_or("Constant without a value")?;
-                match AttributeType::try_from(a.r#type()).ok() {
+                match Some(a.r#type()) {
                     Some(AttributeType::Tensor) => {
                         let t = a.t.as_ref().ok_or("Constant without a tensor")?;
                         consts::decode(t, None).ok_or("bad constant tensor")?

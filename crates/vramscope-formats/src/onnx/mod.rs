@@ -6,7 +6,7 @@ mod consts;
 mod file;
 mod lower;
 #[allow(missing_docs, clippy::all, clippy::pedantic)]
-mod proto;
+pub mod proto;
 mod scope;
 
 use std::collections::BTreeMap;
@@ -255,7 +255,7 @@ pub fn lower(f: &OnnxFile, opts: &OnnxOptions) -> Result<Lowered, OnnxError> {
         .filter(|i| !fused.contains(i))
         .map(|&i| lower::Item {
             node: i,
-            levels: resolver.levels(&g.node[i].name()),
+            levels: resolver.levels(g.node[i].name()),
         })
         .collect();
     lower::emit_items(&mut b, &mut lw, &items, 0);
