@@ -9,8 +9,8 @@ use vramscope_formats::zoo::{self, ZooInput};
 /// The model and its input, shared by every command that simulates.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ModelArgs {
-    /// A built-in model name (`vramscope models` lists them), or a Hugging Face `config.json`
-    /// (or a folder holding one).
+    /// A built-in model name (`vramscope models` lists them), a Hugging Face `config.json` (or a
+    /// folder holding one), or an `.onnx` file.
     pub model: String,
     /// Batch size.
     #[arg(long, short = 'b', default_value_t = 32)]
@@ -21,7 +21,7 @@ pub struct ModelArgs {
     /// Classes of the classifier head.
     #[arg(long, default_value_t = 1000)]
     pub num_classes: u64,
-    /// Sequence length (Hugging Face models; required for them).
+    /// Sequence length (Hugging Face models: required; ONNX: bound to symbolic `sequence` dims, default 128).
     #[arg(long)]
     pub seq_len: Option<u64>,
     /// Head and loss of a Hugging Face model: causal-lm, masked-lm or seq-cls (default: from the
@@ -63,13 +63,28 @@ pub fn load(args: &ModelArgs, batch_size: u64, precision: Precision) -> Result<L
     if hf::is_hf_path(&args.model) {
         return load_hf(args, batch_size, precision);
     }
-    if args.seq_len.is_some() || args.task.is_some() || args.gradient_checkpointing {
+    let is_onnx = args.model.to_ascii_lowercase().ends_with(".onnx");
+    if (args.seq_len.is_some() && !is_onnx) || args.task.is_some() || args.gradient_checkpointing {
         bail!(
-            "--seq-len, --task and --gradient-checkpointing apply to Hugging Face models (a config.json or a model folder); `{}` is not one",
+            "--seq-len, --task and --gradient-checkpointing apply to Hugging Face models (a config.json or a model folder; --seq-len also to ONNX files); `{}` is not one",
             args.model
         );
     }
     let (c, h, w) = parse_input(&args.input)?;
+    if is_onnx {
+        // the task is classification with --num-classes taken from the output shape
+        let opts = vramscope_formats::onnx::OnnxOptions {
+            batch: batch_size,
+            seq_len: args.seq_len.unwrap_or(128),
+            chw: (c, h, w),
+        };
+        let graph = vramscope_formats::onnx::load(std::path::Path::new(&args.model), &opts)?;
+        return Ok(LoadedModel {
+            graph,
+            source: "onnx",
+            checkpoint_layers: Vec::new(),
+        });
+    }
     let input = ZooInput {
         batch: batch_size,
         channels: c,

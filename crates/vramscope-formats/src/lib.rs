@@ -1,11 +1,12 @@
 //! vramscope-formats: front-ends that build the graph IR: the built-in torchvision zoo, Hugging
-//! Face `config.json` files (`hf`) and the built-in configs (`hf_zoo`), and weight-file headers
-//! (`weights`, `safetensors`, `gguf`).
+//! Face `config.json` files (`hf`) and the built-in configs (`hf_zoo`), ONNX files (`onnx`), and
+//! weight-file headers (`weights`, `safetensors`, `gguf`).
 #![deny(missing_docs)]
 
 pub mod gguf;
 pub mod hf;
 pub mod hf_zoo;
+pub mod onnx;
 pub mod safetensors;
 pub mod weights;
 pub mod zoo;

@@ -1,0 +1,211 @@
+//! The ONNX front-end on the committed fixtures (fixtures/onnx, made by
+//! validation/make_onnx_fixtures.py): peaks equal to the zoo's for exported torchvision models,
+//! shapes equal to Python `onnx.shape_inference`, module paths, and clear errors on bad files.
+
+use std::path::{Path, PathBuf};
+
+use proptest::prelude::*;
+use vramscope_core::sim::{simulate, Checkpoint, Mode, StepConfig};
+use vramscope_core::Precision;
+use vramscope_formats::onnx::{self, OnnxError, OnnxOptions};
+use vramscope_formats::zoo::{self, ZooInput};
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/onnx")
+        .join(name)
+}
+
+fn opts(batch: u64) -> OnnxOptions {
+    OnnxOptions {
+        batch,
+        seq_len: 7,
+        chw: (3, 224, 224),
+    }
+}
+
+fn peak(g: &vramscope_core::Graph, mode: Mode, precision: Precision, ckpt: &[&str]) -> u64 {
+    let cfg = StepConfig {
+        mode,
+        precision,
+        checkpoint: ckpt
+            .iter()
+            .map(|c| Checkpoint::Module(c.to_string()))
+            .collect(),
+        ..StepConfig::default()
+    };
+    simulate(g, &cfg).expect("simulates").peak_allocated
+}
+
+#[test]
+fn exported_torchvision_models_match_the_zoo() {
+    let cases = [
+        (Mode::Train, Precision::Fp32),
+        (Mode::Infer, Precision::Fp32),
+        (Mode::Train, Precision::AmpBf16),
+    ];
+    for name in ["resnet18", "mobilenet_v3_small", "squeezenet1_1"] {
+        // the initializer data file is not committed: the graph alone must be enough
+        let g = onnx::load(&fixture(&format!("{name}.onnx")), &opts(16)).expect(name);
+        let input = ZooInput {
+            batch: 16,
+            channels: 3,
+            height: 224,
+            width: 224,
+            num_classes: 1000,
+        };
+        let z = zoo::build(name, &input).unwrap();
+        assert_eq!(
+            g.parameter_count(),
+            z.parameter_count(),
+            "{name} parameters"
+        );
+        let param_names = |g: &vramscope_core::Graph| {
+            let mut v: Vec<String> = g.params.iter().map(|p| p.name.clone()).collect();
+            v.sort();
+            v
+        };
+        assert_eq!(param_names(&g), param_names(&z), "{name} parameter names");
+        for (mode, precision) in cases {
+            let (a, b) = (
+                peak(&g, mode, precision, &[]),
+                peak(&z, mode, precision, &[]),
+            );
+            let err = (a as f64 - b as f64).abs() / b as f64;
+            assert!(
+                err < 0.01,
+                "{name} {mode:?} {precision:?}: onnx {a} zoo {b}"
+            );
+        }
+    }
+}
+
+#[test]
+fn checkpointing_a_recovered_module_works() {
+    let g = onnx::load(&fixture("resnet18.onnx"), &opts(16)).unwrap();
+    let z = zoo::build(
+        "resnet18",
+        &ZooInput {
+            batch: 16,
+            channels: 3,
+            height: 224,
+            width: 224,
+            num_classes: 1000,
+        },
+    )
+    .unwrap();
+    assert!(g.find_module("layer3.1.conv2").is_some());
+    let (a, b) = (
+        peak(&g, Mode::Train, Precision::Fp32, &["layer3"]),
+        peak(&z, Mode::Train, Precision::Fp32, &["layer3"]),
+    );
+    assert_eq!(a, b);
+    assert!(a < peak(&g, Mode::Train, Precision::Fp32, &[]));
+}
+
+/// Every shape Python's onnx.shape_inference knows equals ours, with batch 3 and sequence 7.
+#[test]
+fn shapes_match_onnx_shape_inference() {
+    for name in [
+        "resnet18",
+        "mobilenet_v3_small",
+        "squeezenet1_1",
+        "dynamic_mlp",
+        "small_cnn",
+        "external_cnn",
+    ] {
+        let f = onnx::read(&fixture(&format!("{name}.onnx"))).unwrap();
+        let low = onnx::lower(&f, &opts(3)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let text = std::fs::read_to_string(fixture(&format!("{name}.shapes.json"))).unwrap();
+        let oracle: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_str(&text).unwrap();
+        let mut checked = 0;
+        for (value, dims) in &oracle {
+            let want: Option<Vec<u64>> = dims
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|d| match d {
+                    serde_json::Value::Number(n) => n.as_u64(),
+                    serde_json::Value::String(s) if s == "batch" => Some(3),
+                    serde_json::Value::String(s) if s == "sequence" => Some(7),
+                    _ => None,
+                })
+                .collect();
+            let Some(want) = want else { continue };
+            let got = low
+                .shapes
+                .get(value)
+                .unwrap_or_else(|| panic!("{name}: no shape for {value}"));
+            assert_eq!(got, &want, "{name}: shape of {value}");
+            checked += 1;
+        }
+        assert!(checked >= 5, "{name}: only {checked} shapes checked");
+    }
+}
+
+#[test]
+fn module_paths_come_from_node_scopes() {
+    let g = onnx::load(&fixture("mobilenet_v3_small.onnx"), &opts(2)).unwrap();
+    for path in [
+        "features.1.block.1.fc1",
+        "features.3.block.2.0",
+        "classifier.3",
+    ] {
+        assert!(g.find_module(path).is_some(), "{path}");
+    }
+    let g = onnx::load(&fixture("dynamic_mlp.onnx"), &opts(2)).unwrap();
+    let names: Vec<&str> = g.params.iter().map(|p| p.name.as_str()).collect();
+    assert!(
+        names.contains(&"fc1.weight") && names.contains(&"qkv.bias"),
+        "{names:?}"
+    );
+}
+
+#[test]
+fn bad_files_give_clear_errors() {
+    let cases = [
+        ("truncated.onnx", "truncated or corrupt"),
+        ("garbage.onnx", "not a valid ONNX protobuf"),
+        ("cyclic.onnx", "cycle through nodes `/r1/Relu`"),
+        ("absurd_shape.onnx", "2147483648"),
+        ("absurd_initializer.onnx", "`fc.weight` has dims"),
+        (
+            "unsupported.onnx",
+            "Det: `/det/Det`; NonZero: `/mask/NonZero`",
+        ),
+        ("dangling.onnx", "reads `ghost`"),
+        ("does_not_exist.onnx", "does_not_exist.onnx"),
+    ];
+    for (file, want) in cases {
+        let e = onnx::load(&fixture(file), &opts(2)).expect_err(file);
+        let msg = e.to_string();
+        assert!(msg.contains(want), "{file}: {msg}");
+        assert!(msg.contains(file), "{file}: error names the file: {msg}");
+        if file == "unsupported.onnx" {
+            assert!(matches!(e, OnnxError::Unsupported { .. }));
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    /// Random byte edits of a real export never panic: an error or a graph.
+    #[test]
+    fn mutated_files_never_panic(edits in proptest::collection::vec((0usize..20349, any::<u8>()), 1..8), cut in 0usize..20349) {
+        let mut bytes = std::fs::read(fixture("squeezenet1_1.onnx")).unwrap();
+        for (at, v) in edits {
+            let i = at % bytes.len();
+            bytes[i] = v;
+        }
+        if cut % 3 == 0 {
+            bytes.truncate(cut);
+        }
+        let dir = std::env::temp_dir().join(format!("vramscope-onnx-fuzz-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join(format!("m{}.onnx", cut));
+        std::fs::write(&p, &bytes).unwrap();
+        let _ = onnx::load(&p, &opts(2));
+        std::fs::remove_file(&p).ok();
+    }
+}
