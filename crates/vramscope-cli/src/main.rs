@@ -8,7 +8,9 @@ use clap::{Parser, Subcommand};
 
 mod estimate;
 mod model;
+mod run;
 mod step;
+mod watch;
 
 /// How much GPU memory a model takes, where it goes, and what fits.
 #[derive(Parser, Debug)]
@@ -24,6 +26,10 @@ enum Command {
     Estimate(Box<estimate::EstimateArgs>),
     /// List the built-in models.
     Models,
+    /// Show what is on the GPUs (memory, utilisation, temperature, power, processes), refreshed.
+    Watch(watch::WatchArgs),
+    /// Run a command and measure its GPU memory: peak, when, baseline, timeline.
+    Run(run::RunArgs),
 }
 
 fn main() -> ExitCode {
@@ -34,6 +40,8 @@ fn main() -> ExitCode {
             println!("{}", vramscope_formats::zoo::names().join("\n"));
             Ok(())
         }
+        Command::Watch(a) => watch::run(a),
+        Command::Run(a) => return run::main(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

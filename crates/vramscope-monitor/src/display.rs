@@ -21,8 +21,9 @@ pub fn bar(used: Option<u64>, total: Option<u64>, width: usize) -> String {
     let eighths = ((used.min(total) as f64 / total as f64) * (width * 8) as f64).round() as usize;
     const PARTIAL: [char; 8] = [' ', '▏', '▎', '▍', '▌', '▋', '▊', '▉'];
     let mut s = "█".repeat(eighths / 8);
-    if eighths % 8 != 0 {
-        s.push(PARTIAL[eighths % 8]);
+    let partial = PARTIAL[eighths % 8];
+    if partial != ' ' {
+        s.push(partial);
     }
     let filled = s.chars().count();
     s.push_str(&"░".repeat(width.saturating_sub(filled)));

@@ -13,15 +13,21 @@ pub fn parse_interval(s: &str) -> Result<Duration, String> {
         "ms" => 1e-3,
         "s" => 1.0,
         "m" | "min" => 60.0,
-        _ => return Err(format!("{s:?}: unknown unit; expected e.g. 50ms, 0.5s or 2")),
+        _ => {
+            return Err(format!(
+                "{s:?}: unknown unit; expected a duration such as 50ms, 0.5s or 2"
+            ))
+        }
     };
     let v: f64 = num
         .trim()
         .parse()
         .map_err(|_| format!("{s:?}: expected a duration such as 50ms, 0.5s or 2"))?;
     let secs = v * scale;
-    if !secs.is_finite() || secs < 0.001 || secs > 3600.0 {
-        return Err(format!("{s:?}: the interval must be between 1ms and 1 hour"));
+    if !(0.001..=3600.0).contains(&secs) {
+        return Err(format!(
+            "{s:?}: the interval must be between 1ms and 1 hour"
+        ));
     }
     Ok(Duration::from_secs_f64(secs))
 }

@@ -8,8 +8,8 @@ pub enum MonitorError {
     /// NVML could not be loaded or initialised: no NVIDIA driver on this machine (or no access).
     #[error(
         "no NVIDIA driver: {detail}. `vramscope watch` and `vramscope run` read real GPUs through \
-         NVML (libnvidia-ml.so, part of the NVIDIA driver); on a machine without one, \
-         `vramscope estimate` still predicts memory"
+         NVML, which comes with the NVIDIA driver; on a machine without one, `vramscope estimate` \
+         still predicts memory"
     )]
     NoDriver {
         /// Why loading failed, as NVML or the dynamic loader said it.

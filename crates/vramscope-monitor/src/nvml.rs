@@ -35,11 +35,11 @@ impl NvmlSource {
 
 fn no_driver_detail(e: &NvmlError, lib: Option<&OsStr>) -> String {
     let name = lib.map_or_else(
-        || "libnvidia-ml.so".to_string(),
+        || "libnvidia-ml.so.1".to_string(),
         |p| p.to_string_lossy().into_owned(),
     );
     match e {
-        NvmlError::LibloadingError(inner) => format!("could not load {name} ({inner})"),
+        NvmlError::LibloadingError(inner) => format!("could not load the NVML library ({inner})"),
         NvmlError::DriverNotLoaded => "the NVIDIA kernel driver is not loaded".into(),
         NvmlError::NoPermission => "no permission to talk to the NVIDIA driver".into(),
         other => format!("initialising NVML from {name} failed ({other})"),
@@ -63,13 +63,10 @@ fn processes(list: Result<Vec<ProcessInfo>, NvmlError>, into: &mut BTreeMap<u32,
 
 impl GpuSource for NvmlSource {
     fn sample(&mut self) -> Result<Vec<GpuSample>, MonitorError> {
-        let count = self
-            .nvml
-            .device_count()
-            .map_err(|e| MonitorError::Nvml {
-                call: "nvmlDeviceGetCount",
-                detail: e.to_string(),
-            })?;
+        let count = self.nvml.device_count().map_err(|e| MonitorError::Nvml {
+            call: "nvmlDeviceGetCount",
+            detail: e.to_string(),
+        })?;
         let mut gpus = Vec::with_capacity(count as usize);
         for index in 0..count {
             // a GPU that fell off the bus is reported with every value unavailable

@@ -92,7 +92,11 @@ fn field<'a>(status: &'a str, key: &str) -> Option<&'a str> {
 }
 
 fn uid(status: &str) -> Option<u32> {
-    field(status, "Uid:")?.split_whitespace().next()?.parse().ok()
+    field(status, "Uid:")?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// `NSpid:` lists one PID per namespace level; more than one means a nested namespace.
@@ -233,7 +237,8 @@ mod tests {
 
     #[test]
     fn passwd_and_namespaces() {
-        let users = parse_passwd("root:x:0:0:root:/root:/bin/bash\nalice:x:1000:1000::/h:/bin/sh\nbad\n");
+        let users =
+            parse_passwd("root:x:0:0:root:/root:/bin/bash\nalice:x:1000:1000::/h:/bin/sh\nbad\n");
         assert_eq!(users.get(&1000).map(String::as_str), Some("alice"));
         assert_eq!(users.len(), 2);
         assert!(in_nested_pid_namespace("Name:\tx\nNSpid:\t8\t1\n"));
@@ -243,7 +248,10 @@ mod tests {
 
     #[test]
     fn command_lines() {
-        assert_eq!(command_line(b"python\0train.py\0--lr\x000.1\0"), "python train.py --lr 0.1");
+        assert_eq!(
+            command_line(b"python\0train.py\0--lr\x000.1\0"),
+            "python train.py --lr 0.1"
+        );
         assert_eq!(command_line(b""), "");
     }
 }

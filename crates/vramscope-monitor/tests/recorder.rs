@@ -17,12 +17,27 @@ fn in_tree(pid: u32) -> bool {
 #[test]
 fn per_process_memory_of_the_whole_tree_and_its_peak() {
     let mut r = Recorder::new(&[gpu(0, 3 * GIB, &[(OTHER, Some(3 * GIB))])]);
-    let steps: [(f64, &[(u32, Option<u64>)]); 6] = [
+    type Procs<'a> = &'a [(u32, Option<u64>)];
+    let steps: [(f64, Procs); 6] = [
         (0.05, &[(OTHER, Some(3 * GIB))]),
         (0.10, &[(OTHER, Some(3 * GIB)), (CHILD, Some(GIB))]),
-        (0.15, &[(OTHER, Some(3 * GIB)), (CHILD, Some(GIB)), (GRANDCHILD, Some(2 * GIB))]),
+        (
+            0.15,
+            &[
+                (OTHER, Some(3 * GIB)),
+                (CHILD, Some(GIB)),
+                (GRANDCHILD, Some(2 * GIB)),
+            ],
+        ),
         // the other program grows: not the command's memory
-        (0.20, &[(OTHER, Some(9 * GIB)), (CHILD, Some(GIB)), (GRANDCHILD, Some(2 * GIB))]),
+        (
+            0.20,
+            &[
+                (OTHER, Some(9 * GIB)),
+                (CHILD, Some(GIB)),
+                (GRANDCHILD, Some(2 * GIB)),
+            ],
+        ),
         // the grandchild exited between samples
         (0.25, &[(OTHER, Some(9 * GIB)), (CHILD, Some(GIB))]),
         (0.30, &[(OTHER, Some(9 * GIB))]),
@@ -61,7 +76,9 @@ fn device_delta_when_the_driver_names_none_of_the_commands_processes() {
     assert_eq!(s.baseline_device_bytes, Some(3 * GIB));
     assert_eq!(s.peak_bytes, Some(6 * GIB), "both GPUs count");
     assert_eq!(s.peak_at_s, Some(0.2));
-    assert!(Attribution::DeviceDelta.describe().contains("device memory"));
+    assert!(Attribution::DeviceDelta
+        .describe()
+        .contains("device memory"));
 }
 
 #[test]
@@ -96,5 +113,8 @@ fn unavailable_values_are_not_zero() {
 fn an_empty_recording_has_no_peak() {
     let r = Recorder::new(&[]);
     let s = r.summary();
-    assert_eq!((s.peak_bytes, s.samples, s.baseline_device_bytes), (None, 0, None));
+    assert_eq!(
+        (s.peak_bytes, s.samples, s.baseline_device_bytes),
+        (None, 0, None)
+    );
 }

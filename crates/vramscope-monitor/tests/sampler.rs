@@ -103,6 +103,11 @@ fn no_driver_is_a_clear_error() {
     .expect("no NVML library there");
     assert!(matches!(err, MonitorError::NoDriver { .. }));
     let msg = err.to_string();
-    assert!(msg.starts_with("no NVIDIA driver: could not load /nonexistent/libnvidia-ml.so.1"), "{msg}");
+    assert!(
+        msg.starts_with(
+            "no NVIDIA driver: could not load the NVML library (/nonexistent/libnvidia-ml.so.1"
+        ),
+        "{msg}"
+    );
     assert!(msg.contains("vramscope estimate"), "{msg}");
 }

@@ -3,6 +3,7 @@
 mod accuracy;
 mod errors;
 mod json_contract;
+mod monitor;
 mod snapshots;
 
 use std::process::{Command, Output};
