@@ -15,7 +15,7 @@ use clap::Parser;
 use serde_json::json;
 use vramscope_monitor::procs::ProcessTree;
 use vramscope_monitor::{
-    human, ignore_interrupts, open_default, parse_interval, sparkline, Recorder, Sampler,
+    human, ignore_interrupts, open_default, parse_interval, sparkline, Fields, Recorder, Sampler,
 };
 
 use crate::estimate::{estimate, EstimateArgs};
@@ -123,7 +123,7 @@ fn run(a: &RunArgs) -> Result<u8> {
     let expect = a.expect.as_deref().map(expected).transpose()?;
     let source = open_default()?;
     let origin = source.describe();
-    let sampler = Sampler::spawn(source, a.interval);
+    let sampler = Sampler::spawn(source, a.interval, Fields::Memory);
     let baseline = sampler.next().context("reading the GPUs before starting")?;
     let cmd = shown(&a.command);
     let start = Instant::now();
@@ -152,9 +152,8 @@ fn run(a: &RunArgs) -> Result<u8> {
                     tree: &mut ProcessTree| match s {
         Ok(s) => {
             let at = sampler.started() + s.elapsed;
-            let Some(t) = at.checked_duration_since(start) else {
-                return; // taken before the command started
-            };
+            // a sample taken while the command was being started counts as taken at its start
+            let t = at.saturating_duration_since(start);
             ever.extend(tree.refresh());
             rec.record(t.as_secs_f64(), &s.gpus, |p| ever.contains(&p));
         }
@@ -185,6 +184,15 @@ fn run(a: &RunArgs) -> Result<u8> {
     // samples already taken up to the exit
     while let Ok(s) = sampler.samples().try_recv() {
         take(s, &mut recorder, &mut tree);
+    }
+    // a command shorter than the interval still gets one sample after its start
+    if recorder.points().is_empty() {
+        if let Ok(s) = sampler
+            .samples()
+            .recv_timeout(a.interval + Duration::from_secs(1))
+        {
+            take(s, &mut recorder, &mut tree);
+        }
     }
     drop(sampler);
     if progress {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use serde_json::{json, Value};
 use vramscope_monitor::procs::Resolver;
-use vramscope_monitor::{bar, human, open_default, parse_interval, GpuSample, Sampler};
+use vramscope_monitor::{bar, human, open_default, parse_interval, Fields, GpuSample, Sampler};
 
 /// `vramscope watch` flags.
 #[derive(clap::Args, Debug)]
@@ -43,7 +43,7 @@ pub fn run(a: &WatchArgs) -> Result<()> {
         return out.write_all(text.as_bytes()).context("writing to stdout");
     }
     let in_place = !a.json && std::io::stdout().is_terminal();
-    let sampler = Sampler::spawn(source, a.interval);
+    let sampler = Sampler::spawn(source, a.interval, Fields::All);
     let mut shown = 0;
     while a.count.is_none_or(|n| shown < n) {
         let frame = match (sampler.next(), a.json) {

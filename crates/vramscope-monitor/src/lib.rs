@@ -28,6 +28,6 @@ pub use fake::FakeSource;
 pub use nvml::NvmlSource;
 pub use recorder::{Attribution, Point, Recorder, RunSummary};
 pub use sample::{GpuProcess, GpuSample, Sample};
-pub use sampler::{Sampler, SamplerStats};
+pub use sampler::{Fields, Sampler, SamplerStats};
 pub use signals::ignore_interrupts;
 pub use source::{open_default, GpuSource, FAKE_ENV, NVML_LIB_ENV};

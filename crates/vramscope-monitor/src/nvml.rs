@@ -1,6 +1,7 @@
 //! [`NvmlSource`]: real GPUs through NVML. `libnvidia-ml.so` is loaded when the source opens, so
 //! vramscope builds and runs (every other command) on machines without an NVIDIA driver.
 
+use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
 
@@ -16,6 +17,8 @@ use crate::{GpuProcess, GpuSample, GpuSource, MonitorError};
 pub struct NvmlSource {
     nvml: Nvml,
     driver: Option<String>,
+    /// Product names by index, read once.
+    names: BTreeMap<u32, String>,
 }
 
 impl NvmlSource {
@@ -29,7 +32,11 @@ impl NvmlSource {
             detail: no_driver_detail(&e, lib),
         })?;
         let driver = nvml.sys_driver_version().ok();
-        Ok(NvmlSource { nvml, driver })
+        Ok(NvmlSource {
+            nvml,
+            driver,
+            names: BTreeMap::new(),
+        })
     }
 }
 
@@ -63,6 +70,24 @@ fn processes(list: Result<Vec<ProcessInfo>, NvmlError>, into: &mut BTreeMap<u32,
 
 impl GpuSource for NvmlSource {
     fn sample(&mut self) -> Result<Vec<GpuSample>, MonitorError> {
+        self.read(true)
+    }
+
+    fn sample_memory(&mut self) -> Result<Vec<GpuSample>, MonitorError> {
+        self.read(false)
+    }
+
+    fn describe(&self) -> String {
+        match &self.driver {
+            Some(v) => format!("NVML, driver {v}"),
+            None => "NVML".into(),
+        }
+    }
+}
+
+impl NvmlSource {
+    /// One sample; `everything` adds utilisation, temperature and power.
+    fn read(&mut self, everything: bool) -> Result<Vec<GpuSample>, MonitorError> {
         let count = self.nvml.device_count().map_err(|e| MonitorError::Nvml {
             call: "nvmlDeviceGetCount",
             detail: e.to_string(),
@@ -87,14 +112,23 @@ impl GpuSource for NvmlSource {
             let mut procs = BTreeMap::new();
             processes(d.running_compute_processes(), &mut procs);
             processes(d.running_graphics_processes(), &mut procs);
+            if let Entry::Vacant(slot) = self.names.entry(index) {
+                if let Ok(n) = d.name() {
+                    slot.insert(n);
+                }
+            }
             gpus.push(GpuSample {
                 index,
-                name: d.name().ok(),
+                name: self.names.get(&index).cloned(),
                 memory_used_bytes: mem.as_ref().map(|m| m.used),
                 memory_total_bytes: mem.as_ref().map(|m| m.total),
-                utilization_percent: d.utilization_rates().ok().map(|u| u.gpu),
-                temperature_c: d.temperature(TemperatureSensor::Gpu).ok(),
-                power_milliwatts: d.power_usage().ok(),
+                utilization_percent: everything
+                    .then(|| d.utilization_rates().ok().map(|u| u.gpu))
+                    .flatten(),
+                temperature_c: everything
+                    .then(|| d.temperature(TemperatureSensor::Gpu).ok())
+                    .flatten(),
+                power_milliwatts: everything.then(|| d.power_usage().ok()).flatten(),
                 processes: procs
                     .into_iter()
                     .map(|(pid, used_bytes)| GpuProcess { pid, used_bytes })
@@ -102,12 +136,5 @@ impl GpuSource for NvmlSource {
             });
         }
         Ok(gpus)
-    }
-
-    fn describe(&self) -> String {
-        match &self.driver {
-            Some(v) => format!("NVML, driver {v}"),
-            None => "NVML".into(),
-        }
     }
 }

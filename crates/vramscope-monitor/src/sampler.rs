@@ -18,6 +18,15 @@ pub struct SamplerStats {
     pub wall_time: Duration,
 }
 
+/// What each sample reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fields {
+    /// Everything ([`GpuSource::sample`]): for `watch`.
+    All,
+    /// Memory and processes only ([`GpuSource::sample_memory`]): for memory timelines.
+    Memory,
+}
+
 /// A running sampling thread.
 pub struct Sampler {
     samples: Receiver<Result<Sample, MonitorError>>,
@@ -30,7 +39,7 @@ impl Sampler {
     /// Starts sampling `source` every `interval` (the first sample is taken at once). When a
     /// sample takes longer than the interval, the next one starts right after it: ticks are
     /// skipped, never queued.
-    pub fn spawn(mut source: Box<dyn GpuSource>, interval: Duration) -> Self {
+    pub fn spawn(mut source: Box<dyn GpuSource>, interval: Duration, fields: Fields) -> Self {
         let (tx, samples) = mpsc::channel();
         let (stop, stop_rx) = mpsc::channel::<()>();
         let started = Instant::now();
@@ -41,7 +50,11 @@ impl Sampler {
                 let mut taken = 0;
                 let mut next = started;
                 loop {
-                    let sample = source.sample().map(|gpus| Sample {
+                    let gpus = match fields {
+                        Fields::All => source.sample(),
+                        Fields::Memory => source.sample_memory(),
+                    };
+                    let sample = gpus.map(|gpus| Sample {
                         elapsed: started.elapsed(),
                         gpus,
                     });

@@ -14,6 +14,11 @@ pub trait GpuSource: Send {
     /// Reads every GPU once. Values the driver refuses are `None` in the sample; an error means
     /// nothing could be read at all.
     fn sample(&mut self) -> Result<Vec<GpuSample>, MonitorError>;
+    /// Reads only what a memory timeline needs (memory and processes; the rest may be `None`),
+    /// which is cheaper on real GPUs. By default the same as [`GpuSource::sample`].
+    fn sample_memory(&mut self) -> Result<Vec<GpuSample>, MonitorError> {
+        self.sample()
+    }
     /// Where the samples come from (`NVML, driver 550.54.15` or `fake GPU script x.json`).
     fn describe(&self) -> String;
 }

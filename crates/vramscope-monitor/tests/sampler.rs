@@ -5,7 +5,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{gpu, GIB};
-use vramscope_monitor::{FakeSource, GpuSource, MonitorError, Sampler};
+use vramscope_monitor::{FakeSource, Fields, GpuSource, MonitorError, Sampler};
 
 fn script() -> Vec<Vec<vramscope_monitor::GpuSample>> {
     (0..5).map(|i| vec![gpu(0, i * GIB, &[])]).collect()
@@ -24,7 +24,7 @@ fn fake_source_replays_then_repeats_the_last_sample() {
 #[test]
 fn sampler_sends_every_sample_in_order_at_the_interval() {
     let interval = Duration::from_millis(20);
-    let mut s = Sampler::spawn(Box::new(FakeSource::new(script())), interval);
+    let mut s = Sampler::spawn(Box::new(FakeSource::new(script())), interval, Fields::All);
     let t0 = Instant::now();
     let got: Vec<_> = (0..6).map(|_| s.next().unwrap()).collect();
     let took = t0.elapsed();
@@ -47,6 +47,7 @@ fn stop_is_prompt_even_with_a_long_interval() {
     let mut s = Sampler::spawn(
         Box::new(FakeSource::new(script())),
         Duration::from_secs(3600),
+        Fields::Memory,
     );
     s.next().unwrap();
     let t0 = Instant::now();
@@ -67,7 +68,7 @@ fn a_failed_sample_is_reported_and_sampling_goes_on() {
     .unwrap();
     let src = FakeSource::from_file(&path).unwrap();
     assert!(src.describe().contains("script.json"));
-    let s = Sampler::spawn(Box::new(src), Duration::from_millis(1));
+    let s = Sampler::spawn(Box::new(src), Duration::from_millis(1), Fields::All);
     assert_eq!(s.next().unwrap().device_used_bytes(), Some(1024));
     let err = s.next().unwrap_err();
     assert!(err.to_string().contains("GPU is lost"), "{err}");
@@ -89,6 +90,7 @@ fn dropping_the_receiver_side_ends_the_thread() {
     let s = Sampler::spawn(
         Box::new(FakeSource::new(script())),
         Duration::from_millis(1),
+        Fields::All,
     );
     drop(s); // joins: would hang if the thread kept running
 }
