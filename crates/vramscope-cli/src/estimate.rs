@@ -48,8 +48,6 @@ pub fn gpu(name: &str) -> Result<&'static Gpu> {
 
 /// Runs `vramscope estimate`.
 pub fn run(a: &EstimateArgs) -> Result<()> {
-    let mut cfg = a.step.config()?;
-    let gpu = gpu(&a.gpu)?;
     let max_layers = if a.layers == "all" {
         usize::MAX
     } else {
@@ -57,18 +55,32 @@ pub fn run(a: &EstimateArgs) -> Result<()> {
             .parse()
             .map_err(|_| anyhow!("--layers {:?}: expected a number or `all`", a.layers))?
     };
-    let loaded = model::load(&a.model, a.model.batch_size, cfg.precision)?;
-    cfg.checkpoint.extend(
-        loaded
-            .checkpoint_layers
-            .iter()
-            .map(|m| vramscope_core::sim::Checkpoint::Module(m.clone())),
-    );
-    cfg.record_events = a.trace.is_some();
-    let sim = simulate(&loaded.graph, &cfg)?;
+    let (loaded, sim, report) = estimate(a, a.trace.is_some())?;
     if let Some(path) = &a.trace {
         write_trace(path, &loaded.graph, &sim)?;
     }
+    let text = if a.json {
+        serde_json::to_string_pretty(&report).context("serialising the report")? + "\n"
+    } else {
+        render_text(&report, max_layers)
+    };
+    std::io::stdout()
+        .write_all(text.as_bytes())
+        .context("writing to stdout")?;
+    Ok(())
+}
+
+/// Simulates `a` and builds its report (`vramscope run --expect` uses this too).
+pub fn estimate(
+    a: &EstimateArgs,
+    record_events: bool,
+) -> Result<(model::LoadedModel, Simulation, EstimateReport)> {
+    let mut cfg = a.step.config()?;
+    let gpu = gpu(&a.gpu)?;
+    let loaded = model::load(&a.model, a.model.batch_size, cfg.precision)?;
+    loaded.apply_to(&mut cfg);
+    cfg.record_events = record_events;
+    let sim = simulate(&loaded.graph, &cfg)?;
     let report = EstimateReport::new(
         &ReportInput {
             graph: &loaded.graph,
@@ -82,15 +94,7 @@ pub fn run(a: &EstimateArgs) -> Result<()> {
         },
         &sim,
     );
-    let text = if a.json {
-        serde_json::to_string_pretty(&report).context("serialising the report")? + "\n"
-    } else {
-        render_text(&report, max_layers)
-    };
-    std::io::stdout()
-        .write_all(text.as_bytes())
-        .context("writing to stdout")?;
-    Ok(())
+    Ok((loaded, sim, report))
 }
 
 fn write_trace(path: &Path, graph: &Graph, sim: &Simulation) -> Result<()> {

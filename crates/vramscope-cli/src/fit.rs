@@ -32,7 +32,7 @@ pub struct FitArgs {
 
 /// Runs `vramscope fit`.
 pub fn run(a: &FitArgs) -> Result<()> {
-    let cfg = a.step.config()?;
+    let mut cfg = a.step.config()?;
     let margin = parse_margin(&a.margin).ok_or_else(|| {
         anyhow!(
             "--margin {:?}: expected a percentage below 100 (`5%`) or a fraction below 1 (`0.05`)",
@@ -41,6 +41,7 @@ pub fn run(a: &FitArgs) -> Result<()> {
     })?;
     // check the model and its input once, with a clear error, before searching
     let loaded = model::load(&a.model, a.model.batch_size, cfg.precision)?;
+    loaded.apply_to(&mut cfg);
     let name = loaded.graph.name.clone();
     let what = render::step_summary(&name, &cfg);
     let text = match &a.gpu {

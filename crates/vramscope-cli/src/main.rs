@@ -10,8 +10,10 @@ mod estimate;
 mod fit;
 mod inspect;
 mod model;
+mod run;
 mod step;
 mod tricks;
+mod watch;
 
 /// How much GPU memory a model takes, where it goes, and what fits.
 #[derive(Parser, Debug)]
@@ -39,6 +41,10 @@ enum Command {
     Tricks(Box<tricks::TricksArgs>),
     /// List the built-in models.
     Models,
+    /// Show what is on the GPUs (memory, utilisation, temperature, power, processes), refreshed.
+    Watch(watch::WatchArgs),
+    /// Run a command and measure its GPU memory: peak, when, baseline, timeline.
+    Run(run::RunArgs),
 }
 
 fn main() -> ExitCode {
@@ -53,6 +59,8 @@ fn main() -> ExitCode {
             println!("{}", vramscope_formats::zoo::names().join("\n"));
             Ok(())
         }
+        Command::Watch(a) => watch::run(a),
+        Command::Run(a) => return run::main(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

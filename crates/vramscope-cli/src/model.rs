@@ -44,6 +44,18 @@ pub struct LoadedModel {
     pub checkpoint_layers: Vec<String>,
 }
 
+impl LoadedModel {
+    /// Adds what the model's own flags imply to the step (`--gradient-checkpointing` checkpoints
+    /// every decoder/encoder layer).
+    pub fn apply_to(&self, cfg: &mut vramscope_core::sim::StepConfig) {
+        cfg.checkpoint.extend(
+            self.checkpoint_layers
+                .iter()
+                .map(|m| vramscope_core::sim::Checkpoint::Module(m.clone())),
+        );
+    }
+}
+
 /// Parses `--input`.
 pub fn parse_input(s: &str) -> Result<(u64, u64, u64)> {
     let parts: Vec<&str> = s.split(['x', 'X']).collect();

@@ -54,8 +54,9 @@ impl ModelSource for Source<'_> {
 
 /// Runs `vramscope tricks`.
 pub fn run(a: &TricksArgs) -> Result<()> {
-    let cfg = a.step.config()?;
+    let mut cfg = a.step.config()?;
     let loaded = model::load(&a.model, a.model.batch_size, cfg.precision)?;
+    loaded.apply_to(&mut cfg);
     let rows = tricks(
         &Source(&a.model, cfg.precision),
         a.model.batch_size,

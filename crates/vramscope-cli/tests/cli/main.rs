@@ -4,6 +4,7 @@ mod accuracy;
 mod errors;
 mod inspect;
 mod json_contract;
+mod monitor;
 mod snapshots;
 
 use std::process::{Command, Output};
