@@ -3,7 +3,7 @@
 //! names them, and clear errors for bad configs.
 
 use vramscope_core::Precision;
-use vramscope_formats::hf::{self, HfConfig, HfError, HfInput};
+use vramscope_formats::hf::{self, HfConfig, HfError, HfInput, HfTask};
 
 fn root() -> String {
     format!("{}/../..", env!("CARGO_MANIFEST_DIR"))
@@ -26,7 +26,8 @@ fn parameter_counts_equal_transformers() {
         let case: serde_json::Value = serde_json::from_str(line).unwrap();
         let model = case["model"].as_str().unwrap();
         let cfg = hf::read_config(&format!("{}/{model}", root())).unwrap();
-        match hf::build(&cfg, &input()) {
+        let task = case["task"].as_str().and_then(HfTask::parse);
+        match hf::build(&cfg, &HfInput { task, ..input() }) {
             Ok(m) => {
                 assert_eq!(
                     m.graph.parameter_count(),
@@ -39,7 +40,7 @@ fn parameter_counts_equal_transformers() {
             Err(e) => panic!("{model}: {e}"),
         }
     }
-    assert!(checked >= 8, "only {checked} dev cases built");
+    assert_eq!(checked, 15, "every dev case builds");
 }
 
 #[test]
@@ -114,7 +115,7 @@ fn bad_configs_name_the_file_and_field() {
     .unwrap();
     let e = hf::build(&cfg, &input()).unwrap_err().to_string();
     assert!(
-        e.contains("mamba") && e.contains("gpt2, llama, mistral, qwen2"),
+        e.contains("mamba") && e.contains("gpt2, opt, llama, mistral, qwen2, bert, roberta"),
         "{e}"
     );
 
