@@ -36,6 +36,7 @@ fn main() -> ExitCode {
         Command::Inspect(a) => inspect::run(a),
         Command::Models => {
             println!("{}", vramscope_formats::zoo::names().join("\n"));
+            println!("{}", vramscope_formats::hf_zoo::names().join("\n"));
             Ok(())
         }
     };
