@@ -57,6 +57,7 @@ fn main() -> ExitCode {
         Command::Tricks(a) => tricks::run(a),
         Command::Models => {
             println!("{}", vramscope_formats::zoo::names().join("\n"));
+            println!("{}", vramscope_formats::hf_zoo::names().join("\n"));
             Ok(())
         }
         Command::Watch(a) => watch::run(a),

@@ -4,13 +4,15 @@
 use anyhow::{anyhow, bail, Result};
 use vramscope_core::{Graph, Precision};
 use vramscope_formats::hf::{self, HfInput, HfTask};
+use vramscope_formats::hf_zoo;
 use vramscope_formats::zoo::{self, ZooInput};
 
 /// The model and its input, shared by every command that simulates.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ModelArgs {
-    /// A built-in model name (`vramscope models` lists them), a Hugging Face `config.json` (or a
-    /// folder holding one), or an `.onnx` file.
+    /// A built-in model name (`vramscope models` lists them: torchvision models and transformer
+    /// checkpoints such as gpt2 or llama-3-8b), a Hugging Face `config.json` (or a folder holding
+    /// one), or an `.onnx` file.
     pub model: String,
     /// Batch size.
     #[arg(long, short = 'b', default_value_t = 32)]
@@ -38,7 +40,7 @@ pub struct ModelArgs {
 pub struct LoadedModel {
     /// The forward program.
     pub graph: Graph,
-    /// `zoo`, `hf-config`, `onnx`, ...
+    /// `zoo` (torchvision or built-in transformer), `hf-config`, `onnx`, ...
     pub source: &'static str,
     /// The modules `--gradient-checkpointing` checkpoints.
     pub checkpoint_layers: Vec<String>,
@@ -73,12 +75,17 @@ pub fn parse_input(s: &str) -> Result<(u64, u64, u64)> {
 /// Builds the graph for `args` (with `batch_size` overriding the flag, for searches).
 pub fn load(args: &ModelArgs, batch_size: u64, precision: Precision) -> Result<LoadedModel> {
     if hf::is_hf_path(&args.model) {
-        return load_hf(args, batch_size, precision);
+        let cfg = hf::read_config(&args.model)?;
+        return load_hf(args, cfg, batch_size, precision, "hf-config");
+    }
+    if let Some(text) = hf_zoo::config(&args.model) {
+        let cfg = hf::HfConfig::parse(&format!("built-in {}", args.model), text)?;
+        return load_hf(args, cfg, batch_size, precision, "zoo");
     }
     let is_onnx = args.model.to_ascii_lowercase().ends_with(".onnx");
     if (args.seq_len.is_some() && !is_onnx) || args.task.is_some() || args.gradient_checkpointing {
         bail!(
-            "--seq-len, --task and --gradient-checkpointing apply to Hugging Face models (a config.json or a model folder; --seq-len also to ONNX files); `{}` is not one",
+            "--seq-len, --task and --gradient-checkpointing apply to Hugging Face models (a built-in transformer, a config.json or a model folder; --seq-len also to ONNX files); `{}` is not one",
             args.model
         );
     }
@@ -111,7 +118,13 @@ pub fn load(args: &ModelArgs, batch_size: u64, precision: Precision) -> Result<L
     })
 }
 
-fn load_hf(args: &ModelArgs, batch_size: u64, precision: Precision) -> Result<LoadedModel> {
+fn load_hf(
+    args: &ModelArgs,
+    cfg: hf::HfConfig,
+    batch_size: u64,
+    precision: Precision,
+    source: &'static str,
+) -> Result<LoadedModel> {
     let seq = args.seq_len.ok_or_else(|| {
         anyhow!(
             "{}: a Hugging Face model needs --seq-len (the sequence length to simulate)",
@@ -125,7 +138,6 @@ fn load_hf(args: &ModelArgs, batch_size: u64, precision: Precision) -> Result<Lo
                 .ok_or_else(|| anyhow!("--task {t:?}: expected causal-lm, masked-lm or seq-cls"))?,
         ),
     };
-    let cfg = hf::read_config(&args.model)?;
     let m = hf::build(
         &cfg,
         &HfInput {
@@ -137,7 +149,7 @@ fn load_hf(args: &ModelArgs, batch_size: u64, precision: Precision) -> Result<Lo
     )?;
     Ok(LoadedModel {
         graph: m.graph,
-        source: "hf-config",
+        source,
         checkpoint_layers: if args.gradient_checkpointing {
             m.checkpoint_layers
         } else {

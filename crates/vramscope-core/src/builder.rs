@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use crate::dtype::DType;
 use crate::ir::{
-    Graph, ModuleDef, ModuleId, Node, NodeId, ParamDef, ParamId, ParamKind, Scope, Shape, Task,
-    TensorDef, TensorId,
+    Graph, InitTemporary, ModuleDef, ModuleId, Node, NodeId, ParamDef, ParamId, ParamKind, Scope,
+    Shape, Task, TensorDef, TensorId,
 };
 use crate::ops::{Op, ShapeError};
 
@@ -57,6 +57,7 @@ impl GraphBuilder {
                 nodes: Vec::new(),
                 scopes: Vec::new(),
                 holds: Vec::new(),
+                init_temporaries: Vec::new(),
                 inputs: Vec::new(),
                 outputs: Vec::new(),
                 task: Task::Classification { num_classes: 0 },
@@ -172,6 +173,68 @@ impl GraphBuilder {
         }
     }
 
+    /// Registers child module `name` and, inside `f`, its own children and parameters, without
+    /// calling it: fixes the order `__init__` creates parameters in when a model calls its modules
+    /// in another order (OPT creates `k_proj` before `q_proj`, the final LayerNorm before the layers).
+    pub fn declare<R>(&mut self, name: &str, type_name: &str, f: impl FnOnce(&mut Self) -> R) -> R {
+        let (id, _) = self.child(name, type_name);
+        self.stack.push(id);
+        let r = f(self);
+        self.stack.pop();
+        r
+    }
+
+    /// Registers the leaf module `name` with the parameters of `op`, without calling it.
+    pub fn declare_layer(&mut self, name: &str, op: &dyn Op) {
+        let (id, _) = self.child(name, op.kind());
+        for spec in op.param_specs() {
+            let kind = if spec.is_buffer {
+                ParamKind::Buffer
+            } else {
+                ParamKind::Parameter
+            };
+            self.register_param(
+                id,
+                spec.name,
+                spec.shape,
+                kind,
+                spec.fixed_dtype.unwrap_or(DType::F32),
+            );
+        }
+    }
+
+    /// Weight tying as `post_init()` does it after `__init__` built an untied head: `temps` (the
+    /// head's own weight, ...) are allocated after every parameter registered so far; the first
+    /// `free_now` are freed; then `replaced` (a parameter whose tensor `post_init` swaps for a
+    /// padded copy, e.g. an output bias) is allocated anew; then the rest of `temps` are freed.
+    /// Call it once every parameter is registered.
+    pub fn tie_at_init(&mut self, temps: &[Shape], free_now: usize, replaced: Option<TensorId>) {
+        let n = self.graph.params.len() as u32;
+        let moved = replaced.and_then(|t| self.graph.tensors[t.0 as usize].param);
+        let base = match moved {
+            Some(p) => {
+                let r = self.graph.params[p.0 as usize].init_rank;
+                for q in &mut self.graph.params {
+                    if q.init_rank > r {
+                        q.init_rank -= 1;
+                    }
+                }
+                self.graph.params[p.0 as usize].init_rank = n - 1;
+                n - 1
+            }
+            None => n,
+        };
+        let module = self.current();
+        for (i, shape) in temps.iter().enumerate() {
+            self.graph.init_temporaries.push(InitTemporary {
+                shape: shape.clone(),
+                alloc_at: base,
+                free_at: if i < free_now { base } else { n },
+                module,
+            });
+        }
+    }
+
     /// Registers a module that holds parameters but is only used functionally (never "called").
     pub fn declare_module(&mut self, name: &str, type_name: &str) -> ModuleId {
         self.child(name, type_name).0
@@ -220,6 +283,17 @@ impl GraphBuilder {
             DType::F32,
         );
         let t = self.new_tensor(shape, DType::F32, None);
+        self.graph.tensors[t.0 as usize].param = Some(pid);
+        t
+    }
+
+    /// Registers a buffer of the current module (`position_ids`, `token_type_ids`) of a fixed
+    /// dtype (`None` follows the model's dtype) and returns a tensor that stands for it in ops.
+    pub fn buffer(&mut self, name: &str, shape: Shape, dtype: Option<DType>) -> TensorId {
+        let module = self.current();
+        let d = dtype.unwrap_or(DType::F32);
+        let pid = self.register_param(module, name, shape.clone(), ParamKind::Buffer, d);
+        let t = self.new_tensor(shape, d, None);
         self.graph.tensors[t.0 as usize].param = Some(pid);
         t
     }

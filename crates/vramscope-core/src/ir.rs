@@ -123,6 +123,21 @@ pub struct Scope {
     pub inputs: Vec<TensorId>,
 }
 
+/// A tensor model construction allocates and frees (see [`Graph::init_temporaries`]). Positions
+/// count the parameters and buffers allocated before the event (in `init_rank` order); at one
+/// position, temporaries are allocated before any is freed, each in list order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InitTemporary {
+    /// Sizes (the dtype is the model's).
+    pub shape: Shape,
+    /// Allocated after this many parameters and buffers.
+    pub alloc_at: u32,
+    /// Freed after this many parameters and buffers.
+    pub free_at: u32,
+    /// The module whose `__init__` made it.
+    pub module: ModuleId,
+}
+
 /// What the model's output is trained against.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Task {
@@ -164,6 +179,9 @@ pub struct Graph {
     /// Tensors a Python frame keeps referenced past their last use: (tensor, node index the frame
     /// ends before).
     pub holds: Vec<(TensorId, u32)>,
+    /// Tensors `__init__` allocates on the device and frees before it returns (the weights a tied
+    /// head creates and then drops for the embedding's).
+    pub init_temporaries: Vec<InitTemporary>,
     /// The model's inputs (the batch).
     pub inputs: Vec<TensorId>,
     /// The model's outputs.

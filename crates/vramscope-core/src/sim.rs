@@ -878,7 +878,10 @@ impl<'g> Sim<'g> {
         let mut order: Vec<usize> = (0..self.g.params.len()).collect();
         order.sort_by_key(|&i| self.g.params[i].init_rank);
         self.param_rt = vec![0; self.g.params.len()];
-        for i in order {
+        let mut temps: Vec<Option<u32>> = vec![None; self.g.init_temporaries.len()];
+        for (k, i) in order.into_iter().map(Some).chain([None]).enumerate() {
+            self.init_temporaries_at(k as u32, &mut temps);
+            let Some(i) = i else { break };
             let p = &self.g.params[i];
             let meta = self.param_meta(ParamId(i as u32));
             let (cat, label) = match p.kind {
@@ -892,6 +895,29 @@ impl<'g> Sim<'g> {
             self.param_rt[i] = r;
         }
         self.param_grad = vec![None; self.g.params.len()];
+    }
+
+    /// Allocates, then frees, the construction temporaries due after `k` parameters.
+    fn init_temporaries_at(&mut self, k: u32, live: &mut [Option<u32>]) {
+        let dtype = self.cfg.precision.param_dtype();
+        let g = self.g;
+        for (t, slot) in g.init_temporaries.iter().zip(live.iter_mut()) {
+            if t.alloc_at == k {
+                *slot = Some(self.new_storage(
+                    TensorMeta::new(t.shape.clone(), dtype),
+                    Category::Temporaries,
+                    Label::new("construction temporary"),
+                    Some(t.module),
+                ));
+            }
+        }
+        for (t, slot) in g.init_temporaries.iter().zip(live.iter_mut()) {
+            if t.free_at == k {
+                if let Some(sid) = slot.take() {
+                    self.decref(sid);
+                }
+            }
+        }
     }
 
     /// Runs graph nodes `first..end` as a forward pass; `env` maps graph tensors to rt tensors.

@@ -3,7 +3,7 @@
 //! names them, and clear errors for bad configs.
 
 use vramscope_core::Precision;
-use vramscope_formats::hf::{self, HfConfig, HfError, HfInput};
+use vramscope_formats::hf::{self, HfConfig, HfError, HfInput, HfTask};
 
 fn root() -> String {
     format!("{}/../..", env!("CARGO_MANIFEST_DIR"))
@@ -26,7 +26,8 @@ fn parameter_counts_equal_transformers() {
         let case: serde_json::Value = serde_json::from_str(line).unwrap();
         let model = case["model"].as_str().unwrap();
         let cfg = hf::read_config(&format!("{}/{model}", root())).unwrap();
-        match hf::build(&cfg, &input()) {
+        let task = case["task"].as_str().and_then(HfTask::parse);
+        match hf::build(&cfg, &HfInput { task, ..input() }) {
             Ok(m) => {
                 assert_eq!(
                     m.graph.parameter_count(),
@@ -39,7 +40,7 @@ fn parameter_counts_equal_transformers() {
             Err(e) => panic!("{model}: {e}"),
         }
     }
-    assert!(checked >= 8, "only {checked} dev cases built");
+    assert_eq!(checked, 15, "every dev case builds");
 }
 
 #[test]
@@ -114,7 +115,7 @@ fn bad_configs_name_the_file_and_field() {
     .unwrap();
     let e = hf::build(&cfg, &input()).unwrap_err().to_string();
     assert!(
-        e.contains("mamba") && e.contains("gpt2, llama, mistral, qwen2"),
+        e.contains("mamba") && e.contains("gpt2, opt, llama, mistral, qwen2, bert, roberta"),
         "{e}"
     );
 
@@ -139,4 +140,41 @@ fn nested_text_config_is_read() {
         m.graph.parameter_count(),
         100 * 64 + 2 * per_layer + 64 + 100 * 64
     );
+}
+
+/// The families the built-in configs use that this front-end does not build yet.
+const NOT_YET: &[&str] = &["gemma2", "mixtral", "phi3"];
+
+#[test]
+fn every_builtin_config_builds_with_the_reference_parameter_count() {
+    let text = std::fs::read_to_string(format!("{}/fixtures/hf_reference.json", root())).unwrap();
+    let reference: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let (mut built, mut refused) = (0, 0);
+    for name in vramscope_formats::hf_zoo::names() {
+        let cfg = HfConfig::parse(name, vramscope_formats::hf_zoo::config(name).unwrap()).unwrap();
+        let want = reference["models"][name]["parameters"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{name}: no reference count"));
+        match hf::build(&cfg, &input()) {
+            Ok(m) => {
+                assert_eq!(m.graph.parameter_count(), want, "{name}");
+                built += 1;
+            }
+            Err(HfError::Unsupported { model_type, .. }) => {
+                assert!(
+                    NOT_YET.contains(&model_type.as_str()),
+                    "{name}: {model_type} refused"
+                );
+                let e = hf::build(&cfg, &input()).unwrap_err().to_string();
+                assert!(e.contains("not supported") && e.contains(name), "{e}");
+                refused += 1;
+            }
+            Err(e) => panic!("{name}: {e}"),
+        }
+    }
+    assert_eq!(
+        refused, 4,
+        "gemma-2-2b, gemma-2-9b, mixtral-8x7b, phi-3-mini"
+    );
+    assert_eq!(built, 28);
 }

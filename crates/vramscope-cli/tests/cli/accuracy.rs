@@ -161,20 +161,10 @@ fn adagrad_rmsprop_and_checkpoint_sequential_match_truth() {
     check("torchvision_more.jsonl");
 }
 
-/// The model families the config.json front-end builds so far (the other dev cases — OPT, BERT-style
-/// encoders — stay in the fixture for when they are added).
-const HF_BUILT: &[&str] = &["gpt2_medium", "mistral_small", "qwen2_small"];
-
+/// Every Hugging Face dev case: GPT-2, OPT, Mistral, Qwen2 (causal LM), DistilBERT (masked LM),
+/// RoBERTa (masked LM inference, sequence classification).
 #[test]
 fn hf_dev_cases_match_truth() {
-    let built = |c: &Value| {
-        let m = c["model"].as_str().unwrap_or_default();
-        HF_BUILT.iter().any(|f| m.ends_with(&format!("/{f}.json")))
-    };
-    let n = cases("hf_dev.jsonl").iter().filter(|c| built(c)).count();
-    assert!(
-        n >= 8,
-        "expected the GPT-2 / Mistral / Qwen2 dev cases, found {n}"
-    );
-    check_where("hf_dev.jsonl", built);
+    assert_eq!(cases("hf_dev.jsonl").len(), 15);
+    check("hf_dev.jsonl");
 }

@@ -105,3 +105,17 @@ fn bad_flag_is_a_usage_error() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--frobnicate"));
 }
+
+#[test]
+fn builtin_transformer_not_supported_yet() {
+    fails_with(
+        &["estimate", "mixtral-8x7b", "--seq-len", "512"],
+        &[
+            "built-in mixtral-8x7b",
+            "mixtral",
+            "not supported",
+            "supported model types",
+        ],
+    );
+    fails_with(&["estimate", "gpt2"], &["gpt2", "needs --seq-len"]);
+}

@@ -207,3 +207,42 @@ fn fit_json_gives_the_batch_size_and_both_estimates() {
     assert_eq!(e["peak"]["device_bytes"], v["at_size"]["device_bytes"]);
     assert_eq!(e["gpu"]["fits"].as_bool(), Some(true));
 }
+
+/// Built-in transformer names resolve through the config zoo, with transformers' parameter counts.
+#[test]
+fn builtin_transformers_by_name() {
+    let r = estimate_json(&[
+        "gpt2",
+        "--seq-len",
+        "1024",
+        "--batch-size",
+        "2",
+        "--precision",
+        "amp-bf16",
+    ]);
+    assert_eq!(r["model"]["parameters"], 124439808);
+    assert_eq!(r["model"]["source"], "zoo");
+    let r = estimate_json(&[
+        "llama-3-8b",
+        "--seq-len",
+        "2048",
+        "--batch-size",
+        "1",
+        "--mode",
+        "infer",
+        "--precision",
+        "bf16",
+    ]);
+    assert_eq!(r["model"]["parameters"], 8030261248u64);
+    let out = crate::vramscope(&["models"]);
+    let list = String::from_utf8_lossy(&out.stdout);
+    for n in [
+        "resnet50",
+        "gpt2",
+        "llama-3-8b",
+        "roberta-base",
+        "phi-3-mini",
+    ] {
+        assert!(list.lines().any(|l| l == n), "{n} not listed");
+    }
+}

@@ -39,6 +39,10 @@ pub struct ScaledDotProductAttention {
     pub dropout_p: f64,
     /// `is_causal`.
     pub causal: bool,
+    /// Backward allocates float32 row statistics `[B, H, L]` (seen where the output gradient
+    /// arrives permuted, `nn.MultiheadAttention` in ViT; not with the `[B, S, H, D]` layout
+    /// Hugging Face models use, causal or not).
+    pub row_stats_temporary: bool,
 }
 
 impl ScaledDotProductAttention {
@@ -130,10 +134,10 @@ impl Op for ScaledDotProductAttention {
         s
     }
 
-    // the backward kernels' float32 row statistics (delta = rowsum(dO * O)); the truth traces of
-    // causal attention (Hugging Face decoders, every backend) show none
+    // the backward kernels' float32 row statistics (delta = rowsum(dO * O)), where the traces show
+    // them (see `row_stats_temporary`)
     fn backward_temporaries(&self, ctx: &OpCtx) -> Vec<u64> {
-        if self.causal {
+        if !self.row_stats_temporary {
             return Vec::new();
         }
         let q = &ctx.inputs[0].shape;

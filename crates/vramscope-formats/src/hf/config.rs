@@ -108,6 +108,15 @@ impl HfConfig {
         }
     }
 
+    /// The number of entries of an object field (`id2label`), if present.
+    pub fn map_len(&self, key: &str) -> Result<Option<u64>, HfError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::Object(m)) => Ok(Some(m.len() as u64)),
+            Some(_) => Err(self.err(key, "an object")),
+        }
+    }
+
     /// `architectures`, as a list of class names.
     pub fn architectures(&self) -> Result<Vec<String>, HfError> {
         match self.top.get("architectures") {

@@ -3,7 +3,8 @@
 //! embeddings, the position ids and the packed-sequence check every model's mask code runs.
 
 use vramscope_core::ops::{
-    Add, Aten, Autocast, DTypeRule, Dropout, GradIn, Linear, Saved, ScaledDotProductAttention,
+    Activation, ActivationKind, Add, Aten, Autocast, DTypeRule, Dropout, GradIn, LayerNorm, Linear,
+    Saved, ScaledDotProductAttention,
 };
 use vramscope_core::{DType, GraphBuilder, TensorId};
 
@@ -312,7 +313,133 @@ pub fn sdpa(
         ScaledDotProductAttention {
             dropout_p,
             causal: true,
+            row_stats_temporary: false,
         },
         &[q, k, v],
     )
+}
+
+/// `nn.LayerNorm(n)` as a leaf module.
+pub fn layer_norm(b: &mut GraphBuilder, name: &str, n: u64, x: TensorId) -> TensorId {
+    b.layer(name, LayerNorm::new(n), &[x])
+}
+
+/// A pointwise activation module (`GELUActivation`, `nn.ReLU`, ...) called as `name`.
+pub fn activation(b: &mut GraphBuilder, name: &str, kind: ActivationKind, x: TensorId) -> TensorId {
+    b.layer(
+        name,
+        Activation {
+            kind,
+            inplace: false,
+        },
+        &[x],
+    )
+}
+
+/// A pointwise activation called functionally (`gelu(x)`, `torch.tanh(x)`) inside the current
+/// module.
+pub fn activation_fn(b: &mut GraphBuilder, kind: ActivationKind, x: TensorId) -> TensorId {
+    b.op(
+        Activation {
+            kind,
+            inplace: false,
+        },
+        &[x],
+    )
+}
+
+/// `nn.functional.dropout(x, p, training)` called inside the current module (no module of its
+/// own); p = 0 returns its input.
+pub fn dropout_fn(b: &mut GraphBuilder, p: f64, x: TensorId) -> TensorId {
+    if p <= 0.0 {
+        return x;
+    }
+    b.op(Dropout { p }, &[x])
+}
+
+/// The activation named by a config's `hidden_act` / `activation_function` / `activation`, among
+/// those the encoder and OPT families use.
+pub fn activation_kind(name: &str) -> Option<ActivationKind> {
+    match name {
+        "gelu" => Some(ActivationKind::GELU),
+        "relu" => Some(ActivationKind::ReLU),
+        "tanh" => Some(ActivationKind::Tanh),
+        "silu" | "swish" => Some(ActivationKind::SiLU),
+        _ => None,
+    }
+}
+
+/// An output projection whose weight is tied to the embedding `weight` and whose bias is `bias`
+/// (BERT's `cls.predictions.decoder`, RoBERTa's `lm_head.decoder`, DistilBERT's
+/// `vocab_projector`): `addmm(bias, x.view(-1, h), weight.t())`. `bias: None` registers the
+/// module's own `bias`. Returns the logits and the bias.
+pub fn tied_head_bias(
+    b: &mut GraphBuilder,
+    name: &str,
+    weight: TensorId,
+    bias: Option<TensorId>,
+    x: TensorId,
+) -> (TensorId, TensorId) {
+    let mut shape = b.shape(x).to_vec();
+    let vocab = b.shape(weight)[0];
+    if let Some(l) = shape.last_mut() {
+        *l = vocab;
+    }
+    b.module(name, "Linear", &[x], |b| {
+        let bias = bias.unwrap_or_else(|| b.parameter("bias", vec![vocab]));
+        // F.linear(x, weight, bias): autocast casts bias, weight, x; AddmmBackward0 makes the
+        // gradients of x, weight, then bias
+        let op = Aten::new("addmm", shape)
+            .autocast(Autocast::LowerPrecision)
+            .saves(vec![Saved::Input(0), Saved::Input(1)]);
+        (b.op(op, &[x, weight, bias]), bias)
+    })
+}
+
+/// `F.scaled_dot_product_attention(q, k, v, dropout_p)` without a mask and not causal (the
+/// bidirectional encoders).
+pub fn sdpa_bidirectional(
+    b: &mut GraphBuilder,
+    q: TensorId,
+    k: TensorId,
+    v: TensorId,
+    dropout_p: f64,
+) -> TensorId {
+    b.op(
+        ScaledDotProductAttention {
+            dropout_p,
+            causal: false,
+            row_stats_temporary: false,
+        },
+        &[q, k, v],
+    )
+}
+
+/// Multi-head attention core shared by the encoders and OPT: q, k, v `[B, S, E]` projections are
+/// viewed as `[B, H, S, D]`, attended, and the output (laid out `[B, S, H, D]` by the kernels)
+/// reshaped back to `[B, S, E]`.
+pub fn attention_core(
+    b: &mut GraphBuilder,
+    qkv: [TensorId; 3],
+    heads: u64,
+    dropout_p: f64,
+    causal: bool,
+) -> TensorId {
+    let s = b.shape(qkv[0]).to_vec();
+    let (bsz, seq, e) = (s[0], s[1], s[2]);
+    let d = e / heads;
+    let hv: Vec<TensorId> = qkv
+        .iter()
+        .map(|&t| {
+            let t = view(b, "view", t, vec![bsz, seq, heads, d]);
+            view(b, "transpose", t, vec![bsz, heads, seq, d])
+        })
+        .collect();
+    let o = if causal {
+        sdpa(b, hv[0], hv[1], hv[2], dropout_p)
+    } else {
+        sdpa_bidirectional(b, hv[0], hv[1], hv[2], dropout_p)
+    };
+    let o = view(b, "transpose", o, vec![bsz, seq, heads, d]);
+    view(b, "reshape", o, vec![bsz, seq, e])
 }

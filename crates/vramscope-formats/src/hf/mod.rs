@@ -4,13 +4,18 @@
 //! `model.layers.3.self_attn.q_proj`) and its forward as it runs with `attn_implementation="sdpa"`,
 //! `use_cache=False` and no attention mask, op by op as the truth traces show it.
 //!
-//! Supported: GPT-2 (`gpt2`), and the Llama family decoder (`llama`, `mistral`, `qwen2`: GQA,
-//! `head_dim`, tied embeddings, q/k/v biases, RMSNorm, rotary embeddings, SiLU-gated MLP).
+//! Supported: GPT-2 (`gpt2`), OPT (`opt`), the Llama family decoder (`llama`, `mistral`, `qwen2`:
+//! GQA, `head_dim`, tied embeddings, q/k/v biases, RMSNorm, rotary embeddings, SiLU-gated MLP),
+//! all causal LMs; and the encoders BERT (`bert`), RoBERTa (`roberta`) and DistilBERT
+//! (`distilbert`) with masked-LM and sequence-classification heads.
 
+mod bert;
 mod config;
+mod distilbert;
 mod gpt2;
 mod layers;
 mod llama;
+mod opt;
 
 use std::path::Path;
 
@@ -66,7 +71,16 @@ impl HfTask {
 }
 
 /// The model families this front-end builds (`model_type` values).
-pub const SUPPORTED: &[&str] = &["gpt2", "llama", "mistral", "qwen2"];
+pub const SUPPORTED: &[&str] = &[
+    "gpt2",
+    "opt",
+    "llama",
+    "mistral",
+    "qwen2",
+    "bert",
+    "roberta",
+    "distilbert",
+];
 
 /// Batch, sequence and how the model is run.
 #[derive(Debug, Clone)]
@@ -196,11 +210,20 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
     let dtype = input.precision.param_dtype();
     let family = match model_type.as_str() {
         "gpt2" => Family::Gpt2,
+        "opt" => Family::Opt,
         "llama" | "mistral" | "qwen2" => Family::Llama,
+        "bert" => Family::Bert(bert::Flavor::Bert),
+        "roberta" => Family::Bert(bert::Flavor::Roberta),
+        "distilbert" => Family::DistilBert,
+        // no model_type: the lower-cased class name of `architectures`
         m if m.starts_with("gpt2") => Family::Gpt2,
+        m if m.starts_with("opt") => Family::Opt,
         m if m.starts_with("llama") || m.starts_with("mistral") || m.starts_with("qwen2") => {
             Family::Llama
         }
+        m if m.starts_with("distilbert") => Family::DistilBert,
+        m if m.starts_with("roberta") => Family::Bert(bert::Flavor::Roberta),
+        m if m.starts_with("bert") => Family::Bert(bert::Flavor::Bert),
         _ => {
             return Err(HfError::Unsupported {
                 path: cfg.path.clone(),
@@ -210,7 +233,12 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
             })
         }
     };
-    if task != HfTask::CausalLm {
+    let encoder = matches!(family, Family::Bert(_) | Family::DistilBert);
+    let has_head = match task {
+        HfTask::CausalLm => !encoder,
+        HfTask::MaskedLm | HfTask::SeqCls => encoder,
+    };
+    if !has_head {
         return Err(HfError::NoHead {
             path: cfg.path.clone(),
             model_type,
@@ -219,7 +247,10 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
     }
     let (graph, checkpoint_layers) = match family {
         Family::Gpt2 => gpt2::build(cfg, input, dtype)?,
+        Family::Opt => opt::build(cfg, input)?,
         Family::Llama => llama::build(cfg, &model_type, input, dtype)?,
+        Family::Bert(f) => bert::build(cfg, f, task, input)?,
+        Family::DistilBert => distilbert::build(cfg, task, input)?,
     };
     Ok(HfModel {
         graph,
@@ -230,7 +261,10 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
 
 enum Family {
     Gpt2,
+    Opt,
     Llama,
+    Bert(bert::Flavor),
+    DistilBert,
 }
 
 fn build_error(cfg: &HfConfig) -> impl Fn(BuildError) -> HfError + '_ {

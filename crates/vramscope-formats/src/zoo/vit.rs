@@ -207,6 +207,7 @@ fn multi_head_attention(
         ScaledDotProductAttention {
             dropout_p: 0.0,
             causal: false,
+            row_stats_temporary: true,
         },
         &bhld,
     );

@@ -1,0 +1,307 @@
+//! BERT and RoBERTa encoders (transformers/models/{bert,roberta}/modeling_*.py) with their
+//! masked-LM and sequence-classification heads: embeddings (word + token type + position,
+//! LayerNorm, dropout; RoBERTa computes its position ids from the input ids, BERT slices a
+//! buffer), post-norm encoder layers (`attention.self` q/k/v + SDPA without mask,
+//! `attention.output` dense + dropout + LayerNorm(h + input), `intermediate` dense + activation,
+//! `output` dense + dropout + LayerNorm(h + input)), and the heads: `cls.predictions` /
+//! `lm_head` (dense, GELU, LayerNorm, decoder tied to the word embeddings with its own bias), BERT's
+//! pooler + dropout + `classifier`, RoBERTa's `classifier` (dense + tanh + out_proj on the first
+//! token).
+
+use vramscope_core::ir::Task;
+use vramscope_core::ops::{ActivationKind, Aten, DTypeRule, Select};
+use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
+
+use super::layers::{
+    activation, activation_fn, activation_kind, add, attention_core, dropout, embedding,
+    layer_norm, linear, tied_head_bias, view,
+};
+use super::{build_error, HfConfig, HfError, HfInput, HfTask};
+
+/// Which encoder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavor {
+    /// `bert`
+    Bert,
+    /// `roberta`
+    Roberta,
+}
+
+struct Spec {
+    vocab: u64,
+    hidden: u64,
+    layers: u64,
+    heads: u64,
+    intermediate: u64,
+    max_positions: u64,
+    type_vocab: u64,
+    pad: u64,
+    hidden_dropout: f64,
+    attn_dropout: f64,
+    classifier_dropout: f64,
+    act: ActivationKind,
+    num_labels: u64,
+}
+
+/// `num_labels` of a config (or the size of `id2label`), default 2.
+pub fn num_labels(cfg: &HfConfig) -> Result<u64, HfError> {
+    if let Some(n) = cfg.opt_u64(&["num_labels"])? {
+        return Ok(n.max(1));
+    }
+    Ok(cfg.map_len("id2label")?.filter(|&n| n > 0).unwrap_or(2))
+}
+
+fn spec(cfg: &HfConfig) -> Result<Spec, HfError> {
+    let hidden = cfg.u64(&["hidden_size"])?;
+    let heads = cfg.u64(&["num_attention_heads"])?;
+    if hidden % heads != 0 {
+        return Err(HfError::Field {
+            path: cfg.path.clone(),
+            field: "num_attention_heads".into(),
+            expected: format!("a divisor of hidden_size = {hidden}"),
+        });
+    }
+    let act_name = cfg.str("hidden_act")?.unwrap_or("gelu");
+    let act = activation_kind(act_name).ok_or_else(|| HfError::Field {
+        path: cfg.path.clone(),
+        field: "hidden_act".into(),
+        expected: "one of gelu, relu, silu, tanh".into(),
+    })?;
+    let hidden_dropout = cfg.f64_or("hidden_dropout_prob", 0.1)?;
+    Ok(Spec {
+        vocab: cfg.u64(&["vocab_size"])?,
+        hidden,
+        layers: cfg.u64(&["num_hidden_layers"])?,
+        heads,
+        intermediate: cfg.u64(&["intermediate_size"])?,
+        max_positions: cfg.u64(&["max_position_embeddings"])?,
+        type_vocab: cfg.opt_u64(&["type_vocab_size"])?.unwrap_or(2),
+        pad: cfg.opt_u64(&["pad_token_id"])?.unwrap_or(0),
+        hidden_dropout,
+        attn_dropout: cfg.f64_or("attention_probs_dropout_prob", 0.1)?,
+        classifier_dropout: cfg.f64_or("classifier_dropout", hidden_dropout)?,
+        act,
+        num_labels: num_labels(cfg)?,
+    })
+}
+
+/// Builds `{Bert,Roberta}For{MaskedLM,SequenceClassification}`.
+pub fn build(
+    cfg: &HfConfig,
+    flavor: Flavor,
+    task: HfTask,
+    input: &HfInput,
+) -> Result<(Graph, Vec<String>), HfError> {
+    let s = spec(cfg)?;
+    // RoBERTa numbers positions from padding_idx + 1
+    let limit = match flavor {
+        Flavor::Bert => s.max_positions,
+        Flavor::Roberta => s.max_positions.saturating_sub(s.pad + 1),
+    };
+    if input.seq > limit {
+        return Err(HfError::BadInput(format!(
+            "{}: --seq-len {} exceeds the {limit} positions of max_position_embeddings = {}",
+            cfg.path, input.seq, s.max_positions
+        )));
+    }
+    let (prefix, base) = match flavor {
+        Flavor::Bert => ("Bert", "bert"),
+        Flavor::Roberta => ("Roberta", "roberta"),
+    };
+    let head = match task {
+        HfTask::SeqCls => "ForSequenceClassification",
+        _ => "ForMaskedLM",
+    };
+    let (bsz, seq) = (input.batch, input.seq);
+    let mut b = GraphBuilder::new(base, &format!("{prefix}{head}"));
+    let ids = b.input(vec![bsz, seq], DType::I64);
+    let pooler = flavor == Flavor::Bert && task == HfTask::SeqCls;
+    let (h, word, pooled) = b.module(base, &format!("{prefix}Model"), &[ids], |b| {
+        let (x, word) = b.module("embeddings", &format!("{prefix}Embeddings"), &[ids], |b| {
+            embeddings(b, &s, flavor, ids)
+        });
+        let mut x = x;
+        b.module("encoder", &format!("{prefix}Encoder"), &[x], |b| {
+            b.module("layer", "ModuleList", &[], |b| {
+                for i in 0..s.layers {
+                    x = b.module(&i.to_string(), &format!("{prefix}Layer"), &[x], |b| {
+                        encoder_layer(b, &s, prefix, x)
+                    });
+                }
+            });
+        });
+        let pooled = if pooler {
+            Some(b.module("pooler", "BertPooler", &[x], |b| {
+                let first = b.op(Select { dim: 1 }, &[x]);
+                let p = linear(b, "dense", s.hidden, s.hidden, true, first);
+                activation(b, "activation", ActivationKind::Tanh, p)
+            }))
+        } else {
+            None
+        };
+        (x, word, pooled)
+    });
+    let (logits, task_ir) = b.frame(|b| {
+        // `sequence_output` / `outputs` stay referenced until the forward returns
+        b.hold(&[h]);
+        match task {
+            HfTask::SeqCls => {
+                let logits = match pooled {
+                    Some(p) => {
+                        let p = dropout(b, "dropout", s.classifier_dropout, p);
+                        linear(b, "classifier", s.hidden, s.num_labels, true, p)
+                    }
+                    None => b.module("classifier", "RobertaClassificationHead", &[h], |b| {
+                        roberta_classifier(b, &s, h)
+                    }),
+                };
+                (
+                    logits,
+                    Task::Classification {
+                        num_classes: s.num_labels,
+                    },
+                )
+            }
+            _ => {
+                let logits = match flavor {
+                    Flavor::Bert => b.module("cls", "BertOnlyMLMHead", &[h], |b| {
+                        b.module("predictions", "BertLMPredictionHead", &[h], |b| {
+                            let bias = b.parameter("bias", vec![s.vocab]);
+                            let t =
+                                b.module("transform", "BertPredictionHeadTransform", &[h], |b| {
+                                    let t = linear(b, "dense", s.hidden, s.hidden, true, h);
+                                    let t = activation(b, "transform_act_fn", s.act, t);
+                                    layer_norm(b, "LayerNorm", s.hidden, t)
+                                });
+                            let l = tied_head_bias(b, "decoder", word, Some(bias), t).0;
+                            (l, bias)
+                        })
+                    }),
+                    Flavor::Roberta => b.module("lm_head", "RobertaLMHead", &[h], |b| {
+                        let bias = b.parameter("bias", vec![s.vocab]);
+                        let t = linear(b, "dense", s.hidden, s.hidden, true, h);
+                        let t = activation_fn(b, ActivationKind::GELU, t);
+                        let t = layer_norm(b, "layer_norm", s.hidden, t);
+                        let l = tied_head_bias(b, "decoder", word, Some(bias), t).0;
+                        (l, bias)
+                    }),
+                };
+                // post_init drops the decoder's own weight and bias and pads the head's bias
+                // into a new tensor
+                let (logits, bias) = logits;
+                b.tie_at_init(
+                    &[vec![s.vocab, s.hidden], vec![s.vocab], vec![s.vocab]],
+                    2,
+                    Some(bias),
+                );
+                (logits, Task::MaskedLm { vocab: s.vocab })
+            }
+        }
+    });
+    let graph = b.finish(&[logits], task_ir).map_err(build_error(cfg))?;
+    let layers = (0..s.layers)
+        .map(|i| format!("{base}.encoder.layer.{i}"))
+        .collect();
+    Ok((graph, layers))
+}
+
+/// `features[:, 0, :]`, dropout, dense, tanh, dropout, out_proj.
+fn roberta_classifier(b: &mut GraphBuilder, s: &Spec, h: TensorId) -> TensorId {
+    let x = b.op(Select { dim: 1 }, &[h]);
+    let x = dropout(b, "dropout", s.classifier_dropout, x);
+    let x = linear(b, "dense", s.hidden, s.hidden, true, x);
+    let x = activation_fn(b, ActivationKind::Tanh, x);
+    let x = dropout(b, "dropout", s.classifier_dropout, x);
+    linear(b, "out_proj", s.hidden, s.num_labels, true, x)
+}
+
+fn embeddings(
+    b: &mut GraphBuilder,
+    s: &Spec,
+    flavor: Flavor,
+    ids: TensorId,
+) -> (TensorId, TensorId) {
+    let sh = b.shape(ids).to_vec();
+    let (bsz, seq) = (sh[0], sh[1]);
+    let i64 = Some(DType::I64);
+    let int = |name, shape: Vec<u64>, d: DType| {
+        Aten::new(name, shape)
+            .dtype(DTypeRule::Fixed(d))
+            .not_differentiable()
+    };
+    let pos_buf = b.buffer("position_ids", vec![s.max_positions], i64);
+    let tt_buf = b.buffer("token_type_ids", vec![1, s.max_positions], i64);
+    let pos = match flavor {
+        // create_position_ids_from_input_ids: (cumsum(mask).type_as(mask) + 0) * mask, .long() + pad
+        Flavor::Roberta => b.frame(|b| {
+            let ne = b.op(int("ne", vec![bsz, seq], DType::Bool), &[ids]);
+            let mask = b.op(int("_to_copy", vec![bsz, seq], DType::I32), &[ne]);
+            let cs = b.op(int("cumsum", vec![bsz, seq], DType::I64), &[mask]);
+            let cs = b.op(int("_to_copy", vec![bsz, seq], DType::I32), &[cs]);
+            let cs = b.op(int("add", vec![bsz, seq], DType::I32), &[cs]);
+            let m = b.op(int("mul", vec![bsz, seq], DType::I32), &[cs, mask]);
+            let l = b.op(int("_to_copy", vec![bsz, seq], DType::I64), &[m]);
+            b.hold(&[mask, m]);
+            b.op(int("add", vec![bsz, seq], DType::I64), &[l])
+        }),
+        Flavor::Bert => view(b, "slice", pos_buf, vec![1, seq]),
+    };
+    let prows = b.shape(pos)[0];
+    // token_type_ids = gather(buffer.expand(rows, -1), 1, position_ids).expand(B, S)
+    let tt_exp = view(b, "expand", tt_buf, vec![prows, s.max_positions]);
+    let tt = b.op(int("gather", vec![prows, seq], DType::I64), &[tt_exp, pos]);
+    let tt = view(b, "expand", tt, vec![bsz, seq]);
+    let (word_e, word) = embedding(b, "word_embeddings", s.vocab, s.hidden, ids);
+    let (tt_e, _) = embedding(b, "token_type_embeddings", s.type_vocab, s.hidden, tt);
+    let x = add(b, word_e, tt_e);
+    let (pos_e, _) = embedding(b, "position_embeddings", s.max_positions, s.hidden, pos);
+    let x = add(b, x, pos_e);
+    // inputs_embeds, token_type_embeddings and position_embeddings are locals until the return
+    b.hold(&[word_e, tt_e, pos_e]);
+    let x = layer_norm(b, "LayerNorm", s.hidden, x);
+    (dropout(b, "dropout", s.hidden_dropout, x), word)
+}
+
+/// `dense(h)`, dropout, `LayerNorm(h + input)` (`*SelfOutput` / `*Output`); the dropped tensor
+/// stays referenced until the LayerNorm returns.
+fn output_block(
+    b: &mut GraphBuilder,
+    s: &Spec,
+    in_features: u64,
+    h: TensorId,
+    input: TensorId,
+) -> TensorId {
+    let d = linear(b, "dense", in_features, s.hidden, true, h);
+    let d = dropout(b, "dropout", s.hidden_dropout, d);
+    b.hold(&[d]);
+    let sum = add(b, d, input);
+    layer_norm(b, "LayerNorm", s.hidden, sum)
+}
+
+fn encoder_layer(b: &mut GraphBuilder, s: &Spec, prefix: &str, x: TensorId) -> TensorId {
+    let e = s.hidden;
+    let a = b.module("attention", &format!("{prefix}Attention"), &[x], |b| {
+        let o = b.module("self", &format!("{prefix}SelfAttention"), &[x], |b| {
+            let q = linear(b, "query", e, e, true, x);
+            let k = linear(b, "key", e, e, true, x);
+            let v = linear(b, "value", e, e, true, x);
+            b.declare_module("dropout", "Dropout");
+            attention_core(b, [q, k, v], s.heads, s.attn_dropout, false)
+        });
+        b.module("output", &format!("{prefix}SelfOutput"), &[o, x], |b| {
+            output_block(b, s, e, o, x)
+        })
+    });
+    let i = b.module(
+        "intermediate",
+        &format!("{prefix}Intermediate"),
+        &[a],
+        |b| {
+            let h = linear(b, "dense", e, s.intermediate, true, a);
+            activation(b, "intermediate_act_fn", s.act, h)
+        },
+    );
+    b.module("output", &format!("{prefix}Output"), &[i, a], |b| {
+        output_block(b, s, s.intermediate, i, a)
+    })
+}

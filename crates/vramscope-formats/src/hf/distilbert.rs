@@ -1,0 +1,168 @@
+//! DistilBERT (transformers/models/distilbert/modeling_distilbert.py) with its masked-LM and
+//! sequence-classification heads: embeddings (word + position from a buffer slice, LayerNorm,
+//! dropout), post-norm `TransformerBlock`s (`attention` q_lin/k_lin/v_lin + SDPA without mask +
+//! out_lin, `sa_layer_norm(attn + x)`, `ffn` lin1 + activation + lin2 + dropout,
+//! `output_layer_norm(ffn + attn)`), then `vocab_transform` + activation + `vocab_layer_norm` +
+//! `vocab_projector` (weight tied to the word embeddings) or `pre_classifier` + ReLU + dropout +
+//! `classifier` on the first token.
+
+use vramscope_core::ir::Task;
+use vramscope_core::ops::{ActivationKind, Select};
+use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
+
+use super::bert::num_labels;
+use super::layers::{
+    activation, activation_fn, activation_kind, add, attention_core, dropout, embedding,
+    layer_norm, linear, tied_head_bias, view,
+};
+use super::{build_error, HfConfig, HfError, HfInput, HfTask};
+
+struct Spec {
+    vocab: u64,
+    dim: u64,
+    layers: u64,
+    heads: u64,
+    hidden_dim: u64,
+    max_positions: u64,
+    dropout: f64,
+    attn_dropout: f64,
+    classif_dropout: f64,
+    act: ActivationKind,
+    num_labels: u64,
+}
+
+fn spec(cfg: &HfConfig) -> Result<Spec, HfError> {
+    let dim = cfg.u64(&["dim", "hidden_size"])?;
+    let heads = cfg.u64(&["n_heads", "num_attention_heads"])?;
+    if dim % heads != 0 {
+        return Err(HfError::Field {
+            path: cfg.path.clone(),
+            field: "n_heads".into(),
+            expected: format!("a divisor of dim = {dim}"),
+        });
+    }
+    let act = activation_kind(cfg.str("activation")?.unwrap_or("gelu")).ok_or_else(|| {
+        HfError::Field {
+            path: cfg.path.clone(),
+            field: "activation".into(),
+            expected: "one of gelu, relu, silu, tanh".into(),
+        }
+    })?;
+    Ok(Spec {
+        vocab: cfg.u64(&["vocab_size"])?,
+        dim,
+        layers: cfg.u64(&["n_layers", "num_hidden_layers"])?,
+        heads,
+        hidden_dim: cfg.u64(&["hidden_dim", "intermediate_size"])?,
+        max_positions: cfg.u64(&["max_position_embeddings"])?,
+        dropout: cfg.f64_or("dropout", 0.1)?,
+        attn_dropout: cfg.f64_or("attention_dropout", 0.1)?,
+        classif_dropout: cfg.f64_or("seq_classif_dropout", 0.2)?,
+        act,
+        num_labels: num_labels(cfg)?,
+    })
+}
+
+/// Builds `DistilBertFor{MaskedLM,SequenceClassification}`.
+pub fn build(
+    cfg: &HfConfig,
+    task: HfTask,
+    input: &HfInput,
+) -> Result<(Graph, Vec<String>), HfError> {
+    let s = spec(cfg)?;
+    if input.seq > s.max_positions {
+        return Err(HfError::BadInput(format!(
+            "{}: --seq-len {} exceeds max_position_embeddings = {}",
+            cfg.path, input.seq, s.max_positions
+        )));
+    }
+    let (bsz, seq) = (input.batch, input.seq);
+    let head = if task == HfTask::SeqCls {
+        "DistilBertForSequenceClassification"
+    } else {
+        "DistilBertForMaskedLM"
+    };
+    let mut b = GraphBuilder::new("distilbert", head);
+    let ids = b.input(vec![bsz, seq], DType::I64);
+    let (h, word) = b.module("distilbert", "DistilBertModel", &[ids], |b| {
+        let (x, word) = b.module("embeddings", "Embeddings", &[ids], |b| {
+            let pos_buf = b.buffer("position_ids", vec![s.max_positions], Some(DType::I64));
+            let (w, word) = embedding(b, "word_embeddings", s.vocab, s.dim, ids);
+            let pos = view(b, "slice", pos_buf, vec![1, seq]);
+            let (p, _) = embedding(b, "position_embeddings", s.max_positions, s.dim, pos);
+            let x = add(b, w, p);
+            b.hold(&[w, p]);
+            let x = layer_norm(b, "LayerNorm", s.dim, x);
+            (dropout(b, "dropout", s.dropout, x), word)
+        });
+        let mut x = x;
+        b.module("transformer", "Transformer", &[x], |b| {
+            b.module("layer", "ModuleList", &[], |b| {
+                for i in 0..s.layers {
+                    x = b.module(&i.to_string(), "TransformerBlock", &[x], |b| {
+                        block(b, &s, x)
+                    });
+                }
+            });
+        });
+        (x, word)
+    });
+    let (logits, task_ir) = b.frame(|b| {
+        b.hold(&[h]);
+        if task == HfTask::SeqCls {
+            let first = b.op(Select { dim: 1 }, &[h]);
+            let p = linear(b, "pre_classifier", s.dim, s.dim, true, first);
+            let p = activation_fn(b, ActivationKind::ReLU, p);
+            let p = dropout(b, "dropout", s.classif_dropout, p);
+            let l = linear(b, "classifier", s.dim, s.num_labels, true, p);
+            (
+                l,
+                Task::Classification {
+                    num_classes: s.num_labels,
+                },
+            )
+        } else {
+            let t = linear(b, "vocab_transform", s.dim, s.dim, true, h);
+            let t = activation(b, "activation", s.act, t);
+            let t = layer_norm(b, "vocab_layer_norm", s.dim, t);
+            let (l, bias) = tied_head_bias(b, "vocab_projector", word, None, t);
+            // post_init drops the projector's own weight and pads its bias into a new tensor
+            b.tie_at_init(&[vec![s.vocab, s.dim], vec![s.vocab]], 1, Some(bias));
+            (l, Task::MaskedLm { vocab: s.vocab })
+        }
+    });
+    let graph = b.finish(&[logits], task_ir).map_err(build_error(cfg))?;
+    let layers = (0..s.layers)
+        .map(|i| format!("distilbert.transformer.layer.{i}"))
+        .collect();
+    Ok((graph, layers))
+}
+
+fn block(b: &mut GraphBuilder, s: &Spec, x: TensorId) -> TensorId {
+    let e = s.dim;
+    let a = b.module("attention", "DistilBertSelfAttention", &[x], |b| {
+        let q = linear(b, "q_lin", e, e, true, x);
+        let k = linear(b, "k_lin", e, e, true, x);
+        let v = linear(b, "v_lin", e, e, true, x);
+        b.declare_module("dropout", "Dropout");
+        let o = attention_core(b, [q, k, v], s.heads, s.attn_dropout, false);
+        linear(b, "out_lin", e, e, true, o)
+    });
+    // `attention_output` is rebound only after the LayerNorm returns
+    let a = b.frame(|b| {
+        b.hold(&[a]);
+        let sum = add(b, a, x);
+        layer_norm(b, "sa_layer_norm", e, sum)
+    });
+    let f = b.module("ffn", "FFN", &[a], |b| {
+        let h = linear(b, "lin1", e, s.hidden_dim, true, a);
+        let h = activation(b, "activation", s.act, h);
+        let h = linear(b, "lin2", s.hidden_dim, e, true, h);
+        dropout(b, "dropout", s.dropout, h)
+    });
+    b.frame(|b| {
+        b.hold(&[f]);
+        let sum = add(b, f, a);
+        layer_norm(b, "output_layer_norm", e, sum)
+    })
+}

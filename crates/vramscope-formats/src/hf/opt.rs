@@ -1,0 +1,247 @@
+//! OPT (`OPTForCausalLM`, transformers/models/opt/modeling_opt.py): `model.decoder` with token
+//! embeddings (optionally `project_in` / `project_out` when `word_embed_proj_dim` differs from
+//! `hidden_size`), learned positions offset by 2 and computed from a ones mask (`cumsum`), decoder
+//! layers (pre- or post-norm by `do_layer_norm_before`: q/k/v/out projections with q scaled
+//! after its projection, SDPA `is_causal`, functional dropout, then `fc1` + activation + `fc2` on
+//! the flattened `[B·S, E]` rows), a final LayerNorm, and an `lm_head` tied to `embed_tokens`.
+
+use vramscope_core::ir::Task;
+use vramscope_core::ops::{Aten, DTypeRule, LayerNorm, Linear};
+use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
+
+use super::layers::{
+    activation, activation_kind, add, attention_core, dropout_fn, embedding, layer_norm, linear,
+    mul_scalar, tied_head, view,
+};
+use super::{build_error, HfConfig, HfError, HfInput};
+use vramscope_core::ops::ActivationKind;
+
+struct Spec {
+    vocab: u64,
+    hidden: u64,
+    proj_dim: u64,
+    layers: u64,
+    heads: u64,
+    ffn: u64,
+    max_positions: u64,
+    dropout: f64,
+    attn_dropout: f64,
+    bias: bool,
+    pre_norm: bool,
+    final_norm: bool,
+    act: ActivationKind,
+    tied: bool,
+}
+
+fn field(cfg: &HfConfig, field: &str, expected: String) -> HfError {
+    HfError::Field {
+        path: cfg.path.clone(),
+        field: field.into(),
+        expected,
+    }
+}
+
+fn spec(cfg: &HfConfig) -> Result<Spec, HfError> {
+    let hidden = cfg.u64(&["hidden_size"])?;
+    let heads = cfg.u64(&["num_attention_heads"])?;
+    if hidden % heads != 0 {
+        return Err(field(
+            cfg,
+            "num_attention_heads",
+            format!("a divisor of hidden_size = {hidden}"),
+        ));
+    }
+    let act_name = cfg.str("activation_function")?.unwrap_or("relu");
+    let act = activation_kind(act_name).ok_or_else(|| {
+        field(
+            cfg,
+            "activation_function",
+            "one of relu, gelu, silu, tanh".into(),
+        )
+    })?;
+    if !cfg.bool_or("layer_norm_elementwise_affine", true)? {
+        return Err(field(
+            cfg,
+            "layer_norm_elementwise_affine",
+            "true (LayerNorms without weights are not modelled)".into(),
+        ));
+    }
+    let pre_norm = cfg.bool_or("do_layer_norm_before", true)?;
+    Ok(Spec {
+        vocab: cfg.u64(&["vocab_size"])?,
+        hidden,
+        proj_dim: cfg.opt_u64(&["word_embed_proj_dim"])?.unwrap_or(hidden),
+        layers: cfg.u64(&["num_hidden_layers"])?,
+        heads,
+        ffn: cfg.u64(&["ffn_dim"])?,
+        max_positions: cfg.u64(&["max_position_embeddings"])?,
+        dropout: cfg.f64_or("dropout", 0.1)?,
+        attn_dropout: cfg.f64_or("attention_dropout", 0.0)?,
+        bias: cfg.bool_or("enable_bias", true)?,
+        pre_norm,
+        final_norm: pre_norm && !cfg.bool_or("_remove_final_layer_norm", false)?,
+        act,
+        tied: cfg.bool_or("tie_word_embeddings", true)?,
+    })
+}
+
+/// Builds `OPTForCausalLM`; returns the graph and the checkpointed layers
+/// (`model.decoder.layers.N`).
+pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<(Graph, Vec<String>), HfError> {
+    let s = spec(cfg)?;
+    if input.seq > s.max_positions {
+        return Err(HfError::BadInput(format!(
+            "{}: --seq-len {} exceeds max_position_embeddings = {}",
+            cfg.path, input.seq, s.max_positions
+        )));
+    }
+    let (bsz, seq) = (input.batch, input.seq);
+    let mut b = GraphBuilder::new("opt", "OPTForCausalLM");
+    let ids = b.input(vec![bsz, seq], DType::I64);
+    let (h, emb) = b.module("model", "OPTModel", &[ids], |b| {
+        b.module("decoder", "OPTDecoder", &[ids], |b| decoder(b, &s, ids))
+    });
+    let logits = if s.tied {
+        // post_init drops the head's own weight for the embedding's
+        b.tie_at_init(&[vec![s.vocab, s.proj_dim]], 1, None);
+        tied_head(&mut b, "lm_head", emb, h)
+    } else {
+        linear(&mut b, "lm_head", s.proj_dim, s.vocab, false, h)
+    };
+    let graph = b
+        .finish(&[logits], Task::CausalLm { vocab: s.vocab })
+        .map_err(build_error(cfg))?;
+    let layers = (0..s.layers)
+        .map(|i| format!("model.decoder.layers.{i}"))
+        .collect();
+    Ok((graph, layers))
+}
+
+fn decoder(b: &mut GraphBuilder, s: &Spec, ids: TensorId) -> (TensorId, TensorId) {
+    let sh = b.shape(ids).to_vec();
+    let (bsz, seq) = (sh[0], sh[1]);
+    let (tok, emb) = embedding(b, "embed_tokens", s.vocab, s.proj_dim, ids);
+    // position_attention_mask = ones(B, S) (float32); position_ids = (cumsum(mask) * mask - 1).long()
+    let f32 = DTypeRule::Fixed(DType::F32);
+    let i64 = DTypeRule::Fixed(DType::I64);
+    let int_op = |name, rule| {
+        Aten::new(name, vec![bsz, seq])
+            .dtype(rule)
+            .not_differentiable()
+    };
+    let ones = b.op(int_op("ones", f32), &[]);
+    let pos = b.frame(|b| {
+        let cs = b.op(int_op("cumsum", f32), &[ones]);
+        let m = b.op(int_op("mul", f32), &[cs, ones]);
+        let sub = b.op(int_op("sub", f32), &[m]);
+        // `position_ids` (the cumsum) is rebound only after `.long()`
+        b.hold(&[cs]);
+        b.op(int_op("_to_copy", i64), &[sub])
+    });
+    let (pe, _) = b.module(
+        "embed_positions",
+        "OPTLearnedPositionalEmbedding",
+        &[ones, pos],
+        |b| {
+            let p2 = b.op(int_op("add", i64), &[pos]);
+            let w = b.parameter("weight", vec![s.max_positions + 2, s.hidden]);
+            let mut shape = vec![bsz, seq];
+            shape.push(s.hidden);
+            let op = Aten::new("embedding", shape)
+                .dtype(DTypeRule::Like(0))
+                .saves(vec![vramscope_core::ops::Saved::Input(1)])
+                .grads(vec![
+                    vramscope_core::ops::GradIn::New,
+                    vramscope_core::ops::GradIn::None,
+                ]);
+            (b.op(op, &[w, p2]), w)
+        },
+    );
+    let tok_in = if s.proj_dim != s.hidden {
+        linear(b, "project_in", s.proj_dim, s.hidden, false, tok)
+    } else {
+        tok
+    };
+    // inputs_embeds, pos_embeds, the mask and position_ids are locals until the forward returns
+    b.hold(&[tok, tok_in, pe, ones, pos]);
+    let mut x = add(b, tok_in, pe);
+    // __init__ order: project_out, project_in and final_layer_norm come before the layers
+    if s.proj_dim != s.hidden {
+        b.declare_layer("project_out", &lin(s.hidden, s.proj_dim, false));
+        b.declare_layer("project_in", &lin(s.proj_dim, s.hidden, false));
+    }
+    if s.final_norm {
+        b.declare_layer("final_layer_norm", &LayerNorm::new(s.hidden));
+    }
+    b.module("layers", "ModuleList", &[], |b| {
+        for i in 0..s.layers {
+            x = b.module(&i.to_string(), "OPTDecoderLayer", &[x], |b| {
+                layer(b, s, bsz, seq, x)
+            });
+        }
+    });
+    if s.final_norm {
+        x = layer_norm(b, "final_layer_norm", s.hidden, x);
+    }
+    if s.proj_dim != s.hidden {
+        x = linear(b, "project_out", s.hidden, s.proj_dim, false, x);
+    }
+    (x, emb)
+}
+
+fn layer(b: &mut GraphBuilder, s: &Spec, bsz: u64, seq: u64, input: TensorId) -> TensorId {
+    let e = s.hidden;
+    // __init__ order: k, v, q, out projections, self_attn_layer_norm, fc1, fc2, final_layer_norm
+    b.declare("self_attn", "OPTAttention", |b| {
+        for n in ["k_proj", "v_proj", "q_proj", "out_proj"] {
+            b.declare_layer(n, &lin(e, e, s.bias));
+        }
+    });
+    b.declare_layer("self_attn_layer_norm", &LayerNorm::new(e));
+    b.declare_layer("fc1", &lin(e, s.ffn, s.bias));
+    b.declare_layer("fc2", &lin(s.ffn, e, s.bias));
+    b.declare_layer("final_layer_norm", &LayerNorm::new(e));
+    let x = if s.pre_norm {
+        layer_norm(b, "self_attn_layer_norm", e, input)
+    } else {
+        input
+    };
+    let a = b.module("self_attn", "OPTAttention", &[x], |b| {
+        let q = linear(b, "q_proj", e, e, s.bias, x);
+        let q = mul_scalar(b, q);
+        let k = linear(b, "k_proj", e, e, s.bias, x);
+        let v = linear(b, "v_proj", e, e, s.bias, x);
+        let o = attention_core(b, [q, k, v], s.heads, s.attn_dropout, true);
+        linear(b, "out_proj", e, e, s.bias, o)
+    });
+    let a = dropout_fn(b, s.dropout, a);
+    let mut x = add(b, input, a);
+    if !s.pre_norm {
+        x = layer_norm(b, "self_attn_layer_norm", e, x);
+    }
+    let rows = view(b, "reshape", x, vec![bsz * seq, e]);
+    let y = if s.pre_norm {
+        layer_norm(b, "final_layer_norm", e, rows)
+    } else {
+        rows
+    };
+    let y = linear(b, "fc1", e, s.ffn, s.bias, y);
+    let y = activation(b, "activation_fn", s.act, y);
+    let y = linear(b, "fc2", s.ffn, e, s.bias, y);
+    let y = dropout_fn(b, s.dropout, y);
+    let out = add(b, rows, y);
+    let out = view(b, "view", out, vec![bsz, seq, e]);
+    if s.pre_norm {
+        out
+    } else {
+        layer_norm(b, "final_layer_norm", e, out)
+    }
+}
+
+fn lin(in_features: u64, out_features: u64, bias: bool) -> Linear {
+    Linear {
+        in_features,
+        out_features,
+        bias,
+    }
+}
