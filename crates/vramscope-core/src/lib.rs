@@ -8,6 +8,7 @@ pub mod dtype;
 pub mod ir;
 pub mod ops;
 pub mod optim;
+pub mod passes;
 pub mod sim;
 
 pub use builder::{BuildError, GraphBuilder};
