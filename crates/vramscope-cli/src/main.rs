@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod estimate;
+mod finetune;
 mod fit;
 mod inspect;
 mod model;

@@ -34,6 +34,9 @@ pub struct ModelArgs {
     /// (non-reentrant). Hugging Face models only.
     #[arg(long)]
     pub gradient_checkpointing: bool,
+    /// Fine-tuning: LoRA adapters, frozen parameters.
+    #[command(flatten)]
+    pub finetune: crate::finetune::FinetuneArgs,
 }
 
 /// A built graph and where it came from.
@@ -74,6 +77,14 @@ pub fn parse_input(s: &str) -> Result<(u64, u64, u64)> {
 
 /// Builds the graph for `args` (with `batch_size` overriding the flag, for searches).
 pub fn load(args: &ModelArgs, batch_size: u64, precision: Precision) -> Result<LoadedModel> {
+    let mut m = load_base(args, batch_size, precision)?;
+    if args.finetune.any() {
+        m.graph = args.finetune.apply(m.graph)?;
+    }
+    Ok(m)
+}
+
+fn load_base(args: &ModelArgs, batch_size: u64, precision: Precision) -> Result<LoadedModel> {
     if hf::is_hf_path(&args.model) {
         let cfg = hf::read_config(&args.model)?;
         return load_hf(args, cfg, batch_size, precision, "hf-config");

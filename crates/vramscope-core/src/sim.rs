@@ -782,6 +782,13 @@ impl<'g> Sim<'g> {
             let mut saved = Vec::new();
             if keep_saved {
                 for s in op.saved_for_backward(&ctx) {
+                    // saved only for the gradient of an input that needs none (a frozen weight)
+                    if let Some(k) = op.saved_only_for(s) {
+                        let r = eff.get(k).or_else(|| eff_params.get(k - eff.len().min(k)));
+                        if !r.is_some_and(|&r| self.rts[r as usize].requires_grad) {
+                            continue;
+                        }
+                    }
                     let sid = match s {
                         Saved::Input(i) => eff.get(i).map(|&r| self.rts[r as usize].storage),
                         Saved::Output(i) => outs.get(i).map(|&r| self.rts[r as usize].storage),

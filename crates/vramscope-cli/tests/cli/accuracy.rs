@@ -70,6 +70,10 @@ fn args_of(case: &Value) -> Vec<String> {
     if case["checkpoint"].as_bool() == Some(true) {
         a.push("--gradient-checkpointing".into());
     }
+    // flags the case needs beyond the truth tool's (`--lora 8`, `--freeze embed_tokens`)
+    for x in case["extra_args"].as_array().into_iter().flatten() {
+        a.push(x.as_str().unwrap_or_default().to_string());
+    }
     a
 }
 
@@ -167,4 +171,12 @@ fn adagrad_rmsprop_and_checkpoint_sequential_match_truth() {
 fn hf_dev_cases_match_truth() {
     assert_eq!(cases("hf_dev.jsonl").len(), 15);
     check("hf_dev.jsonl");
+}
+
+/// LoRA (PEFT's layer structure, adapters on attention or MLP projections, with and without
+/// dropout) and `--freeze`: frozen weights without gradients or optimizer state, and the saved
+/// tensors autograd skips for them.
+#[test]
+fn lora_and_freeze_cases_match_truth() {
+    check("hf_lora.jsonl");
 }

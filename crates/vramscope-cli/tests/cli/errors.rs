@@ -119,3 +119,43 @@ fn builtin_transformer_not_supported_yet() {
     );
     fails_with(&["estimate", "gpt2"], &["gpt2", "needs --seq-len"]);
 }
+
+#[test]
+fn bad_lora_and_freeze_flags() {
+    let cfg = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../fixtures/hf/configs/qwen2_small_2l.json"
+    );
+    fails_with(
+        &[
+            "estimate",
+            cfg,
+            "--seq-len",
+            "64",
+            "--lora",
+            "8",
+            "--lora-targets",
+            "c_attn",
+        ],
+        &["--lora-targets c_attn", "q_proj", "down_proj"],
+    );
+    fails_with(
+        &["estimate", cfg, "--seq-len", "64", "--lora", "0"],
+        &["--lora", "positive"],
+    );
+    fails_with(
+        &["estimate", cfg, "--seq-len", "64", "--freeze", "encoder"],
+        &["--freeze encoder", "model.embed_tokens.weight"],
+    );
+    fails_with(
+        &[
+            "estimate",
+            cfg,
+            "--seq-len",
+            "64",
+            "--lora-targets",
+            "q_proj",
+        ],
+        &["--lora-targets needs --lora"],
+    );
+}

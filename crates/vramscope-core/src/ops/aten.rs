@@ -52,6 +52,8 @@ pub struct Aten {
     pub autocast: Autocast,
     /// What autograd saves.
     pub saved: Vec<Saved>,
+    /// Saved tensors kept only when a given input requires grad (see [`Op::saved_only_for`]).
+    pub saved_only_for: Vec<(Saved, usize)>,
     /// Extra results kept for backward (when autograd records the op).
     pub extras: Vec<TensorRule>,
     /// Transient allocations inside the forward call (allocated and freed one after another).
@@ -78,6 +80,7 @@ impl Aten {
             alias: Alias::None,
             autocast: Autocast::Unlisted,
             saved: Vec::new(),
+            saved_only_for: Vec::new(),
             extras: Vec::new(),
             temporaries: Vec::new(),
             backward_temporaries: Vec::new(),
@@ -109,6 +112,20 @@ impl Aten {
     pub fn saves(mut self, saved: Vec<Saved>) -> Self {
         self.saved = saved;
         self
+    }
+
+    /// Keeps saved tensor `s` only when input `input` requires grad (`mm`, `mul`: each operand is
+    /// saved for the other's gradient).
+    pub fn saved_only_for(mut self, s: Saved, input: usize) -> Self {
+        self.saved_only_for.push((s, input));
+        self
+    }
+
+    /// A binary product (`mul`, `mm`) of inputs `a` and `b`: each is saved only for the other's
+    /// gradient.
+    pub fn cross_saves(self, a: usize, b: usize) -> Self {
+        self.saved_only_for(Saved::Input(a), b)
+            .saved_only_for(Saved::Input(b), a)
     }
 
     /// Sets the gradient rule per input.
@@ -219,6 +236,13 @@ impl Op for Aten {
 
     fn saved_for_backward(&self, _ctx: &OpCtx) -> Vec<Saved> {
         self.saved.clone()
+    }
+
+    fn saved_only_for(&self, s: Saved) -> Option<usize> {
+        self.saved_only_for
+            .iter()
+            .find(|(x, _)| *x == s)
+            .map(|&(_, i)| i)
     }
 
     fn input_grads(&self, ctx: &OpCtx) -> Vec<GradIn> {

@@ -74,4 +74,13 @@ impl Op for Linear {
     fn saved_for_backward(&self, _ctx: &OpCtx) -> Vec<Saved> {
         vec![Saved::Input(0), Saved::Param(0)]
     }
+
+    // addmm / mm: the input is kept for the weight's gradient, the weight for the input's
+    fn saved_only_for(&self, s: Saved) -> Option<usize> {
+        match s {
+            Saved::Input(0) => Some(1),
+            Saved::Param(0) => Some(0),
+            _ => None,
+        }
+    }
 }

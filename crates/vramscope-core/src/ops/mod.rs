@@ -269,6 +269,14 @@ pub trait Op: Debug + Send + Sync {
         Vec::new()
     }
 
+    /// The input whose gradient alone needs saved tensor `s`, counting activation inputs first,
+    /// then parameters: autograd's generated code saves it only when that input requires grad
+    /// (`mm` keeps `self` only for `mat2`'s gradient, `mul` each factor only for the other's).
+    /// `None` (the default): saved whenever the node is recorded.
+    fn saved_only_for(&self, _s: Saved) -> Option<usize> {
+        None
+    }
+
     /// Where each input's gradient comes from; by default a new tensor for every float input.
     fn input_grads(&self, ctx: &OpCtx) -> Vec<GradIn> {
         ctx.inputs

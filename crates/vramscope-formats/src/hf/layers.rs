@@ -25,6 +25,7 @@ pub fn embedding(
         let op = Aten::new("embedding", shape)
             .dtype(DTypeRule::Like(0))
             .saves(vec![Saved::Input(1)])
+            .saved_only_for(Saved::Input(1), 0)
             .grads(vec![GradIn::New, GradIn::None]);
         (b.op(op, &[w, ids]), w)
     })
@@ -76,6 +77,7 @@ pub fn conv1d(b: &mut GraphBuilder, name: &str, nx: u64, nf: u64, x: TensorId) -
         let op = Aten::new("addmm", shape)
             .autocast(Autocast::LowerPrecision)
             .saves(vec![Saved::Input(1), Saved::Input(2)])
+            .cross_saves(1, 2)
             .right_to_left();
         b.op(op, &[bias, x, w])
     })
@@ -112,6 +114,7 @@ pub fn tied_head(b: &mut GraphBuilder, name: &str, weight: TensorId, x: TensorId
         let op = Aten::new("linear", shape)
             .autocast(Autocast::LowerPrecision)
             .saves(vec![Saved::Input(0), Saved::Input(1)])
+            .cross_saves(0, 1)
             .right_to_left();
         b.op(op, &[x, weight])
     })
@@ -144,6 +147,7 @@ pub fn mul(b: &mut GraphBuilder, x: TensorId, y: TensorId) -> TensorId {
     b.op(
         Aten::new("mul", s)
             .saves(vec![Saved::Input(0), Saved::Input(1)])
+            .cross_saves(0, 1)
             .right_to_left(),
         &[x, y],
     )
@@ -209,6 +213,7 @@ pub fn rms_norm(
         let h = b.op(
             Aten::new("mul", s.clone())
                 .saves(vec![Saved::Input(0), Saved::Input(1)])
+                .cross_saves(0, 1)
                 .backward_temporary(s.clone(), f32),
             &[xf, r],
         );
@@ -221,6 +226,7 @@ pub fn rms_norm(
         b.op(
             Aten::new("mul", s.clone())
                 .saves(vec![Saved::Input(0), Saved::Input(1)])
+                .cross_saves(0, 1)
                 .backward_temporary(s, DTypeRule::Promote)
                 .right_to_left(),
             &[w, h],

@@ -1,5 +1,5 @@
-//! Graph rewrites that model a change to the user's code: today `inplace=True` on every
-//! activation module where PyTorch allows it.
+//! The `inplace=True` pass: every activation module switched to its in-place variant where
+//! PyTorch allows it.
 
 use crate::ir::{Graph, TensorId};
 use crate::ops::{Alias, OpCtx, Saved, TensorMeta};

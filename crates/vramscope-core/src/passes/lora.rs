@@ -1,0 +1,462 @@
+//! LoRA fine-tuning and parameter freezing as graph passes.
+//!
+//! [`apply_lora`] does what PEFT 0.21's `get_peft_model(model, LoraConfig(r, lora_alpha,
+//! lora_dropout, target_modules))` does to the module tree: every parameter of the base model is
+//! frozen, and each target `nn.Linear` is replaced by a LoRA layer holding the original as
+//! `base_layer` plus `lora_dropout.default` (`nn.Identity` for p = 0), `lora_A.default` (in → r,
+//! no bias) and `lora_B.default` (r → out, no bias), whose forward is
+//! `result = base_layer(x); result = result + lora_B(lora_A(dropout(x))) * scaling`.
+//! The simulator then follows from `ParamDef::trainable`: frozen weights get no gradient and no
+//! optimizer state, and a frozen `Linear` keeps its input for backward only when its weight needs a
+//! gradient (never), its weight only when its input needs one (every layer after the first LoRA
+//! layer: under autocast that is the weight's low-precision copy, which the autocast cache does not
+//! hold for frozen weights).
+//!
+//! [`freeze`] is `p.requires_grad_(False)` on every parameter whose name contains a pattern.
+
+use std::sync::Arc;
+
+use crate::dtype::DType;
+use crate::ir::{Graph, ModuleDef, ModuleId, Node, NodeId, ParamDef, ParamId, ParamKind, Scope};
+use crate::ir::{TensorDef, TensorId};
+use crate::ops::{Add, Dropout, Linear, MulScalar, Op};
+
+/// What `LoraConfig` PEFT is given.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoraConfig {
+    /// Rank r.
+    pub rank: u64,
+    /// `lora_alpha` (PEFT's default is 8; the scaling is alpha / r and changes no memory).
+    pub alpha: f64,
+    /// `lora_dropout` (PEFT's default 0.0: `nn.Identity`).
+    pub dropout: f64,
+    /// `target_modules`: names of the `nn.Linear` modules to adapt (the last component of their
+    /// path, `q_proj`), or full paths.
+    pub targets: Vec<String>,
+}
+
+impl LoraConfig {
+    /// PEFT's default target modules for a transformers `model_type`
+    /// (`TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING`).
+    pub fn default_targets(model_type: &str) -> Vec<String> {
+        let t: &[&str] = match model_type {
+            "gpt2" => &["c_attn"],
+            "opt" => &["q_proj", "v_proj"],
+            "bert" | "roberta" => &["query", "value"],
+            "distilbert" => &["q_lin", "v_lin"],
+            _ => &["q_proj", "v_proj"],
+        };
+        t.iter().map(|s| s.to_string()).collect()
+    }
+}
+
+/// An error of a graph pass: a bad option, named as the user gave it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PassError {
+    /// `--lora-targets` names no `nn.Linear` of the model.
+    #[error("--lora-targets {targets}: no nn.Linear module of the model matches; its Linear modules are named: {available}")]
+    NoLoraTarget {
+        /// The targets given.
+        targets: String,
+        /// The distinct last path components of the model's Linear modules.
+        available: String,
+    },
+    /// A bad rank or dropout.
+    #[error("{0}")]
+    BadOption(String),
+    /// `--freeze PATTERN` matches no parameter.
+    #[error("--freeze {pattern}: no parameter name contains `{pattern}`; parameters are named like {example}")]
+    NoFreezeMatch {
+        /// The pattern.
+        pattern: String,
+        /// A few parameter names.
+        example: String,
+    },
+}
+
+/// Marks every parameter whose name contains one of `patterns` as frozen; returns how many
+/// parameters each pattern froze. A pattern that matches nothing is an error.
+pub fn freeze(g: &mut Graph, patterns: &[String]) -> Result<Vec<usize>, PassError> {
+    let mut counts = Vec::new();
+    for pat in patterns {
+        let mut n = 0;
+        for p in g.params.iter_mut() {
+            if p.kind == ParamKind::Parameter && p.name.contains(pat.as_str()) {
+                p.trainable = false;
+                n += 1;
+            }
+        }
+        if n == 0 {
+            let example = g
+                .params
+                .iter()
+                .take(3)
+                .map(|p| p.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ");
+            return Err(PassError::NoFreezeMatch {
+                pattern: pat.clone(),
+                example,
+            });
+        }
+        counts.push(n);
+    }
+    Ok(counts)
+}
+
+fn last_component(path: &str) -> &str {
+    path.rsplit('.').next().unwrap_or(path)
+}
+
+/// Injects LoRA adapters into the target `nn.Linear` modules of `g` and freezes the base model.
+pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
+    if cfg.rank == 0 {
+        return Err(PassError::BadOption(
+            "--lora: the rank r must be a positive integer".into(),
+        ));
+    }
+    if !(0.0..1.0).contains(&cfg.dropout) {
+        return Err(PassError::BadOption(format!(
+            "--lora-dropout {}: expected a probability in [0, 1)",
+            cfg.dropout
+        )));
+    }
+    let is_target = |m: ModuleId| {
+        let md = &g.modules[m.0 as usize];
+        md.type_name == "Linear"
+            && cfg
+                .targets
+                .iter()
+                .any(|t| t == &md.path || t == last_component(&md.path))
+    };
+    // target nodes: a Linear op that is the whole forward of a target leaf module
+    let targets: Vec<bool> = g
+        .nodes
+        .iter()
+        .map(|n| n.op.kind() == "Linear" && !n.params.is_empty() && is_target(n.module))
+        .collect();
+    if !targets.iter().any(|&t| t) {
+        let mut names: Vec<&str> = g
+            .modules
+            .iter()
+            .filter(|m| m.type_name == "Linear")
+            .map(|m| last_component(&m.path))
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        return Err(PassError::NoLoraTarget {
+            targets: cfg.targets.join(","),
+            available: names.join(", "),
+        });
+    }
+    let mut out = g.clone();
+    for p in out.params.iter_mut() {
+        p.trainable = false;
+    }
+    out.nodes.clear();
+    let mut new_index: Vec<u32> = Vec::with_capacity(g.nodes.len() + 1);
+    let mut subst: Vec<TensorId> = (0..g.tensors.len() as u32).map(TensorId).collect();
+    let mut new_scopes: Vec<Scope> = Vec::new();
+    let mut adapted: Vec<ModuleId> = Vec::new();
+    for (i, node) in g.nodes.iter().enumerate() {
+        new_index.push(out.nodes.len() as u32);
+        let mut n = node.clone();
+        for t in n.inputs.iter_mut() {
+            *t = subst[t.0 as usize];
+        }
+        let base_id = NodeId(out.nodes.len() as u32);
+        for t in &n.outputs {
+            out.tensors[t.0 as usize].producer = Some(base_id);
+        }
+        if !targets[i] {
+            out.nodes.push(n);
+            continue;
+        }
+        let m = n.module;
+        let x = n.inputs[0];
+        let base_out = n.outputs[0];
+        let (in_f, out_f) = {
+            let w = &g.params[n.params[0].0 as usize];
+            (w.shape[1], w.shape[0])
+        };
+        let first = out.nodes.len() as u32;
+        out.nodes.push(n);
+        // the module tree: `P` becomes the LoRA layer, the original Linear its `base_layer`
+        let path = g.modules[m.0 as usize].path.clone();
+        let parent = g.modules[m.0 as usize].parent;
+        let lora_mod = add_module(&mut out, &path, "lora.Linear", parent);
+        if !adapted.contains(&m) {
+            adapted.push(m);
+            out.modules[m.0 as usize].path = format!("{path}.base_layer");
+            out.modules[m.0 as usize].parent = Some(lora_mod);
+            for p in out.params.iter_mut().filter(|p| p.module == m) {
+                let attr = last_component(&p.name).to_string();
+                p.name = format!("{path}.base_layer.{attr}");
+            }
+        }
+        let mut cur = x;
+        if cfg.dropout > 0.0 {
+            let dict = add_module(
+                &mut out,
+                &format!("{path}.lora_dropout"),
+                "ModuleDict",
+                Some(lora_mod),
+            );
+            let dm = add_module(
+                &mut out,
+                &format!("{path}.lora_dropout.default"),
+                "Dropout",
+                Some(dict),
+            );
+            cur = push_leaf(
+                &mut out,
+                &mut new_scopes,
+                dm,
+                Arc::new(Dropout { p: cfg.dropout }),
+                cur,
+                Vec::new(),
+            );
+        } else {
+            let dict = add_module(
+                &mut out,
+                &format!("{path}.lora_dropout"),
+                "ModuleDict",
+                Some(lora_mod),
+            );
+            add_module(
+                &mut out,
+                &format!("{path}.lora_dropout.default"),
+                "Identity",
+                Some(dict),
+            );
+        }
+        let lin = |out: &mut Graph, scopes: &mut Vec<Scope>, name: &str, i: u64, o: u64, cur| {
+            let dict = add_module(out, &format!("{path}.{name}"), "ModuleDict", Some(lora_mod));
+            let lm = add_module(out, &format!("{path}.{name}.default"), "Linear", Some(dict));
+            let pid = ParamId(out.params.len() as u32);
+            out.params.push(ParamDef {
+                name: format!("{path}.{name}.default.weight"),
+                shape: vec![o, i],
+                dtype: DType::F32,
+                kind: ParamKind::Parameter,
+                trainable: true,
+                module: lm,
+                init_rank: pid.0,
+            });
+            let op = Linear {
+                in_features: i,
+                out_features: o,
+                bias: false,
+            };
+            push_leaf(out, scopes, lm, Arc::new(op), cur, vec![pid])
+        };
+        let a = lin(&mut out, &mut new_scopes, "lora_A", in_f, cfg.rank, cur);
+        let bo = lin(&mut out, &mut new_scopes, "lora_B", cfg.rank, out_f, a);
+        let scaled = push_node(
+            &mut out,
+            lora_mod,
+            Arc::new(MulScalar),
+            vec![bo],
+            Vec::new(),
+        );
+        let sum = push_node(
+            &mut out,
+            lora_mod,
+            Arc::new(Add { inplace: false }),
+            vec![base_out, scaled],
+            Vec::new(),
+        );
+        subst[base_out.0 as usize] = sum;
+        new_scopes.push(Scope {
+            module: lora_mod,
+            first,
+            end: out.nodes.len() as u32,
+            inputs: vec![x],
+        });
+    }
+    new_index.push(out.nodes.len() as u32);
+    let map = |k: u32| new_index[k as usize];
+    for s in out.scopes.iter_mut() {
+        let leaf_target = s.end == s.first + 1 && targets[s.first as usize];
+        let first = map(s.first);
+        s.end = if leaf_target { first + 1 } else { map(s.end) };
+        s.first = first;
+        for t in s.inputs.iter_mut() {
+            *t = subst[t.0 as usize];
+        }
+    }
+    out.scopes.extend(new_scopes);
+    for h in out.holds.iter_mut() {
+        h.0 = subst[h.0 .0 as usize];
+        h.1 = map(h.1);
+    }
+    for t in out.outputs.iter_mut() {
+        *t = subst[t.0 as usize];
+    }
+    Ok(out)
+}
+
+fn add_module(g: &mut Graph, path: &str, type_name: &str, parent: Option<ModuleId>) -> ModuleId {
+    g.modules.push(ModuleDef {
+        path: path.to_string(),
+        type_name: type_name.to_string(),
+        parent,
+    });
+    ModuleId(g.modules.len() as u32 - 1)
+}
+
+/// Appends a node with one output whose shape and dtype follow the op's rules.
+fn push_node(
+    g: &mut Graph,
+    module: ModuleId,
+    op: Arc<dyn Op>,
+    inputs: Vec<TensorId>,
+    params: Vec<ParamId>,
+) -> TensorId {
+    let shapes: Vec<&[u64]> = inputs
+        .iter()
+        .map(|t| g.tensors[t.0 as usize].shape.as_slice())
+        .collect();
+    // the shapes are those of a Linear the graph already checked
+    let shape = op
+        .output_shapes(&shapes)
+        .ok()
+        .and_then(|mut v| v.drain(..).next())
+        .unwrap_or_default();
+    let dtypes: Vec<DType> = inputs
+        .iter()
+        .map(|t| g.tensors[t.0 as usize].dtype)
+        .collect();
+    let dtype = op.output_dtypes(&dtypes, 1)[0];
+    let node = NodeId(g.nodes.len() as u32);
+    g.tensors.push(TensorDef {
+        shape,
+        dtype,
+        producer: Some(node),
+        param: None,
+    });
+    let t = TensorId(g.tensors.len() as u32 - 1);
+    g.nodes.push(Node {
+        op,
+        module,
+        inputs,
+        params,
+        outputs: vec![t],
+    });
+    t
+}
+
+/// Appends a leaf module call (one node, its own scope).
+fn push_leaf(
+    g: &mut Graph,
+    scopes: &mut Vec<Scope>,
+    module: ModuleId,
+    op: Arc<dyn Op>,
+    x: TensorId,
+    params: Vec<ParamId>,
+) -> TensorId {
+    let first = g.nodes.len() as u32;
+    let t = push_node(g, module, op, vec![x], params);
+    scopes.push(Scope {
+        module,
+        first,
+        end: first + 1,
+        inputs: vec![x],
+    });
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::Task;
+    use crate::optim::Optimizer;
+    use crate::sim::{simulate, StepConfig};
+    use crate::GraphBuilder;
+
+    /// x [2, 8, 16] -> block.q_proj (16 -> 16) -> relu-free -> block.o_proj (16 -> 4), logits [2, 4]
+    fn tiny() -> Graph {
+        let mut b = GraphBuilder::new("tiny", "Tiny");
+        let x = b.input(vec![16, 16], DType::F32);
+        let y = b.module("block", "Block", &[x], |b| {
+            let q = b.layer("q_proj", Linear::new(16, 16), &[x]);
+            b.layer("o_proj", Linear::new(16, 4), &[q])
+        });
+        b.finish(&[y], Task::Classification { num_classes: 4 })
+            .expect("tiny graph")
+    }
+
+    fn cfg(targets: &[&str]) -> LoraConfig {
+        LoraConfig {
+            rank: 2,
+            alpha: 8.0,
+            dropout: 0.0,
+            targets: targets.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn lora_renames_like_peft_and_trains_only_the_adapters() {
+        let g = apply_lora(&tiny(), &cfg(&["q_proj"])).expect("lora");
+        let names: Vec<&str> = g.params.iter().map(|p| p.name.as_str()).collect();
+        assert!(names.contains(&"block.q_proj.base_layer.weight"));
+        assert!(names.contains(&"block.q_proj.lora_A.default.weight"));
+        assert!(names.contains(&"block.q_proj.lora_B.default.weight"));
+        assert!(names.contains(&"block.o_proj.weight"));
+        assert_eq!(g.trainable_parameter_count(), 2 * 16 + 16 * 2);
+        assert_eq!(g.parameter_count(), tiny().parameter_count() + 64);
+        assert!(g.find_module("block.q_proj.lora_dropout.default").is_some());
+        // o_proj now reads the LoRA sum
+        let o = g
+            .nodes
+            .iter()
+            .find(|n| g.module_path(n.module) == "block.o_proj")
+            .expect("o_proj node");
+        let producer = g.tensor(o.inputs[0]).producer.expect("produced");
+        assert_eq!(g.nodes[producer.0 as usize].op.kind(), "add");
+    }
+
+    #[test]
+    fn frozen_weights_get_no_gradients_and_no_optimizer_state() {
+        let g = apply_lora(&tiny(), &cfg(&["q_proj"])).expect("lora");
+        let step = StepConfig {
+            optimizer: Optimizer::AdamW,
+            ..StepConfig::default()
+        };
+        let s = simulate(&g, &step).expect("simulate");
+        // fp32: the adapters' 64 weights, one gradient each, AdamW's two states each
+        assert_eq!(s.gradient_bytes, 64 * 4);
+        assert_eq!(s.optimizer_state_bytes, 2 * 64 * 4);
+    }
+
+    #[test]
+    fn a_frozen_linear_before_any_trainable_one_saves_nothing() {
+        let mut g = tiny();
+        freeze(&mut g, &["q_proj".to_string()]).expect("freeze");
+        let s = simulate(&g, &StepConfig::default()).expect("simulate");
+        let q = s
+            .layers
+            .iter()
+            .find(|l| l.name == "block.q_proj")
+            .expect("q");
+        assert_eq!(q.saved_bytes, 0);
+        // o_proj keeps its input (q_proj's output) for its own weight's gradient
+        let o = s
+            .layers
+            .iter()
+            .find(|l| l.name == "block.o_proj")
+            .expect("o");
+        assert_eq!(o.saved_bytes, 16 * 16 * 4);
+    }
+
+    #[test]
+    fn bad_targets_and_patterns_are_named() {
+        let e = apply_lora(&tiny(), &cfg(&["c_attn"])).unwrap_err();
+        assert!(e.to_string().contains("o_proj, q_proj"), "{e}");
+        let e = freeze(&mut tiny(), &["nope".to_string()]).unwrap_err();
+        assert!(e.to_string().contains("`nope`"), "{e}");
+        let mut c = cfg(&["q_proj"]);
+        c.rank = 0;
+        assert!(apply_lora(&tiny(), &c).is_err());
+    }
+}

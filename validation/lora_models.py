@@ -1,0 +1,122 @@
+"""`measure.py --model py:validation/lora_models.py:FACTORY` models for LoRA fine-tuning truth.
+
+`lora`: an HF causal LM built from a config.json (random init, sdpa, use_cache=False, as measure.py's
+hf: models) with LoRA applied by hand exactly as PEFT 0.21's `get_peft_model(LoraConfig(r,
+lora_alpha, lora_dropout, target_modules))` does it (PEFT itself cannot run under FakeTensorMode: it
+moves adapters with `.to(device)`, which fails to swap fake parameters): every parameter frozen, each
+target `nn.Linear` replaced by a `LoraLinear` holding `base_layer`, `lora_dropout.default`
+(`nn.Identity` for p = 0), `lora_A.default` (in -> r, no bias), `lora_B.default` (r -> out, no bias),
+forward `result = base_layer(x); result = result + lora_B(lora_A(dropout(x))) * scaling` (the code
+of peft/tuners/lora/layer.py `Linear.forward`). Default targets: PEFT's for llama/mistral/qwen2
+(`q_proj`, `v_proj`). The loss is `model.loss_function` on the logits, as for hf: models.
+
+`freeze`: the same model without adapters, with `requires_grad_(False)` on every parameter whose name
+contains one of `patterns` (comma-separated).
+"""
+import json
+import os
+
+import torch
+
+
+def _patch_packed_sequence_detection():
+    """What measure.py does for hf: models (`_patch_hf_packed_sequence_detection`): under
+    FakeTensors transformers cannot see that the positions are 0..S-1 and would build a [B,1,S,S]
+    mask (and repeat k/v for GQA); run the same temporaries, return what a real run returns."""
+    import transformers.masking_utils as mu
+    if getattr(mu.find_packed_sequence_indices, "_truth_patched", False):
+        return
+    orig = mu.find_packed_sequence_indices
+
+    def patched(position_ids):
+        orig(position_ids)
+        return None
+    patched._truth_patched = True
+    mu.find_packed_sequence_indices = patched
+
+
+def _model(config, layers, seq):
+    import transformers
+    _patch_packed_sequence_detection()
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = config if os.path.isabs(config) else os.path.join(here, "..", config)
+    cfg = transformers.AutoConfig.from_pretrained(path)
+    if layers:
+        cfg.num_hidden_layers = int(layers)
+    cfg._attn_implementation = "sdpa"
+    cfg.use_cache = False
+    model = transformers.AutoModelForCausalLM.from_config(cfg)
+    return model, cfg
+
+
+def _batch_and_loss(cfg, batch, seq):
+    V = cfg.vocab_size
+
+    def make_batch():
+        ids = torch.randint(0, V, (batch, seq))
+        return ids, ids
+
+    return make_batch, V
+
+
+class LoraLinear(torch.nn.Module):
+    def __init__(self, base, r, alpha, dropout):
+        super().__init__()
+        nn = torch.nn
+        self.base_layer = base
+        self.lora_dropout = nn.ModuleDict({"default": nn.Dropout(dropout) if dropout > 0 else nn.Identity()})
+        self.lora_A = nn.ModuleDict({"default": nn.Linear(base.in_features, r, bias=False)})
+        self.lora_B = nn.ModuleDict({"default": nn.Linear(r, base.out_features, bias=False)})
+        self.scaling = {"default": alpha / r}
+
+    def forward(self, x):
+        result = self.base_layer(x)
+        dt = result.dtype
+        a = self.lora_A["default"]
+        if x.dtype != a.weight.dtype:
+            x = x.to(a.weight.dtype)
+        result = result + self.lora_B["default"](a(self.lora_dropout["default"](x))) * self.scaling["default"]
+        return result.to(dt)
+
+
+def apply_lora(model, r, alpha, dropout, targets):
+    for p in model.parameters():
+        p.requires_grad_(False)
+    for name, mod in list(model.named_modules()):
+        for cname, child in list(mod.named_children()):
+            if cname in targets and isinstance(child, torch.nn.Linear):
+                setattr(mod, cname, LoraLinear(child, r, alpha, dropout))
+    return model
+
+
+def lora(batch, seq, config="fixtures/hf/configs/qwen2_small_2l.json", layers=None, r=8, alpha=8, dropout=0.0,
+         targets=None, **_):
+    base, cfg = _model(config, layers, seq)
+    tg = targets.split(",") if targets else ["q_proj", "v_proj"]
+    model = apply_lora(base, int(r), alpha, float(dropout), tg)
+    make_batch, V = _batch_and_loss(cfg, batch, seq)
+
+    def forward(m, x):
+        return m(input_ids=x, use_cache=False).logits
+
+    def loss(out, y):
+        return base.loss_function(out, y, vocab_size=V)
+
+    return model, make_batch, loss, forward
+
+
+def freeze(batch, seq, config="fixtures/hf/configs/qwen2_small_2l.json", layers=None, patterns="embed_tokens", **_):
+    model, cfg = _model(config, layers, seq)
+    pats = [p for p in patterns.split(",") if p]
+    for n, p in model.named_parameters():
+        if any(s in n for s in pats):
+            p.requires_grad_(False)
+    make_batch, V = _batch_and_loss(cfg, batch, seq)
+
+    def forward(m, x):
+        return m(input_ids=x, use_cache=False).logits
+
+    def loss(out, y):
+        return model.loss_function(out, y, vocab_size=V)
+
+    return model, make_batch, loss, forward
