@@ -376,31 +376,27 @@ pub(crate) fn window_out(
     Ok(out as u64)
 }
 
-/// Broadcasts two shapes (numpy rules).
-pub(crate) fn broadcast(op: &'static str, a: &[u64], b: &[u64]) -> Result<Shape, ShapeError> {
+/// Broadcasts two shapes (numpy rules); `None` when they do not broadcast.
+pub fn broadcast_shapes(a: &[u64], b: &[u64]) -> Option<Shape> {
     let n = a.len().max(b.len());
-    let mut out = vec![0; n];
-    for i in 0..n {
-        let da = if i + a.len() >= n {
-            a[i + a.len() - n]
+    let dim = |s: &[u64], i: usize| {
+        if i + s.len() >= n {
+            s[i + s.len() - n]
         } else {
             1
-        };
-        let db = if i + b.len() >= n {
-            b[i + b.len() - n]
-        } else {
-            1
-        };
-        out[i] = if da == db || db == 1 {
-            da
-        } else if da == 1 {
-            db
-        } else {
-            return Err(ShapeError::new(
-                op,
-                format!("shapes {a:?} and {b:?} do not broadcast"),
-            ));
-        };
-    }
-    Ok(out)
+        }
+    };
+    (0..n)
+        .map(|i| match (dim(a, i), dim(b, i)) {
+            (da, db) if da == db || db == 1 => Some(da),
+            (1, db) => Some(db),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Broadcasts two shapes (numpy rules), or a shape error naming `op`.
+pub(crate) fn broadcast(op: &'static str, a: &[u64], b: &[u64]) -> Result<Shape, ShapeError> {
+    broadcast_shapes(a, b)
+        .ok_or_else(|| ShapeError::new(op, format!("shapes {a:?} and {b:?} do not broadcast")))
 }

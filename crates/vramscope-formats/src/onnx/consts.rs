@@ -115,28 +115,7 @@ pub fn decode(t: &TensorProto, external: Option<&[u8]>) -> Option<Konst> {
 
 /// Numpy broadcasting of two constants' dims.
 fn broadcast(a: &[u64], b: &[u64]) -> Option<Vec<u64>> {
-    let n = a.len().max(b.len());
-    (0..n)
-        .map(|i| {
-            let da = if i + a.len() >= n {
-                a[i + a.len() - n]
-            } else {
-                1
-            };
-            let db = if i + b.len() >= n {
-                b[i + b.len() - n]
-            } else {
-                1
-            };
-            if da == db || db == 1 {
-                Some(da)
-            } else if da == 1 {
-                Some(db)
-            } else {
-                None
-            }
-        })
-        .collect()
+    vramscope_core::ops::broadcast_shapes(a, b)
 }
 
 /// Elementwise binary op on two constants (values only when both are known and one is a scalar

@@ -1219,28 +1219,8 @@ impl<'a> Lowerer<'a> {
 }
 
 fn broadcast_dims(a: &[u64], b: &[u64]) -> R<Vec<u64>> {
-    let n = a.len().max(b.len());
-    (0..n)
-        .map(|i| {
-            let da = if i + a.len() >= n {
-                a[i + a.len() - n]
-            } else {
-                1
-            };
-            let db = if i + b.len() >= n {
-                b[i + b.len() - n]
-            } else {
-                1
-            };
-            if da == db || db == 1 {
-                Ok(da)
-            } else if da == 1 {
-                Ok(db)
-            } else {
-                Err(format!("shapes {a:?} and {b:?} do not broadcast"))
-            }
-        })
-        .collect()
+    vramscope_core::ops::broadcast_shapes(a, b)
+        .ok_or_else(|| format!("shapes {a:?} and {b:?} do not broadcast"))
 }
 
 /// A node with its module levels, for grouping into module calls.
