@@ -28,6 +28,9 @@ pub struct EstimateArgs {
     /// ../shared/truth's `--trace`, so the two can be diffed).
     #[arg(long, value_name = "FILE")]
     pub trace: Option<std::path::PathBuf>,
+    /// After the report, explain each phase: what was allocated and freed, grouped by what made it.
+    #[arg(long)]
+    pub explain: bool,
     /// Layers to show in the table (a number or `all`).
     #[arg(long, default_value = "40")]
     pub layers: String,
@@ -55,14 +58,19 @@ pub fn run(a: &EstimateArgs) -> Result<()> {
             .parse()
             .map_err(|_| anyhow!("--layers {:?}: expected a number or `all`", a.layers))?
     };
-    let (loaded, sim, report) = estimate(a, a.trace.is_some())?;
+    let (loaded, sim, report) = estimate(a, a.trace.is_some() || a.explain)?;
     if let Some(path) = &a.trace {
         write_trace(path, &loaded.graph, &sim)?;
     }
     let text = if a.json {
         serde_json::to_string_pretty(&report).context("serialising the report")? + "\n"
     } else {
-        render_text(&report, max_layers)
+        let mut t = render_text(&report, max_layers);
+        if a.explain {
+            t.push('\n');
+            t.push_str(&vramscope_report::render_explain(&sim, &report, 8));
+        }
+        t
     };
     std::io::stdout()
         .write_all(text.as_bytes())

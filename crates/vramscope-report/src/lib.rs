@@ -1,10 +1,12 @@
 //! vramscope-report: turns a simulation into the JSON contract of DESIGN.md and terminal tables.
 #![deny(missing_docs)]
 
+mod explain;
 mod gpu;
 mod json;
 mod table;
 
+pub use explain::render_explain;
 pub use gpu::{find_gpu, Gpu, GPUS};
 pub use json::{EstimateReport, ModelInfo, ReportInput};
 pub use table::{human, render_gpus, render_text};

@@ -26,7 +26,7 @@ fn right(s: String) -> Cell {
     Cell::new(s).set_alignment(CellAlignment::Right)
 }
 
-fn phase_reason(name: &str, delta: i64, r: &EstimateReport) -> String {
+pub(crate) fn phase_reason(name: &str, delta: i64, r: &EstimateReport) -> String {
     let step = name.rsplit('.').next().unwrap_or(name);
     let second = name.starts_with("it") && !name.starts_with("it1.");
     match step {

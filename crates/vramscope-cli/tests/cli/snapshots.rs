@@ -110,3 +110,21 @@ fn advice_error_messages() {
     .join("");
     insta::assert_snapshot!(text);
 }
+
+#[test]
+fn explain_resnet18_adam() {
+    let text = stdout(&[
+        "estimate",
+        "resnet18",
+        "-b",
+        "4",
+        "--optimizer",
+        "adam",
+        "--explain",
+    ]);
+    let explain = text
+        .split("What each phase allocated and freed")
+        .nth(1)
+        .expect("--explain prints the per-phase explanation");
+    insta::assert_snapshot!(explain);
+}
