@@ -4,7 +4,7 @@
 
 use std::io::Write;
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use vramscope_advice::{fit_search, parse_margin, render, smallest_gpu, Target};
 
 use crate::estimate::gpu;
@@ -22,6 +22,10 @@ pub struct FitArgs {
     /// table that fits `--batch-size`.
     #[arg(long)]
     pub gpu: Option<String>,
+    /// What to maximise with `--gpu`: `batch` (the batch size) or `seq-len` (the sequence length
+    /// of a transformer at `--batch-size`).
+    #[arg(long, default_value = "batch")]
+    pub search: String,
     /// Memory to leave free, as a percentage (`5%`) or a fraction (`0.05`).
     #[arg(long, default_value = "5%")]
     pub margin: String,
@@ -48,19 +52,46 @@ pub fn run(a: &FitArgs) -> Result<()> {
         Some(g) => {
             let gpu = gpu(g)?;
             let target = Target { gpu, margin };
-            let r = fit_search(
-                "batch_size",
-                |b| {
-                    model::load(&a.model, b, cfg.precision)
-                        .map(|l| l.graph)
-                        .map_err(|e| format!("{e:#}"))
-                },
-                &cfg,
-                &target,
-            )?;
+            let r = match a.search.as_str() {
+                "batch" | "batch-size" => fit_search(
+                    "batch_size",
+                    |b| {
+                        model::load(&a.model, b, cfg.precision)
+                            .map(|l| l.graph)
+                            .map_err(|e| format!("{e:#}"))
+                    },
+                    &cfg,
+                    &target,
+                )?,
+                "seq-len" | "seq" => {
+                    if a.model.seq_len.is_none() {
+                        bail!("--search seq-len is for transformers: give --seq-len (any value) to mark the model as one");
+                    }
+                    fit_search(
+                        "seq_len",
+                        |s| {
+                            let args = ModelArgs {
+                                seq_len: Some(s),
+                                ..a.model.clone()
+                            };
+                            model::load(&args, a.model.batch_size, cfg.precision)
+                                .map(|l| l.graph)
+                                .map_err(|e| format!("{e:#}"))
+                        },
+                        &cfg,
+                        &target,
+                    )?
+                }
+                other => bail!("--search {other:?}: expected batch or seq-len"),
+            };
             if a.json {
                 let mut v = serde_json::to_value(&r).context("serialising the result")?;
-                v["batch_size"] = r.size.into();
+                if r.dimension == "seq_len" {
+                    v["seq_len"] = r.size.into();
+                    v["batch_size"] = a.model.batch_size.into();
+                } else {
+                    v["batch_size"] = r.size.into();
+                }
                 v["model"] = name.into();
                 serde_json::to_string_pretty(&v).context("serialising the result")? + "\n"
             } else {

@@ -246,3 +246,49 @@ fn builtin_transformers_by_name() {
         assert!(list.lines().any(|l| l == n), "{n} not listed");
     }
 }
+
+/// `fit --search seq-len`: the longest sequence that fits, checked against `estimate`.
+#[test]
+fn fit_searches_the_sequence_length_of_a_transformer() {
+    let out = crate::vramscope(&[
+        "fit",
+        "gpt2",
+        "--seq-len",
+        "1",
+        "-b",
+        "16",
+        "--gpu",
+        "t4",
+        "--search",
+        "seq-len",
+        "--optimizer",
+        "adamw",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let s = v["seq_len"].as_u64().expect("seq_len");
+    assert!(s > 16 && s < 1024, "{s}");
+    assert_eq!(v["batch_size"].as_u64(), Some(16));
+    let fits = |seq: u64| {
+        let e = crate::estimate_json(&[
+            "gpt2",
+            "--seq-len",
+            &seq.to_string(),
+            "-b",
+            "16",
+            "--gpu",
+            "t4",
+            "--optimizer",
+            "adamw",
+        ]);
+        let budget = v["budget_bytes"].as_u64().expect("budget");
+        e["peak"]["device_bytes"].as_u64().expect("device") <= budget
+    };
+    assert!(fits(s));
+    assert!(!fits(s + 1));
+}
