@@ -14,7 +14,7 @@ mkdir -p docs
   echo "Errors are (vramscope - truth) / truth. Targets: peak allocated within 2% (tests assert it), every"
   echo "phase's allocated-after within 3%, peak reserved within 5%."
 } > "$out"
-for f in torchvision_dev torchvision_extra torchvision_more; do
+for f in torchvision_dev torchvision_extra torchvision_more hf_dev hf_lora; do
   python3 validation/compare.py "fixtures/truth/$f.jsonl" --markdown "$out" --title "$f" > /dev/null
 done
 echo "wrote $out"

@@ -12,19 +12,28 @@ AMP = {"fp32": "fp32", "bf16": "amp-bf16", "fp16": "amp-fp16"}
 
 
 def args_for(case):
-    model = case["model"].split(":", 1)[1]
+    """CLI flags for a truth case (torchvision, `hf:` configs, or compact fixture lines)."""
+    model = case["model"].split(":", 1)[1] if ":" in case["model"] else case["model"]
     a = [model, "--batch-size", str(case["batch"]), "--json"]
+    if case.get("seq"):
+        a += ["--seq-len", str(case["seq"])]
+    if case.get("task"):
+        a += ["--task", case["task"]]
     if case.get("image"):
         a += ["--input", f"3x{case['image']}x{case['image']}"]
     if case.get("num_classes"):
         a += ["--num-classes", str(case["num_classes"])]
-    a += ["--mode", case.get("mode", "train")]
-    if case.get("mode", "train") == "train":
-        a += ["--optimizer", OPTIM[case.get("optim", "adam")]]
-    pd = case.get("param_dtype", "fp32")
-    a += ["--precision", AMP[case.get("amp", "fp32")] if pd == "fp32" else pd]
-    if case.get("checkpoint"):
+    mode = case.get("mode") or "train"
+    a += ["--mode", mode]
+    if mode == "train":
+        a += ["--optimizer", OPTIM[case.get("optim") or "adam"]]
+    amp, pd = case.get("amp") or "fp32", case.get("param_dtype") or "fp32"
+    a += ["--precision", AMP[amp] if amp != "fp32" or pd == "fp32" else pd]
+    if isinstance(case.get("checkpoint"), str):
         a += ["--checkpoint", case["checkpoint"]]
+    elif case.get("checkpoint") is True:
+        a += ["--gradient-checkpointing"]
+    a += case.get("extra_args") or []
     return a
 
 
@@ -43,12 +52,13 @@ def main():
         rec = json.loads(line)
         if "case" not in rec:  # the compact fixture format of fixtures/truth/*.jsonl
             c = dict(rec)
-            c["model"] = "torchvision:" + c["model"]
+            if not c["model"].endswith(".json"):
+                c["model"] = "torchvision:" + c["model"]
             rec = {"case": c, "ok": True,
                    "overall": {"peak": {"alloc": c["peak_alloc"], "reserved": c["peak_reserved"]}, "peak_phase": c["peak_phase"]},
                    "phases": [{"phase": p["phase"], "after": {"alloc": p["after_alloc"]}, "peak": {"alloc": p["peak_alloc"], "reserved": p["peak_reserved"]}} for p in c["phases"]]}
         case = rec["case"]
-        if not rec.get("ok", True) or not case["model"].startswith("torchvision:") or o.only not in case["name"]:
+        if not rec.get("ok", True) or o.only not in case["name"]:
             continue
         p = subprocess.run([o.bin, "estimate", *args_for(case)], capture_output=True, text=True)
         if p.returncode != 0:
