@@ -14,9 +14,18 @@ mkdir -p docs
   echo "Errors are (vramscope - truth) / truth. Targets: peak allocated within 2% (tests assert it), every"
   echo "phase's allocated-after within 3%, peak reserved within 5%."
 } > "$out"
+json_parts=()
 for f in torchvision_dev torchvision_extra torchvision_more hf_dev hf_lora; do
-  python3 validation/compare.py "fixtures/truth/$f.jsonl" --markdown "$out" --title "$f" > /dev/null
+  python3 validation/compare.py "fixtures/truth/$f.jsonl" --markdown "$out" --title "$f" \
+      --json-out "docs/.accuracy_$f.json" > /dev/null
+  json_parts+=("docs/.accuracy_$f.json")
 done
+# one JSON file with every row, keyed by fixture
+python3 - "${json_parts[@]}" > docs/accuracy.json <<'PY'
+import json, os, sys
+print(json.dumps({os.path.basename(p)[len(".accuracy_"):-len(".json")]: json.load(open(p)) for p in sys.argv[1:]}, indent=1))
+PY
+rm -f "${json_parts[@]}"
 echo "wrote $out"
 # the field's rules of thumb (the classic formula always; torchinfo with the truth venv's python)
 PY=python3
