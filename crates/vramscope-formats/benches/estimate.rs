@@ -45,3 +45,29 @@ fn infer(bencher: divan::Bencher, name: &str) {
     }
     bencher.bench(|| estimate(divan::black_box(name), Mode::Infer, Precision::Fp32));
 }
+
+fn estimate_hf(name: &str, batch: u64, seq: u64, precision: Precision) -> u64 {
+    use vramscope_formats::{hf, hf_zoo};
+    let text = hf_zoo::config(name).expect("a built-in config");
+    let cfg = hf::HfConfig::parse(name, text).expect("parses");
+    let input = hf::HfInput {
+        batch,
+        seq,
+        task: None,
+        precision,
+    };
+    let m = hf::build(&cfg, &input).expect("builds");
+    let step = StepConfig {
+        mode: Mode::Train,
+        precision,
+        optimizer: Optimizer::AdamW,
+        ..StepConfig::default()
+    };
+    simulate(&m.graph, &step).expect("simulates").peak_allocated
+}
+
+/// Built-in transformer configs, one training step at the given batch and sequence length.
+#[divan::bench(args = [("gpt2", 8, 1024), ("llama-3-8b", 1, 4096), ("llama-3-70b", 1, 4096)])]
+fn transformer_train_amp_bf16(bencher: divan::Bencher, (name, batch, seq): (&str, u64, u64)) {
+    bencher.bench(|| estimate_hf(divan::black_box(name), batch, seq, Precision::AmpBf16));
+}
