@@ -1,7 +1,7 @@
 //! Building blocks shared by the zoo's architectures (thin wrappers over [`GraphBuilder`]).
 
 use vramscope_core::ops::{
-    Activation, ActivationKind, AdaptiveAvgPool2d, Add, Conv2d, Dropout, Linear, View,
+    Activation, ActivationKind, AdaptiveAvgPool2d, Add, BatchNorm2d, Conv2d, Dropout, Linear, View,
 };
 use vramscope_core::{GraphBuilder, TensorId};
 
@@ -56,4 +56,40 @@ pub fn linear(b: &mut GraphBuilder, name: &str, in_f: u64, out_f: u64, x: Tensor
 /// `nn.Conv2d` as a leaf module.
 pub fn conv(b: &mut GraphBuilder, name: &str, c: Conv2d, x: TensorId) -> TensorId {
     b.layer(name, c, &[x])
+}
+
+/// `nn.BatchNorm2d(c)` as a leaf module.
+pub fn bn(b: &mut GraphBuilder, name: &str, c: u64, x: TensorId) -> TensorId {
+    b.layer(name, BatchNorm2d::new(c), &[x])
+}
+
+/// A bias-free `k`x`k` convolution with "same" padding (`(k - 1) / 2`), as torchvision's
+/// `Conv2dNormActivation` makes it.
+pub fn same_conv(cin: u64, cout: u64, k: u64, stride: u64, groups: u64) -> Conv2d {
+    Conv2d::new(cin, cout, k)
+        .stride(stride)
+        .padding((k - 1) / 2)
+        .groups(groups)
+        .bias(false)
+}
+
+/// torchvision's `Conv2dNormActivation` (children `0` conv, `1` batch norm, `2` an in-place
+/// activation when there is one), called as child `name` with class `type_name`.
+pub fn conv_norm_act(
+    b: &mut GraphBuilder,
+    name: &str,
+    type_name: &str,
+    c: Conv2d,
+    activation: Option<ActivationKind>,
+    x: TensorId,
+) -> TensorId {
+    let cout = c.out_channels;
+    b.module(name, type_name, &[x], |b| {
+        let mut y = conv(b, "0", c, x);
+        y = bn(b, "1", cout, y);
+        if let Some(a) = activation {
+            y = act(b, "2", a, true, y);
+        }
+        y
+    })
 }

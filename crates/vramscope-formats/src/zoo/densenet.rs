@@ -7,11 +7,11 @@
 //! before the classifier.
 
 use vramscope_core::ops::{
-    Activation, ActivationKind, AdaptiveAvgPool2d, AvgPool2d, BatchNorm2d, Cat, Conv2d, MaxPool2d,
+    Activation, ActivationKind, AdaptiveAvgPool2d, AvgPool2d, Cat, Conv2d, MaxPool2d,
 };
 use vramscope_core::{GraphBuilder, TensorId};
 
-use super::{act, conv, flatten, linear, ZooInput};
+use super::{act, bn, conv, flatten, linear, ZooInput};
 
 /// Which DenseNet.
 #[derive(Debug, Clone, Copy)]
@@ -36,10 +36,6 @@ fn spec(d: Depth) -> (u64, [u64; 4], u64) {
         Depth::D169 => (32, [6, 12, 32, 32], 64),
         Depth::D201 => (32, [6, 12, 48, 32], 64),
     }
-}
-
-fn bn(b: &mut GraphBuilder, name: &str, c: u64, x: TensorId) -> TensorId {
-    b.layer(name, BatchNorm2d::new(c), &[x])
 }
 
 fn dense_layer(b: &mut GraphBuilder, features: &[TensorId], in_c: u64, growth: u64) -> TensorId {

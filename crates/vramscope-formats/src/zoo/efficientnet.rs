@@ -3,11 +3,13 @@
 //! with the block index (`stochastic_depth_prob = 0.2`), and an in-place dropout before the head.
 
 use vramscope_core::ops::{
-    ActivationKind, BatchNorm2d, Conv2d, CopySlices, DropoutInplace, Mul, StochasticDepth,
+    ActivationKind, Conv2d, CopySlices, DropoutInplace, Mul, StochasticDepth,
 };
 use vramscope_core::{GraphBuilder, TensorId};
 
-use super::{act, adaptive_avg_pool, add, conv, flatten, linear, ZooInput};
+use super::{
+    act, adaptive_avg_pool, add, conv, conv_norm_act, flatten, linear, same_conv, ZooInput,
+};
 
 /// Which EfficientNet.
 #[derive(Debug, Clone, Copy)]
@@ -66,12 +68,7 @@ const STAGES: [(f64, u64, u64, u64, u64, u64); 7] = [
     (6.0, 3, 1, 192, 320, 1),
 ];
 
-fn bn(b: &mut GraphBuilder, name: &str, c: u64, x: TensorId) -> TensorId {
-    b.layer(name, BatchNorm2d::new(c), &[x])
-}
-
-/// `Conv2dNormActivation(cin, cout, k, stride, groups, activation_layer=SiLU or None)` named
-/// `name`: conv without bias, batch norm, in-place SiLU.
+/// `Conv2dNormActivation(cin, cout, k, stride, groups, activation_layer=SiLU or None)`.
 #[allow(clippy::too_many_arguments)]
 fn conv_bn_act(
     b: &mut GraphBuilder,
@@ -84,19 +81,15 @@ fn conv_bn_act(
     silu: bool,
     x: TensorId,
 ) -> TensorId {
-    b.module(name, "Conv2dNormActivation", &[x], |b| {
-        let c = Conv2d::new(cin, cout, k)
-            .stride(stride)
-            .padding((k - 1) / 2)
-            .groups(groups)
-            .bias(false);
-        let mut y = conv(b, "0", c, x);
-        y = bn(b, "1", cout, y);
-        if silu {
-            y = act(b, "2", ActivationKind::SiLU, true, y);
-        }
-        y
-    })
+    let a = silu.then_some(ActivationKind::SiLU);
+    conv_norm_act(
+        b,
+        name,
+        "Conv2dNormActivation",
+        same_conv(cin, cout, k, stride, groups),
+        a,
+        x,
+    )
 }
 
 /// `SqueezeExcitation(c, squeeze, activation, scale_activation)`: `scale * input`.

@@ -13,7 +13,7 @@ use vramscope_core::ops::{
 };
 use vramscope_core::{GraphBuilder, TensorId};
 
-use super::{act, adaptive_avg_pool, add, conv, dropout, flatten, linear, ZooInput};
+use super::{act, adaptive_avg_pool, add, conv, dropout, flatten, linear, same_conv, ZooInput};
 
 /// torchvision's `_make_divisible(v, 8)` for integer `v`.
 fn make_divisible(v: u64) -> u64 {
@@ -39,23 +39,8 @@ fn conv_norm_act(
     activation: Option<ActivationKind>,
     x: TensorId,
 ) -> TensorId {
-    b.module(name, "Conv2dNormActivation", &[x], |b| {
-        let mut x = conv(
-            b,
-            "0",
-            Conv2d::new(in_c, out_c, kernel)
-                .stride(stride)
-                .padding((kernel - 1) / 2)
-                .groups(groups)
-                .bias(false),
-            x,
-        );
-        x = b.layer("1", BatchNorm2d::new(out_c), &[x]);
-        if let Some(a) = activation {
-            x = act(b, "2", a, true, x);
-        }
-        x
-    })
+    let c = same_conv(in_c, out_c, kernel, stride, groups);
+    super::conv_norm_act(b, name, "Conv2dNormActivation", c, activation, x)
 }
 
 /// Builds MobileNetV2: returns the logits.

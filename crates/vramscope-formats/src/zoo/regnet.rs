@@ -2,11 +2,11 @@
 //! `ResBottleneckBlock`s (1x1, grouped 3x3, squeeze-excitation, 1x1, projection shortcut) whose
 //! widths, depths and groups come from `BlockParams.from_init_params`, computed here the same way.
 
-use vramscope_core::ops::{ActivationKind, BatchNorm2d, Conv2d};
+use vramscope_core::ops::ActivationKind;
 use vramscope_core::{GraphBuilder, TensorId};
 
 use super::efficientnet::{make_divisible, squeeze_excitation};
-use super::{act, adaptive_avg_pool, add, conv, flatten, linear, ZooInput};
+use super::{act, adaptive_avg_pool, add, conv_norm_act, flatten, linear, same_conv, ZooInput};
 
 /// Per-stage settings: (width, stride, depth, group width, bottleneck multiplier).
 #[derive(Debug, Clone, PartialEq)]
@@ -86,11 +86,7 @@ fn params(v: Variant) -> BlockParams {
     }
 }
 
-fn bn(b: &mut GraphBuilder, name: &str, c: u64, x: TensorId) -> TensorId {
-    b.layer(name, BatchNorm2d::new(c), &[x])
-}
-
-/// `Conv2dNormActivation` with ReLU(inplace=True) or no activation.
+/// `Conv2dNormActivation` (class `type_name`) with ReLU(inplace=True) or no activation.
 #[allow(clippy::too_many_arguments)]
 fn conv_bn_act(
     b: &mut GraphBuilder,
@@ -104,19 +100,15 @@ fn conv_bn_act(
     relu: bool,
     x: TensorId,
 ) -> TensorId {
-    b.module(name, type_name, &[x], |b| {
-        let c = Conv2d::new(cin, cout, k)
-            .stride(stride)
-            .padding((k - 1) / 2)
-            .groups(groups)
-            .bias(false);
-        let mut y = conv(b, "0", c, x);
-        y = bn(b, "1", cout, y);
-        if relu {
-            y = act(b, "2", ActivationKind::ReLU, true, y);
-        }
-        y
-    })
+    let a = relu.then_some(ActivationKind::ReLU);
+    conv_norm_act(
+        b,
+        name,
+        type_name,
+        same_conv(cin, cout, k, stride, groups),
+        a,
+        x,
+    )
 }
 
 /// Builds a RegNet: returns the logits.

@@ -1,9 +1,9 @@
 //! torchvision ResNet, Wide ResNet and ResNeXt (torchvision/models/resnet.py).
 
-use vramscope_core::ops::{ActivationKind, BatchNorm2d, Conv2d, MaxPool2d};
+use vramscope_core::ops::{ActivationKind, Conv2d, MaxPool2d};
 use vramscope_core::{GraphBuilder, TensorId};
 
-use super::{act, adaptive_avg_pool, add, conv, flatten, linear, ZooInput};
+use super::{act, adaptive_avg_pool, add, bn, conv, flatten, linear, ZooInput};
 
 /// Which ResNet.
 #[derive(Debug, Clone, Copy)]
@@ -53,10 +53,6 @@ fn spec(d: Depth) -> Spec {
         groups,
         width_per_group: wpg,
     }
-}
-
-fn bn(b: &mut GraphBuilder, name: &str, c: u64, x: TensorId) -> TensorId {
-    b.layer(name, BatchNorm2d::new(c), &[x])
 }
 
 /// Builds a ResNet: returns the logits.

@@ -8,11 +8,11 @@
 //! `x.mean([2, 3])`.
 
 use vramscope_core::ops::{
-    ActivationKind, BatchNorm2d, Cat, Contiguous, Conv2d, MaxPool2d, Mean, View, ViewStridedGrad,
+    ActivationKind, Cat, Contiguous, Conv2d, MaxPool2d, Mean, View, ViewStridedGrad,
 };
 use vramscope_core::{GraphBuilder, TensorId};
 
-use super::{act, conv, linear, ZooInput};
+use super::{act, bn, conv, linear, ZooInput};
 
 /// Which ShuffleNetV2 width.
 #[derive(Debug, Clone, Copy)]
@@ -36,10 +36,6 @@ fn stage_out_channels(w: Width) -> [u64; 5] {
         Width::X1_5 => [24, 176, 352, 704, 1024],
         Width::X2_0 => [24, 244, 488, 976, 2048],
     }
-}
-
-fn bn(b: &mut GraphBuilder, name: &str, c: u64, x: TensorId) -> TensorId {
-    b.layer(name, BatchNorm2d::new(c), &[x])
 }
 
 fn depthwise(b: &mut GraphBuilder, name: &str, c: u64, stride: u64, x: TensorId) -> TensorId {
