@@ -32,13 +32,7 @@ impl Op for AttentionHeadsView {
     }
 
     fn output_shapes(&self, inputs: &[&[u64]]) -> Result<Vec<Shape>, ShapeError> {
-        if crate::ir::numel(inputs[0]) != crate::ir::numel(&self.shape) {
-            return Err(ShapeError::new(
-                "view",
-                format!("cannot view {:?} as {:?}", inputs[0], self.shape),
-            ));
-        }
-        Ok(vec![self.shape.clone()])
+        super::view::same_numel("view", inputs[0], &self.shape)
     }
 
     fn alias(&self) -> Alias {

@@ -21,13 +21,7 @@ impl Op for Dropout {
     }
 
     fn output_shapes(&self, inputs: &[&[u64]]) -> Result<Vec<Shape>, ShapeError> {
-        if !(0.0..=1.0).contains(&self.p) {
-            return Err(ShapeError::new(
-                "Dropout",
-                format!("p = {} is not a probability", self.p),
-            ));
-        }
-        Ok(vec![inputs[0].to_vec()])
+        dropout_shape(self.p, inputs)
     }
 
     fn forward_extras(&self, ctx: &OpCtx) -> Vec<TensorMeta> {
@@ -70,4 +64,15 @@ impl Op for StochasticDepth {
     fn saved_for_backward(&self, _ctx: &OpCtx) -> Vec<Saved> {
         vec![Saved::Extra(0)]
     }
+}
+
+/// The shape rule of both dropout ops: `p` must be a probability; the output is the input's shape.
+pub(crate) fn dropout_shape(p: f64, inputs: &[&[u64]]) -> Result<Vec<Shape>, ShapeError> {
+    if !(0.0..=1.0).contains(&p) {
+        return Err(ShapeError::new(
+            "Dropout",
+            format!("p = {p} is not a probability"),
+        ));
+    }
+    Ok(vec![inputs[0].to_vec()])
 }

@@ -33,13 +33,7 @@ impl Op for DropoutInplace {
     }
 
     fn output_shapes(&self, inputs: &[&[u64]]) -> Result<Vec<Shape>, ShapeError> {
-        if !(0.0..=1.0).contains(&self.p) {
-            return Err(ShapeError::new(
-                "Dropout",
-                format!("p = {} is not a probability", self.p),
-            ));
-        }
-        Ok(vec![inputs[0].to_vec()])
+        super::dropout::dropout_shape(self.p, inputs)
     }
 
     fn alias(&self) -> Alias {

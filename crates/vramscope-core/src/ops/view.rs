@@ -72,16 +72,25 @@ impl Op for Contiguous {
     }
 
     fn output_shapes(&self, inputs: &[&[u64]]) -> Result<Vec<Shape>, ShapeError> {
-        if crate::ir::numel(inputs[0]) != crate::ir::numel(&self.shape) {
-            return Err(ShapeError::new(
-                self.name,
-                format!("cannot reshape {:?} to {:?}", inputs[0], self.shape),
-            ));
-        }
-        Ok(vec![self.shape.clone()])
+        same_numel(self.name, inputs[0], &self.shape)
     }
 
     fn input_grads(&self, _ctx: &OpCtx) -> Vec<GradIn> {
         vec![GradIn::PassThrough(0)]
     }
+}
+
+/// The shape rule of every view or reshape to a given shape: the element counts must agree.
+pub(crate) fn same_numel(
+    op: &'static str,
+    input: &[u64],
+    shape: &Shape,
+) -> Result<Vec<Shape>, ShapeError> {
+    if crate::ir::numel(input) != crate::ir::numel(shape) {
+        return Err(ShapeError::new(
+            op,
+            format!("cannot view {input:?} as {shape:?}"),
+        ));
+    }
+    Ok(vec![shape.clone()])
 }
