@@ -5,11 +5,14 @@ same cases. Run with the truth venv's python from the repository root:
 
     ~/.venvs/truth/bin/python validation/speed_compare.py [--bin target/release/vramscope]
 
-Prints a Markdown table (seconds and ratios) for docs/performance.md.
+Prints a Markdown table (seconds and ratios) for docs/performance.md. With `--process-only` (any
+python3, no venv needed) it only times whole `vramscope estimate --json` processes and reports their
+maximum resident memory.
 """
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -50,10 +53,25 @@ def torchinfo_time(model, batch, image):
     return time.perf_counter() - t
 
 
+def process_only(binary):
+    print("| estimate | process wall (median of 21) | max resident memory |")
+    print("|---|---:|---:|")
+    for args in (["resnet50"], ["vit_l_16"], ["gpt2", "--seq-len", "1024", "-b", "8"]):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        t = timed([binary, "estimate", *args, "--json"], 21)
+        rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        rss_note = f"{rss / 1024:.1f} MiB" if rss > before or before == 0 else f"<= {rss / 1024:.1f} MiB"
+        print(f"| {' '.join(args)} | {t * 1000:.1f} ms | {rss_note} |", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", default="target/release/vramscope")
+    ap.add_argument("--process-only", action="store_true")
     o = ap.parse_args()
+    if o.process_only:
+        process_only(o.bin)
+        return
     print("| case | vramscope | truth tracker (process / tracing only) | torchinfo | tracker ÷ vramscope | torchinfo ÷ vramscope |")
     print("|---|---:|---:|---:|---:|---:|")
     for name, vargs, targs, ti in CASES:
