@@ -128,7 +128,7 @@ fn block(b: &mut GraphBuilder, s: &Spec, bsz: u64, seq: u64, input: TensorId) ->
                 view(b, "transpose", t, vec![bsz, s.heads, seq, d])
             })
             .collect();
-        let o = sdpa(b, heads[0], heads[1], heads[2], s.attn_pdrop);
+        let o = sdpa(b, heads[0], heads[1], heads[2], s.attn_pdrop, true);
         // transpose(1, 2).contiguous(): the kernels lay the output out as [B, S, H, D]
         let o = view(b, "transpose", o, vec![bsz, seq, s.heads, d]);
         let o = view(b, "reshape", o, vec![bsz, seq, e]);

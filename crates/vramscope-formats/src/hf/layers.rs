@@ -307,18 +307,20 @@ pub fn apply_rotary(
     add(b, m1, m2)
 }
 
-/// `F.scaled_dot_product_attention(q, k, v, dropout_p, is_causal=True)` (GQA via `enable_gqa`).
+/// `F.scaled_dot_product_attention(q, k, v, dropout_p, is_causal)` (GQA via `enable_gqa`; the
+/// bidirectional encoders call it without a mask and not causal).
 pub fn sdpa(
     b: &mut GraphBuilder,
     q: TensorId,
     k: TensorId,
     v: TensorId,
     dropout_p: f64,
+    causal: bool,
 ) -> TensorId {
     b.op(
         ScaledDotProductAttention {
             dropout_p,
-            causal: true,
+            causal,
             row_stats_temporary: false,
         },
         &[q, k, v],
@@ -402,25 +404,6 @@ pub fn tied_head_bias(
     })
 }
 
-/// `F.scaled_dot_product_attention(q, k, v, dropout_p)` without a mask and not causal (the
-/// bidirectional encoders).
-pub fn sdpa_bidirectional(
-    b: &mut GraphBuilder,
-    q: TensorId,
-    k: TensorId,
-    v: TensorId,
-    dropout_p: f64,
-) -> TensorId {
-    b.op(
-        ScaledDotProductAttention {
-            dropout_p,
-            causal: false,
-            row_stats_temporary: false,
-        },
-        &[q, k, v],
-    )
-}
-
 /// Multi-head attention core shared by the encoders and OPT: q, k, v `[B, S, E]` projections are
 /// viewed as `[B, H, S, D]`, attended, and the output (laid out `[B, S, H, D]` by the kernels)
 /// reshaped back to `[B, S, E]`.
@@ -441,11 +424,7 @@ pub fn attention_core(
             view(b, "transpose", t, vec![bsz, heads, seq, d])
         })
         .collect();
-    let o = if causal {
-        sdpa(b, hv[0], hv[1], hv[2], dropout_p)
-    } else {
-        sdpa_bidirectional(b, hv[0], hv[1], hv[2], dropout_p)
-    };
+    let o = sdpa(b, hv[0], hv[1], hv[2], dropout_p, causal);
     let o = view(b, "transpose", o, vec![bsz, seq, heads, d]);
     view(b, "reshape", o, vec![bsz, seq, e])
 }

@@ -172,7 +172,7 @@ fn decoder_layer(
         let v = proj(b, "v_proj", s.kv_heads);
         let q = apply_rotary(b, q, cos, sin, amp);
         let k = apply_rotary(b, k, cos, sin, amp);
-        let o = sdpa(b, q, k, v, s.attn_dropout);
+        let o = sdpa(b, q, k, v, s.attn_dropout, true);
         let o = view(b, "transpose", o, vec![bsz, seq, s.heads, d]);
         let o = view(b, "reshape", o, vec![bsz, seq, s.heads * d]);
         linear(b, "o_proj", s.heads * d, s.hidden, s.o_bias, o)
