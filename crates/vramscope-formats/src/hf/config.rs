@@ -89,6 +89,21 @@ impl HfConfig {
         }
     }
 
+    /// A number field `key` inside the object field `holder` (`rope_parameters.partial_rotary_factor`),
+    /// if both are present.
+    pub fn nested_f64(&self, holder: &str, key: &str) -> Result<Option<f64>, HfError> {
+        match self.get(holder) {
+            Some(Value::Object(m)) => match m.get(key) {
+                None | Some(Value::Null) => Ok(None),
+                Some(v) => v
+                    .as_f64()
+                    .map(Some)
+                    .ok_or_else(|| self.err(&format!("{holder}.{key}"), "a number")),
+            },
+            _ => Ok(None),
+        }
+    }
+
     /// A boolean field, or `default`.
     pub fn bool_or(&self, key: &str, default: bool) -> Result<bool, HfError> {
         match self.get(key) {

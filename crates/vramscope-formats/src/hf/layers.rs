@@ -3,8 +3,8 @@
 //! embeddings, the position ids and the packed-sequence check every model's mask code runs.
 
 use vramscope_core::ops::{
-    Activation, ActivationKind, Add, Aten, Autocast, DTypeRule, Dropout, GradIn, LayerNorm, Linear,
-    Saved, ScaledDotProductAttention,
+    Activation, ActivationKind, Add, Aten, Autocast, Contiguous, DTypeRule, Dropout, GradIn,
+    LayerNorm, Linear, Saved, ScaledDotProductAttention, Slice,
 };
 use vramscope_core::{DType, GraphBuilder, TensorId};
 
@@ -167,8 +167,9 @@ pub fn to_dtype(b: &mut GraphBuilder, x: TensorId, dtype: DType) -> TensorId {
     )
 }
 
-/// `RMSNorm(hidden)` (Llama, Mistral, Qwen2): `x.to(float32)`, `pow(2).mean(-1, keepdim)`,
-/// `+ eps`, `rsqrt`, `x * rsqrt`, `.to(input_dtype)`, `weight * h`. `dtype` is the dtype of `x`.
+/// `RMSNorm(hidden)` (Llama, Mistral, Qwen2/3, Phi-3): `x.to(float32)`, `variance =
+/// pow(2).mean(-1, keepdim)`, `+ eps`, `rsqrt`, `x * rsqrt`, `.to(input_dtype)`, `weight * h`.
+/// `dtype` is the dtype of `x`; the norm runs over its last dimension.
 pub fn rms_norm(
     b: &mut GraphBuilder,
     name: &str,
@@ -200,6 +201,8 @@ pub fn rms_norm(
             &[xf],
         );
         let var = b.op(Aten::new("mean", s1.clone()), &[p]);
+        // `variance` is a local of the forward: it lives until the module returns
+        b.hold(&[var]);
         let var = add_scalar(b, var);
         let r = b.op(
             Aten::new("rsqrt", s1.clone())
@@ -217,6 +220,8 @@ pub fn rms_norm(
                 .backward_temporary(s.clone(), f32),
             &[xf, r],
         );
+        // the float32 product is the `hidden_states` local until the module returns
+        b.hold(&[h]);
         let h = if dtype != DType::F32 {
             to_dtype(b, h, dtype)
         } else {
@@ -307,6 +312,38 @@ pub fn apply_rotary(
     add(b, m1, m2)
 }
 
+/// Phi-3's `apply_rotary_pos_emb` on one of q / k (`[B, H, S, D]`) with `rotary_dim` ≤ D rotary
+/// channels: `q_rot = q[..., :rotary_dim]` (an alias when it is all of D, else a slice),
+/// `q_pass = q[..., rotary_dim:]` (a slice, empty when rotary_dim = D, whose `SliceBackward0`
+/// still scatters into a zero `[B, H, S, D]` gradient), and `cat([rotary(q_rot), q_pass], -1)`,
+/// a new tensor even when `q_pass` is empty.
+pub fn apply_rotary_sliced(
+    b: &mut GraphBuilder,
+    q: TensorId,
+    cos: TensorId,
+    sin: TensorId,
+    amp: bool,
+    rotary_dim: u64,
+) -> TensorId {
+    let s = b.shape(q).to_vec();
+    let d = s[3];
+    let mut rot_shape = s.clone();
+    rot_shape[3] = rotary_dim;
+    let mut pass_shape = s.clone();
+    pass_shape[3] = d - rotary_dim;
+    let q_rot = if rotary_dim == d {
+        view(b, "alias", q, rot_shape)
+    } else {
+        b.op(Slice { shape: rot_shape }, &[q])
+    };
+    let q_pass = b.op(Slice { shape: pass_shape }, &[q]);
+    let r = apply_rotary(b, q_rot, cos, sin, amp);
+    b.op(
+        Aten::new("cat", s).grads(vec![GradIn::PassThrough(0), GradIn::PassThrough(0)]),
+        &[r, q_pass],
+    )
+}
+
 /// `F.scaled_dot_product_attention(q, k, v, dropout_p, is_causal)` (GQA via `enable_gqa`; the
 /// bidirectional encoders call it without a mask and not causal).
 pub fn sdpa(
@@ -325,6 +362,32 @@ pub fn sdpa(
         },
         &[q, k, v],
     )
+}
+
+/// `attn_output.transpose(1, 2).contiguous()` after SDPA (`[B, H, S, D]` -> `[B, S, H, D]`).
+/// Mem-efficient attention (float32) always writes its output laid out as `[B, S, H, D]`, so this
+/// is a view; cuDNN and flash attention (half precision) lay the output out like q, so when q is
+/// contiguous `[B, H, S, D]` (a `cat` or cast result rather than the usual transposed projection)
+/// the `.contiguous()` copies.
+pub fn attention_output(
+    b: &mut GraphBuilder,
+    o: TensorId,
+    q_contiguous: bool,
+    half: bool,
+) -> TensorId {
+    let s = b.shape(o).to_vec();
+    let shape = vec![s[0], s[2], s[1], s[3]];
+    if q_contiguous && half {
+        b.op(
+            Contiguous {
+                name: "clone",
+                shape,
+            },
+            &[o],
+        )
+    } else {
+        view(b, "transpose", o, shape)
+    }
 }
 
 /// `nn.LayerNorm(n)` as a leaf module.

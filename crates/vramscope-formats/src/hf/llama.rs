@@ -1,30 +1,79 @@
-//! The Llama-family decoder (`LlamaForCausalLM`, `MistralForCausalLM`, `Qwen2ForCausalLM`:
-//! transformers/models/{llama,mistral,qwen2}/modeling_*.py): `embed_tokens`, rotary embeddings
-//! computed once per forward, decoder layers of RMSNorm + attention (q/k/v projections with
-//! `num_key_value_heads` ≤ heads and `head_dim`, rotary applied to q and k, SDPA with
-//! `enable_gqa`, `o_proj`) + RMSNorm + SiLU-gated MLP, a final RMSNorm and `lm_head` (tied to
-//! `embed_tokens` when `tie_word_embeddings`). Qwen2 has biases on q/k/v. A sliding window only
-//! changes the mask, which SDPA runs without (`is_causal`) at sequence lengths within the window.
+//! The Llama-family decoder (`LlamaForCausalLM`, `MistralForCausalLM`, `Qwen2ForCausalLM`,
+//! `Qwen3ForCausalLM`, `Phi3ForCausalLM`: transformers/models/{llama,mistral,qwen2,qwen3,phi3}/
+//! modeling_*.py): `embed_tokens`, rotary embeddings computed once per forward, decoder layers of
+//! RMSNorm + attention (q/k/v projections with `num_key_value_heads` ≤ heads and `head_dim`,
+//! rotary applied to q and k, SDPA with `enable_gqa`, `o_proj`) + RMSNorm + SiLU-gated MLP, a
+//! final RMSNorm and `lm_head` (tied to `embed_tokens` when `tie_word_embeddings`).
+//!
+//! The members differ in a few places: Qwen2 has biases on q/k/v; Qwen3 normalises q and k per
+//! head (`q_norm` / `k_norm`, RMSNorm over `head_dim` before the transpose); Phi-3 fuses the
+//! projections (`qkv_proj` sliced into q, k, v; `gate_up_proj` chunked into gate and up), applies
+//! rotary to the first `partial_rotary_factor · head_dim` channels and concatenates the rest back
+//! (a copy even when the factor is 1), and calls its residual dropouts as modules. A sliding
+//! window only changes the mask, which SDPA runs without (`is_causal`) at sequence lengths within
+//! the window.
 
 use vramscope_core::ir::Task;
-use vramscope_core::ops::{Aten, GradIn, Saved};
+use vramscope_core::ops::{Aten, GradIn, Saved, Slice, View};
 use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
 use super::layers::{
-    add, apply_rotary, embedding, linear, mul, packed_sequence_check, position_ids, rms_norm,
-    rotary, sdpa, tied_head, view,
+    add, apply_rotary, apply_rotary_sliced, attention_output, dropout, embedding, linear, mul,
+    packed_sequence_check, position_ids, rms_norm, rotary, sdpa, tied_head, view,
 };
 use super::{build_error, HfConfig, HfError, HfInput};
 
+/// The family member: class names and the places the forwards differ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Variant {
+    Llama,
+    Mistral,
+    Qwen2,
+    Qwen3,
+    Phi3,
+}
+
+impl Variant {
+    fn of(model_type: &str) -> Variant {
+        if model_type.starts_with("mistral") {
+            Variant::Mistral
+        } else if model_type.starts_with("qwen3") {
+            Variant::Qwen3
+        } else if model_type.starts_with("qwen2") {
+            Variant::Qwen2
+        } else if model_type.starts_with("phi3") {
+            Variant::Phi3
+        } else {
+            Variant::Llama
+        }
+    }
+
+    /// The class-name prefix (`Qwen2` in `Qwen2DecoderLayer`).
+    fn prefix(self) -> &'static str {
+        match self {
+            Variant::Llama => "Llama",
+            Variant::Mistral => "Mistral",
+            Variant::Qwen2 => "Qwen2",
+            Variant::Qwen3 => "Qwen3",
+            Variant::Phi3 => "Phi3",
+        }
+    }
+}
+
 struct Spec {
+    variant: Variant,
     vocab: u64,
     hidden: u64,
     layers: u64,
     heads: u64,
     kv_heads: u64,
     head_dim: u64,
+    /// Channels of each head that rotary embeddings turn (Phi-3's `partial_rotary_factor`).
+    rotary_dim: u64,
     intermediate: u64,
     attn_dropout: f64,
+    /// Phi-3's `resid_pdrop` (its `resid_attn_dropout` / `resid_mlp_dropout` modules).
+    resid_dropout: f64,
     qkv_bias: bool,
     o_bias: bool,
     mlp_bias: bool,
@@ -32,7 +81,7 @@ struct Spec {
     max_positions: Option<u64>,
 }
 
-fn spec(cfg: &HfConfig, model_type: &str) -> Result<Spec, HfError> {
+fn spec(cfg: &HfConfig, variant: Variant) -> Result<Spec, HfError> {
     let hidden = cfg.u64(&["hidden_size"])?;
     let heads = cfg.u64(&["num_attention_heads"])?;
     let kv_heads = cfg
@@ -46,8 +95,11 @@ fn spec(cfg: &HfConfig, model_type: &str) -> Result<Spec, HfError> {
             expected: format!("a divisor of num_attention_heads = {heads}"),
         });
     }
-    let head_dim = match cfg.opt_u64(&["head_dim"])? {
-        Some(d) if d > 0 => d,
+    // Qwen3Config has its own `head_dim` (default 128); Phi3Config has none (hidden / heads)
+    let head_dim = match (variant, cfg.opt_u64(&["head_dim"])?) {
+        (Variant::Phi3, _) => hidden / heads,
+        (_, Some(d)) if d > 0 => d,
+        (Variant::Qwen3, _) => 128,
         _ => hidden / heads,
     };
     if let Some(act) = cfg.str("hidden_act")? {
@@ -59,43 +111,73 @@ fn spec(cfg: &HfConfig, model_type: &str) -> Result<Spec, HfError> {
             });
         }
     }
-    let qwen2 = model_type.starts_with("qwen2");
+    let rotary_dim = match variant {
+        Variant::Phi3 => {
+            let factor = partial_rotary_factor(cfg)?;
+            // int(head_dim * factor), as Phi3RotaryEmbedding computes it
+            let d = (head_dim as f64 * factor) as u64;
+            if d == 0 || d % 2 != 0 || d > head_dim {
+                return Err(HfError::Field {
+                    path: cfg.path.clone(),
+                    field: "partial_rotary_factor".into(),
+                    expected: format!(
+                        "a factor in (0, 1] giving an even number of rotary channels of head_dim = {head_dim} (got {factor})"
+                    ),
+                });
+            }
+            d
+        }
+        _ => head_dim,
+    };
     let attention_bias = cfg.bool_or("attention_bias", false)?;
+    let (qkv_bias, o_bias) = match variant {
+        Variant::Qwen2 => (true, attention_bias),
+        // Phi3Attention: qkv_proj and o_proj without bias whatever the config says
+        Variant::Phi3 => (false, false),
+        _ => (attention_bias, attention_bias),
+    };
     Ok(Spec {
+        variant,
         vocab: cfg.u64(&["vocab_size"])?,
         hidden,
         layers: cfg.u64(&["num_hidden_layers"])?,
         heads,
         kv_heads,
         head_dim,
+        rotary_dim,
         intermediate: cfg.u64(&["intermediate_size"])?,
         attn_dropout: cfg.f64_or("attention_dropout", 0.0)?,
-        qkv_bias: qwen2 || attention_bias,
-        o_bias: attention_bias,
-        mlp_bias: cfg.bool_or("mlp_bias", false)?,
+        resid_dropout: match variant {
+            Variant::Phi3 => cfg.f64_or("resid_pdrop", 0.0)?,
+            _ => 0.0,
+        },
+        qkv_bias,
+        o_bias,
+        mlp_bias: variant != Variant::Phi3 && cfg.bool_or("mlp_bias", false)?,
         tied: cfg.bool_or("tie_word_embeddings", false)?,
         max_positions: cfg.opt_u64(&["max_position_embeddings"])?,
     })
 }
 
-fn class_prefix(model_type: &str) -> &'static str {
-    if model_type.starts_with("mistral") {
-        "Mistral"
-    } else if model_type.starts_with("qwen2") {
-        "Qwen2"
-    } else {
-        "Llama"
+/// Phi-3's `partial_rotary_factor`: top level, or inside `rope_parameters` / `rope_scaling`.
+fn partial_rotary_factor(cfg: &HfConfig) -> Result<f64, HfError> {
+    for holder in ["rope_parameters", "rope_scaling"] {
+        if let Some(f) = cfg.nested_f64(holder, "partial_rotary_factor")? {
+            return Ok(f);
+        }
     }
+    cfg.f64_or("partial_rotary_factor", 1.0)
 }
 
-/// Builds `{Llama,Mistral,Qwen2}ForCausalLM`; returns the graph and the checkpointed layers.
+/// Builds `{Llama,Mistral,Qwen2,Qwen3,Phi3}ForCausalLM`; returns the graph and the checkpointed
+/// layers.
 pub fn build(
     cfg: &HfConfig,
     model_type: &str,
     input: &HfInput,
     dtype: DType,
 ) -> Result<(Graph, Vec<String>), HfError> {
-    let s = spec(cfg, model_type)?;
+    let s = spec(cfg, Variant::of(model_type))?;
     if let Some(m) = s.max_positions {
         if input.seq > m {
             return Err(HfError::BadInput(format!(
@@ -104,27 +186,36 @@ pub fn build(
             )));
         }
     }
-    let p = class_prefix(model_type);
-    let amp = input.precision.autocast_dtype().is_some();
+    let p = s.variant.prefix();
+    let autocast = input.precision.autocast_dtype();
     let (bsz, seq) = (input.batch, input.seq);
     let mut b = GraphBuilder::new(model_type, &format!("{p}ForCausalLM"));
     let ids = b.input(vec![bsz, seq], DType::I64);
     let (h, emb) = b.module("model", &format!("{p}Model"), &[ids], |b| {
         let (x, emb) = embedding(b, "embed_tokens", s.vocab, s.hidden, ids);
         let pos = position_ids(b, seq);
-        // position_ids is a local of the model's forward until it returns
-        b.hold(&[pos]);
+        // inputs_embeds and position_ids are locals of the model's forward until it returns
+        b.hold(&[x, pos]);
         packed_sequence_check(b, bsz, seq);
-        let (cos, sin) = rotary(b, &format!("{p}RotaryEmbedding"), s.head_dim, x, pos);
+        let (cos, sin) = rotary(b, &format!("{p}RotaryEmbedding"), s.rotary_dim, x, pos);
         let mut x = x;
+        let ctx = LayerCtx {
+            s: &s,
+            bsz,
+            seq,
+            dtype,
+            autocast,
+            half: autocast.is_some_and(|d| d != DType::F32) || dtype.size() == 2,
+        };
         b.module("layers", "ModuleList", &[], |b| {
             for i in 0..s.layers {
-                // position_embeddings are arguments too (a checkpoint keeps them)
+                // position_embeddings and position_ids are arguments too (a checkpoint keeps
+                // them until backward)
                 x = b.module(
                     &i.to_string(),
                     &format!("{p}DecoderLayer"),
-                    &[x, cos, sin],
-                    |b| decoder_layer(b, &s, p, bsz, seq, dtype, amp, x, cos, sin),
+                    &[x, cos, sin, pos],
+                    |b| decoder_layer(b, &ctx, x, cos, sin),
                 );
             }
         });
@@ -134,6 +225,8 @@ pub fn build(
         )
     });
     let logits = if s.tied {
+        // post_init drops the head's own weight for the embedding's
+        b.tie_at_init(&[vec![s.vocab, s.hidden]], 1, None);
         tied_head(&mut b, "lm_head", emb, h)
     } else {
         linear(&mut b, "lm_head", s.hidden, s.vocab, false, h)
@@ -145,54 +238,179 @@ pub fn build(
     Ok((graph, layers))
 }
 
-#[allow(clippy::too_many_arguments)]
-fn decoder_layer(
-    b: &mut GraphBuilder,
-    s: &Spec,
-    p: &str,
+/// What every decoder layer of one build shares.
+struct LayerCtx<'a> {
+    s: &'a Spec,
     bsz: u64,
     seq: u64,
+    /// The parameter dtype (the residual stream's).
     dtype: DType,
-    amp: bool,
+    /// The autocast dtype, if autocast is on.
+    autocast: Option<DType>,
+    /// Whether attention runs in half precision (cuDNN / flash attention on an H100).
+    half: bool,
+}
+
+fn decoder_layer(
+    b: &mut GraphBuilder,
+    c: &LayerCtx,
     input: TensorId,
     cos: TensorId,
     sin: TensorId,
 ) -> TensorId {
+    let (s, p) = (c.s, c.s.variant.prefix());
     let norm = format!("{p}RMSNorm");
-    let x = rms_norm(b, "input_layernorm", &norm, s.hidden, dtype, input);
+    let x = rms_norm(b, "input_layernorm", &norm, s.hidden, c.dtype, input);
     let a = b.module("self_attn", &format!("{p}Attention"), &[x], |b| {
-        let d = s.head_dim;
-        let proj = |b: &mut GraphBuilder, name: &str, heads: u64| {
-            let t = linear(b, name, s.hidden, heads * d, s.qkv_bias, x);
-            let t = view(b, "view", t, vec![bsz, seq, heads, d]);
-            view(b, "transpose", t, vec![bsz, heads, seq, d])
-        };
-        let q = proj(b, "q_proj", s.heads);
-        let k = proj(b, "k_proj", s.kv_heads);
-        let v = proj(b, "v_proj", s.kv_heads);
-        let q = apply_rotary(b, q, cos, sin, amp);
-        let k = apply_rotary(b, k, cos, sin, amp);
-        let o = sdpa(b, q, k, v, s.attn_dropout, true);
-        let o = view(b, "transpose", o, vec![bsz, seq, s.heads, d]);
-        let o = view(b, "reshape", o, vec![bsz, seq, s.heads * d]);
-        linear(b, "o_proj", s.heads * d, s.hidden, s.o_bias, o)
+        attention(b, c, x, cos, sin)
     });
+    let phi3 = s.variant == Variant::Phi3;
+    let a = if phi3 {
+        dropout(b, "resid_attn_dropout", s.resid_dropout, a)
+    } else {
+        a
+    };
     let x = add(b, input, a);
-    let y = rms_norm(b, "post_attention_layernorm", &norm, s.hidden, dtype, x);
+    let y = rms_norm(b, "post_attention_layernorm", &norm, s.hidden, c.dtype, x);
     let y = b.module("mlp", &format!("{p}MLP"), &[y], |b| {
-        let g = linear(b, "gate_proj", s.hidden, s.intermediate, s.mlp_bias, y);
-        let sh = b.shape(g).to_vec();
-        let g = b.module("act_fn", "SiLUActivation", &[g], |b| {
-            b.op(
-                Aten::new("silu", sh.clone())
-                    .saves(vec![Saved::Input(0)])
-                    .grads(vec![GradIn::New]),
-                &[g],
-            )
-        });
-        let u = linear(b, "up_proj", s.hidden, s.intermediate, s.mlp_bias, y);
-        let m = mul(b, g, u);
-        linear(b, "down_proj", s.intermediate, s.hidden, s.mlp_bias, m)
+        if phi3 {
+            fused_mlp(b, s, y)
+        } else {
+            gated_mlp(b, s, y)
+        }
     });
+    let y = if phi3 {
+        dropout(b, "resid_mlp_dropout", s.resid_dropout, y)
+    } else {
+        y
+    };
     add(b, x, y)
+}
+
+/// Self-attention from the normed hidden states `x` to the `o_proj` output.
+fn attention(
+    b: &mut GraphBuilder,
+    c: &LayerCtx,
+    x: TensorId,
+    cos: TensorId,
+    sin: TensorId,
+) -> TensorId {
+    let (s, bsz, seq) = (c.s, c.bsz, c.seq);
+    let d = s.head_dim;
+    let p = s.variant.prefix();
+    // [B, S, heads·D] -> [B, heads, S, D]; Qwen3 normalises each head before the transpose
+    let heads_of = |b: &mut GraphBuilder, t: TensorId, heads: u64, norm: Option<&str>| {
+        let t = view(b, "view", t, vec![bsz, seq, heads, d]);
+        let t = match norm {
+            Some(name) => {
+                // the projection's output dtype: the autocast dtype under autocast
+                let dt = c.autocast.unwrap_or(c.dtype);
+                rms_norm(b, name, &format!("{p}RMSNorm"), d, dt, t)
+            }
+            None => t,
+        };
+        view(b, "transpose", t, vec![bsz, heads, seq, d])
+    };
+    let qk_norm = |name: &'static str| (s.variant == Variant::Qwen3).then_some(name);
+    let (q, k, v) = if s.variant == Variant::Phi3 {
+        let (qd, kvd) = (s.heads * d, s.kv_heads * d);
+        let qkv = linear(b, "qkv_proj", s.hidden, qd + 2 * kvd, false, x);
+        // qkv[..., a:b]: a slice each (SliceBackward0 scatters into a zero [B, S, op] gradient)
+        let slice = |b: &mut GraphBuilder, n: u64| {
+            b.op(
+                Slice {
+                    shape: vec![bsz, seq, n],
+                },
+                &[qkv],
+            )
+        };
+        let (q, k, v) = (slice(b, qd), slice(b, kvd), slice(b, kvd));
+        (
+            heads_of(b, q, s.heads, None),
+            heads_of(b, k, s.kv_heads, None),
+            heads_of(b, v, s.kv_heads, None),
+        )
+    } else {
+        let q = linear(b, "q_proj", s.hidden, s.heads * d, s.qkv_bias, x);
+        let q = heads_of(b, q, s.heads, qk_norm("q_norm"));
+        let k = linear(b, "k_proj", s.hidden, s.kv_heads * d, s.qkv_bias, x);
+        let k = heads_of(b, k, s.kv_heads, qk_norm("k_norm"));
+        let v = linear(b, "v_proj", s.hidden, s.kv_heads * d, s.qkv_bias, x);
+        let v = heads_of(b, v, s.kv_heads, None);
+        (q, k, v)
+    };
+    let amp = c.autocast.is_some();
+    // apply_rotary_pos_emb(q, k, cos, sin): its arguments live until it returns both
+    let (q, k) = b.frame(|b| {
+        b.hold(&[q, k]);
+        if s.variant == Variant::Phi3 {
+            // Phi-3's version slices the rotary channels and cats the rest back
+            (
+                apply_rotary_sliced(b, q, cos, sin, amp, s.rotary_dim),
+                apply_rotary_sliced(b, k, cos, sin, amp, s.rotary_dim),
+            )
+        } else {
+            (
+                apply_rotary(b, q, cos, sin, amp),
+                apply_rotary(b, k, cos, sin, amp),
+            )
+        }
+    });
+    // query_states / key_states / value_states are locals until the forward returns
+    b.hold(&[q, k, v]);
+    let o = sdpa(b, q, k, v, s.attn_dropout, true);
+    // Phi-3's q is a `cat` result, contiguous [B, H, S, D]
+    let o = attention_output(b, o, s.variant == Variant::Phi3, c.half);
+    let o = view(b, "reshape", o, vec![bsz, seq, s.heads * d]);
+    linear(b, "o_proj", s.heads * d, s.hidden, s.o_bias, o)
+}
+
+/// `silu` called as the MLP's activation module (`act_fn` / `activation_fn`).
+fn silu_module(b: &mut GraphBuilder, name: &str, g: TensorId) -> TensorId {
+    let sh = b.shape(g).to_vec();
+    b.module(name, "SiLUActivation", &[g], |b| {
+        b.op(
+            Aten::new("silu", sh.clone())
+                .saves(vec![Saved::Input(0)])
+                .grads(vec![GradIn::New]),
+            &[g],
+        )
+    })
+}
+
+/// `down_proj(act_fn(gate_proj(y)) * up_proj(y))`.
+fn gated_mlp(b: &mut GraphBuilder, s: &Spec, y: TensorId) -> TensorId {
+    let g = linear(b, "gate_proj", s.hidden, s.intermediate, s.mlp_bias, y);
+    let g = silu_module(b, "act_fn", g);
+    let u = linear(b, "up_proj", s.hidden, s.intermediate, s.mlp_bias, y);
+    let m = mul(b, g, u);
+    linear(b, "down_proj", s.intermediate, s.hidden, s.mlp_bias, m)
+}
+
+/// Phi-3: `gate, up = gate_up_proj(y).chunk(2, -1)`, `down_proj(up * activation_fn(gate))`.
+fn fused_mlp(b: &mut GraphBuilder, s: &Spec, y: TensorId) -> TensorId {
+    let gu = linear(b, "gate_up_proj", s.hidden, 2 * s.intermediate, false, y);
+    let mut half = b.shape(gu).to_vec();
+    if let Some(l) = half.last_mut() {
+        *l = s.intermediate;
+    }
+    // chunk: two views, whose gradients SplitBackward0 gathers into one new tensor
+    let parts = b.op_multi(
+        View {
+            name: "chunk",
+            shapes: vec![half.clone(), half],
+            expand: false,
+        },
+        &[gu],
+    );
+    // after a shape error the builder hands back one placeholder; keep going with it
+    let (gate, up) = match parts[..] {
+        [g, u] => (g, u),
+        _ => (gu, gu),
+    };
+    // the `up_states` local (a view of the projection) lives until the forward returns
+    b.hold(&[up]);
+    let g = silu_module(b, "activation_fn", gate);
+    let m = mul(b, up, g);
+    linear(b, "down_proj", s.intermediate, s.hidden, false, m)
 }

@@ -77,6 +77,8 @@ pub const SUPPORTED: &[&str] = &[
     "llama",
     "mistral",
     "qwen2",
+    "qwen3",
+    "phi3",
     "bert",
     "roberta",
     "distilbert",
@@ -211,14 +213,17 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
     let family = match model_type.as_str() {
         "gpt2" => Family::Gpt2,
         "opt" => Family::Opt,
-        "llama" | "mistral" | "qwen2" => Family::Llama,
+        "llama" | "mistral" | "qwen2" | "qwen3" | "phi3" => Family::Llama,
         "bert" => Family::Bert(bert::Flavor::Bert),
         "roberta" => Family::Bert(bert::Flavor::Roberta),
         "distilbert" => Family::DistilBert,
         // no model_type: the lower-cased class name of `architectures`
         m if m.starts_with("gpt2") => Family::Gpt2,
         m if m.starts_with("opt") => Family::Opt,
-        m if m.starts_with("llama") || m.starts_with("mistral") || m.starts_with("qwen2") => {
+        m if ["llama", "mistral", "qwen2", "qwen3", "phi3"]
+            .iter()
+            .any(|f| m.starts_with(f)) =>
+        {
             Family::Llama
         }
         m if m.starts_with("distilbert") => Family::DistilBert,
