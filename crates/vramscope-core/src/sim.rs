@@ -1295,8 +1295,15 @@ impl<'g> Sim<'g> {
                 crate::ops::Aten::new("constant_pad_nd", padded_shape).not_differentiable(),
             );
             let padded = self.call(&pad, &[labels], &[], None, None, None)[0];
-            let clone: Arc<dyn Op> =
-                Arc::new(crate::ops::Aten::new("clone", lab_shape.clone()).not_differentiable());
+            // `[..., 1:].contiguous()` copies, except with one row, where the slice is already
+            // contiguous and stays a view of the padded labels
+            let rows: u64 = lab_shape[..lab_shape.len().saturating_sub(1)].iter().product();
+            let shift = if rows == 1 {
+                crate::ops::Aten::view("slice", lab_shape.clone()).not_differentiable()
+            } else {
+                crate::ops::Aten::new("clone", lab_shape.clone()).not_differentiable()
+            };
+            let clone: Arc<dyn Op> = Arc::new(shift);
             let shifted = self.call(&clone, &[padded], &[], None, None, None)[0];
             locals.push(padded);
             shifted

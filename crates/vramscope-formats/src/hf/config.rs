@@ -104,6 +104,40 @@ impl HfConfig {
         }
     }
 
+    /// A number field that may be `null` (Gemma's soft-capping): `default` when the key is
+    /// absent, `None` when it is `null`.
+    pub fn nullable_f64(&self, key: &str, default: Option<f64>) -> Result<Option<f64>, HfError> {
+        let v = match self.top.get(key) {
+            Some(v) => Some(v),
+            None => self.text.as_ref().and_then(|t| t.get(key)),
+        };
+        match v {
+            None => Ok(default),
+            Some(Value::Null) => Ok(None),
+            Some(v) => v
+                .as_f64()
+                .map(Some)
+                .ok_or_else(|| self.err(key, "a number or null")),
+        }
+    }
+
+    /// A list of strings (`layer_types`), if present.
+    pub fn str_list(&self, key: &str) -> Result<Option<Vec<String>>, HfError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::Array(a)) => a
+                .iter()
+                .map(|v| {
+                    v.as_str()
+                        .map(str::to_string)
+                        .ok_or_else(|| self.err(key, "a list of strings"))
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map(Some),
+            Some(_) => Err(self.err(key, "a list of strings")),
+        }
+    }
+
     /// A boolean field, or `default`.
     pub fn bool_or(&self, key: &str, default: bool) -> Result<bool, HfError> {
         match self.get(key) {

@@ -18,17 +18,23 @@ pub fn embedding(
     dim: u64,
     ids: TensorId,
 ) -> (TensorId, TensorId) {
-    let mut shape = b.shape(ids).to_vec();
-    shape.push(dim);
     b.module(name, "Embedding", &[ids], |b| {
         let w = b.parameter("weight", vec![num, dim]);
-        let op = Aten::new("embedding", shape)
-            .dtype(DTypeRule::Like(0))
-            .saves(vec![Saved::Input(1)])
-            .saved_only_for(Saved::Input(1), 0)
-            .grads(vec![GradIn::New, GradIn::None]);
-        (b.op(op, &[w, ids]), w)
+        (embedding_lookup(b, w, ids), w)
     })
+}
+
+/// `F.embedding(weight, ids)` inside the current module: saves the indices; backward makes a
+/// dense gradient of the weight's shape.
+pub fn embedding_lookup(b: &mut GraphBuilder, weight: TensorId, ids: TensorId) -> TensorId {
+    let mut shape = b.shape(ids).to_vec();
+    shape.push(b.shape(weight)[1]);
+    let op = Aten::new("embedding", shape)
+        .dtype(DTypeRule::Like(0))
+        .saves(vec![Saved::Input(1)])
+        .saved_only_for(Saved::Input(1), 0)
+        .grads(vec![GradIn::New, GradIn::None]);
+    b.op(op, &[weight, ids])
 }
 
 /// `nn.Dropout(p)`; p = 0 returns its input.
@@ -181,45 +187,13 @@ pub fn rms_norm(
     b.module(name, type_name, &[x], |b| {
         let w = b.parameter("weight", vec![hidden]);
         let s = b.shape(x).to_vec();
-        let mut s1 = s.clone();
-        if let Some(l) = s1.last_mut() {
-            *l = 1;
-        }
-        let f32 = DTypeRule::Fixed(DType::F32);
         let xf = if dtype != DType::F32 {
             to_dtype(b, x, DType::F32)
         } else {
             x
         };
-        // pow(2): saves its input; backward pow and mul.Scalar temporaries
-        let p = b.op(
-            Aten::new("pow", s.clone())
-                .autocast(Autocast::Fp32)
-                .saves(vec![Saved::Input(0)])
-                .backward_temporary(s.clone(), f32)
-                .backward_temporary(s.clone(), f32),
-            &[xf],
-        );
-        let var = b.op(Aten::new("mean", s1.clone()), &[p]);
         // `variance` is a local of the forward: it lives until the module returns
-        b.hold(&[var]);
-        let var = add_scalar(b, var);
-        let r = b.op(
-            Aten::new("rsqrt", s1.clone())
-                .autocast(Autocast::Fp32)
-                .saves(vec![Saved::Output(0)])
-                .backward_temporary(s1.clone(), f32)
-                .backward_temporary(s1.clone(), f32),
-            &[var],
-        );
-        // x * rsqrt: the rsqrt gradient is a full-size product summed down
-        let h = b.op(
-            Aten::new("mul", s.clone())
-                .saves(vec![Saved::Input(0), Saved::Input(1)])
-                .cross_saves(0, 1)
-                .backward_temporary(s.clone(), f32),
-            &[xf, r],
-        );
+        let h = rms_normalize(b, xf, true);
         // the float32 product is the `hidden_states` local until the module returns
         b.hold(&[h]);
         let h = if dtype != DType::F32 {
@@ -239,6 +213,95 @@ pub fn rms_norm(
     })
 }
 
+/// `GemmaRMSNorm(dim)` (Gemma, Gemma2, Gemma3): `output = _norm(x.float())` with `_norm(x) = x *
+/// rsqrt(x.pow(2).mean(-1, keepdim) + eps)`, then `output * (1.0 + weight.float())` in float32,
+/// then `.type_as(x)`. `dtype` is the dtype of `x`; the norm runs over its last dimension.
+pub fn gemma_rms_norm(
+    b: &mut GraphBuilder,
+    name: &str,
+    type_name: &str,
+    dim: u64,
+    dtype: DType,
+    x: TensorId,
+) -> TensorId {
+    b.module(name, type_name, &[x], |b| {
+        let w = b.parameter("weight", vec![dim]);
+        let s = b.shape(x).to_vec();
+        let xf = if dtype != DType::F32 {
+            to_dtype(b, x, DType::F32)
+        } else {
+            x
+        };
+        // the mean is a temporary of one expression here, freed by the `+ eps`
+        let h = rms_normalize(b, xf, false);
+        // 1.0 + weight.float(): a [dim] float32 tensor
+        let wf = if dtype != DType::F32 {
+            to_dtype(b, w, DType::F32)
+        } else {
+            w
+        };
+        let w1 = add_scalar(b, wf);
+        // output * (1 + w): output's gradient first, then the weight's (a full-size product summed
+        // down)
+        let out = b.op(
+            Aten::new("mul", s.clone())
+                .saves(vec![Saved::Input(0), Saved::Input(1)])
+                .cross_saves(0, 1)
+                .backward_temporary(s, DTypeRule::Fixed(DType::F32)),
+            &[h, w1],
+        );
+        if dtype != DType::F32 {
+            // the float32 `output` is a local until the forward returns
+            b.hold(&[out]);
+            to_dtype(b, out, dtype)
+        } else {
+            out
+        }
+    })
+}
+
+/// `x * rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)` on a float32 `x`; `hold_variance` keeps
+/// the mean alive until the current module returns (a Python local) instead of freeing it once
+/// `+ eps` has used it (a temporary of the expression).
+fn rms_normalize(b: &mut GraphBuilder, xf: TensorId, hold_variance: bool) -> TensorId {
+    let s = b.shape(xf).to_vec();
+    let mut s1 = s.clone();
+    if let Some(l) = s1.last_mut() {
+        *l = 1;
+    }
+    let f32 = DTypeRule::Fixed(DType::F32);
+    // pow(2): saves its input; backward pow and mul.Scalar temporaries
+    let p = b.op(
+        Aten::new("pow", s.clone())
+            .autocast(Autocast::Fp32)
+            .saves(vec![Saved::Input(0)])
+            .backward_temporary(s.clone(), f32)
+            .backward_temporary(s.clone(), f32),
+        &[xf],
+    );
+    let var = b.op(Aten::new("mean", s1.clone()), &[p]);
+    if hold_variance {
+        b.hold(&[var]);
+    }
+    let var = add_scalar(b, var);
+    let r = b.op(
+        Aten::new("rsqrt", s1.clone())
+            .autocast(Autocast::Fp32)
+            .saves(vec![Saved::Output(0)])
+            .backward_temporary(s1.clone(), f32)
+            .backward_temporary(s1, f32),
+        &[var],
+    );
+    // x * rsqrt: the rsqrt gradient is a full-size product summed down
+    b.op(
+        Aten::new("mul", s.clone())
+            .saves(vec![Saved::Input(0), Saved::Input(1)])
+            .cross_saves(0, 1)
+            .backward_temporary(s, f32),
+        &[xf, r],
+    )
+}
+
 /// Rotary embedding (`model.rotary_emb`): `cos` and `sin` `[1, S, D]` in the dtype of `x`, under
 /// `no_grad`, with its `inv_freq` buffers; the float32 frequency temporaries are freed inside.
 pub fn rotary(
@@ -248,13 +311,27 @@ pub fn rotary(
     x: TensorId,
     pos: TensorId,
 ) -> (TensorId, TensorId) {
+    let _ = type_name;
+    rotary_with_buffers(b, ["inv_freq", "original_inv_freq"], head_dim, x, pos)
+}
+
+/// [`rotary`] whose module keeps its two `[D/2]` buffers under `buffers` (Gemma3's one module
+/// holds `sliding_attention_inv_freq`, `full_attention_inv_freq`, ... and is called once per
+/// layer type).
+pub fn rotary_with_buffers(
+    b: &mut GraphBuilder,
+    buffers: [&'static str; 2],
+    head_dim: u64,
+    x: TensorId,
+    pos: TensorId,
+) -> (TensorId, TensorId) {
     let seq = b.shape(pos)[0];
     let f32 = DTypeRule::Fixed(DType::F32);
     let shape = vec![1, seq, head_dim];
     let mut op = Aten::new("rotary_emb", shape.clone())
         .dtype(DTypeRule::Like(0))
-        .buffer("inv_freq", vec![head_dim / 2])
-        .buffer("original_inv_freq", vec![head_dim / 2])
+        .buffer(buffers[0], vec![head_dim / 2])
+        .buffer(buffers[1], vec![head_dim / 2])
         .temporary(vec![1, seq, 1], f32)
         .temporary(vec![1, seq, head_dim / 2], f32)
         .temporary(shape.clone(), f32)
@@ -263,7 +340,6 @@ pub fn rotary(
         .not_differentiable();
     op.outputs.push((shape, DTypeRule::Like(0)));
     op.name = "rotary_emb";
-    let _ = type_name;
     let out = b.layer_multi("rotary_emb", op, &[x, pos]);
     (out[0], out[1])
 }
@@ -361,6 +437,303 @@ pub fn sdpa(
             row_stats_temporary: false,
         },
         &[q, k, v],
+    )
+}
+
+/// Which pattern a transformers mask function builds (`masking_utils`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MaskPattern {
+    /// `create_causal_mask`.
+    Causal,
+    /// `create_sliding_window_causal_mask(sliding_window)`.
+    SlidingWindow(u64),
+}
+
+/// The attention mask `create_causal_mask` / `create_sliding_window_causal_mask` return for a
+/// `[B, S]` batch without padding, with their temporaries (the packed-sequence check first).
+///
+/// * `eager: None` (SDPA): `None` where SDPA can run `is_causal` instead — always for the causal
+///   pattern, and for a sliding window while `S` < the window — else the boolean `[1, 1, S, S]`
+///   mask expanded (a view) to `[B, 1, S, S]`.
+/// * `eager: Some(dtype)`: never skipped; the boolean mask turned into an additive `[B, 1, S, S]`
+///   mask of `dtype` (`torch.where(mask, 0, finfo.min)`; the dtype of `inputs_embeds`).
+pub fn attention_mask(
+    b: &mut GraphBuilder,
+    batch: u64,
+    seq: u64,
+    pattern: MaskPattern,
+    eager: Option<DType>,
+) -> Option<TensorId> {
+    packed_sequence_check(b, batch, seq);
+    let materialized = match pattern {
+        MaskPattern::Causal => eager.is_some(),
+        MaskPattern::SlidingWindow(w) => eager.is_some() || seq >= w,
+    };
+    if !materialized {
+        return None;
+    }
+    let i64 = DTypeRule::Fixed(DType::I64);
+    let bool_ = DTypeRule::Fixed(DType::Bool);
+    let square = vec![1, 1, seq, seq];
+    let boolean = b.frame(|b| {
+        // batch, head, q and kv index vectors (`arange(n) + offset`), locals of sdpa_mask
+        let idx = b.op_multi(
+            {
+                let mut op = Aten::new("arange", vec![batch])
+                    .dtype(i64)
+                    .temporary(vec![seq], i64)
+                    .temporary(vec![seq], i64)
+                    .not_differentiable();
+                op.outputs.push((vec![1], i64));
+                op.outputs.push((vec![seq], i64));
+                op.outputs.push((vec![seq], i64));
+                op
+            },
+            &[],
+        );
+        b.hold(&idx);
+        let (q_idx, kv_idx) = (idx[2], idx[3]);
+        let causal = |b: &mut GraphBuilder| {
+            b.op(
+                Aten::new("le", square.clone())
+                    .dtype(bool_)
+                    .not_differentiable(),
+                &[kv_idx, q_idx],
+            )
+        };
+        match pattern {
+            MaskPattern::Causal => causal(b),
+            MaskPattern::SlidingWindow(_) => {
+                // and_masks(sliding_window_overlay, causal): new_ones(()) & (kv > q - w), then
+                // & (kv <= q)
+                let ones = b.op(
+                    Aten::new("new_ones", vec![]).dtype(bool_).not_differentiable(),
+                    &[],
+                );
+                let shifted = b.op(
+                    Aten::new("sub", vec![1, 1, seq, 1]).dtype(i64).not_differentiable(),
+                    &[q_idx],
+                );
+                let gt = b.op(
+                    Aten::new("gt", square.clone()).dtype(bool_).not_differentiable(),
+                    &[kv_idx, shifted],
+                );
+                let inside = b.op(
+                    Aten::new("bitwise_and", square.clone())
+                        .dtype(bool_)
+                        .not_differentiable(),
+                    &[ones, gt],
+                );
+                let c = causal(b);
+                b.op(
+                    Aten::new("bitwise_and", square.clone())
+                        .dtype(bool_)
+                        .not_differentiable(),
+                    &[inside, c],
+                )
+            }
+        }
+    });
+    let full = vec![batch, 1, seq, seq];
+    Some(match eager {
+        None => b.op(
+            Aten::view("expand", full).grads(vec![GradIn::None]),
+            &[boolean],
+        ),
+        Some(dtype) => b.op(
+            Aten::new("where", full)
+                .dtype(DTypeRule::Fixed(dtype))
+                .temporary(vec![], DTypeRule::Fixed(dtype))
+                .temporary(vec![], DTypeRule::Fixed(dtype))
+                .not_differentiable(),
+            &[boolean],
+        ),
+    })
+}
+
+/// `repeat_kv(x, n_rep)` on `[B, kv, S, D]` k or v: `x[:, :, None].expand(B, kv, n_rep, S,
+/// D).reshape(B, kv·n_rep, S, D)`. With one kv head the reshape is still a view; otherwise it
+/// copies. Backward sums the expanded gradient into a new `[B, kv, S, D]` tensor.
+pub fn repeat_kv(b: &mut GraphBuilder, x: TensorId, n_rep: u64) -> TensorId {
+    if n_rep == 1 {
+        return x;
+    }
+    let s = b.shape(x).to_vec();
+    let out = vec![s[0], s[1] * n_rep, s[2], s[3]];
+    if s[1] == 1 {
+        b.op(
+            Aten::view("expand", out).grads(vec![GradIn::New]),
+            &[x],
+        )
+    } else {
+        b.op(Aten::new("clone", out).dtype(DTypeRule::Like(0)), &[x])
+    }
+}
+
+/// `F.scaled_dot_product_attention(q, k, v, attn_mask=mask)` as transformers' `sdpa_attention_forward`
+/// calls it when the mask function returned a boolean mask: k and v repeated to all heads (no
+/// `enable_gqa` with a mask), the boolean mask turned into an additive `[B, 1, L, S]` mask of
+/// `dtype` (the dtype attention runs in) inside the SDPA call, and the kernel keeping it for
+/// backward.
+#[allow(clippy::too_many_arguments)]
+pub fn sdpa_masked(
+    b: &mut GraphBuilder,
+    q: TensorId,
+    k: TensorId,
+    v: TensorId,
+    mask: TensorId,
+    dropout_p: f64,
+    dtype: DType,
+) -> TensorId {
+    // sdpa_attention_forward's `key` / `value` locals: the repeated k, v live until it returns
+    b.frame(|b| {
+        let n_rep = b.shape(q)[1] / b.shape(k)[1].max(1);
+        let k = repeat_kv(b, k, n_rep);
+        let v = repeat_kv(b, v, n_rep);
+        b.hold(&[k, v]);
+        sdpa_with_mask(b, q, k, v, mask, dropout_p, dtype)
+    })
+}
+
+fn sdpa_with_mask(
+    b: &mut GraphBuilder,
+    q: TensorId,
+    k: TensorId,
+    v: TensorId,
+    mask: TensorId,
+    dropout_p: f64,
+    dtype: DType,
+) -> TensorId {
+    let shape = b.shape(mask).to_vec();
+    let additive = b.op(
+        Aten::new("where", shape)
+            .dtype(DTypeRule::Fixed(dtype))
+            .temporary(vec![], DTypeRule::Fixed(dtype))
+            .temporary(vec![], DTypeRule::Fixed(dtype))
+            .not_differentiable(),
+        &[mask],
+    );
+    b.op(
+        ScaledDotProductAttention {
+            dropout_p,
+            causal: false,
+            row_stats_temporary: false,
+        },
+        &[q, k, v, additive],
+    )
+}
+
+/// The dtypes eager attention's casts depend on (fixed when the graph is built for a precision).
+#[derive(Debug, Clone, Copy)]
+pub struct EagerDTypes {
+    /// The dtype the products run in (the autocast dtype under autocast).
+    pub score: DType,
+    /// The additive mask's dtype (that of `inputs_embeds`).
+    pub mask: DType,
+    /// The dtype of q (the rotary result).
+    pub query: DType,
+}
+
+/// Transformers' `eager_attention_forward` (Gemma2's, with its optional logit soft-capping) on
+/// q `[B, H, L, D]` (the rotary result, laid out `[B, L, H, D]`), k, v `[B, kv, S, D]` and an
+/// additive mask `[B, 1, L, S]`:
+/// `repeat_kv` of k and v; `matmul(q, k.T)` (its reshape copies q: the layout is not `[B·H, L,
+/// D]`); `* scaling`; `/ cap, tanh, * cap`; `+ mask`; `softmax(dim=-1, dtype=float32)` (a float32
+/// copy first when the scores are half); `.to(q.dtype)`; dropout; `matmul(probs, v)`;
+/// `transpose(1, 2).contiguous()`. Returns `[B, L, H, D]`.
+#[allow(clippy::too_many_arguments)]
+pub fn eager_attention(
+    b: &mut GraphBuilder,
+    q: TensorId,
+    k: TensorId,
+    v: TensorId,
+    mask: TensorId,
+    softcap: Option<f64>,
+    dropout_p: f64,
+    dtypes: EagerDTypes,
+) -> TensorId {
+    // a function of its own: key_states / value_states (the repeated k, v) live until it returns
+    b.frame(|b| eager_attention_body(b, q, k, v, mask, softcap, dropout_p, dtypes))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn eager_attention_body(
+    b: &mut GraphBuilder,
+    q: TensorId,
+    k: TensorId,
+    v: TensorId,
+    mask: TensorId,
+    softcap: Option<f64>,
+    dropout_p: f64,
+    dtypes: EagerDTypes,
+) -> TensorId {
+    let EagerDTypes {
+        score: score_dtype,
+        mask: mask_dtype,
+        query: q_dtype,
+    } = dtypes;
+    let qs = b.shape(q).to_vec();
+    let (bsz, heads, l, d) = (qs[0], qs[1], qs[2], qs[3]);
+    let n_rep = heads / b.shape(k)[1].max(1);
+    let k = repeat_kv(b, k, n_rep);
+    let v = repeat_kv(b, v, n_rep);
+    b.hold(&[k, v]);
+    let s = b.shape(k)[2];
+    let kt = view(b, "transpose", k, vec![bsz, heads, d, s]);
+    let scores_shape = vec![bsz, heads, l, s];
+    // matmul: [q's reshape copy, q @ k.T]; BmmBackward0 keeps the copy and k.T, and makes k.T's
+    // gradient before q's
+    let qk = b.op_multi(
+        {
+            let mut op = Aten::new("matmul", qs.clone())
+                .dtype(DTypeRule::Like(0))
+                .autocast(Autocast::LowerPrecision)
+                .saves(vec![Saved::Output(0), Saved::Input(1)])
+                .right_to_left();
+            op.outputs.push((scores_shape.clone(), DTypeRule::Like(0)));
+            op
+        },
+        &[q, kt],
+    );
+    let scores = qk.get(1).copied().unwrap_or(qk[0]);
+    let mut x = mul_scalar(b, scores);
+    if softcap.is_some() {
+        x = b.op(Aten::new("div", scores_shape.clone()), &[x]);
+        x = b.op(
+            Aten::new("tanh", scores_shape.clone()).saves(vec![Saved::Output(0)]),
+            &[x],
+        );
+        x = mul_scalar(b, x);
+    }
+    let x = add(b, x, mask);
+    let x = if score_dtype.promote(mask_dtype) != DType::F32 {
+        to_dtype(b, x, DType::F32)
+    } else {
+        x
+    };
+    let p = b.op(
+        Aten::new("_softmax", scores_shape.clone()).saves(vec![Saved::Output(0)]),
+        &[x],
+    );
+    let p = if q_dtype != DType::F32 {
+        to_dtype(b, p, q_dtype)
+    } else {
+        p
+    };
+    let p = dropout_fn(b, dropout_p, p);
+    let o = b.op(
+        Aten::new("matmul", vec![bsz, heads, l, d])
+            .autocast(Autocast::LowerPrecision)
+            .saves(vec![Saved::Input(0), Saved::Input(1)])
+            .right_to_left(),
+        &[p, v],
+    );
+    b.op(
+        Contiguous {
+            name: "clone",
+            shape: vec![bsz, l, heads, d],
+        },
+        &[o],
     )
 }
 

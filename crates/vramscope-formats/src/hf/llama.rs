@@ -18,8 +18,8 @@ use vramscope_core::ops::{Aten, GradIn, Saved, Slice, View};
 use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
 use super::layers::{
-    add, apply_rotary, apply_rotary_sliced, attention_output, dropout, embedding, linear, mul,
-    packed_sequence_check, position_ids, rms_norm, rotary, sdpa, tied_head, view,
+    add, apply_rotary, apply_rotary_sliced, attention_mask, attention_output, dropout, embedding,
+    linear, mul, position_ids, rms_norm, rotary, sdpa, sdpa_masked, tied_head, view, MaskPattern,
 };
 use super::{build_error, HfConfig, HfError, HfInput};
 
@@ -79,6 +79,71 @@ struct Spec {
     mlp_bias: bool,
     tied: bool,
     max_positions: Option<u64>,
+    /// The mask each layer attends with.
+    masks: Masks,
+}
+
+/// The masks the model's forward builds and which layers use which.
+struct Masks {
+    /// Mistral and Phi-3: one mask for every layer, a sliding-window one when `sliding_window`
+    /// is set. Qwen2/Qwen3: the causal mask always, plus a sliding-window one when some layer
+    /// slides.
+    patterns: Vec<MaskPattern>,
+    /// Per layer, the index into `patterns`.
+    of_layer: Vec<usize>,
+}
+
+fn masks(cfg: &HfConfig, variant: Variant, layers: u64) -> Result<Masks, HfError> {
+    let window = |cfg: &HfConfig| -> Result<Option<u64>, HfError> {
+        Ok(cfg.opt_u64(&["sliding_window"])?.filter(|&w| w > 0))
+    };
+    let n = layers as usize;
+    Ok(match variant {
+        Variant::Llama => Masks {
+            patterns: vec![MaskPattern::Causal],
+            of_layer: vec![0; n],
+        },
+        Variant::Mistral | Variant::Phi3 => Masks {
+            patterns: vec![match window(cfg)? {
+                Some(w) => MaskPattern::SlidingWindow(w),
+                None => MaskPattern::Causal,
+            }],
+            of_layer: vec![0; n],
+        },
+        Variant::Qwen2 | Variant::Qwen3 => {
+            // Qwen{2,3}Config: no window unless use_sliding_window; then layers from
+            // max_window_layers on slide, unless layer_types says otherwise
+            let w = if cfg.bool_or("use_sliding_window", false)? {
+                window(cfg)?
+            } else {
+                None
+            };
+            let sliding: Vec<bool> = match cfg.str_list("layer_types")? {
+                Some(list) if list.len() == n => list.iter().map(|t| t == "sliding_attention").collect(),
+                Some(_) => {
+                    return Err(HfError::Field {
+                        path: cfg.path.clone(),
+                        field: "layer_types".into(),
+                        expected: format!("one entry per layer (num_hidden_layers = {layers})"),
+                    })
+                }
+                None => {
+                    let from = cfg.opt_u64(&["max_window_layers"])?.unwrap_or(28);
+                    (0..layers).map(|i| w.is_some() && i >= from).collect()
+                }
+            };
+            match (w, sliding.iter().any(|&x| x)) {
+                (Some(w), true) => Masks {
+                    patterns: vec![MaskPattern::Causal, MaskPattern::SlidingWindow(w)],
+                    of_layer: sliding.iter().map(|&x| usize::from(x)).collect(),
+                },
+                _ => Masks {
+                    patterns: vec![MaskPattern::Causal],
+                    of_layer: vec![0; n],
+                },
+            }
+        }
+    })
 }
 
 fn spec(cfg: &HfConfig, variant: Variant) -> Result<Spec, HfError> {
@@ -136,11 +201,12 @@ fn spec(cfg: &HfConfig, variant: Variant) -> Result<Spec, HfError> {
         Variant::Phi3 => (false, false),
         _ => (attention_bias, attention_bias),
     };
+    let layers = cfg.u64(&["num_hidden_layers"])?;
     Ok(Spec {
         variant,
         vocab: cfg.u64(&["vocab_size"])?,
         hidden,
-        layers: cfg.u64(&["num_hidden_layers"])?,
+        layers,
         heads,
         kv_heads,
         head_dim,
@@ -156,6 +222,7 @@ fn spec(cfg: &HfConfig, variant: Variant) -> Result<Spec, HfError> {
         mlp_bias: variant != Variant::Phi3 && cfg.bool_or("mlp_bias", false)?,
         tied: cfg.bool_or("tie_word_embeddings", false)?,
         max_positions: cfg.opt_u64(&["max_position_embeddings"])?,
+        masks: masks(cfg, variant, layers)?,
     })
 }
 
@@ -196,7 +263,16 @@ pub fn build(
         let pos = position_ids(b, seq);
         // inputs_embeds and position_ids are locals of the model's forward until it returns
         b.hold(&[x, pos]);
-        packed_sequence_check(b, bsz, seq);
+        // the masks (create_causal_mask / create_sliding_window_causal_mask), which the forward
+        // keeps until it returns
+        let masks: Vec<Option<TensorId>> = s
+            .masks
+            .patterns
+            .iter()
+            .map(|&m| attention_mask(b, bsz, seq, m, None))
+            .collect();
+        let held: Vec<TensorId> = masks.iter().flatten().copied().collect();
+        b.hold(&held);
         let (cos, sin) = rotary(b, &format!("{p}RotaryEmbedding"), s.rotary_dim, x, pos);
         let mut x = x;
         let ctx = LayerCtx {
@@ -209,14 +285,14 @@ pub fn build(
         };
         b.module("layers", "ModuleList", &[], |b| {
             for i in 0..s.layers {
-                // position_embeddings and position_ids are arguments too (a checkpoint keeps
-                // them until backward)
-                x = b.module(
-                    &i.to_string(),
-                    &format!("{p}DecoderLayer"),
-                    &[x, cos, sin, pos],
-                    |b| decoder_layer(b, &ctx, x, cos, sin),
-                );
+                let mask = masks[s.masks.of_layer[i as usize]];
+                // position_embeddings, the mask and position_ids are arguments too (a checkpoint
+                // keeps them until backward)
+                let mut args = vec![x, cos, sin, pos];
+                args.extend(mask);
+                x = b.module(&i.to_string(), &format!("{p}DecoderLayer"), &args, |b| {
+                    decoder_layer(b, &ctx, x, cos, sin, mask)
+                });
             }
         });
         (
@@ -257,12 +333,13 @@ fn decoder_layer(
     input: TensorId,
     cos: TensorId,
     sin: TensorId,
+    mask: Option<TensorId>,
 ) -> TensorId {
     let (s, p) = (c.s, c.s.variant.prefix());
     let norm = format!("{p}RMSNorm");
     let x = rms_norm(b, "input_layernorm", &norm, s.hidden, c.dtype, input);
     let a = b.module("self_attn", &format!("{p}Attention"), &[x], |b| {
-        attention(b, c, x, cos, sin)
+        attention(b, c, x, cos, sin, mask)
     });
     let phi3 = s.variant == Variant::Phi3;
     let a = if phi3 {
@@ -294,6 +371,7 @@ fn attention(
     x: TensorId,
     cos: TensorId,
     sin: TensorId,
+    mask: Option<TensorId>,
 ) -> TensorId {
     let (s, bsz, seq) = (c.s, c.bsz, c.seq);
     let d = s.head_dim;
@@ -358,7 +436,11 @@ fn attention(
     });
     // query_states / key_states / value_states are locals until the forward returns
     b.hold(&[q, k, v]);
-    let o = sdpa(b, q, k, v, s.attn_dropout, true);
+    let o = match mask {
+        // a materialized mask: k and v repeated to all heads, the mask made additive
+        Some(m) => sdpa_masked(b, q, k, v, m, s.attn_dropout, c.autocast.unwrap_or(c.dtype)),
+        None => sdpa(b, q, k, v, s.attn_dropout, true),
+    };
     // Phi-3's q is a `cat` result, contiguous [B, H, S, D]
     let o = attention_output(b, o, s.variant == Variant::Phi3, c.half);
     let o = view(b, "reshape", o, vec![bsz, seq, s.heads * d]);

@@ -12,6 +12,7 @@
 mod bert;
 mod config;
 mod distilbert;
+mod gemma;
 mod gpt2;
 mod layers;
 mod llama;
@@ -79,6 +80,10 @@ pub const SUPPORTED: &[&str] = &[
     "qwen2",
     "qwen3",
     "phi3",
+    "gemma",
+    "gemma2",
+    "gemma3_text",
+    "gemma3",
     "bert",
     "roberta",
     "distilbert",
@@ -210,7 +215,9 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
         None => archs.first().map(|a| a.to_lowercase()).unwrap_or_default(),
     };
     let dtype = input.precision.param_dtype();
+    let gemma = gemma::flavor_of(cfg, &model_type, &archs)?;
     let family = match model_type.as_str() {
+        _ if gemma.is_some() => Family::Gemma(gemma.unwrap_or(gemma::Flavor::Gemma)),
         "gpt2" => Family::Gpt2,
         "opt" => Family::Opt,
         "llama" | "mistral" | "qwen2" | "qwen3" | "phi3" => Family::Llama,
@@ -226,6 +233,9 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
         {
             Family::Llama
         }
+        m if m.starts_with("gemma3") => Family::Gemma(gemma::Flavor::Gemma3),
+        m if m.starts_with("gemma2") => Family::Gemma(gemma::Flavor::Gemma2),
+        m if m.starts_with("gemma") => Family::Gemma(gemma::Flavor::Gemma),
         m if m.starts_with("distilbert") => Family::DistilBert,
         m if m.starts_with("roberta") => Family::Bert(bert::Flavor::Roberta),
         m if m.starts_with("bert") => Family::Bert(bert::Flavor::Bert),
@@ -254,6 +264,7 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
         Family::Gpt2 => gpt2::build(cfg, input, dtype)?,
         Family::Opt => opt::build(cfg, input)?,
         Family::Llama => llama::build(cfg, &model_type, input, dtype)?,
+        Family::Gemma(f) => gemma::build(cfg, f, input, dtype)?,
         Family::Bert(f) => bert::build(cfg, f, task, input)?,
         Family::DistilBert => distilbert::build(cfg, task, input)?,
     };
@@ -268,6 +279,7 @@ enum Family {
     Gpt2,
     Opt,
     Llama,
+    Gemma(gemma::Flavor),
     Bert(bert::Flavor),
     DistilBert,
 }

@@ -1,0 +1,676 @@
+//! The Gemma decoders (`GemmaForCausalLM`, `Gemma2ForCausalLM`, `Gemma3ForCausalLM`:
+//! transformers/models/{gemma,gemma2,gemma3}/modeling_*.py). What sets them apart from the Llama
+//! family:
+//!
+//! * `embed_tokens` is a `*TextScaledWordEmbedding`: the lookup times `sqrt(hidden_size)`, kept as
+//!   a scalar `embed_scale` buffer in the model's dtype.
+//! * `GemmaRMSNorm` computes in float32 and scales by `1 + weight`, casting back at the end.
+//! * The MLP's activation is `gelu_pytorch_tanh`; `head_dim` comes from the config; the head is
+//!   tied to the embedding by default.
+//! * Gemma2 and Gemma3 wrap attention and MLP in extra norms (`post_attention_layernorm`,
+//!   `pre_feedforward_layernorm`, `post_feedforward_layernorm`) and alternate sliding-window and
+//!   full-attention layers (`layer_types`); the model builds both masks every forward.
+//! * Gemma2 soft-caps the final logits (`/ cap, tanh, * cap`) and, when `attn_logit_softcapping`
+//!   is set, the attention scores too. Its classes declare no SDPA support, so `from_pretrained`
+//!   runs them with eager attention (`matmul`, softmax over the full score matrix, float additive
+//!   masks); that is what is built here (flash-attention-2 is not modelled).
+//! * Gemma3 normalises q and k per head (`q_norm` / `k_norm`, after the transpose) and keeps one
+//!   rotary module with frequencies per layer type (`sliding_attention_inv_freq`, ...), called
+//!   once per layer type. With SDPA, a sliding-window layer gets a boolean mask (and k, v repeated
+//!   to all heads) once the sequence reaches the window.
+//!
+//! A `gemma3` config (the vision-language `Gemma3Config`) is read through its `text_config` when
+//! its architecture is `Gemma3ForCausalLM`; `Gemma3ForConditionalGeneration` (vision tower,
+//! projector and language model) is refused with an error saying so.
+
+use vramscope_core::ir::Task;
+use vramscope_core::ops::{ActivationKind, Aten, GradIn, Linear, Saved};
+use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
+
+use super::layers::{
+    activation_fn, add, apply_rotary, attention_mask, attention_output, eager_attention,
+    embedding_lookup, gemma_rms_norm, linear, mul, mul_scalar, position_ids, rotary,
+    rotary_with_buffers, sdpa, sdpa_masked, tied_head, view, EagerDTypes, MaskPattern,
+};
+use super::{build_error, HfConfig, HfError, HfInput};
+
+/// Which Gemma generation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavor {
+    /// `gemma`.
+    Gemma,
+    /// `gemma2`.
+    Gemma2,
+    /// `gemma3_text` (or a `gemma3` config read through its `text_config`).
+    Gemma3,
+}
+
+impl Flavor {
+    fn prefix(self) -> &'static str {
+        match self {
+            Flavor::Gemma => "Gemma",
+            Flavor::Gemma2 => "Gemma2",
+            Flavor::Gemma3 => "Gemma3",
+        }
+    }
+
+    /// Gemma2 and Gemma3: sandwich norms around attention and MLP, sliding/full layer types.
+    fn sandwich(self) -> bool {
+        self != Flavor::Gemma
+    }
+}
+
+/// Each layer's attention type (`config.layer_types`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LayerType {
+    Full,
+    Sliding,
+}
+
+/// The config values transformers uses (its config classes' defaults where a key is missing).
+struct Spec {
+    flavor: Flavor,
+    vocab: u64,
+    hidden: u64,
+    heads: u64,
+    kv_heads: u64,
+    head_dim: u64,
+    intermediate: u64,
+    attn_bias: bool,
+    attn_dropout: f64,
+    tied: bool,
+    max_positions: u64,
+    sliding_window: u64,
+    layer_types: Vec<LayerType>,
+    attn_softcap: Option<f64>,
+    final_softcap: Option<f64>,
+}
+
+/// `GemmaConfig` / `Gemma2Config` / `Gemma3TextConfig` defaults, in that order.
+struct Defaults {
+    vocab: u64,
+    hidden: u64,
+    intermediate: u64,
+    layers: u64,
+    heads: u64,
+    kv_heads: u64,
+    max_positions: u64,
+}
+
+fn defaults(flavor: Flavor) -> Defaults {
+    match flavor {
+        Flavor::Gemma => Defaults {
+            vocab: 256000,
+            hidden: 3072,
+            intermediate: 24576,
+            layers: 28,
+            heads: 16,
+            kv_heads: 16,
+            max_positions: 8192,
+        },
+        Flavor::Gemma2 => Defaults {
+            vocab: 256000,
+            hidden: 2304,
+            intermediate: 9216,
+            layers: 26,
+            heads: 8,
+            kv_heads: 4,
+            max_positions: 8192,
+        },
+        Flavor::Gemma3 => Defaults {
+            vocab: 262208,
+            hidden: 2304,
+            intermediate: 9216,
+            layers: 26,
+            heads: 8,
+            kv_heads: 4,
+            max_positions: 131072,
+        },
+    }
+}
+
+fn field_err(cfg: &HfConfig, field: &str, expected: String) -> HfError {
+    HfError::Field {
+        path: cfg.path.clone(),
+        field: field.into(),
+        expected,
+    }
+}
+
+fn spec(cfg: &HfConfig, flavor: Flavor) -> Result<Spec, HfError> {
+    let d = defaults(flavor);
+    let or = |keys: &[&str], default: u64| -> Result<u64, HfError> {
+        match cfg.opt_u64(keys)? {
+            Some(0) => Err(field_err(cfg, keys[0], "a positive integer".into())),
+            Some(n) => Ok(n),
+            None => Ok(default),
+        }
+    };
+    let hidden = or(&["hidden_size"], d.hidden)?;
+    let heads = or(&["num_attention_heads"], d.heads)?;
+    let kv_heads = or(&["num_key_value_heads"], d.kv_heads)?;
+    if heads % kv_heads != 0 {
+        return Err(field_err(
+            cfg,
+            "num_key_value_heads",
+            format!("a divisor of num_attention_heads = {heads}"),
+        ));
+    }
+    let layers = or(&["num_hidden_layers"], d.layers)?;
+    // GemmaMLP reads `hidden_act` (its config maps the legacy "gelu" to the tanh approximation);
+    // Gemma2/3 read `hidden_activation`
+    let act_key = match flavor {
+        Flavor::Gemma => "hidden_act",
+        _ => "hidden_activation",
+    };
+    if let Some(act) = cfg.str(act_key)? {
+        if !matches!(act, "gelu_pytorch_tanh" | "gelu") {
+            return Err(field_err(
+                cfg,
+                act_key,
+                "\"gelu_pytorch_tanh\" or \"gelu\" (the activations modelled for Gemma)".into(),
+            ));
+        }
+    }
+    if cfg.bool_or("use_bidirectional_attention", false)? {
+        return Err(field_err(
+            cfg,
+            "use_bidirectional_attention",
+            "false (bidirectional Gemma attention is not modelled)".into(),
+        ));
+    }
+    let sliding_window = or(&["sliding_window"], 4096)?;
+    let layer_types = match (flavor, cfg.str_list("layer_types")?) {
+        (Flavor::Gemma, _) => vec![LayerType::Full; layers as usize],
+        (_, Some(list)) => {
+            if list.len() as u64 != layers {
+                return Err(field_err(
+                    cfg,
+                    "layer_types",
+                    format!("one entry per layer (num_hidden_layers = {layers})"),
+                ));
+            }
+            list.iter()
+                .map(|t| match t.as_str() {
+                    "full_attention" => Ok(LayerType::Full),
+                    "sliding_attention" => Ok(LayerType::Sliding),
+                    _ => Err(field_err(
+                        cfg,
+                        "layer_types",
+                        format!("\"full_attention\" or \"sliding_attention\" entries (got {t:?})"),
+                    )),
+                })
+                .collect::<Result<Vec<_>, _>>()?
+        }
+        (_, None) => {
+            // Gemma2: every other layer slides; Gemma3: all but every `sliding_window_pattern`-th
+            let pattern = match flavor {
+                Flavor::Gemma2 => 2,
+                _ => or(&["sliding_window_pattern", "_sliding_window_pattern"], 6)?,
+            };
+            (0..layers)
+                .map(|i| {
+                    if (i + 1) % pattern != 0 {
+                        LayerType::Sliding
+                    } else {
+                        LayerType::Full
+                    }
+                })
+                .collect()
+        }
+    };
+    let (attn_softcap, final_softcap) = match flavor {
+        Flavor::Gemma => (None, None),
+        Flavor::Gemma2 => (
+            cfg.nullable_f64("attn_logit_softcapping", Some(50.0))?,
+            cfg.nullable_f64("final_logit_softcapping", Some(30.0))?,
+        ),
+        // Gemma3Attention does not pass soft-capping to the attention function
+        Flavor::Gemma3 => (None, cfg.nullable_f64("final_logit_softcapping", None)?),
+    };
+    Ok(Spec {
+        flavor,
+        vocab: or(&["vocab_size"], d.vocab)?,
+        hidden,
+        heads,
+        kv_heads,
+        head_dim: or(&["head_dim"], 256)?,
+        intermediate: or(&["intermediate_size"], d.intermediate)?,
+        attn_bias: cfg.bool_or("attention_bias", false)?,
+        attn_dropout: cfg.f64_or("attention_dropout", 0.0)?,
+        tied: cfg.bool_or("tie_word_embeddings", true)?,
+        max_positions: or(&["max_position_embeddings"], d.max_positions)?,
+        sliding_window,
+        layer_types,
+        attn_softcap,
+        final_softcap,
+    })
+}
+
+/// The Gemma flavor of a `model_type` (and, for `gemma3`, its architecture), or `None` when it
+/// is not a Gemma decoder this front-end builds.
+pub fn flavor_of(
+    cfg: &HfConfig,
+    model_type: &str,
+    archs: &[String],
+) -> Result<Option<Flavor>, HfError> {
+    Ok(match model_type {
+        "gemma" => Some(Flavor::Gemma),
+        "gemma2" => Some(Flavor::Gemma2),
+        "gemma3_text" => Some(Flavor::Gemma3),
+        "gemma3" => {
+            if archs.iter().any(|a| a == "Gemma3ForCausalLM") {
+                Some(Flavor::Gemma3)
+            } else {
+                return Err(HfError::Field {
+                    path: cfg.path.clone(),
+                    field: "architectures".into(),
+                    expected: format!(
+                        "[\"Gemma3ForCausalLM\"]: {archs:?} is the vision-language model (SigLIP \
+                         vision tower, projector and language model), which is not built; set \
+                         architectures to [\"Gemma3ForCausalLM\"] to estimate its language model \
+                         (read from text_config) alone"
+                    ),
+                });
+            }
+        }
+        _ => None,
+    })
+}
+
+/// What every decoder layer of one build shares.
+struct Ctx<'a> {
+    s: &'a Spec,
+    bsz: u64,
+    seq: u64,
+    /// The parameter dtype (the residual stream's).
+    dtype: DType,
+    /// The dtype the projections run in (the autocast dtype under autocast).
+    compute: DType,
+    amp: bool,
+}
+
+/// Builds `Gemma{,2,3}ForCausalLM`; returns the graph and the checkpointed layers.
+pub fn build(
+    cfg: &HfConfig,
+    flavor: Flavor,
+    input: &HfInput,
+    dtype: DType,
+) -> Result<(Graph, Vec<String>), HfError> {
+    let s = spec(cfg, flavor)?;
+    if input.seq > s.max_positions {
+        return Err(HfError::BadInput(format!(
+            "{}: --seq-len {} exceeds max_position_embeddings = {}",
+            cfg.path, input.seq, s.max_positions
+        )));
+    }
+    let p = flavor.prefix();
+    let autocast = input.precision.autocast_dtype();
+    let c = Ctx {
+        s: &s,
+        bsz: input.batch,
+        seq: input.seq,
+        dtype,
+        compute: autocast.unwrap_or(dtype),
+        amp: autocast.is_some(),
+    };
+    let model_type = match flavor {
+        Flavor::Gemma => "gemma",
+        Flavor::Gemma2 => "gemma2",
+        Flavor::Gemma3 => "gemma3_text",
+    };
+    let model_class = match flavor {
+        Flavor::Gemma3 => "Gemma3TextModel".to_string(),
+        _ => format!("{p}Model"),
+    };
+    let mut b = GraphBuilder::new(model_type, &format!("{p}ForCausalLM"));
+    let ids = b.input(vec![c.bsz, c.seq], DType::I64);
+    let (h, emb) = b.module("model", &model_class, &[ids], |b| model(b, &c, ids));
+    if s.tied {
+        // post_init drops the head's own weight for the embedding's
+        b.tie_at_init(&[vec![s.vocab, s.hidden]], 1, None);
+    }
+    let logits = b.frame(|b| {
+        // `hidden_states` (the last hidden state) is a local of the forward until it returns
+        b.hold(&[h]);
+        let logits = if s.tied {
+            tied_head(b, "lm_head", emb, h)
+        } else {
+            linear(b, "lm_head", s.hidden, s.vocab, false, h)
+        };
+        match s.final_softcap {
+            // logits / cap, tanh (keeps its output), * cap
+            Some(_) => {
+                let shape = b.shape(logits).to_vec();
+                let x = b.op(Aten::new("div", shape.clone()), &[logits]);
+                let x = b.op(
+                    Aten::new("tanh", shape).saves(vec![Saved::Output(0)]),
+                    &[x],
+                );
+                mul_scalar(b, x)
+            }
+            None => logits,
+        }
+    });
+    let graph = b
+        .finish(&[logits], Task::CausalLm { vocab: s.vocab })
+        .map_err(build_error(cfg))?;
+    let layers = (0..s.layer_types.len())
+        .map(|i| format!("model.layers.{i}"))
+        .collect();
+    Ok((graph, layers))
+}
+
+/// The model's forward: returns the final norm's output and the embedding weight.
+fn model(b: &mut GraphBuilder, c: &Ctx, ids: TensorId) -> (TensorId, TensorId) {
+    let s = c.s;
+    let p = s.flavor.prefix();
+    let (x, emb) = b.module(
+        "embed_tokens",
+        &format!("{p}TextScaledWordEmbedding"),
+        &[ids],
+        |b| {
+            let w = b.parameter("weight", vec![s.vocab, s.hidden]);
+            // torch.tensor(sqrt(hidden)), converted with the model
+            let scale = b.buffer("embed_scale", vec![], None);
+            let e = embedding_lookup(b, w, ids);
+            // embedding * embed_scale.to(weight.dtype): keeps the scalar for the gradient
+            let shape = b.shape(e).to_vec();
+            let x = b.op(
+                Aten::new("mul", shape)
+                    .saves(vec![Saved::Input(1)])
+                    .saved_only_for(Saved::Input(1), 0)
+                    .grads(vec![GradIn::New, GradIn::None]),
+                &[e, scale],
+            );
+            (x, w)
+        },
+    );
+    declare_in_init_order(b, s);
+    let pos = position_ids(b, c.seq);
+    // inputs_embeds and position_ids are locals of the model's forward until it returns
+    b.hold(&[x, pos]);
+    // the masks: one per layer type (Gemma: the causal one); eager (Gemma2) masks are additive
+    // in the embeddings' dtype
+    let eager = (s.flavor == Flavor::Gemma2).then_some(c.dtype);
+    let full_mask = attention_mask(b, c.bsz, c.seq, MaskPattern::Causal, eager);
+    let sliding_mask = if s.flavor.sandwich() {
+        attention_mask(
+            b,
+            c.bsz,
+            c.seq,
+            MaskPattern::SlidingWindow(s.sliding_window),
+            eager,
+        )
+    } else {
+        None
+    };
+    // the causal_mask_mapping dict holds both until the forward returns
+    let masks: Vec<TensorId> = full_mask.iter().chain(sliding_mask.iter()).copied().collect();
+    b.hold(&masks);
+    // rotary embeddings: one module; Gemma3 calls it once per layer type present
+    let rope = if s.flavor == Flavor::Gemma3 {
+        let has = |t| s.layer_types.contains(&t);
+        // buffers are registered for the sorted layer types
+        let full = has(LayerType::Full).then(|| {
+            rotary_with_buffers(
+                b,
+                ["full_attention_inv_freq", "full_attention_original_inv_freq"],
+                s.head_dim,
+                x,
+                pos,
+            )
+        });
+        let sliding = has(LayerType::Sliding).then(|| {
+            rotary_with_buffers(
+                b,
+                [
+                    "sliding_attention_inv_freq",
+                    "sliding_attention_original_inv_freq",
+                ],
+                s.head_dim,
+                x,
+                pos,
+            )
+        });
+        [full, sliding]
+    } else {
+        let r = rotary(b, &format!("{p}RotaryEmbedding"), s.head_dim, x, pos);
+        [Some(r), Some(r)]
+    };
+    let mut x = x;
+    b.module("layers", "ModuleList", &[], |b| {
+        for (i, &t) in s.layer_types.iter().enumerate() {
+            let (rope, mask) = match t {
+                LayerType::Full => (rope[0], full_mask),
+                LayerType::Sliding => (rope[1], sliding_mask),
+            };
+            let Some((cos, sin)) = rope else { continue };
+            // hidden states, position embeddings, mask and position_ids are its arguments (a
+            // checkpoint keeps them until backward)
+            let mut args = vec![x, cos, sin, pos];
+            args.extend(mask);
+            x = b.module(&i.to_string(), &format!("{p}DecoderLayer"), &args, |b| {
+                decoder_layer(b, c, x, cos, sin, mask)
+            });
+        }
+    });
+    let norm = format!("{p}RMSNorm");
+    (gemma_rms_norm(b, "norm", &norm, s.hidden, c.dtype, x), emb)
+}
+
+/// Registers the layers', final norm's and rotary module's parameters and buffers in the order
+/// `__init__` creates them (which decides the order of `model.parameters()`, so of the
+/// allocations at construction and of the optimizer's per-parameter state): each layer's
+/// attention (q, k, v, o projections, then Gemma3's q/k norms), MLP, then its norms; the final
+/// norm; the rotary buffers (Gemma3: per layer type, sorted).
+fn declare_in_init_order(b: &mut GraphBuilder, s: &Spec) {
+    let p = s.flavor.prefix();
+    let norm = format!("{p}RMSNorm");
+    let lin = |i: u64, o: u64, bias: bool| Linear {
+        in_features: i,
+        out_features: o,
+        bias,
+    };
+    let d = s.head_dim;
+    let declare_norm = |b: &mut GraphBuilder, name: &str, dim: u64| {
+        b.declare(name, &norm, |b| {
+            b.parameter("weight", vec![dim]);
+        })
+    };
+    b.declare("layers", "ModuleList", |b| {
+        for i in 0..s.layer_types.len() {
+            b.declare(&i.to_string(), &format!("{p}DecoderLayer"), |b| {
+                b.declare("self_attn", &format!("{p}Attention"), |b| {
+                    b.declare_layer("q_proj", &lin(s.hidden, s.heads * d, s.attn_bias));
+                    b.declare_layer("k_proj", &lin(s.hidden, s.kv_heads * d, s.attn_bias));
+                    b.declare_layer("v_proj", &lin(s.hidden, s.kv_heads * d, s.attn_bias));
+                    b.declare_layer("o_proj", &lin(s.heads * d, s.hidden, s.attn_bias));
+                    if s.flavor == Flavor::Gemma3 {
+                        declare_norm(b, "q_norm", d);
+                        declare_norm(b, "k_norm", d);
+                    }
+                });
+                b.declare("mlp", &format!("{p}MLP"), |b| {
+                    b.declare_layer("gate_proj", &lin(s.hidden, s.intermediate, false));
+                    b.declare_layer("up_proj", &lin(s.hidden, s.intermediate, false));
+                    b.declare_layer("down_proj", &lin(s.intermediate, s.hidden, false));
+                });
+                declare_norm(b, "input_layernorm", s.hidden);
+                declare_norm(b, "post_attention_layernorm", s.hidden);
+                if s.flavor.sandwich() {
+                    declare_norm(b, "pre_feedforward_layernorm", s.hidden);
+                    declare_norm(b, "post_feedforward_layernorm", s.hidden);
+                }
+            });
+        }
+    });
+    declare_norm(b, "norm", s.hidden);
+    b.declare("rotary_emb", &format!("{p}RotaryEmbedding"), |b| {
+        let mut names = vec![["inv_freq", "original_inv_freq"]];
+        if s.flavor == Flavor::Gemma3 {
+            names.clear();
+            if s.layer_types.contains(&LayerType::Full) {
+                names.push(["full_attention_inv_freq", "full_attention_original_inv_freq"]);
+            }
+            if s.layer_types.contains(&LayerType::Sliding) {
+                names.push([
+                    "sliding_attention_inv_freq",
+                    "sliding_attention_original_inv_freq",
+                ]);
+            }
+        }
+        for pair in names {
+            for n in pair {
+                b.buffer(n, vec![d / 2], None);
+            }
+        }
+    });
+}
+
+fn decoder_layer(
+    b: &mut GraphBuilder,
+    c: &Ctx,
+    input: TensorId,
+    cos: TensorId,
+    sin: TensorId,
+    mask: Option<TensorId>,
+) -> TensorId {
+    let s = c.s;
+    let p = s.flavor.prefix();
+    let norm = format!("{p}RMSNorm");
+    let x = gemma_rms_norm(b, "input_layernorm", &norm, s.hidden, c.dtype, input);
+    let a = b.module("self_attn", &format!("{p}Attention"), &[x], |b| {
+        attention(b, c, x, cos, sin, mask)
+    });
+    if s.flavor.sandwich() {
+        // the post-norms read projection outputs (the autocast dtype under autocast) and cast
+        // back to it; the residual adds promote
+        let a = gemma_rms_norm(b, "post_attention_layernorm", &norm, s.hidden, c.compute, a);
+        let x = add(b, input, a);
+        let y = gemma_rms_norm(b, "pre_feedforward_layernorm", &norm, s.hidden, c.dtype, x);
+        let y = b.module("mlp", &format!("{p}MLP"), &[y], |b| mlp(b, s, y));
+        let y = gemma_rms_norm(b, "post_feedforward_layernorm", &norm, s.hidden, c.compute, y);
+        add(b, x, y)
+    } else {
+        let x = add(b, input, a);
+        let y = gemma_rms_norm(b, "post_attention_layernorm", &norm, s.hidden, c.dtype, x);
+        let y = b.module("mlp", &format!("{p}MLP"), &[y], |b| mlp(b, s, y));
+        add(b, x, y)
+    }
+}
+
+/// Self-attention from the normed hidden states `x` to the `o_proj` output.
+fn attention(
+    b: &mut GraphBuilder,
+    c: &Ctx,
+    x: TensorId,
+    cos: TensorId,
+    sin: TensorId,
+    mask: Option<TensorId>,
+) -> TensorId {
+    let s = c.s;
+    let (bsz, seq, d) = (c.bsz, c.seq, s.head_dim);
+    let p = s.flavor.prefix();
+    let heads_of = |b: &mut GraphBuilder, name: &str, heads: u64| {
+        let t = linear(b, name, s.hidden, heads * d, s.attn_bias, x);
+        let t = view(b, "view", t, vec![bsz, seq, heads, d]);
+        view(b, "transpose", t, vec![bsz, heads, seq, d])
+    };
+    let q = heads_of(b, "q_proj", s.heads);
+    let k = heads_of(b, "k_proj", s.kv_heads);
+    let v = heads_of(b, "v_proj", s.kv_heads);
+    let (q, k) = if s.flavor == Flavor::Gemma3 {
+        // per-head GemmaRMSNorm on the transposed q and k, in the projections' dtype
+        let norm = format!("{p}RMSNorm");
+        (
+            gemma_rms_norm(b, "q_norm", &norm, d, c.compute, q),
+            gemma_rms_norm(b, "k_norm", &norm, d, c.compute, k),
+        )
+    } else {
+        (q, k)
+    };
+    // apply_rotary_pos_emb(q, k, cos, sin): its arguments live until it returns both
+    let (q, k) = b.frame(|b| {
+        b.hold(&[q, k]);
+        (
+            apply_rotary(b, q, cos, sin, c.amp),
+            apply_rotary(b, k, cos, sin, c.amp),
+        )
+    });
+    // query_states / key_states / value_states are locals until the forward returns
+    b.hold(&[q, k, v]);
+    let half = c.compute.size() == 2;
+    let o = match (s.flavor, mask) {
+        (Flavor::Gemma2, Some(m)) => {
+            let dtypes = EagerDTypes {
+                score: c.compute,
+                mask: c.dtype,
+                // q * cos: the rotary result promotes to the embeddings' dtype
+                query: c.compute.promote(c.dtype),
+            };
+            eager_attention(b, q, k, v, m, s.attn_softcap, s.attn_dropout, dtypes)
+        }
+        (_, Some(m)) => {
+            let o = sdpa_masked(b, q, k, v, m, s.attn_dropout, c.compute);
+            attention_output(b, o, false, half)
+        }
+        (_, None) => {
+            let o = sdpa(b, q, k, v, s.attn_dropout, true);
+            attention_output(b, o, false, half)
+        }
+    };
+    let o = view(b, "reshape", o, vec![bsz, seq, s.heads * d]);
+    linear(b, "o_proj", s.heads * d, s.hidden, s.attn_bias, o)
+}
+
+/// `down_proj(act_fn(gate_proj(x)) * up_proj(x))` with `act_fn` = `GELUTanh`.
+fn mlp(b: &mut GraphBuilder, s: &Spec, y: TensorId) -> TensorId {
+    let g = linear(b, "gate_proj", s.hidden, s.intermediate, false, y);
+    let g = b.module("act_fn", "GELUTanh", &[g], |b| {
+        activation_fn(b, ActivationKind::GELU, g)
+    });
+    let u = linear(b, "up_proj", s.hidden, s.intermediate, false, y);
+    let m = mul(b, g, u);
+    linear(b, "down_proj", s.intermediate, s.hidden, false, m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_layer_types_follow_the_config_classes() {
+        let cfg = HfConfig::parse(
+            "c.json",
+            r#"{"model_type": "gemma3_text", "num_hidden_layers": 7}"#,
+        )
+        .unwrap();
+        let s = spec(&cfg, Flavor::Gemma3).unwrap();
+        let sliding: Vec<bool> = s
+            .layer_types
+            .iter()
+            .map(|&t| t == LayerType::Sliding)
+            .collect();
+        assert_eq!(sliding, [true, true, true, true, true, false, true]);
+        let cfg = HfConfig::parse("c.json", r#"{"model_type": "gemma2", "num_hidden_layers": 3}"#)
+            .unwrap();
+        let s = spec(&cfg, Flavor::Gemma2).unwrap();
+        assert_eq!(
+            s.layer_types,
+            [LayerType::Sliding, LayerType::Full, LayerType::Sliding]
+        );
+        assert_eq!((s.attn_softcap, s.final_softcap), (Some(50.0), Some(30.0)));
+    }
+
+    #[test]
+    fn null_softcapping_switches_it_off() {
+        let cfg = HfConfig::parse(
+            "c.json",
+            r#"{"model_type": "gemma2", "final_logit_softcapping": null}"#,
+        )
+        .unwrap();
+        let s = spec(&cfg, Flavor::Gemma2).unwrap();
+        assert_eq!((s.attn_softcap, s.final_softcap), (Some(50.0), None));
+    }
+}
