@@ -1297,7 +1297,9 @@ impl<'g> Sim<'g> {
             let padded = self.call(&pad, &[labels], &[], None, None, None)[0];
             // `[..., 1:].contiguous()` copies, except with one row, where the slice is already
             // contiguous and stays a view of the padded labels
-            let rows: u64 = lab_shape[..lab_shape.len().saturating_sub(1)].iter().product();
+            let rows: u64 = lab_shape[..lab_shape.len().saturating_sub(1)]
+                .iter()
+                .product();
             let shift = if rows == 1 {
                 crate::ops::Aten::view("slice", lab_shape.clone()).not_differentiable()
             } else {

@@ -180,3 +180,13 @@ fn hf_dev_cases_match_truth() {
 fn lora_and_freeze_cases_match_truth() {
     check("hf_lora.jsonl");
 }
+
+/// The decoder families (configs cut to 2 layers): Gemma, Gemma2 (eager attention with logit
+/// soft-capping), Gemma3 (sliding-window mask at the window), Phi-3, Qwen3, and the sliding-window
+/// masks of Phi-3 and Mistral past the window; fp32 and AMP bf16 AdamW, gradient checkpointing,
+/// pure bf16 inference.
+#[test]
+fn decoder_family_cases_match_truth() {
+    assert_eq!(cases("hf_families.jsonl").len(), 23);
+    check("hf_families.jsonl");
+}

@@ -71,10 +71,15 @@ impl Op for ScaledDotProductAttention {
         }
         if inputs.len() > 3 {
             let m = expect_rank("scaled_dot_product_attention", inputs, 3, 4)?;
-            if broadcast_shapes(m, &[q[0], q[1], q[2], k[2]]).as_deref() != Some(&[q[0], q[1], q[2], k[2]][..]) {
+            if broadcast_shapes(m, &[q[0], q[1], q[2], k[2]]).as_deref()
+                != Some(&[q[0], q[1], q[2], k[2]][..])
+            {
                 return Err(ShapeError::new(
                     "scaled_dot_product_attention",
-                    format!("attention mask {m:?} does not broadcast to [{}, {}, {}, {}]", q[0], q[1], q[2], k[2]),
+                    format!(
+                        "attention mask {m:?} does not broadcast to [{}, {}, {}, {}]",
+                        q[0], q[1], q[2], k[2]
+                    ),
                 ));
             }
         }

@@ -343,10 +343,7 @@ pub fn build(
             Some(_) => {
                 let shape = b.shape(logits).to_vec();
                 let x = b.op(Aten::new("div", shape.clone()), &[logits]);
-                let x = b.op(
-                    Aten::new("tanh", shape).saves(vec![Saved::Output(0)]),
-                    &[x],
-                );
+                let x = b.op(Aten::new("tanh", shape).saves(vec![Saved::Output(0)]), &[x]);
                 mul_scalar(b, x)
             }
             None => logits,
@@ -406,7 +403,11 @@ fn model(b: &mut GraphBuilder, c: &Ctx, ids: TensorId) -> (TensorId, TensorId) {
         None
     };
     // the causal_mask_mapping dict holds both until the forward returns
-    let masks: Vec<TensorId> = full_mask.iter().chain(sliding_mask.iter()).copied().collect();
+    let masks: Vec<TensorId> = full_mask
+        .iter()
+        .chain(sliding_mask.iter())
+        .copied()
+        .collect();
     b.hold(&masks);
     // rotary embeddings: one module; Gemma3 calls it once per layer type present
     let rope = if s.flavor == Flavor::Gemma3 {
@@ -415,7 +416,10 @@ fn model(b: &mut GraphBuilder, c: &Ctx, ids: TensorId) -> (TensorId, TensorId) {
         let full = has(LayerType::Full).then(|| {
             rotary_with_buffers(
                 b,
-                ["full_attention_inv_freq", "full_attention_original_inv_freq"],
+                [
+                    "full_attention_inv_freq",
+                    "full_attention_original_inv_freq",
+                ],
                 s.head_dim,
                 x,
                 pos,
@@ -511,7 +515,10 @@ fn declare_in_init_order(b: &mut GraphBuilder, s: &Spec) {
         if s.flavor == Flavor::Gemma3 {
             names.clear();
             if s.layer_types.contains(&LayerType::Full) {
-                names.push(["full_attention_inv_freq", "full_attention_original_inv_freq"]);
+                names.push([
+                    "full_attention_inv_freq",
+                    "full_attention_original_inv_freq",
+                ]);
             }
             if s.layer_types.contains(&LayerType::Sliding) {
                 names.push([
@@ -550,7 +557,14 @@ fn decoder_layer(
         let x = add(b, input, a);
         let y = gemma_rms_norm(b, "pre_feedforward_layernorm", &norm, s.hidden, c.dtype, x);
         let y = b.module("mlp", &format!("{p}MLP"), &[y], |b| mlp(b, s, y));
-        let y = gemma_rms_norm(b, "post_feedforward_layernorm", &norm, s.hidden, c.compute, y);
+        let y = gemma_rms_norm(
+            b,
+            "post_feedforward_layernorm",
+            &norm,
+            s.hidden,
+            c.compute,
+            y,
+        );
         add(b, x, y)
     } else {
         let x = add(b, input, a);
@@ -653,8 +667,11 @@ mod tests {
             .map(|&t| t == LayerType::Sliding)
             .collect();
         assert_eq!(sliding, [true, true, true, true, true, false, true]);
-        let cfg = HfConfig::parse("c.json", r#"{"model_type": "gemma2", "num_hidden_layers": 3}"#)
-            .unwrap();
+        let cfg = HfConfig::parse(
+            "c.json",
+            r#"{"model_type": "gemma2", "num_hidden_layers": 3}"#,
+        )
+        .unwrap();
         let s = spec(&cfg, Flavor::Gemma2).unwrap();
         assert_eq!(
             s.layer_types,

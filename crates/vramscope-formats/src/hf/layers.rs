@@ -371,15 +371,17 @@ pub fn apply_rotary(
         b.op(op, &[x, c])
     };
     let m1 = rope_mul(b, q, cos4);
+    // rotate_half takes x1 = x[..., :D/2] before x2 = x[..., D/2:] (backward visits them in
+    // reverse: neg, x2's slice, then x1's)
+    let x1 = b.op(
+        Aten::view("slice", half.clone()).grads(vec![GradIn::New]),
+        &[q],
+    );
     let x2 = b.op(
         Aten::view("slice", half.clone()).grads(vec![GradIn::New]),
         &[q],
     );
     let n = b.op(Aten::new("neg", half.clone()), &[x2]);
-    let x1 = b.op(
-        Aten::view("slice", half.clone()).grads(vec![GradIn::New]),
-        &[q],
-    );
     let rot = b.op(
         Aten::new("cat", s.clone()).grads(vec![GradIn::PassThrough(0), GradIn::PassThrough(0)]),
         &[n, x1],
@@ -507,15 +509,21 @@ pub fn attention_mask(
                 // and_masks(sliding_window_overlay, causal): new_ones(()) & (kv > q - w), then
                 // & (kv <= q)
                 let ones = b.op(
-                    Aten::new("new_ones", vec![]).dtype(bool_).not_differentiable(),
+                    Aten::new("new_ones", vec![])
+                        .dtype(bool_)
+                        .not_differentiable(),
                     &[],
                 );
                 let shifted = b.op(
-                    Aten::new("sub", vec![1, 1, seq, 1]).dtype(i64).not_differentiable(),
+                    Aten::new("sub", vec![1, 1, seq, 1])
+                        .dtype(i64)
+                        .not_differentiable(),
                     &[q_idx],
                 );
                 let gt = b.op(
-                    Aten::new("gt", square.clone()).dtype(bool_).not_differentiable(),
+                    Aten::new("gt", square.clone())
+                        .dtype(bool_)
+                        .not_differentiable(),
                     &[kv_idx, shifted],
                 );
                 let inside = b.op(
@@ -561,10 +569,7 @@ pub fn repeat_kv(b: &mut GraphBuilder, x: TensorId, n_rep: u64) -> TensorId {
     let s = b.shape(x).to_vec();
     let out = vec![s[0], s[1] * n_rep, s[2], s[3]];
     if s[1] == 1 {
-        b.op(
-            Aten::view("expand", out).grads(vec![GradIn::New]),
-            &[x],
-        )
+        b.op(Aten::view("expand", out).grads(vec![GradIn::New]), &[x])
     } else {
         b.op(Aten::new("clone", out).dtype(DTypeRule::Like(0)), &[x])
     }

@@ -9,9 +9,13 @@
 //! head (`q_norm` / `k_norm`, RMSNorm over `head_dim` before the transpose); Phi-3 fuses the
 //! projections (`qkv_proj` sliced into q, k, v; `gate_up_proj` chunked into gate and up), applies
 //! rotary to the first `partial_rotary_factor · head_dim` channels and concatenates the rest back
-//! (a copy even when the factor is 1), and calls its residual dropouts as modules. A sliding
-//! window only changes the mask, which SDPA runs without (`is_causal`) at sequence lengths within
-//! the window.
+//! (a copy even when the factor is 1), and calls its residual dropouts as modules.
+//!
+//! A sliding window (Mistral's and Phi-3's `sliding_window`; Qwen2/3's with `use_sliding_window`,
+//! on the layers from `max_window_layers` on) changes the mask: within the window SDPA runs
+//! without one (`is_causal`), but once the sequence reaches it transformers builds a boolean
+//! `[1, 1, S, S]` mask, repeats k and v to every head (no `enable_gqa` with a mask) and SDPA
+//! makes the mask additive and keeps it for backward.
 
 use vramscope_core::ir::Task;
 use vramscope_core::ops::{Aten, GradIn, Saved, Slice, View};
@@ -119,7 +123,9 @@ fn masks(cfg: &HfConfig, variant: Variant, layers: u64) -> Result<Masks, HfError
                 None
             };
             let sliding: Vec<bool> = match cfg.str_list("layer_types")? {
-                Some(list) if list.len() == n => list.iter().map(|t| t == "sliding_attention").collect(),
+                Some(list) if list.len() == n => {
+                    list.iter().map(|t| t == "sliding_attention").collect()
+                }
                 Some(_) => {
                     return Err(HfError::Field {
                         path: cfg.path.clone(),
@@ -181,7 +187,7 @@ fn spec(cfg: &HfConfig, variant: Variant) -> Result<Spec, HfError> {
             let factor = partial_rotary_factor(cfg)?;
             // int(head_dim * factor), as Phi3RotaryEmbedding computes it
             let d = (head_dim as f64 * factor) as u64;
-            if d == 0 || d % 2 != 0 || d > head_dim {
+            if d == 0 || !d.is_multiple_of(2) || d > head_dim {
                 return Err(HfError::Field {
                     path: cfg.path.clone(),
                     field: "partial_rotary_factor".into(),

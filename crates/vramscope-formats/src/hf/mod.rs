@@ -4,10 +4,17 @@
 //! `model.layers.3.self_attn.q_proj`) and its forward as it runs with `attn_implementation="sdpa"`,
 //! `use_cache=False` and no attention mask, op by op as the truth traces show it.
 //!
-//! Supported: GPT-2 (`gpt2`), OPT (`opt`), the Llama family decoder (`llama`, `mistral`, `qwen2`:
-//! GQA, `head_dim`, tied embeddings, q/k/v biases, RMSNorm, rotary embeddings, SiLU-gated MLP),
-//! all causal LMs; and the encoders BERT (`bert`), RoBERTa (`roberta`) and DistilBERT
-//! (`distilbert`) with masked-LM and sequence-classification heads.
+//! Supported: GPT-2 (`gpt2`), OPT (`opt`), the Llama family decoder (`llama`, `mistral`, `qwen2`,
+//! `qwen3`, `phi3`: GQA, `head_dim`, tied embeddings, q/k/v biases, RMSNorm, rotary embeddings,
+//! SiLU-gated MLP; Qwen3's per-head q/k norms; Phi-3's fused `qkv_proj` / `gate_up_proj` and
+//! partial rotary; sliding-window masks once the sequence reaches the window), the Gemma decoders
+//! (`gemma`, `gemma2`, `gemma3_text`, and `gemma3` configs naming `Gemma3ForCausalLM`: scaled
+//! embeddings, `1 + weight` RMSNorm in float32, GELU-tanh MLP, Gemma2/3 sandwich norms and
+//! sliding/full layers, Gemma2's eager attention with logit soft-capping, Gemma3's q/k norms and
+//! per-layer-type rotary), all causal LMs; and the encoders BERT (`bert`), RoBERTa (`roberta`) and
+//! DistilBERT (`distilbert`) with masked-LM and sequence-classification heads.
+//! `Gemma3ForConditionalGeneration` (the vision-language model) is refused with an error that
+//! says how to estimate its language model.
 
 mod bert;
 mod config;
