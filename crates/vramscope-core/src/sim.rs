@@ -355,6 +355,14 @@ struct TapeNode {
     region: Option<usize>,
 }
 
+/// A non-parameter leaf that requires grad, with the `.grad` backward gave it.
+#[derive(Debug, Clone)]
+struct GraphLeaf {
+    iteration: u32,
+    rt: Rt,
+    grad: Option<u32>,
+}
+
 #[derive(Debug, Clone)]
 struct Region {
     first: usize,
@@ -364,6 +372,9 @@ struct Region {
     frame: Vec<(TensorId, Rt)>,
     recomputed: bool,
     lowest_tape: Option<usize>,
+    /// the last node of the region whose autograd node saves a tensor: non-reentrant
+    /// checkpointing stops recomputing once every saved tensor is back (early stop)
+    last_saving: Option<usize>,
 }
 
 struct Sim<'g> {
@@ -409,6 +420,11 @@ struct Sim<'g> {
     gradient_bytes: u64,
     peak_event: u64,
     first_layers: Vec<LayerStats>,
+    /// the iteration running (1-based)
+    iteration: u32,
+    /// leaves that require grad and are not parameters (see `Op::leaf_requires_grad`), kept by
+    /// their iteration's autograd graph until its loss is released
+    graph_leaves: Vec<GraphLeaf>,
 }
 
 const NO_GRAD: GradIn = GradIn::None;
@@ -724,11 +740,16 @@ impl<'g> Sim<'g> {
             .zip(out_dtypes)
             .map(|(s, d)| TensorMeta::new(s, d))
             .collect();
+        let in_rg: Vec<bool> = eff
+            .iter()
+            .map(|&r| self.grad_enabled && self.rts[r as usize].requires_grad)
+            .collect();
         let ctx = OpCtx {
             inputs: &in_metas,
             params: &p_metas,
             outputs: &out_metas,
             training: self.training,
+            inputs_require_grad: &in_rg,
         };
         let any_rg = eff
             .iter()
@@ -738,10 +759,21 @@ impl<'g> Sim<'g> {
         let label = Label::new(op.kind());
         let cat = self.forward_category();
         let mut outs = Vec::with_capacity(out_metas.len());
+        let leaf = op.leaf_requires_grad() && self.grad_enabled;
         match op.alias() {
             Alias::None => {
                 for m in &out_metas {
-                    outs.push(self.fresh(m.clone(), cat, label, module, records));
+                    let r = self.fresh(m.clone(), cat, label, module, records || leaf);
+                    // a recomputed leaf belongs to the discarded recomputation graph
+                    if leaf && !self.recomputing {
+                        self.incref(self.rts[r as usize].storage);
+                        self.graph_leaves.push(GraphLeaf {
+                            iteration: self.iteration,
+                            rt: r,
+                            grad: None,
+                        });
+                    }
+                    outs.push(r);
                 }
             }
             Alias::View(i) | Alias::InPlace(i) => {
@@ -778,17 +810,31 @@ impl<'g> Sim<'g> {
         }
         // 4. autograd
         let keep_saved = records && (region.is_none() || self.recomputing);
+        // saved only for the gradient of an input that needs none (a frozen weight): not kept
+        let to_save: Vec<Saved> = if records {
+            op.saved_for_backward(&ctx)
+                .into_iter()
+                .filter(|&s| match op.saved_only_for(s) {
+                    Some(k) => {
+                        let r = eff.get(k).or_else(|| eff_params.get(k - eff.len().min(k)));
+                        r.is_some_and(|&r| self.rts[r as usize].requires_grad)
+                    }
+                    None => true,
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        if let (false, Some(r), Some(n)) = (self.recomputing, region, graph_node) {
+            if !to_save.is_empty() {
+                let last = &mut self.regions[r].last_saving;
+                *last = Some(last.map_or(n, |l| l.max(n)));
+            }
+        }
         if records || (self.recomputing && graph_node.is_some()) {
             let mut saved = Vec::new();
             if keep_saved {
-                for s in op.saved_for_backward(&ctx) {
-                    // saved only for the gradient of an input that needs none (a frozen weight)
-                    if let Some(k) = op.saved_only_for(s) {
-                        let r = eff.get(k).or_else(|| eff_params.get(k - eff.len().min(k)));
-                        if !r.is_some_and(|&r| self.rts[r as usize].requires_grad) {
-                            continue;
-                        }
-                    }
+                for s in to_save {
                     let sid = match s {
                         Saved::Input(i) => eff.get(i).map(|&r| self.rts[r as usize].storage),
                         Saved::Output(i) => outs.get(i).map(|&r| self.rts[r as usize].storage),
@@ -1017,7 +1063,9 @@ impl<'g> Sim<'g> {
     }
 
     fn recompute_region(&mut self, r: usize) {
-        let (first, end) = (self.regions[r].first, self.regions[r].end);
+        // early stop: nothing after the last op that saves a tensor is recomputed
+        let first = self.regions[r].first;
+        let end = self.regions[r].last_saving.map_or(first, |l| l + 1);
         let mut env: Vec<Option<Rt>> = vec![None; self.g.tensors.len()];
         // region inputs: the originals, kept by the frame
         let mut hold = vec![false; self.g.tensors.len()];
@@ -1249,6 +1297,17 @@ impl<'g> Sim<'g> {
         for s in extra_roots {
             self.decref(s);
         }
+        // AccumulateGrad of a non-parameter leaf: the first gradient becomes its `.grad`, later
+        // ones are added in place (grad mode is off in backward)
+        for k in 0..self.graph_leaves.len() {
+            let r = self.graph_leaves[k].rt as usize;
+            if let Some(g) = self.grad_buf.get_mut(r).and_then(Option::take) {
+                match self.graph_leaves[k].grad {
+                    None => self.graph_leaves[k].grad = Some(g),
+                    Some(_) => self.decref(g),
+                }
+            }
+        }
         // gradients that reached no parameter (e.g. the input's) are dropped with the graph
         for i in 0..self.grad_buf.len() {
             if let Some(s) = self.grad_buf[i].take() {
@@ -1257,6 +1316,20 @@ impl<'g> Sim<'g> {
         }
         self.tape.clear();
         self.in_backward = false;
+    }
+
+    /// Releases the graph leaves (and their `.grad`) of iterations before `before`.
+    fn release_graph_leaves(&mut self, before: u32) {
+        let (old, keep): (Vec<GraphLeaf>, Vec<GraphLeaf>) = std::mem::take(&mut self.graph_leaves)
+            .into_iter()
+            .partition(|l| l.iteration < before);
+        self.graph_leaves = keep;
+        for l in old {
+            if let Some(g) = l.grad {
+                self.decref(g);
+            }
+            self.release_rt(l.rt);
+        }
     }
 
     /// `F.cross_entropy(logits, labels)` = `nll_loss(log_softmax(logits), labels)`.
@@ -1485,6 +1558,7 @@ fn checkpoint_regions(g: &Graph, specs: &[Checkpoint]) -> Result<Vec<Region>, Si
                 frame: Vec::new(),
                 recomputed: false,
                 lowest_tape: None,
+                last_saving: None,
             });
         }
     };
@@ -1671,6 +1745,8 @@ fn run(g: &Graph, cfg: &StepConfig) -> Result<Simulation, SimError> {
         gradient_bytes: 0,
         peak_event: 0,
         first_layers: Vec::new(),
+        iteration: 0,
+        graph_leaves: Vec::new(),
     };
     s.phase("init");
     s.phase("model");
@@ -1703,6 +1779,7 @@ fn run(g: &Graph, cfg: &StepConfig) -> Result<Simulation, SimError> {
         .map(|t| g.tensor(*t).shape.first().copied().unwrap_or(1))
         .unwrap_or(1);
     for it in 1..=cfg.iterations.max(1) {
+        s.iteration = it;
         s.phase(&format!("it{it}.data"));
         let mut new_x = Vec::new();
         for &t in &g.inputs {
@@ -1716,44 +1793,44 @@ fn run(g: &Graph, cfg: &StepConfig) -> Result<Simulation, SimError> {
             ));
         }
         // a data loader yields labels with the images, in inference too
-        let new_y = {
-            Some(match g.task {
-                Task::Classification { .. } => s.fresh(
+        let new_y = match g.task {
+            Task::Classification { .. } => Some(s.fresh(
+                TensorMeta::new(vec![batch], DType::I64),
+                Category::Inputs,
+                Label::new("labels"),
+                None,
+                false,
+            )),
+            // `labels = input_ids`: the same tensor
+            Task::CausalLm { .. } => Some(match new_x.first() {
+                Some(&r) => {
+                    s.incref(s.rts[r as usize].storage);
+                    r
+                }
+                None => s.fresh(
                     TensorMeta::new(vec![batch], DType::I64),
                     Category::Inputs,
                     Label::new("labels"),
                     None,
                     false,
                 ),
-                // `labels = input_ids`: the same tensor
-                Task::CausalLm { .. } => match new_x.first() {
-                    Some(&r) => {
-                        s.incref(s.rts[r as usize].storage);
-                        r
-                    }
-                    None => s.fresh(
-                        TensorMeta::new(vec![batch], DType::I64),
-                        Category::Inputs,
-                        Label::new("labels"),
-                        None,
-                        false,
-                    ),
-                },
-                Task::MaskedLm { .. } => {
-                    let shape = g
-                        .inputs
-                        .first()
-                        .map(|t| g.tensor(*t).shape.clone())
-                        .unwrap_or_else(|| vec![batch]);
-                    s.fresh(
-                        TensorMeta::new(shape, DType::I64),
-                        Category::Inputs,
-                        Label::new("labels"),
-                        None,
-                        false,
-                    )
-                }
-            })
+            }),
+            Task::MaskedLm { .. } => {
+                let shape = g
+                    .inputs
+                    .first()
+                    .map(|t| g.tensor(*t).shape.clone())
+                    .unwrap_or_else(|| vec![batch]);
+                Some(s.fresh(
+                    TensorMeta::new(shape, DType::I64),
+                    Category::Inputs,
+                    Label::new("labels"),
+                    None,
+                    false,
+                ))
+            }
+            // the labels are graph inputs, made with the other inputs above
+            Task::LossInForward => None,
         };
         for r in std::mem::replace(&mut x, new_x) {
             s.release_rt(r);
@@ -1782,16 +1859,25 @@ fn run(g: &Graph, cfg: &StepConfig) -> Result<Simulation, SimError> {
         for r in std::mem::replace(&mut out, new_out) {
             s.release_rt(r);
         }
-        if let (true, Some(label_rt), Some(&logits)) = (train, y, out.first()) {
+        let has_loss = y.is_some() || g.task == Task::LossInForward;
+        if let (true, true, Some(&logits)) = (train, has_loss, out.first()) {
             s.phase(&format!("it{it}.loss"));
+            let label_rt = y.unwrap_or(logits);
             let l = match g.task {
                 Task::Classification { .. } => vec![s.cross_entropy(logits, label_rt)],
                 Task::CausalLm { vocab } => vec![s.lm_loss(logits, label_rt, vocab, true)],
                 Task::MaskedLm { vocab } => vec![s.lm_loss(logits, label_rt, vocab, false)],
+                // `loss = out.loss`: one more reference to the forward's first output
+                Task::LossInForward => {
+                    s.incref(s.rts[logits as usize].storage);
+                    vec![logits]
+                }
             };
             // `loss = ...` rebinds inside the autocast block; its weight cache goes at the exit
             if let Some(old) = loss.replace(l[0]) {
                 s.release_rt(old);
+                // the old loss was the last reference to the previous iteration's graph
+                s.release_graph_leaves(it);
             }
             s.clear_autocast_cache();
             s.phase(&format!("it{it}.zero_grad"));
@@ -1825,6 +1911,7 @@ fn run(g: &Graph, cfg: &StepConfig) -> Result<Simulation, SimError> {
             for r in std::mem::take(&mut out).into_iter().chain(loss.take()) {
                 s.release_rt(r);
             }
+            s.release_graph_leaves(it + 1);
         }
     }
     let parameter_bytes = g

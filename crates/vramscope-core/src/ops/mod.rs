@@ -15,6 +15,7 @@ mod adaptive_avg_pool;
 mod add;
 mod aten;
 mod attention;
+mod attention_bias;
 mod attention_heads;
 mod avg_pool;
 mod batch_norm;
@@ -51,6 +52,7 @@ pub use adaptive_avg_pool::AdaptiveAvgPool2d;
 pub use add::Add;
 pub use aten::{Aten, DTypeRule, TensorRule};
 pub use attention::{ScaledDotProductAttention, SdpaBackend};
+pub use attention_bias::ScaledDotProductAttentionBias;
 pub use attention_heads::{AttentionHeadsMerge, AttentionHeadsView};
 pub use avg_pool::AvgPool2d;
 pub use batch_norm::BatchNorm2d;
@@ -197,6 +199,9 @@ pub struct OpCtx<'a> {
     pub outputs: &'a [TensorMeta],
     /// `module.training` (train mode: batch norm uses batch statistics, dropout is active).
     pub training: bool,
+    /// Whether each activation input requires grad (autograd records a gradient for it); empty
+    /// when not known (graph passes that look at the program without running it).
+    pub inputs_require_grad: &'a [bool],
 }
 
 /// An error from an op's shape rule, naming what was expected.
@@ -323,6 +328,13 @@ pub trait Op: Debug + Send + Sync {
     /// Whether the op makes an autograd node at all (views of non-grad tensors still do).
     fn differentiable(&self) -> bool {
         true
+    }
+
+    /// Whether its output is a new leaf tensor with `requires_grad = True` while grad is enabled
+    /// (T5's zero position bias under gradient checkpointing): backward accumulates its `.grad`,
+    /// and the autograd graph, which the loss keeps alive, holds the leaf and that `.grad`.
+    fn leaf_requires_grad(&self) -> bool {
+        false
     }
 }
 

@@ -148,7 +148,7 @@ fn block(b: &mut GraphBuilder, s: &Spec, bsz: u64, seq: u64, input: TensorId) ->
 
 /// `0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * pow(x, 3))))`, op by op (`pow` runs in
 /// float32 under autocast, so the rest is promoted to float32).
-fn gelu_new(b: &mut GraphBuilder, x: TensorId) -> TensorId {
+pub(super) fn gelu_new(b: &mut GraphBuilder, x: TensorId) -> TensorId {
     let s = b.shape(x).to_vec();
     let half = mul_scalar(b, x);
     let f32 = DTypeRule::Fixed(DType::F32);

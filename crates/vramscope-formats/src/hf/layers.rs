@@ -18,17 +18,23 @@ pub fn embedding(
     dim: u64,
     ids: TensorId,
 ) -> (TensorId, TensorId) {
-    let mut shape = b.shape(ids).to_vec();
-    shape.push(dim);
     b.module(name, "Embedding", &[ids], |b| {
         let w = b.parameter("weight", vec![num, dim]);
-        let op = Aten::new("embedding", shape)
-            .dtype(DTypeRule::Like(0))
-            .saves(vec![Saved::Input(1)])
-            .saved_only_for(Saved::Input(1), 0)
-            .grads(vec![GradIn::New, GradIn::None]);
-        (b.op(op, &[w, ids]), w)
+        (embedding_lookup(b, w, ids), w)
     })
+}
+
+/// `embedding(weight, ids)` inside the current module, for an `nn.Embedding` whose weight is
+/// another module's (T5's `encoder.embed_tokens`, tied to `shared`).
+pub fn embedding_lookup(b: &mut GraphBuilder, weight: TensorId, ids: TensorId) -> TensorId {
+    let mut shape = b.shape(ids).to_vec();
+    shape.push(b.shape(weight)[1]);
+    let op = Aten::new("embedding", shape)
+        .dtype(DTypeRule::Like(0))
+        .saves(vec![Saved::Input(1)])
+        .saved_only_for(Saved::Input(1), 0)
+        .grads(vec![GradIn::New, GradIn::None]);
+    b.op(op, &[weight, ids])
 }
 
 /// `nn.Dropout(p)`; p = 0 returns its input.
