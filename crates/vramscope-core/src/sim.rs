@@ -353,6 +353,11 @@ struct TapeNode {
     /// allocate input gradients last argument first (`mm`: mat2 before mat1)
     grads_right_to_left: bool,
     region: Option<usize>,
+    /// whether autograd saved tensors for it: in a checkpointed region, the first such node
+    /// backward runs triggers the recomputation (nodes without saved tensors run before it)
+    saves: bool,
+    /// gradients are computed like the output, then reduced / cast (`Op::grads_like_output`)
+    grads_like_output: bool,
 }
 
 /// A non-parameter leaf that requires grad, with the `.grad` backward gave it.
@@ -645,6 +650,8 @@ impl<'g> Sim<'g> {
                 temporaries: Vec::new(),
                 grads_right_to_left: false,
                 region: None,
+                saves: false,
+                grads_like_output: false,
             });
         }
         if let (true, Some(p), true) = (cacheable, param, self.rts[r as usize].requires_grad) {
@@ -831,6 +838,7 @@ impl<'g> Sim<'g> {
                 *last = Some(last.map_or(n, |l| l.max(n)));
             }
         }
+        let saves = !to_save.is_empty();
         if records || (self.recomputing && graph_node.is_some()) {
             let mut saved = Vec::new();
             if keep_saved {
@@ -904,6 +912,8 @@ impl<'g> Sim<'g> {
                     temporaries: op.backward_temporaries(&ctx),
                     grads_right_to_left: op.grads_right_to_left(),
                     region,
+                    saves,
+                    grads_like_output: op.grads_like_output(),
                 });
             }
         }
@@ -1209,8 +1219,14 @@ impl<'g> Sim<'g> {
         let mut i = self.tape.len();
         while i > 0 {
             i -= 1;
-            if let Some(r) = self.tape[i].region {
-                if !self.regions[r].recomputed {
+            // a checkpointed region is recomputed when backward first unpacks one of its saved
+            // tensors: when a node that saved some runs (it has an incoming gradient)
+            if let (Some(r), true) = (self.tape[i].region, self.tape[i].saves) {
+                let runs = self.tape[i]
+                    .outputs
+                    .iter()
+                    .any(|&o| self.grad_buf[o as usize].is_some());
+                if runs && !self.regions[r].recomputed {
                     self.recompute_region(r);
                 }
             }
@@ -1225,6 +1241,8 @@ impl<'g> Sim<'g> {
                 temporaries: std::mem::take(&mut t.temporaries),
                 grads_right_to_left: t.grads_right_to_left,
                 region: t.region,
+                saves: t.saves,
+                grads_like_output: t.grads_like_output,
             };
             let incoming: Vec<Option<u32>> = node
                 .outputs
@@ -1251,12 +1269,20 @@ impl<'g> Sim<'g> {
                 })
                 .collect();
             let mut produced: Vec<(Rt, u32)> = Vec::new();
+            // (index in produced, input index, the input's meta) of gradients made like the
+            // output, to be reduced or cast by validate_outputs
+            let mut to_cast: Vec<(usize, usize, TensorMeta)> = Vec::new();
+            let out_meta = node
+                .outputs
+                .first()
+                .map(|&o| self.rts[o as usize].meta.clone());
             let order: Vec<usize> = if node.grads_right_to_left {
                 (0..node.inputs.len()).rev().collect()
             } else {
                 (0..node.inputs.len()).collect()
             };
-            for (inp, gi, meta) in order.iter().map(|&k| &node.inputs[k]) {
+            for &k in &order {
+                let (inp, gi, meta) = &node.inputs[k];
                 let Some(target) = *inp else { continue };
                 let sid = match gi {
                     GradIn::None => continue,
@@ -1274,7 +1300,14 @@ impl<'g> Sim<'g> {
                             Category::Temporaries
                         };
                         let label = Label::grad_of(node.label.what);
-                        self.new_storage(meta.clone(), cat, label, node.module)
+                        match &out_meta {
+                            Some(m) if node.grads_like_output && m != meta => {
+                                to_cast.push((produced.len(), k, meta.clone()));
+                                let m = m.clone();
+                                self.new_storage(m, Category::Temporaries, label, node.module)
+                            }
+                            _ => self.new_storage(meta.clone(), cat, label, node.module),
+                        }
                     }
                 };
                 produced.push((target, sid));
@@ -1282,10 +1315,34 @@ impl<'g> Sim<'g> {
             for t in temps {
                 self.decref(t);
             }
-            for s in incoming.into_iter().flatten() {
-                self.decref(s);
+            // saved tensors of a recomputed region are the node's own unpacked copies, dropped
+            // when its backward function returns; other saved tensors are released after the
+            // engine is done with the node
+            let saved = std::mem::take(&mut self.tape[i].saved);
+            let saved_after = if node.region.is_some() {
+                for s in saved {
+                    self.decref(s);
+                }
+                Vec::new()
+            } else {
+                saved
+            };
+            // validate_outputs: in input order, each gradient reduced to its input's shape and
+            // cast to its dtype
+            to_cast.sort_by_key(|&(_, input, _)| input);
+            for (k, _, meta) in to_cast {
+                let (target, computed) = produced[k];
+                let cat = if self.rts[target as usize].param.is_some() {
+                    Category::Gradients
+                } else {
+                    Category::Temporaries
+                };
+                let label = Label::new("grad reduced / cast");
+                let fitted = self.new_storage(meta, cat, label, node.module);
+                self.decref(computed);
+                produced[k] = (target, fitted);
             }
-            for s in std::mem::take(&mut self.tape[i].saved) {
+            for s in incoming.into_iter().flatten().chain(saved_after) {
                 self.decref(s);
             }
             for (target, sid) in produced {

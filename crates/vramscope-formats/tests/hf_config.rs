@@ -178,5 +178,202 @@ fn every_builtin_config_builds_with_the_reference_parameter_count() {
         refused, 4,
         "gemma-2-2b, gemma-2-9b, mixtral-8x7b, phi-3-mini"
     );
-    assert_eq!(built, 28);
+    assert_eq!(built, 31);
+}
+
+fn t5(text: &str, input: HfInput) -> Result<hf::HfModel, HfError> {
+    hf::build(&HfConfig::parse("t5.json", text).unwrap(), &input)
+}
+
+#[test]
+fn t5_small_names_parameters_and_modules_as_transformers_does() {
+    let text = std::fs::read_to_string(format!("{}/fixtures/hf_reference.json", root())).unwrap();
+    let reference: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let entry = &reference["models"]["t5-small"];
+    let cfg = HfConfig::parse(
+        "t5-small",
+        vramscope_formats::hf_zoo::config("t5-small").unwrap(),
+    )
+    .unwrap();
+    let m = hf::build(&cfg, &input()).unwrap();
+    assert_eq!(m.task, HfTask::Seq2SeqLm, "from architectures");
+    // named_parameters(): every parameter once, in registration order, with its shape
+    let ours: Vec<(String, Vec<u64>)> = m
+        .graph
+        .params
+        .iter()
+        .map(|p| (p.name.clone(), p.shape.clone()))
+        .collect();
+    let want: Vec<(String, Vec<u64>)> = entry["named_parameters"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(n, s)| {
+            let shape = s.as_array().unwrap().iter().map(|d| d.as_u64().unwrap());
+            (n.clone(), shape.collect())
+        })
+        .collect();
+    assert_eq!(ours, want);
+    let modules: Vec<&str> = m.graph.modules.iter().map(|m| m.path.as_str()).collect();
+    let want: Vec<&str> = entry["named_modules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(modules, want);
+    assert_eq!(m.checkpoint_layers.len(), 12);
+    assert_eq!(m.checkpoint_layers[6], "decoder.block.0");
+}
+
+#[test]
+fn t5_v1_1_shapes_follow_d_kv_gating_and_stack_depths() {
+    let cfg = hf::read_config(&format!(
+        "{}/fixtures/hf/configs/flan_t5_small_2l.json",
+        root()
+    ))
+    .unwrap();
+    let m = hf::build(&cfg, &input()).unwrap();
+    let shape = |n: &str| {
+        m.graph
+            .params
+            .iter()
+            .find(|p| p.name == n)
+            .unwrap_or_else(|| panic!("{n} missing"))
+            .shape
+            .clone()
+    };
+    // 6 heads of 64: q/k/v project 512 -> 384, o back
+    assert_eq!(
+        shape("encoder.block.1.layer.0.SelfAttention.q.weight"),
+        vec![384, 512]
+    );
+    assert_eq!(
+        shape("decoder.block.2.layer.1.EncDecAttention.o.weight"),
+        vec![512, 384]
+    );
+    assert_eq!(
+        shape("decoder.block.2.layer.2.DenseReluDense.wi_1.weight"),
+        vec![1024, 512]
+    );
+    assert_eq!(
+        shape("decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight"),
+        vec![32, 6]
+    );
+    let names: Vec<&str> = m.graph.params.iter().map(|p| p.name.as_str()).collect();
+    // the relative bias lives in the first block of each stack only; lm_head is tied to shared
+    assert_eq!(
+        names
+            .iter()
+            .filter(|n| n.contains("relative_attention_bias"))
+            .count(),
+        2
+    );
+    assert!(!names.contains(&"lm_head.weight"));
+    assert!(!names.iter().any(|n| n.contains("embed_tokens")));
+    // 2 encoder blocks, 3 decoder blocks
+    assert_eq!(m.checkpoint_layers.len(), 5);
+    assert_eq!(m.checkpoint_layers[4], "decoder.block.2");
+}
+
+#[test]
+fn t5_inputs_are_input_ids_and_labels_of_their_own_lengths() {
+    let path = format!("{}/fixtures/hf/configs/t5_small_2l.json", root());
+    let cfg = hf::read_config(&path).unwrap();
+    let m = hf::build(
+        &cfg,
+        &HfInput {
+            target_seq: Some(16),
+            ..input()
+        },
+    )
+    .unwrap();
+    let shapes: Vec<Vec<u64>> = m
+        .graph
+        .inputs
+        .iter()
+        .map(|t| m.graph.tensor(*t).shape.clone())
+        .collect();
+    assert_eq!(shapes, vec![vec![2, 64], vec![2, 16]]);
+    // outputs: the loss (computed in forward), the logits, the encoder's last hidden state
+    let outs: Vec<Vec<u64>> = m
+        .graph
+        .outputs
+        .iter()
+        .map(|t| m.graph.tensor(*t).shape.clone())
+        .collect();
+    assert_eq!(outs, vec![vec![], vec![2, 16, 32128], vec![2, 64, 512]]);
+    assert_eq!(m.graph.task, vramscope_core::ir::Task::LossInForward);
+    // without --target-len the labels are as long as the inputs
+    let m = hf::build(&cfg, &input()).unwrap();
+    assert_eq!(m.graph.tensor(m.graph.inputs[1]).shape, vec![2, 64]);
+}
+
+#[test]
+fn t5_bad_configs_and_inputs_are_named() {
+    let base = r#""model_type": "t5", "architectures": ["T5ForConditionalGeneration"]"#;
+    let e = t5(&format!("{{{base}}}"), input()).unwrap_err().to_string();
+    assert!(
+        e.contains("t5.json") && e.contains("`decoder_start_token_id`"),
+        "{e}"
+    );
+    let e = t5(
+        &format!(r#"{{{base}, "decoder_start_token_id": 0, "feed_forward_proj": "gated-gelu-x"}}"#),
+        input(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("`feed_forward_proj`") && e.contains("gated-"),
+        "{e}"
+    );
+    let e = t5(
+        &format!(r#"{{{base}, "decoder_start_token_id": 0, "feed_forward_proj": "mish"}}"#),
+        input(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("mish") && e.contains("relu, gelu"), "{e}");
+    let ok = format!(r#"{{{base}, "decoder_start_token_id": 0, "num_layers": 1}}"#);
+    let e = t5(
+        &ok,
+        HfInput {
+            task: Some(HfTask::CausalLm),
+            ..input()
+        },
+    )
+    .unwrap_err();
+    assert!(matches!(e, HfError::NoHead { .. }), "{e}");
+    let e = t5(
+        &ok,
+        HfInput {
+            target_seq: Some(0),
+            ..input()
+        },
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("--target-len"), "{e}");
+    // --target-len means nothing to a decoder-only model
+    let cfg = hf::read_config(&format!("{}/fixtures/hf/configs/gpt2_medium.json", root())).unwrap();
+    let e = hf::build(
+        &cfg,
+        &HfInput {
+            target_seq: Some(8),
+            ..input()
+        },
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("--target-len") && e.contains("gpt2"), "{e}");
+    // and a seq2seq task to a model without a decoder head
+    let e = hf::build(
+        &cfg,
+        &HfInput {
+            task: Some(HfTask::Seq2SeqLm),
+            ..input()
+        },
+    )
+    .unwrap_err();
+    assert!(matches!(e, HfError::NoHead { .. }), "{e}");
 }

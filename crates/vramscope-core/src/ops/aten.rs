@@ -68,6 +68,9 @@ pub struct Aten {
     pub differentiable: bool,
     /// Its output is a leaf that requires grad (see [`Op::leaf_requires_grad`]).
     pub leaf_requires_grad: bool,
+    /// Gradients are computed like the output, then reduced / cast (see
+    /// [`Op::grads_like_output`]).
+    pub grads_like_output: bool,
     /// Parameters and buffers its module owns (when used as a leaf module's whole forward).
     pub param_specs: Vec<ParamSpec>,
 }
@@ -90,6 +93,7 @@ impl Aten {
             grads_right_to_left: false,
             differentiable: true,
             leaf_requires_grad: false,
+            grads_like_output: false,
             param_specs: Vec::new(),
         }
     }
@@ -176,6 +180,13 @@ impl Aten {
     /// No autograd node (integer index arithmetic).
     pub fn not_differentiable(mut self) -> Self {
         self.differentiable = false;
+        self
+    }
+
+    /// Backward computes the gradients with the output's shape and dtype, then reduces those of
+    /// broadcast inputs and casts those of narrower ones (a product: `grad * other`).
+    pub fn grads_like_output(mut self) -> Self {
+        self.grads_like_output = true;
         self
     }
 
@@ -301,6 +312,10 @@ impl Op for Aten {
 
     fn leaf_requires_grad(&self) -> bool {
         self.leaf_requires_grad
+    }
+
+    fn grads_like_output(&self) -> bool {
+        self.grads_like_output
     }
 }
 

@@ -330,6 +330,16 @@ pub trait Op: Debug + Send + Sync {
         true
     }
 
+    /// Whether backward computes each input's gradient with the output's shape and dtype (a
+    /// product's `grad * other`); autograd's `validate_outputs` then reduces the gradient of a
+    /// broadcast input to its shape (`sum_to`) and casts that of a narrower input (a bf16 factor
+    /// of a float32 product under autocast) to its dtype: a full-size gradient first, then the
+    /// input's. Ops whose gradient rule already is the input's (`add`, autocast-cast inputs)
+    /// leave it false.
+    fn grads_like_output(&self) -> bool {
+        false
+    }
+
     /// Whether its output is a new leaf tensor with `requires_grad = True` while grad is enabled
     /// (T5's zero position bias under gradient checkpointing): backward accumulates its `.grad`,
     /// and the autograd graph, which the loss keeps alive, holds the leaf and that `.grad`.

@@ -147,14 +147,16 @@ pub fn add_scalar(b: &mut GraphBuilder, x: TensorId) -> TensorId {
 }
 
 /// `x * y` for two tensors of the same shape that both need gradients (saves both; backward
-/// computes the second operand's gradient first).
+/// computes the second operand's gradient first, in the product's dtype, and casts that of a
+/// narrower operand).
 pub fn mul(b: &mut GraphBuilder, x: TensorId, y: TensorId) -> TensorId {
     let s = b.shape(x).to_vec();
     b.op(
         Aten::new("mul", s)
             .saves(vec![Saved::Input(0), Saved::Input(1)])
             .cross_saves(0, 1)
-            .right_to_left(),
+            .right_to_left()
+            .grads_like_output(),
         &[x, y],
     )
 }

@@ -688,12 +688,14 @@ fn t5_layer_norm(b: &mut GraphBuilder, s: &Spec, name: &str, x: TensorId) -> Ten
                 .backward_temporary(s1.clone(), f32),
             &[ve],
         );
-        // hidden_states * rsqrt: the input (not its float32 copy) times float32
+        // hidden_states * rsqrt: the input (not its float32 copy) times float32; MulBackward0
+        // makes rsqrt's full-size gradient first (summed to [.., 1]), then the input's
         let h = b.op(
             Aten::new("mul", sh.clone())
                 .saves(vec![Saved::Input(0), Saved::Input(1)])
                 .cross_saves(0, 1)
-                .backward_temporary(sh.clone(), f32),
+                .right_to_left()
+                .grads_like_output(),
             &[x, r],
         );
         let h = if half_weight {
@@ -701,12 +703,13 @@ fn t5_layer_norm(b: &mut GraphBuilder, s: &Spec, name: &str, x: TensorId) -> Ten
         } else {
             h
         };
+        // weight * hidden_states: h's gradient first, then the weight's full-size one summed
         b.op(
-            Aten::new("mul", sh.clone())
+            Aten::new("mul", sh)
                 .saves(vec![Saved::Input(0), Saved::Input(1)])
                 .cross_saves(0, 1)
-                .backward_temporary(sh, DTypeRule::Promote)
-                .right_to_left(),
+                .right_to_left()
+                .grads_like_output(),
             &[w, h],
         )
     })
