@@ -1606,7 +1606,21 @@ fn checkpoint_regions(g: &Graph, specs: &[Checkpoint]) -> Result<Vec<Region>, Si
             .join(", ")
     };
     let mut regions = Vec::new();
-    let mut push = |first: u32, end: u32, inputs: Vec<TensorId>| {
+    let mut push = |first: u32, end: u32, mut inputs: Vec<TensorId>| {
+        // tensors the region reads that were made before it and are not among the call's
+        // arguments (a closure's captures, or a container such as a ModuleList that Python never
+        // calls) are kept for the recomputation too
+        for node in &g.nodes[first as usize..end as usize] {
+            for &t in &node.inputs {
+                let outside = g.tensor(t).param.is_none()
+                    && g.tensor(t)
+                        .producer
+                        .is_none_or(|p| p.0 < first || p.0 >= end);
+                if outside && !inputs.contains(&t) {
+                    inputs.push(t);
+                }
+            }
+        }
         if end > first {
             regions.push(Region {
                 first: first as usize,

@@ -159,3 +159,37 @@ fn bad_lora_and_freeze_flags() {
         &["--lora-targets needs --lora"],
     );
 }
+
+#[test]
+fn target_len_belongs_to_encoder_decoders() {
+    fails_with(
+        &["estimate", "resnet18", "--target-len", "32"],
+        &["--target-len", "Hugging Face models", "resnet18"],
+    );
+    fails_with(
+        &["estimate", "gpt2", "--seq-len", "64", "--target-len", "32"],
+        &["--target-len", "encoder-decoder", "gpt2"],
+    );
+    fails_with(
+        &[
+            "estimate",
+            "t5-small",
+            "--seq-len",
+            "64",
+            "--target-len",
+            "0",
+        ],
+        &["--target-len", "positive"],
+    );
+    fails_with(
+        &[
+            "estimate",
+            "t5-small",
+            "--seq-len",
+            "64",
+            "--task",
+            "causal-lm",
+        ],
+        &["t5", "no causal-lm head"],
+    );
+}

@@ -113,7 +113,7 @@ impl ScaledDotProductAttentionBias {
     /// attention makes when S is not a multiple of 8 (cuDNN takes the mask as it is).
     fn padded_mask(&self, backend: SdpaBackend, ctx: &OpCtx) -> Option<TensorMeta> {
         let kv_len = ctx.inputs[1].shape[2];
-        if backend != SdpaBackend::Efficient || kv_len % MEM_EFF_MASK_ALIGNMENT == 0 {
+        if backend != SdpaBackend::Efficient || kv_len.is_multiple_of(MEM_EFF_MASK_ALIGNMENT) {
             return None;
         }
         let m = &ctx.inputs[3];
