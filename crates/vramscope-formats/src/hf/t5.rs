@@ -38,7 +38,10 @@ enum FfAct {
     Relu,
     Gelu,
     GeluNew,
+    /// `silu` (transformers' `SiLUActivation`)
     Silu,
+    /// `swish` (`nn.SiLU`)
+    Swish,
 }
 
 impl FfAct {
@@ -47,7 +50,8 @@ impl FfAct {
             "relu" => Some(FfAct::Relu),
             "gelu" => Some(FfAct::Gelu),
             "gelu_new" => Some(FfAct::GeluNew),
-            "silu" | "swish" => Some(FfAct::Silu),
+            "silu" => Some(FfAct::Silu),
+            "swish" => Some(FfAct::Swish),
             _ => None,
         }
     }
@@ -128,7 +132,7 @@ fn spec(cfg: &HfConfig, input: &HfInput) -> Result<Spec, HfError> {
         field_err(
             cfg,
             "feed_forward_proj",
-            format!("an activation among relu, gelu, gelu_new, silu (got {act_name:?})"),
+            format!("an activation among relu, gelu, gelu_new, silu, swish (got {act_name:?})"),
         )
     })?;
     // `_shift_right(labels)` reads it and raises without it
@@ -319,6 +323,7 @@ fn act_module_name(act: FfAct) -> &'static str {
         FfAct::Gelu => "GELUActivation",
         FfAct::GeluNew => "NewGELUActivation",
         FfAct::Silu => "SiLUActivation",
+        FfAct::Swish => "SiLU",
     }
 }
 
@@ -737,7 +742,7 @@ fn act(b: &mut GraphBuilder, a: FfAct, x: TensorId) -> TensorId {
     let kind = match a {
         FfAct::Relu => ActivationKind::ReLU,
         FfAct::Gelu => ActivationKind::GELU,
-        FfAct::Silu => ActivationKind::SiLU,
+        FfAct::Silu | FfAct::Swish => ActivationKind::SiLU,
         FfAct::GeluNew => {
             return b.module("act", act_module_name(a), &[x], |b| gelu_new(b, x));
         }
