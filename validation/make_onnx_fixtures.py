@@ -250,10 +250,13 @@ def make_broken():
     onnx.save_model(helper.make_model(g), path("dangling.onnx"))
 
 
+TORCHVISION = ["resnet18", "mobilenet_v3_small", "squeezenet1_1", "resnet50", "densenet121", "vit_b_16"]
+
+
 if __name__ == "__main__":
     which = sys.argv[1:] or ["torchvision", "hand", "broken"]
     if "torchvision" in which:
-        for name in ["resnet18", "mobilenet_v3_small", "squeezenet1_1"]:
+        for name in TORCHVISION:
             export_torchvision(name)
             print("exported", name)
     if "hand" in which:

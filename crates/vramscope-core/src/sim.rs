@@ -1203,15 +1203,26 @@ impl<'g> Sim<'g> {
                 })
                 .collect();
             let mut produced: Vec<(Rt, u32)> = Vec::new();
+            let mut made_for: Vec<Option<u32>> = vec![None; node.inputs.len()];
             let order: Vec<usize> = if node.grads_right_to_left {
                 (0..node.inputs.len()).rev().collect()
             } else {
                 (0..node.inputs.len()).collect()
             };
-            for (inp, gi, meta) in order.iter().map(|&k| &node.inputs[k]) {
+            for k in order {
+                let (inp, gi, meta) = &node.inputs[k];
                 let Some(target) = *inp else { continue };
+                let shared = match gi {
+                    GradIn::SameAs(j) => made_for.get(*j).copied().flatten(),
+                    _ => None,
+                };
                 let sid = match gi {
                     GradIn::None => continue,
+                    GradIn::SameAs(_) if shared.is_some() => {
+                        let s = shared.unwrap_or(0);
+                        self.incref(s);
+                        s
+                    }
                     GradIn::PassThrough(o) => match incoming.get(*o).copied().flatten() {
                         Some(s) => {
                             self.incref(s);
@@ -1219,7 +1230,7 @@ impl<'g> Sim<'g> {
                         }
                         None => continue,
                     },
-                    GradIn::New => {
+                    GradIn::New | GradIn::SameAs(_) => {
                         let cat = if self.rts[target as usize].param.is_some() {
                             Category::Gradients
                         } else {
@@ -1229,6 +1240,7 @@ impl<'g> Sim<'g> {
                         self.new_storage(meta.clone(), cat, label, node.module)
                     }
                 };
+                made_for[k] = Some(sid);
                 produced.push((target, sid));
             }
             for t in temps {

@@ -13,7 +13,7 @@ mod bert;
 mod config;
 mod distilbert;
 mod gpt2;
-mod layers;
+pub(crate) mod layers;
 mod llama;
 mod opt;
 
