@@ -9,6 +9,9 @@ Run with the truth venv (torch, torchvision, onnx):
   folding, dynamic batch axis named `batch`). Their initializers are moved to an external data file
   `NAME.onnx.data` that is NOT committed (.gitignore): the committed graph references data that is
   missing, which is exactly what vramscope must cope with (it never reads initializer data).
+* the models of validation/onnx_models.py (LSTM, bidirectional GRU, an embedding + transformer
+  text classifier with dynamic `batch`/`sequence` axes), exported the same way; the truth tool
+  measures the same classes (fixtures/truth/onnx_models.jsonl).
 * hand-made models (onnx.helper): dynamic `batch`/`sequence` axes with Shape->Gather->Concat->Reshape
   chains, Slice, Expand, ConstantOfShape; a small external-data model whose data file IS committed;
   and broken files (truncated, garbage, cyclic, absurd shapes, unsupported ops, dangling inputs).
@@ -78,6 +81,29 @@ def export_torchvision(name):
                       training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
                       input_names=["input"], output_names=["logits"],
                       dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}})
+    model = onnx.load(tmp)
+    os.remove(tmp)
+    write_oracle(model, name)
+    save_external(model, name)
+
+
+def export_custom(name):
+    """One of validation/onnx_models.py's models, exported like the torchvision ones (dynamic
+    batch and sequence axes)."""
+    import torch
+    import warnings
+    warnings.filterwarnings("ignore")
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from onnx_models import MODELS
+    build, example, input_name, axes = MODELS[name]
+    torch.manual_seed(0)
+    m = build()
+    m.train()
+    tmp = path(name + ".tmp.onnx")
+    torch.onnx.export(m, (example(),), tmp, dynamo=False, opset_version=17,
+                      training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
+                      input_names=[input_name], output_names=["logits"],
+                      dynamic_axes={input_name: axes, "logits": {0: "batch"}})
     model = onnx.load(tmp)
     os.remove(tmp)
     write_oracle(model, name)
@@ -251,13 +277,18 @@ def make_broken():
 
 
 TORCHVISION = ["resnet18", "mobilenet_v3_small", "squeezenet1_1", "resnet50", "densenet121", "vit_b_16"]
+CUSTOM = ["lstm_classifier", "gru_classifier", "text_classifier"]
 
 
 if __name__ == "__main__":
-    which = sys.argv[1:] or ["torchvision", "hand", "broken"]
+    which = sys.argv[1:] or ["torchvision", "custom", "hand", "broken"]
     if "torchvision" in which:
         for name in TORCHVISION:
             export_torchvision(name)
+            print("exported", name)
+    if "custom" in which:
+        for name in CUSTOM:
+            export_custom(name)
             print("exported", name)
     if "hand" in which:
         make_dynamic_mlp()

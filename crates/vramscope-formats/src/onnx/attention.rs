@@ -1,8 +1,6 @@
 //! Attention: the exporter's spelling of `F.scaled_dot_product_attention` (found by `fuse.rs`),
-//! the ONNX `Attention` op (opset 23), `com.microsoft::Attention` (packed QKV projection), and
-//! whole `nn.MultiheadAttention` modules, recognised by their parameters
-//! (`in_proj_weight`, `in_proj_bias`, `out_proj`) and lowered to the program
-//! `F.multi_head_attention_forward` runs (the same one the zoo's ViT uses).
+//! the ONNX `Attention` op (opset 23) and `com.microsoft::Attention` (packed QKV projection);
+//! whole `nn.MultiheadAttention` modules are in `modules.rs`.
 //!
 //! The fused kernels (cuDNN, flash, mem-efficient attention) lay their output out as
 //! `[B, L, H, d]`, so `transpose(1, 2).reshape(B, L, H·d)` after them is a view; the output's
@@ -12,14 +10,14 @@
 use vramscope_core::ops::{Linear, ScaledDotProductAttention};
 use vramscope_core::{GraphBuilder, TensorId};
 
-use super::fuse::{Fusion, SdpaFusion};
+use super::fuse::SdpaFusion;
 use super::layout;
-use super::lower::{attr_i, broadcast_dims, external_inputs, Item, Lowerer, Val, R};
+use super::lower::{attr_i, broadcast_dims, Lowerer, Val, R};
 use super::proto::NodeProto;
 
 impl Lowerer<'_> {
     /// The `Dropout` ratio of node `d` (input 1, else the `ratio` attribute, else 0.5).
-    fn dropout_ratio(&self, d: usize) -> f64 {
+    pub(super) fn dropout_ratio(&self, d: usize) -> f64 {
         let n = &self.file.graph().node[d];
         match n.input.get(1).filter(|s| !s.is_empty()) {
             Some(r) => self.scalar(r).unwrap_or(0.5),
@@ -300,144 +298,4 @@ impl Lowerer<'_> {
         self.set(b, &out, Val::Act(y));
         Ok(())
     }
-
-    /// Lowers a whole module call when its nodes are a known PyTorch module
-    /// (`nn.MultiheadAttention` with `batch_first=True`, self-attention, no masks); `false`
-    /// leaves the group to the node-by-node lowering.
-    pub(super) fn lower_module(
-        &mut self,
-        b: &mut GraphBuilder,
-        group: &[Item],
-        path: &str,
-        name: &str,
-    ) -> bool {
-        let Some(plan) = self.mha_plan(b, group, path) else {
-            return false;
-        };
-        let MhaPlan {
-            x,
-            out,
-            e,
-            heads,
-            n,
-            l,
-            dropout_p,
-        } = plan;
-        let y = b.module(name, "MultiheadAttention", &[x], |b| {
-            crate::zoo::vit::multi_head_attention(b, x, e, heads, n, l, dropout_p)
-        });
-        self.producer.insert(y, "MultiheadAttention".into());
-        // the module's inner values keep the shapes of the generic pass
-        let g = self.file.graph();
-        let mut nodes: Vec<usize> = group.iter().map(|it| it.node).collect();
-        for it in group {
-            nodes.extend(self.fusions.parts.get(&it.node).into_iter().flatten());
-        }
-        if let Some(h) = &self.hints {
-            for &i in &nodes {
-                for o in &g.node[i].output {
-                    if let Some(s) = h.get(o) {
-                        self.shapes.insert(o.clone(), s.clone());
-                    }
-                }
-            }
-        }
-        self.set(b, &out, Val::Act(y));
-        true
-    }
-
-    fn mha_plan(&self, b: &GraphBuilder, group: &[Item], path: &str) -> Option<MhaPlan> {
-        let hints = self.hints.as_ref()?;
-        let g = self.file.graph();
-        let init = |suffix: &str| -> Option<Vec<u64>> {
-            let key = format!("{path}.{suffix}");
-            matches!(self.vals.get(&key), Some(Val::Init(_)))
-                .then(|| self.init_dims(&key).ok())
-                .flatten()
-        };
-        let w = init("in_proj_weight")?;
-        init("in_proj_bias")?;
-        init("out_proj.weight")?;
-        init("out_proj.bias")?;
-        if w.len() != 2 || w[0] != 3 * w[1] {
-            return None;
-        }
-        let e = w[1];
-        let sdpas: Vec<&SdpaFusion> = group
-            .iter()
-            .filter_map(|it| match self.fusions.at.get(&it.node) {
-                Some(Fusion::Sdpa(s)) => Some(s),
-                _ => None,
-            })
-            .collect();
-        let [s] = sdpas[..] else { return None };
-        if s.mask.is_some() {
-            return None;
-        }
-        let q = hints.get(&s.q)?;
-        let inputs = external_inputs(self, group);
-        let [x] = inputs[..] else { return None };
-        let xs = b.shape(x).to_vec();
-        if xs.len() != 3 || xs[2] != e || q.len() != 4 || q[1] == 0 || q[1] * q[3] != e {
-            return None;
-        }
-        let x_name = self
-            .vals
-            .iter()
-            .find(|(_, v)| matches!(v, Val::Act(t) if *t == x))
-            .map(|(k, _)| k.clone())?;
-        // batch_first=True: the module starts with query.transpose(1, 0)
-        let transposed = group.iter().any(|it| {
-            let nd = &g.node[it.node];
-            nd.op_type() == "Transpose"
-                && nd.input.first() == Some(&x_name)
-                && super::lower::attr_ints(nd, "perm").is_some_and(|p| p[..] == [1, 0, 2])
-        });
-        if !transposed {
-            return None;
-        }
-        // exactly one value leaves the module, shaped like its input
-        let mut nodes: Vec<usize> = group.iter().map(|it| it.node).collect();
-        for it in group {
-            nodes.extend(self.fusions.parts.get(&it.node).into_iter().flatten());
-        }
-        let mut inner_uses: std::collections::HashMap<&str, usize> = Default::default();
-        for &i in &nodes {
-            for s in &g.node[i].input {
-                *inner_uses.entry(s.as_str()).or_default() += 1;
-            }
-        }
-        let leaving: Vec<&String> = nodes
-            .iter()
-            .flat_map(|&i| g.node[i].output.iter())
-            .filter(|o| {
-                self.uses.get(o.as_str()).copied().unwrap_or(0)
-                    > inner_uses.get(o.as_str()).copied().unwrap_or(0)
-            })
-            .collect();
-        let [out] = leaving[..] else { return None };
-        if hints.get(out.as_str()) != Some(&xs) {
-            return None;
-        }
-        let dropout_p = s.dropout.map_or(0.0, |d| self.dropout_ratio(d));
-        Some(MhaPlan {
-            x,
-            out: out.clone(),
-            e,
-            heads: q[1],
-            n: xs[0],
-            l: xs[1],
-            dropout_p,
-        })
-    }
-}
-
-struct MhaPlan {
-    x: TensorId,
-    out: String,
-    e: u64,
-    heads: u64,
-    n: u64,
-    l: u64,
-    dropout_p: f64,
 }

@@ -47,6 +47,11 @@ pub struct Lowerer<'a> {
     pub(super) hints: Option<BTreeMap<String, Vec<u64>>>,
     /// RNN layers lowered so far per node-name scope (`/rnn` → 2), for `weight_ih_l{k}` names.
     pub(super) rnn_layers: HashMap<String, usize>,
+    /// The zero initial states made so far, by the constant they come from (one
+    /// `torch.zeros(layers·D, B, H)` serves every layer of a multi-layer RNN).
+    pub(super) rnn_zeros: HashMap<String, TensorId>,
+    /// The node producing each value.
+    pub(super) producer_node: HashMap<String, usize>,
     /// Every value's inferred shape.
     pub shapes: BTreeMap<String, Vec<u64>>,
     /// The first error.
@@ -207,6 +212,12 @@ impl<'a> Lowerer<'a> {
         for (i, t) in g.initializer.iter().enumerate() {
             vals.insert(t.name().to_string(), Val::Init(i));
         }
+        let mut producer_node = HashMap::new();
+        for (i, n) in g.node.iter().enumerate() {
+            for o in &n.output {
+                producer_node.insert(o.clone(), i);
+            }
+        }
         Lowerer {
             file,
             vals,
@@ -216,6 +227,8 @@ impl<'a> Lowerer<'a> {
             fusions: super::fuse::find(g, &file.order),
             hints: None,
             rnn_layers: HashMap::new(),
+            rnn_zeros: HashMap::new(),
+            producer_node,
             shapes: BTreeMap::new(),
             error: None,
         }
@@ -663,8 +676,8 @@ impl<'a> Lowerer<'a> {
         // gate-reordered weights); any other op on a weight computes with the parameter
         let reshapes_weights = matches!(
             op,
-            "Slice" | "Concat" | "Unsqueeze" | "Squeeze" | "Reshape" | "Identity" | "Gather"
-                | "Cast" | "Shape" | "Size"
+            "Slice" | "Concat" | "Unsqueeze" | "Squeeze" | "Reshape" | "Identity" | "Cast"
+                | "Shape" | "Size"
         );
         if op != "Dropout"
             && !n
@@ -1296,10 +1309,22 @@ impl<'a> Lowerer<'a> {
         let out0 = n.output.first().map(String::as_str).unwrap_or("");
         let data_dims = self.dims_of(b, inp(0))?;
         let ax = consts::axis(attr_i(n, "axis", 0), data_dims.len()).ok_or("axis out of range")?;
-        if self.is_act(inp(1)) {
-            let ids = self.act(b, inp(1))?;
+        let is_weight = self.is_weight(inp(0));
+        let const_rows = self.konst(inp(1)).is_some_and(|k| !k.dims.is_empty());
+        if self.is_act(inp(1)) || (is_weight && ax == 0 && data_dims.len() == 2 && const_rows) {
+            let ids = if self.is_act(inp(1)) {
+                self.act(b, inp(1))?
+            } else {
+                // `emb(torch.arange(S))`: the indices are a tensor the forward makes
+                let k = self
+                    .konst(inp(1))
+                    .ok_or_else(|| format!("indices `{}` are not defined", inp(1)))?;
+                let op = Aten::new("arange", k.dims)
+                    .dtype(vramscope_core::ops::DTypeRule::Fixed(DType::I64))
+                    .not_differentiable();
+                b.op(op, &[])
+            };
             let id_shape = b.shape(ids).to_vec();
-            let is_weight = matches!(self.vals.get(inp(0)), Some(Val::Init(_)));
             let y = if is_weight {
                 if ax != 0 || data_dims.len() != 2 {
                     return Err(format!(
@@ -1880,7 +1905,7 @@ pub fn emit_items(b: &mut GraphBuilder, lw: &mut Lowerer, items: &[Item], depth:
                 lw.lower(b, it.node, None);
             }
             lw.lower(b, working[0].node, Some(&name));
-        } else if !lw.lower_module(b, group, &level.path, &name) {
+        } else if !lw.lower_module(b, group, depth, &level.path, &name) {
             let inputs = external_inputs(lw, group);
             let ty = if name.bytes().all(|c| c.is_ascii_digit()) || name.contains('.') {
                 "Sequential"

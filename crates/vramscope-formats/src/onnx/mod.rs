@@ -8,6 +8,7 @@ mod file;
 mod fuse;
 mod layout;
 mod lower;
+mod modules;
 #[allow(missing_docs, clippy::all, clippy::pedantic)]
 pub mod proto;
 mod rnn;

@@ -127,23 +127,44 @@ impl Lowerer<'_> {
             layer,
             batch_first: layout == 1,
         };
-        let init_h = self.initial_state(b, inp(5))?;
-        let init_c = if lstm {
-            self.initial_state(b, inp(6))?
-        } else {
-            None
-        };
+        let batch = xs[if layout == 1 { 0 } else { 1 }];
         let ty = if lstm { "LSTM" } else { "GRU" };
+        let (h_name, c_name) = (inp(5).to_string(), inp(6).to_string());
+        let run = |lw: &mut Self, b: &mut GraphBuilder| -> R<Vec<TensorId>> {
+            let dims = [d, batch, hidden];
+            let mut h0 = lw.initial_state(b, &h_name, "h", x, dims)?;
+            let mut c0 = if lstm {
+                Some(lw.initial_state(b, &c_name, "c", x, dims)?)
+            } else {
+                None
+            };
+            // nn.LSTM.forward keeps `hx` until it returns
+            b.hold(&[h0]);
+            b.hold(&c0.into_iter().collect::<Vec<_>>());
+            // layout 1 states are [B, D, H]
+            if layout == 1 {
+                if lw.is_act(&h_name) {
+                    h0 = lw.permute(b, "transpose", h0, &[1, 0, 2]);
+                }
+                if let Some(c) = c0.filter(|_| lw.is_act(&c_name)) {
+                    c0 = Some(lw.permute(b, "transpose", c, &[1, 0, 2]));
+                }
+            }
+            // the C++ layer loop keeps a layer's input until its output is stacked
+            b.frame(|b| {
+                b.hold(&[x]);
+                lw.rnn_body(b, x, &spec, h0, c0)
+            })
+        };
         let mut err = None;
         let outs = match leaf {
             Some(name) => b.module(name, ty, &[x], |b| {
-                self.rnn_body(b, x, &spec, init_h, init_c)
-                    .unwrap_or_else(|e| {
-                        err = Some(e);
-                        Vec::new()
-                    })
+                run(self, b).unwrap_or_else(|e| {
+                    err = Some(e);
+                    Vec::new()
+                })
             }),
-            None => self.rnn_body(b, x, &spec, init_h, init_c)?,
+            None => run(self, b)?,
         };
         if let Some(e) = err {
             return Err(e);
@@ -157,13 +178,54 @@ impl Lowerer<'_> {
         Ok(())
     }
 
-    /// `initial_h` / `initial_c`: a tensor computed at run time, or `None` for zeros (a constant
-    /// or absent input).
-    fn initial_state(&mut self, b: &mut GraphBuilder, name: &str) -> R<Option<TensorId>> {
-        if name.is_empty() || !self.is_act(name) {
-            return Ok(None);
+    /// `initial_h` / `initial_c` `[D, B, H]`: a tensor computed at run time, or zeros made in the
+    /// forward (`torch.zeros(layers·D, B, H, dtype=x.dtype)`): for a slice of a
+    /// `ConstantOfShape` (the exporter's spelling of that call) the whole constant, once for
+    /// all the layers that slice it (`h0` and `c0` are two tensors, `slot`).
+    fn initial_state(
+        &mut self,
+        b: &mut GraphBuilder,
+        name: &str,
+        slot: &str,
+        x: TensorId,
+        dims: [u64; 3],
+    ) -> R<TensorId> {
+        if !name.is_empty() && self.is_act(name) {
+            return self.act(b, name);
         }
-        self.act(b, name).map(Some)
+        let g = self.file.graph();
+        let mut root = name.to_string();
+        for _ in 0..8 {
+            let Some(&p) = self.producer_node.get(&root) else {
+                break;
+            };
+            let pn = &g.node[p];
+            if !matches!(pn.op_type(), "Slice" | "Squeeze" | "Unsqueeze" | "Reshape" | "Identity") {
+                break;
+            }
+            root = pn.input.first().cloned().unwrap_or_default();
+        }
+        let full = match self.konst(&root) {
+            Some(k) if k.dims.len() == 3 && k.dims[1..] == dims[1..] && k.dims[0] >= dims[0] => {
+                k.dims
+            }
+            _ => {
+                root = format!("{name}#");
+                dims.to_vec()
+            }
+        };
+        root.push_str(slot);
+        if let Some(&z) = self.rnn_zeros.get(&root) {
+            return Ok(z);
+        }
+        let z = b.op(
+            Aten::new("zeros", full)
+                .dtype(DTypeRule::Like(0))
+                .not_differentiable(),
+            &[x],
+        );
+        self.rnn_zeros.insert(root, z);
+        Ok(z)
     }
 
     /// The module's forward: returns Y, Y_h and (LSTM) Y_c in ONNX's shapes.
@@ -172,8 +234,8 @@ impl Lowerer<'_> {
         b: &mut GraphBuilder,
         x: TensorId,
         s: &RnnSpec,
-        init_h: Option<TensorId>,
-        init_c: Option<TensorId>,
+        h0: TensorId,
+        c0: Option<TensorId>,
     ) -> R<Vec<TensorId>> {
         let (h, dirs) = (s.hidden, s.directions as u64);
         // batch_first: input.transpose(0, 1)
@@ -184,31 +246,9 @@ impl Lowerer<'_> {
         };
         let xs = b.shape(x).to_vec();
         let (steps, batch) = (xs[0], xs[1]);
-        // torch.zeros(D·layers, B, H, dtype=input.dtype): the input only gives the dtype
-        let zeros = |b: &mut GraphBuilder| {
-            b.op(
-                Aten::new("zeros", vec![dirs, batch, h])
-                    .dtype(DTypeRule::Like(0))
-                    .not_differentiable(),
-                &[x],
-            )
-        };
-        let state_for = |b: &mut GraphBuilder, given: Option<TensorId>, lw: &mut Self| {
-            let t = given.unwrap_or_else(|| zeros(b));
-            if s.batch_first && given.is_some() {
-                lw.permute(b, "transpose", t, &[1, 0, 2])
-            } else {
-                t
-            }
-        };
-        let h0 = state_for(b, init_h, self);
-        let c0 = if s.lstm {
-            Some(state_for(b, init_c, self))
-        } else {
-            None
-        };
         let gates = if s.lstm { 4 } else { 3 } * h;
         let mut ys = Vec::new();
+        let mut steps_in: Vec<TensorId> = Vec::new();
         let (mut hn, mut cn) = (Vec::new(), Vec::new());
         for dir in 0..s.directions {
             let reverse = dir == 1 || s.reverse_only;
@@ -229,12 +269,16 @@ impl Lowerer<'_> {
             // hx.unbind(0)[dir]: a view
             let mut hx = self.select(b, h0, 0);
             let mut cx = c0.map(|c| self.select(b, c, 0));
-            let unbind = View {
-                name: "unbind",
-                shapes: vec![vec![batch, s.input]; steps as usize],
-                expand: false,
-            };
-            let mut xt = b.op_multi(unbind, &[x]);
+            // one input.unbind(0) serves both directions
+            if steps_in.is_empty() {
+                let unbind = View {
+                    name: "unbind",
+                    shapes: vec![vec![batch, s.input]; steps as usize],
+                    expand: false,
+                };
+                steps_in = b.op_multi(unbind, &[x]);
+            }
+            let mut xt = steps_in.clone();
             if reverse {
                 xt.reverse();
             }
@@ -258,6 +302,10 @@ impl Lowerer<'_> {
             }
             if reverse {
                 outs.reverse();
+            }
+            if s.directions == 2 {
+                // FullBidirectionalLayer keeps both directions' step outputs until it returns
+                b.hold(&outs);
             }
             ys.push(stack(b, &outs, vec![steps, batch, h]));
             hn.push(hx);
