@@ -6,6 +6,7 @@ training steps are measured by the truth tool (fixtures/truth/onnx_models.jsonl)
 * `lstm`: a 2-layer `nn.LSTM(32, 64, batch_first=True)` over `[B, S, 32]` features, the last
   step's output classified into 10 classes.
 * `gru`: a bidirectional 1-layer `nn.GRU(32, 48, batch_first=True)`, same task.
+* `volume`: `nn.Conv3d` layers and an `nn.Conv1d` with `padding="same"` over `[B, 2, 16, 32, 32]`.
 * `text`: token embeddings + learned position embeddings, two pre-norm transformer blocks
   (packed qkv `nn.Linear`, `F.scaled_dot_product_attention` with dropout, `nn.GELU` MLP),
   mean pooling and a linear head over `input_ids [B, S]` (vocabulary 1000, 8 classes).
@@ -68,6 +69,31 @@ class TextClassifier(nn.Module):
         return self.head(x.mean(dim=1))
 
 
+class VolumeClassifier(nn.Module):
+    """3-D and 1-D convolutions (`padding="same"` with an even kernel pads asymmetrically)."""
+
+    def __init__(self, num_classes=10):
+        super().__init__()
+        self.c3a = nn.Conv3d(2, 8, 3, padding=1)
+        self.relu = nn.ReLU(inplace=True)
+        self.c3b = nn.Conv3d(8, 8, 2, stride=2)
+        self.c1 = nn.Conv1d(8, 16, 4, padding="same")
+        self.head = nn.Linear(16, num_classes)
+
+    def forward(self, x):
+        x = self.c3b(self.relu(self.c3a(x)))
+        x = self.c1(x.flatten(2))
+        return self.head(x.mean(dim=2))
+
+
+def volume(batch, image=None):
+    model = VolumeClassifier()
+
+    def make_batch():
+        return torch.randn(batch, 2, 16, 32, 32), torch.randint(0, 10, (batch,))
+    return model, make_batch, F.cross_entropy
+
+
 def _rnn(kind, batch, seq, **kw):
     model = RNNClassifier(kind, **kw)
     k = kw["num_classes"]
@@ -103,4 +129,6 @@ MODELS = {
                        {0: "batch", 1: "sequence"}),
     "text_classifier": (lambda: text(2, 5)[0], lambda: torch.randint(0, 1000, (2, 5)),
                         "input_ids", {0: "batch", 1: "sequence"}),
+    "volume_classifier": (lambda: volume(2)[0], lambda: torch.randn(2, 2, 16, 32, 32), "x",
+                          {0: "batch"}),
 }

@@ -594,9 +594,17 @@ impl<'a> Lowerer<'a> {
             Some(a) => self.file.graph().node[a].output.first().cloned(),
             None => n.output.first().cloned(),
         };
-        // the MatMul's own output, when the Add took its place
+        // the MatMul's own output, when the Add took its place, and the transposed weight
         if let (Some(_), Some(o)) = (l.add, n.output.first()) {
             self.shapes.insert(o.clone(), b.shape(y).to_vec());
+        }
+        let g = self.file.graph();
+        for &p in self.fusions.parts.get(&idx).into_iter().flatten() {
+            if g.node[p].op_type() == "Transpose" {
+                for o in &g.node[p].output {
+                    self.shapes.insert(o.clone(), vec![w[1], w[0]]);
+                }
+            }
         }
         if let Some(o) = out {
             self.set(b, &o, Val::Act(y));
@@ -1217,7 +1225,7 @@ impl<'a> Lowerer<'a> {
     }
 
     /// `Conv` with 1, 2 or 3 spatial dims; asymmetric padding (`auto_pad=SAME_*` with an even
-    /// kernel) is an explicit `F.pad` first, as PyTorch's `padding="same"` does.
+    /// kernel) pads the difference explicitly first, as PyTorch's `padding="same"` does.
     fn lower_conv(
         &mut self,
         b: &mut GraphBuilder,
@@ -1253,14 +1261,18 @@ impl<'a> Lowerer<'a> {
             return Err("strides and dilations must be positive".into());
         }
         let pads = pads_nd(n, &s[2..], &kernel, &stride, &dilation)?;
-        let padding: Vec<u64> = if pads.iter().all(|&(a, c)| a == c) {
-            pads.iter().map(|p| p.0).collect()
-        } else {
+        // as PyTorch's padding="same": the symmetric part is the convolution's padding, the
+        // difference an explicit constant_pad_nd first
+        let padding: Vec<u64> = pads.iter().map(|&(a, c)| a.min(c)).collect();
+        if pads.iter().any(|&(a, c)| a != c) {
             // F.pad takes (before, after) from the last dim backwards
-            let p: Vec<(u64, u64)> = pads.iter().rev().copied().collect();
+            let p: Vec<(u64, u64)> = pads
+                .iter()
+                .rev()
+                .map(|&(a, c)| (a - a.min(c), c - a.min(c)))
+                .collect();
             x = b.op(ConstantPad { pads: p }, &[x]);
-            vec![0; d]
-        };
+        }
         let name = self.param_leaf(leaf, inp(1), idx);
         let bias = !inp(2).is_empty();
         let in_channels = s[1];
