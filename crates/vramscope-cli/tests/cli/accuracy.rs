@@ -219,7 +219,8 @@ fn onnx_exports_of_torchvision_models_match_truth() {
                 && case["num_classes"].as_u64().is_none_or(|k| k == 1000);
             if exported.contains(&model.as_str()) && fits_export {
                 case["model"] = Value::from(format!("fixtures/onnx/{model}.onnx"));
-                case["name"] = Value::from(format!("{}.onnx", case["name"].as_str().unwrap_or("?")));
+                case["name"] =
+                    Value::from(format!("{}.onnx", case["name"].as_str().unwrap_or("?")));
                 all.push(case);
             }
         }

@@ -170,7 +170,11 @@ impl Lowerer<'_> {
         if !inp(4).is_empty() || !inp(5).is_empty() {
             return Err("past_key / past_value (a KV cache) are not supported".into());
         }
-        if n.output.iter().skip(1).any(|o| !o.is_empty() && self.uses.contains_key(o)) {
+        if n.output
+            .iter()
+            .skip(1)
+            .any(|o| !o.is_empty() && self.uses.contains_key(o))
+        {
             return Err(
                 "only output Y may be used (present_key, present_value, qk_matmul_output are not supported)"
                     .into(),
@@ -180,6 +184,14 @@ impl Lowerer<'_> {
         let mut k = self.act(b, inp(1))?;
         let mut v = self.act(b, inp(2))?;
         let rank = b.shape(q).len();
+        if [k, v].iter().any(|&t| b.shape(t).len() != rank) {
+            return Err(format!(
+                "Q {:?}, K {:?} and V {:?} must have the same rank",
+                b.shape(q),
+                b.shape(k),
+                b.shape(v)
+            ));
+        }
         let causal = attr_i(n, "is_causal", 0) != 0;
         let three = rank == 3;
         if three {
@@ -230,7 +242,11 @@ impl Lowerer<'_> {
         if !inp(4).is_empty() {
             return Err("`past` (a KV cache) is not supported".into());
         }
-        if n.output.iter().skip(1).any(|o| !o.is_empty() && self.uses.contains_key(o)) {
+        if n.output
+            .iter()
+            .skip(1)
+            .any(|o| !o.is_empty() && self.uses.contains_key(o))
+        {
             return Err("output `present` is not supported".into());
         }
         if attr_i(n, "do_rotary", 0) != 0 {
@@ -248,7 +264,8 @@ impl Lowerer<'_> {
                 "input {xs:?} and weights {w:?} must be [B, S, hidden] and [hidden, 3·hidden]"
             ));
         }
-        if let Some(sizes) = super::lower::attr_ints(n, "qkv_hidden_sizes").filter(|s| !s.is_empty())
+        if let Some(sizes) =
+            super::lower::attr_ints(n, "qkv_hidden_sizes").filter(|s| !s.is_empty())
         {
             if sizes.len() != 3 || sizes.iter().any(|&s| s != sizes[0]) {
                 return Err(format!(
@@ -273,7 +290,9 @@ impl Lowerer<'_> {
             );
             let h = heads as u64;
             if !hidden.is_multiple_of(h) {
-                err = Some(format!("hidden size {hidden} is not a multiple of {h} heads"));
+                err = Some(format!(
+                    "hidden size {hidden} is not a multiple of {h} heads"
+                ));
                 return qkv;
             }
             let d = hidden / h;

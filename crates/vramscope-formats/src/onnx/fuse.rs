@@ -108,7 +108,9 @@ impl<'g> Index<'g> {
     }
 
     fn init_rank(&self, value: &str) -> Option<usize> {
-        self.inits.get(value).map(|&i| self.g.initializer[i].dims.len())
+        self.inits
+            .get(value)
+            .map(|&i| self.g.initializer[i].dims.len())
     }
 
     /// `value` produced by a single-use node of type `op`.
@@ -171,8 +173,7 @@ pub fn find(g: &GraphProto, order: &[usize]) -> Fusions {
         }
     }
     let mut f = Fusions::default();
-    let position: HashMap<usize, usize> =
-        order.iter().enumerate().map(|(k, &i)| (i, k)).collect();
+    let position: HashMap<usize, usize> = order.iter().enumerate().map(|(k, &i)| (i, k)).collect();
     for &i in order {
         let n = &g.node[i];
         if !n.domain().is_empty() {
@@ -315,7 +316,11 @@ fn sdpa(ix: &Index, n: &NodeProto) -> Option<(SdpaFusion, Vec<usize>)> {
     let mut dropout = None;
     loop {
         if let Some((di, dn)) = ix.op(p, "Dropout") {
-            let extra_outputs_unused = dn.output.iter().skip(1).all(|o| !ix.uses.contains_key(o.as_str()));
+            let extra_outputs_unused = dn
+                .output
+                .iter()
+                .skip(1)
+                .all(|o| !ix.uses.contains_key(o.as_str()));
             if dropout.is_some() || !extra_outputs_unused {
                 return None;
             }

@@ -40,8 +40,7 @@ pub fn view(shape: &[u64], strides: &[u64], new_shape: &[u64]) -> Option<Vec<u64
     if shape.is_empty() {
         return Some(vec![1; new_shape.len()]);
     }
-    let numel: u64 = shape.iter().product();
-    if numel == 0 {
+    if shape.contains(&0) {
         return Some(contiguous(new_shape));
     }
     let mut new_strides = vec![0u64; new_shape.len()];
@@ -55,9 +54,7 @@ pub fn view(shape: &[u64], strides: &[u64], new_shape: &[u64]) -> Option<Vec<u64
             || (shape[tensor_d - 1] != 1
                 && strides[tensor_d - 1] != tensor_numel.saturating_mul(chunk_base));
         if chunk_ends {
-            while view_d >= 0
-                && (view_numel < tensor_numel || new_shape[view_d as usize] == 1)
-            {
+            while view_d >= 0 && (view_numel < tensor_numel || new_shape[view_d as usize] == 1) {
                 new_strides[view_d as usize] = view_numel.saturating_mul(chunk_base);
                 view_numel = view_numel.saturating_mul(new_shape[view_d as usize]);
                 view_d -= 1;
@@ -115,7 +112,10 @@ mod tests {
         // [N*H, L, d] transposed from [L, N*H, d]: view as [N, H, L, d] works
         let lnd = contiguous(&[5, 6, 8]);
         let t = permute(&lnd, &[1, 0, 2]);
-        assert_eq!(view(&[6, 5, 8], &t, &[2, 3, 5, 8]), Some(vec![24, 8, 48, 1]));
+        assert_eq!(
+            view(&[6, 5, 8], &t, &[2, 3, 5, 8]),
+            Some(vec![24, 8, 48, 1])
+        );
         // size-1 dims do not matter
         assert!(is_contiguous(&[1, 4], &[1, 1]));
         // dense permutations keep their order

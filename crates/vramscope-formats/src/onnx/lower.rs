@@ -684,8 +684,15 @@ impl<'a> Lowerer<'a> {
         // gate-reordered weights); any other op on a weight computes with the parameter
         let reshapes_weights = matches!(
             op,
-            "Slice" | "Concat" | "Unsqueeze" | "Squeeze" | "Reshape" | "Identity" | "Cast"
-                | "Shape" | "Size"
+            "Slice"
+                | "Concat"
+                | "Unsqueeze"
+                | "Squeeze"
+                | "Reshape"
+                | "Identity"
+                | "Cast"
+                | "Shape"
+                | "Size"
         );
         if op != "Dropout"
             && !n
@@ -722,15 +729,22 @@ impl<'a> Lowerer<'a> {
                 let st = per_dim(n, "strides", 2, 1)?;
                 let dl = per_dim(n, "dilations", 2, 1)?;
                 if st[0] != st[1] || dl[0] != dl[1] {
-                    return Err("only equal strides and dilations in height and width are supported".into());
+                    return Err(
+                        "only equal strides and dilations in height and width are supported".into(),
+                    );
                 }
                 if attr_s(n, "auto_pad").is_some_and(|a| !a.is_empty() && a != "NOTSET") {
-                    return Err("auto_pad is not supported for ConvTranspose (export with explicit pads)".into());
+                    return Err(
+                        "auto_pad is not supported for ConvTranspose (export with explicit pads)"
+                            .into(),
+                    );
                 }
                 let pads = pads_nd(n, s.get(2..).unwrap_or(&[]), &k, &st, &dl)?;
                 let op_ = per_dim(n, "output_padding", 2, 0)?;
                 if pads.iter().any(|&(a, c)| a != c || a != pads[0].0) || op_[0] != op_[1] {
-                    return Err("only equal, symmetric padding in height and width is supported".into());
+                    return Err(
+                        "only equal, symmetric padding in height and width is supported".into(),
+                    );
                 }
                 let c = ConvTranspose2d {
                     in_channels: w[0],
@@ -944,7 +958,9 @@ impl<'a> Lowerer<'a> {
                     ));
                 }
                 if pads.iter().any(|&(a, c)| a != c || a != pads[0].0) || dl != [1, 1] {
-                    return Err("only equal, symmetric padding and no dilation are supported".into());
+                    return Err(
+                        "only equal, symmetric padding and no dilation are supported".into(),
+                    );
                 }
                 let ceil = attr_i(n, "ceil_mode", 0) != 0;
                 if op == "MaxPool" {
@@ -1150,12 +1166,18 @@ impl<'a> Lowerer<'a> {
             }
             other => return Err(format!("op {other} with run-time inputs is not supported")),
         };
-        self.producer.entry(result).or_insert_with(|| op.to_string());
+        self.producer
+            .entry(result)
+            .or_insert_with(|| op.to_string());
         if keeps_layout(op) {
-            if let Some(x) = n.input.iter().find_map(|s| match self.vals.get(s.as_str()) {
-                Some(Val::Act(t)) if *t != result => Some(*t),
-                _ => None,
-            }) {
+            if let Some(x) = n
+                .input
+                .iter()
+                .find_map(|s| match self.vals.get(s.as_str()) {
+                    Some(Val::Act(t)) if *t != result => Some(*t),
+                    _ => None,
+                })
+            {
                 self.follow_layout(b, x, result);
             }
         }
@@ -1181,7 +1203,12 @@ impl<'a> Lowerer<'a> {
     }
 
     /// A broadcast view of `x` to `shape` (stride 0 on the broadcast dims).
-    pub(super) fn expand(&mut self, b: &mut GraphBuilder, x: TensorId, shape: Vec<u64>) -> TensorId {
+    pub(super) fn expand(
+        &mut self,
+        b: &mut GraphBuilder,
+        x: TensorId,
+        shape: Vec<u64>,
+    ) -> TensorId {
         if b.shape(x) == shape.as_slice() {
             return x;
         }
@@ -1580,11 +1607,12 @@ impl<'a> Lowerer<'a> {
             }
             "Identity" => k(0)?,
             "Shape" | "Size" => {
-                let d: Vec<i64> = k(0)?.dims.iter().map(|&v| v as i64).collect();
+                let x = k(0)?;
+                let d: Vec<i64> = x.dims.iter().map(|&v| v as i64).collect();
                 if op == "Size" {
                     Konst {
                         dims: vec![],
-                        vals: Some(vec![d.iter().product::<i64>() as f64]),
+                        vals: Some(vec![x.numel() as f64]),
                         int: true,
                     }
                 } else {
@@ -1683,20 +1711,29 @@ impl<'a> Lowerer<'a> {
             "Where" => {
                 let (c, a, bb) = (k(0)?, k(1)?, k(2)?);
                 let dims = broadcast_dims(&broadcast_dims(&c.dims, &a.dims)?, &bb.dims)?;
-                let n_out = dims.iter().product::<u64>() as usize;
+                let n_out = dims
+                    .iter()
+                    .try_fold(1u64, |a, &d| a.checked_mul(d))
+                    .unwrap_or(u64::MAX);
                 // values when each operand is a scalar or already of the output's size
                 let at = |k: &Konst, i: usize| -> Option<f64> {
                     let v = k.vals.as_ref()?;
-                    match v.len() {
+                    match v.len() as u64 {
                         1 => v.first().copied(),
                         l if l == n_out => v.get(i).copied(),
                         _ => None,
                     }
                 };
-                let vals = (n_out as u64 <= consts::MAX_VALUES)
+                let vals = (n_out <= consts::MAX_VALUES)
                     .then(|| {
-                        (0..n_out)
-                            .map(|i| Some(if at(&c, i)? != 0.0 { at(&a, i)? } else { at(&bb, i)? }))
+                        (0..n_out as usize)
+                            .map(|i| {
+                                Some(if at(&c, i)? != 0.0 {
+                                    at(&a, i)?
+                                } else {
+                                    at(&bb, i)?
+                                })
+                            })
                             .collect::<Option<Vec<f64>>>()
                     })
                     .flatten();
@@ -1754,7 +1791,10 @@ impl<'a> Lowerer<'a> {
                 let ax = consts::axis(attr_i(n, "axis", 0), r).ok_or("axis out of range")?;
                 if parts.iter().any(|p| {
                     p.dims.len() != r
-                        || p.dims.iter().enumerate().any(|(i, &d)| i != ax && d != first.dims[i])
+                        || p.dims
+                            .iter()
+                            .enumerate()
+                            .any(|(i, &d)| i != ax && d != first.dims[i])
                 }) {
                     return Err("constants to concatenate differ outside the axis".into());
                 }
@@ -1778,8 +1818,8 @@ impl<'a> Lowerer<'a> {
             "Gather" => {
                 let (x, i) = (k(0)?, k(1)?);
                 let idx = i.as_ints().ok_or("unknown indices")?;
-                let ax = consts::axis(attr_i(n, "axis", 0), x.dims.len())
-                    .ok_or("axis out of range")?;
+                let ax =
+                    consts::axis(attr_i(n, "axis", 0), x.dims.len()).ok_or("axis out of range")?;
                 if x.dims.len() != 1 {
                     // a gather from a larger constant (a weight): its shape only
                     let mut dims = x.dims[..ax].to_vec();

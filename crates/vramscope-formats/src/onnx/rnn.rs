@@ -9,9 +9,7 @@
 //! the nodes under the same scope) and PyTorch's sizes: ONNX's `W [D, G·H, F]`, `R [D, G·H, H]`
 //! and `B [D, 2·G·H]` hold exactly the same numbers, gate-reordered.
 
-use vramscope_core::ops::{
-    Aten, Autocast, Cat, DTypeRule, GradIn, GruCell, LstmCell, Saved, View,
-};
+use vramscope_core::ops::{Aten, Autocast, Cat, DTypeRule, GradIn, GruCell, LstmCell, Saved, View};
 use vramscope_core::{GraphBuilder, TensorId};
 
 use super::lower::{attr, attr_i, Lowerer, Val, R};
@@ -105,10 +103,7 @@ impl Lowerer<'_> {
         if bias {
             let bd = self.dims_of(b, inp(3))?;
             if bd != [d, 2 * gates * hidden] {
-                return Err(format!(
-                    "B {bd:?} must be [{d}, {}]",
-                    2 * gates * hidden
-                ));
+                return Err(format!("B {bd:?} must be [{d}, {}]", 2 * gates * hidden));
             }
         }
         let scope = n.name().rsplit_once('/').map_or("", |(s, _)| s).to_string();
@@ -200,7 +195,10 @@ impl Lowerer<'_> {
                 break;
             };
             let pn = &g.node[p];
-            if !matches!(pn.op_type(), "Slice" | "Squeeze" | "Unsqueeze" | "Reshape" | "Identity") {
+            if !matches!(
+                pn.op_type(),
+                "Slice" | "Squeeze" | "Unsqueeze" | "Reshape" | "Identity"
+            ) {
                 break;
             }
             root = pn.input.first().cloned().unwrap_or_default();
