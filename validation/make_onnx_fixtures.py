@@ -9,6 +9,7 @@ Run with the truth venv (torch, torchvision, onnx):
   folding, dynamic batch axis named `batch`). Their initializers are moved to an external data file
   `NAME.onnx.data` that is NOT committed (.gitignore): the committed graph references data that is
   missing, which is exactly what vramscope must cope with (it never reads initializer data).
+* resnet18 through the dynamo exporter (`dynamo=True`): no module scopes in node names.
 * the models of validation/onnx_models.py (LSTM, bidirectional GRU, an embedding + transformer
   text classifier with dynamic `batch`/`sequence` axes), exported the same way; the truth tool
   measures the same classes (fixtures/truth/onnx_models.jsonl).
@@ -87,6 +88,26 @@ def export_torchvision(name):
     os.remove(tmp)
     write_oracle(model, name)
     save_external(model, name)
+
+
+def export_dynamo(name):
+    """A torchvision model through the dynamo exporter (torch.onnx.export(dynamo=True), its
+    defaults): node names without module scopes, weights named by their full paths; external
+    data not committed (NAME.dynamo.onnx.data)."""
+    import torch
+    import torchvision
+    import warnings
+    warnings.filterwarnings("ignore")
+    torch.manual_seed(0)
+    m = getattr(torchvision.models, name)(weights=None)
+    m.train()
+    tmp = path(name + ".dynamo.tmp.onnx")
+    torch.onnx.export(m, (torch.randn(2, 3, 224, 224),), tmp, dynamo=True)
+    model = onnx.load(tmp)
+    for f in (tmp, tmp + ".data"):
+        if os.path.exists(f):
+            os.remove(f)
+    save_external(model, name + ".dynamo")
 
 
 def export_custom(name):
@@ -377,11 +398,14 @@ CUSTOM = ["lstm_classifier", "gru_classifier", "text_classifier", "volume_classi
 
 
 if __name__ == "__main__":
-    which = sys.argv[1:] or ["torchvision", "custom", "hand", "broken"]
+    which = sys.argv[1:] or ["torchvision", "dynamo", "custom", "hand", "broken"]
     if "torchvision" in which:
         for name in TORCHVISION:
             export_torchvision(name)
             print("exported", name)
+    if "dynamo" in which:
+        export_dynamo("resnet18")
+        print("exported resnet18 (dynamo)")
     if "custom" in which:
         for name in CUSTOM:
             export_custom(name)

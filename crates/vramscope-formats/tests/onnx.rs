@@ -225,6 +225,35 @@ fn param_names(g: &vramscope_core::Graph) -> Vec<String> {
     g.params.iter().map(|p| p.name.clone()).collect()
 }
 
+/// The dynamo exporter names nodes without module scopes: every weight keeps its full path
+/// (`layer4.1.conv2.weight`), one parameter per weight, not one per last path segment.
+#[test]
+fn exports_without_scopes_keep_every_weight() {
+    let f = onnx::read(&fixture("resnet18.dynamo.onnx")).unwrap();
+    let g = onnx::lower(&f, &opts(2)).unwrap().graph;
+    let names = param_names(&g);
+    assert!(names.contains(&"layer4.1.conv2.weight".to_string()), "{names:?}");
+    let mut unique = names.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), names.len());
+    // every float initializer of the export is one parameter of its own
+    let total: u64 = f
+        .graph()
+        .initializer
+        .iter()
+        .filter(|t| t.data_type() == 1 && t.dims.len() > 1)
+        .map(|t| t.dims.iter().product::<i64>() as u64)
+        .sum();
+    let weights: u64 = g
+        .params
+        .iter()
+        .filter(|p| p.shape.len() > 1)
+        .map(|p| p.shape.iter().product::<u64>())
+        .sum();
+    assert_eq!(weights, total);
+}
+
 /// nn.LSTM / nn.GRU exports: PyTorch's parameter names and sizes, one module, and the native
 /// (non-cuDNN) step-by-step program: a fused cell per time step and layer.
 #[test]

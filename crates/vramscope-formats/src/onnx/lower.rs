@@ -52,6 +52,8 @@ pub struct Lowerer<'a> {
     pub(super) rnn_zeros: HashMap<String, TensorId>,
     /// The node producing each value.
     pub(super) producer_node: HashMap<String, usize>,
+    /// Module paths of the module calls being emitted (innermost last).
+    pub(super) scope: Vec<String>,
     /// Every value's inferred shape.
     pub shapes: BTreeMap<String, Vec<u64>>,
     /// The first error.
@@ -229,6 +231,7 @@ impl<'a> Lowerer<'a> {
             rnn_layers: HashMap::new(),
             rnn_zeros: HashMap::new(),
             producer_node,
+            scope: Vec::new(),
             shapes: BTreeMap::new(),
             error: None,
         }
@@ -419,7 +422,17 @@ impl<'a> Lowerer<'a> {
         }
         match weight.rsplit_once('.') {
             Some((m, _)) if !m.contains("::") && !m.is_empty() => {
-                m.rsplit('.').next().unwrap_or(m).to_string()
+                // the weight's module path relative to the module being lowered (the whole path
+                // at the root: exports without node scopes name every weight by its full path)
+                let scope = self.scope.last().map(String::as_str).unwrap_or("");
+                if scope.is_empty() {
+                    m.to_string()
+                } else if let Some(rest) = m.strip_prefix(scope).and_then(|r| r.strip_prefix('.'))
+                {
+                    rest.to_string()
+                } else {
+                    m.rsplit('.').next().unwrap_or(m).to_string()
+                }
             }
             _ => format!(
                 "{}_{idx}",
@@ -1964,7 +1977,9 @@ pub fn emit_items(b: &mut GraphBuilder, lw: &mut Lowerer, items: &[Item], depth:
             } else {
                 "Module"
             };
+            lw.scope.push(level.path.clone());
             b.module(&name, ty, &inputs, |b| emit_items(b, lw, group, depth + 1));
+            lw.scope.pop();
         }
         i = j;
     }

@@ -206,6 +206,7 @@ impl Lowerer<'_> {
             return false;
         };
         let inputs = external_inputs(self, group);
+        self.scope.push(path.to_string());
         b.module(name, "_DenseLayer", &inputs, |b| {
             // bn_function(prev_features): `concated_features` lives until it returns
             b.frame(|b| {
@@ -220,6 +221,7 @@ impl Lowerer<'_> {
             }
             emit_items(b, self, &group[d.split..], depth + 1);
         });
+        self.scope.pop();
         true
     }
 }
