@@ -232,7 +232,10 @@ fn exports_without_scopes_keep_every_weight() {
     let f = onnx::read(&fixture("resnet18.dynamo.onnx")).unwrap();
     let g = onnx::lower(&f, &opts(2)).unwrap().graph;
     let names = param_names(&g);
-    assert!(names.contains(&"layer4.1.conv2.weight".to_string()), "{names:?}");
+    assert!(
+        names.contains(&"layer4.1.conv2.weight".to_string()),
+        "{names:?}"
+    );
     let mut unique = names.clone();
     unique.sort();
     unique.dedup();

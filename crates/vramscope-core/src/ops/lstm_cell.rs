@@ -71,3 +71,43 @@ impl Op for LstmCell {
         g
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::Task;
+    use crate::sim::{simulate, StepConfig};
+    use crate::GraphBuilder;
+
+    /// Backward makes one gate gradient for both gate inputs and one bias gradient for both
+    /// biases (`GradIn::SameAs`): three tensors per cell, not five.
+    #[test]
+    fn backward_shares_the_gate_and_bias_gradients() {
+        let mut b = GraphBuilder::new("cell", "Cell");
+        let x = b.input(vec![2, 4], DType::F32);
+        let out = b.module("cell", "Cell", &[x], |b| {
+            let ig = b.parameter("ig", vec![2, 16]);
+            let hg = b.parameter("hg", vec![2, 16]);
+            let c = b.parameter("c", vec![2, 4]);
+            let bi = b.parameter("b_ih", vec![16]);
+            let bh = b.parameter("b_hh", vec![16]);
+            b.op_multi(LstmCell, &[ig, hg, c, bi, bh])[0]
+        });
+        let g = b
+            .finish(&[out], Task::Classification { num_classes: 4 })
+            .unwrap();
+        let cfg = StepConfig {
+            record_events: true,
+            ..StepConfig::default()
+        };
+        let s = simulate(&g, &cfg).unwrap();
+        let cell_grads = s
+            .events
+            .iter()
+            .filter(|e| e.alloc && e.label.to_string() == "grad of _thnn_fused_lstm_cell")
+            .map(|e| e.bytes)
+            .collect::<Vec<_>>();
+        // per iteration: gates [2, 16], cx [2, 4], bias [16] (fp32)
+        assert_eq!(cell_grads, [128, 32, 64, 128, 32, 64]);
+    }
+}

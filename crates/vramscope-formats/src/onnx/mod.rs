@@ -5,6 +5,7 @@
 mod attention;
 mod consts;
 mod file;
+mod fold;
 mod fuse;
 mod layout;
 mod lower;
