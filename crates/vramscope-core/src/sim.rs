@@ -1276,6 +1276,7 @@ impl<'g> Sim<'g> {
                 .outputs
                 .first()
                 .map(|&o| self.rts[o as usize].meta.clone());
+            let mut made_for: Vec<Option<u32>> = vec![None; node.inputs.len()];
             let order: Vec<usize> = if node.grads_right_to_left {
                 (0..node.inputs.len()).rev().collect()
             } else {
@@ -1284,8 +1285,17 @@ impl<'g> Sim<'g> {
             for &k in &order {
                 let (inp, gi, meta) = &node.inputs[k];
                 let Some(target) = *inp else { continue };
+                let shared = match gi {
+                    GradIn::SameAs(j) => made_for.get(*j).copied().flatten(),
+                    _ => None,
+                };
                 let sid = match gi {
                     GradIn::None => continue,
+                    GradIn::SameAs(_) if shared.is_some() => {
+                        let s = shared.unwrap_or(0);
+                        self.incref(s);
+                        s
+                    }
                     GradIn::PassThrough(o) => match incoming.get(*o).copied().flatten() {
                         Some(s) => {
                             self.incref(s);
@@ -1293,7 +1303,7 @@ impl<'g> Sim<'g> {
                         }
                         None => continue,
                     },
-                    GradIn::New => {
+                    GradIn::New | GradIn::SameAs(_) => {
                         let cat = if self.rts[target as usize].param.is_some() {
                             Category::Gradients
                         } else {
@@ -1310,6 +1320,7 @@ impl<'g> Sim<'g> {
                         }
                     }
                 };
+                made_for[k] = Some(sid);
                 produced.push((target, sid));
             }
             for t in temps {

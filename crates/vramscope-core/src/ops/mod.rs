@@ -21,16 +21,19 @@ mod avg_pool;
 mod batch_norm;
 mod cat;
 mod conv2d;
+mod conv_nd;
 mod conv_transpose2d;
 mod copy_slices;
 mod dropout;
 mod dropout_inplace;
 mod elementwise;
 mod group_norm;
+mod gru_cell;
 mod layer_norm;
 mod linear;
 mod linear_strided;
 mod log_softmax;
+mod lstm_cell;
 mod matmul;
 mod matmul_copy_rhs;
 mod max_pool;
@@ -58,16 +61,19 @@ pub use avg_pool::AvgPool2d;
 pub use batch_norm::BatchNorm2d;
 pub use cat::Cat;
 pub use conv2d::Conv2d;
+pub use conv_nd::ConvNd;
 pub use conv_transpose2d::ConvTranspose2d;
 pub use copy_slices::CopySlices;
 pub use dropout::{Dropout, StochasticDepth};
 pub use dropout_inplace::DropoutInplace;
 pub use elementwise::Elementwise;
 pub use group_norm::GroupNorm;
+pub use gru_cell::GruCell;
 pub use layer_norm::LayerNorm;
 pub use linear::Linear;
 pub use linear_strided::LinearStrided;
 pub use log_softmax::LogSoftmax;
+pub use lstm_cell::LstmCell;
 pub use matmul::MatMul;
 pub use matmul_copy_rhs::MatMulCopyRhs;
 pub use max_pool::MaxPool2d;
@@ -173,6 +179,10 @@ pub enum GradIn {
     PassThrough(usize),
     /// No gradient (integer input, or the op is not differentiable in it).
     None,
+    /// The same tensor as the gradient of input `i` (one kernel result handed to several
+    /// inputs: the fused LSTM cell's gate gradient serves both gate inputs, its bias gradient
+    /// both biases); a new tensor when input `i` gets none.
+    SameAs(usize),
 }
 
 /// How `torch.autocast` treats an op (the CUDA autocast lists of `autocast_mode.cpp`).

@@ -14,7 +14,7 @@ mod bert;
 mod config;
 mod distilbert;
 mod gpt2;
-mod layers;
+pub(crate) mod layers;
 mod llama;
 mod opt;
 mod t5;
