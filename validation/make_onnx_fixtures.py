@@ -61,13 +61,13 @@ def write_oracle(model, name):
         f.write("\n")
 
 
-def save_external(model, name):
-    """Saves NAME.onnx with every initializer in NAME.onnx.data."""
+def save_external(model, name, size_threshold=0):
+    """Saves NAME.onnx with every initializer (of at least `size_threshold` bytes) in NAME.onnx.data."""
     data = name + ".onnx.data"
     if os.path.exists(path(data)):
         os.remove(path(data))
     onnx.save_model(model, path(name + ".onnx"), save_as_external_data=True,
-                    all_tensors_to_one_file=True, location=data, size_threshold=0)
+                    all_tensors_to_one_file=True, location=data, size_threshold=size_threshold)
 
 
 def export_torchvision(name):
@@ -107,7 +107,9 @@ def export_dynamo(name):
     for f in (tmp, tmp + ".data"):
         if os.path.exists(f):
             os.remove(f)
-    save_external(model, name + ".dynamo")
+    # the dynamo exporter writes shape constants (ReduceMean axes, Reshape shapes) as
+    # initializers: keep those small ones inline, since the data file is not committed
+    save_external(model, name + ".dynamo", size_threshold=1024)
 
 
 def export_custom(name):
