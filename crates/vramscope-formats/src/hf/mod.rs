@@ -5,10 +5,12 @@
 //! `use_cache=False` and no attention mask, op by op as the truth traces show it.
 //!
 //! Supported: GPT-2 (`gpt2`), OPT (`opt`), the Llama family decoder (`llama`, `mistral`, `qwen2`:
-//! GQA, `head_dim`, tied embeddings, q/k/v biases, RMSNorm, rotary embeddings, SiLU-gated MLP),
-//! all causal LMs; the encoders BERT (`bert`), RoBERTa (`roberta`) and DistilBERT
-//! (`distilbert`) with masked-LM and sequence-classification heads; and the encoder-decoder T5
-//! (`t5`, T5 v1.1 / FLAN-T5 included) trained on `model(input_ids, labels=labels).loss`.
+//! GQA, `head_dim`, tied embeddings, q/k/v biases, RMSNorm, rotary embeddings, SiLU-gated MLP)
+//! and its Mixture-of-Experts variants (`mixtral`, `qwen2_moe`, `qwen3_moe`: top-k router,
+//! grouped-GEMM experts, shared expert, q/k norm), all causal LMs; the encoders BERT (`bert`),
+//! RoBERTa (`roberta`) and DistilBERT (`distilbert`) with masked-LM and sequence-classification
+//! heads; and the encoder-decoder T5 (`t5`, T5 v1.1 / FLAN-T5 included) trained on
+//! `model(input_ids, labels=labels).loss`.
 
 mod bert;
 mod config;
@@ -16,6 +18,7 @@ mod distilbert;
 mod gpt2;
 pub(crate) mod layers;
 mod llama;
+mod moe;
 mod opt;
 mod t5;
 
@@ -87,6 +90,9 @@ pub const SUPPORTED: &[&str] = &[
     "llama",
     "mistral",
     "qwen2",
+    "mixtral",
+    "qwen2_moe",
+    "qwen3_moe",
     "bert",
     "roberta",
     "distilbert",
@@ -229,6 +235,7 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
         "gpt2" => Family::Gpt2,
         "opt" => Family::Opt,
         "llama" | "mistral" | "qwen2" => Family::Llama,
+        m if moe::is_moe(m) => Family::Moe,
         "bert" => Family::Bert(bert::Flavor::Bert),
         "roberta" => Family::Bert(bert::Flavor::Roberta),
         "distilbert" => Family::DistilBert,
@@ -276,6 +283,7 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
         Family::Gpt2 => gpt2::build(cfg, input, dtype)?,
         Family::Opt => opt::build(cfg, input)?,
         Family::Llama => llama::build(cfg, &model_type, input, dtype)?,
+        Family::Moe => moe::build(cfg, &model_type, input, dtype)?,
         Family::Bert(f) => bert::build(cfg, f, task, input)?,
         Family::DistilBert => distilbert::build(cfg, task, input)?,
         Family::T5 => t5::build(cfg, input)?,
@@ -291,6 +299,7 @@ enum Family {
     Gpt2,
     Opt,
     Llama,
+    Moe,
     Bert(bert::Flavor),
     DistilBert,
     T5,
