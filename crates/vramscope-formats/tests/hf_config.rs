@@ -117,7 +117,8 @@ fn bad_configs_name_the_file_and_field() {
     .unwrap();
     let e = hf::build(&cfg, &input()).unwrap_err().to_string();
     assert!(
-        e.contains("mamba") && e.contains("gpt2, opt, llama, mistral, qwen2, bert, roberta"),
+        e.contains("mamba")
+            && e.contains("gpt2, opt, llama, mistral, qwen2, mixtral, qwen2_moe, qwen3_moe, bert"),
         "{e}"
     );
 
@@ -145,7 +146,7 @@ fn nested_text_config_is_read() {
 }
 
 /// The families the built-in configs use that this front-end does not build yet.
-const NOT_YET: &[&str] = &["gemma2", "mixtral", "phi3"];
+const NOT_YET: &[&str] = &["gemma2", "phi3"];
 
 #[test]
 fn every_builtin_config_builds_with_the_reference_parameter_count() {
@@ -174,11 +175,8 @@ fn every_builtin_config_builds_with_the_reference_parameter_count() {
             Err(e) => panic!("{name}: {e}"),
         }
     }
-    assert_eq!(
-        refused, 4,
-        "gemma-2-2b, gemma-2-9b, mixtral-8x7b, phi-3-mini"
-    );
-    assert_eq!(built, 31);
+    assert_eq!(refused, 3, "gemma-2-2b, gemma-2-9b, phi-3-mini");
+    assert_eq!(built, 32);
 }
 
 fn t5(text: &str, input: HfInput) -> Result<hf::HfModel, HfError> {
@@ -378,4 +376,171 @@ fn t5_bad_configs_and_inputs_are_named() {
     )
     .unwrap_err();
     assert!(matches!(e, HfError::NoHead { .. }), "{e}");
+}
+
+/// The models `validation/hf_reference.py` records in detail: every parameter's name and shape,
+/// and every module path, as transformers' `named_parameters()` / `named_modules()` give them.
+#[test]
+fn detailed_builtins_have_transformers_parameter_names_shapes_and_modules() {
+    let text = std::fs::read_to_string(format!("{}/fixtures/hf_reference.json", root())).unwrap();
+    let reference: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let mut checked = Vec::new();
+    for (name, entry) in reference["models"].as_object().unwrap() {
+        let Some(want) = entry["named_parameters"].as_object() else {
+            continue;
+        };
+        let cfg = HfConfig::parse(name, vramscope_formats::hf_zoo::config(name).unwrap()).unwrap();
+        let m = hf::build(&cfg, &input()).unwrap();
+        let ours: std::collections::BTreeMap<&str, Vec<u64>> = m
+            .graph
+            .params
+            .iter()
+            .filter(|p| p.kind == vramscope_core::ir::ParamKind::Parameter)
+            .map(|p| (p.name.as_str(), p.shape.clone()))
+            .collect();
+        let theirs: std::collections::BTreeMap<&str, Vec<u64>> = want
+            .iter()
+            .map(|(k, v)| {
+                let shape = v.as_array().unwrap().iter().map(|d| d.as_u64().unwrap());
+                (k.as_str(), shape.collect())
+            })
+            .collect();
+        assert_eq!(ours, theirs, "{name}: parameters");
+        let ours: std::collections::BTreeSet<&str> =
+            m.graph.modules.iter().map(|x| x.path.as_str()).collect();
+        let theirs: std::collections::BTreeSet<&str> = entry["named_modules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        assert_eq!(ours, theirs, "{name}: modules");
+        checked.push(name.clone());
+    }
+    assert_eq!(checked.len(), 7, "{checked:?}");
+}
+
+/// Every MoE fixture config builds with the parameter count transformers gave the truth tool.
+#[test]
+fn moe_parameter_counts_equal_transformers() {
+    let text = std::fs::read_to_string(format!("{}/fixtures/truth/hf_moe.jsonl", root())).unwrap();
+    let mut checked = std::collections::BTreeSet::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let case: serde_json::Value = serde_json::from_str(line).unwrap();
+        let model = case["model"].as_str().unwrap();
+        let cfg = hf::read_config(&format!("{}/{model}", root())).unwrap();
+        let m = hf::build(&cfg, &input()).unwrap();
+        assert_eq!(
+            m.graph.parameter_count(),
+            case["param_count"].as_u64().unwrap(),
+            "{model}"
+        );
+        checked.insert(model.to_string());
+    }
+    assert_eq!(checked.len(), 4, "{checked:?}");
+}
+
+const QWEN2_MOE: &str = r#"{"model_type": "qwen2_moe", "architectures": ["Qwen2MoeForCausalLM"],
+    "vocab_size": 100, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "num_hidden_layers": 4, "intermediate_size": 96, "moe_intermediate_size": 32,
+    "shared_expert_intermediate_size": 48, "num_experts": 4, "num_experts_per_tok": 2,
+    "decoder_sparse_step": 2, "mlp_only_layers": [3]}"#;
+
+/// `decoder_sparse_step` and `mlp_only_layers` pick the sparse layers as transformers does
+/// (`layer not in mlp_only_layers and (layer + 1) % decoder_sparse_step == 0`): here only layer 1.
+#[test]
+fn qwen2_moe_sparse_layers_follow_the_config() {
+    let cfg = HfConfig::parse("c.json", QWEN2_MOE).unwrap();
+    let m = hf::build(&cfg, &input()).unwrap();
+    let shape = |n: &str| {
+        m.graph
+            .params
+            .iter()
+            .find(|p| p.name == n)
+            .map(|p| p.shape.clone())
+            .unwrap_or_else(|| panic!("{n} missing"))
+    };
+    assert_eq!(shape("model.layers.1.mlp.gate.weight"), vec![4, 64]);
+    assert_eq!(
+        shape("model.layers.1.mlp.experts.gate_up_proj"),
+        vec![4, 64, 64]
+    );
+    assert_eq!(
+        shape("model.layers.1.mlp.experts.down_proj"),
+        vec![4, 64, 32]
+    );
+    assert_eq!(
+        shape("model.layers.1.mlp.shared_expert.gate_proj.weight"),
+        vec![48, 64]
+    );
+    assert_eq!(
+        shape("model.layers.1.mlp.shared_expert_gate.weight"),
+        vec![1, 64]
+    );
+    assert_eq!(shape("model.layers.1.self_attn.q_proj.bias"), vec![64]);
+    for dense in [0, 2, 3] {
+        assert_eq!(
+            shape(&format!("model.layers.{dense}.mlp.gate_proj.weight")),
+            vec![96, 64]
+        );
+    }
+    // attention (q/k/v with biases, o without) and norms per layer, three dense MLPs, one
+    // sparse block (router, experts, shared expert and its gate), embeddings, final norm, head
+    let attention = 64 * 64 + 64 + 2 * (64 * 32 + 32) + 64 * 64 + 2 * 64;
+    let dense = 3 * 64 * 96;
+    let sparse = 4 * 64 + 4 * 64 * 64 + 4 * 64 * 32 + 3 * 64 * 48 + 64;
+    assert_eq!(
+        m.graph.parameter_count(),
+        4 * attention + 3 * dense + sparse + 100 * 64 + 64 + 100 * 64
+    );
+}
+
+/// What the MoE builder does not model is refused with the file, the field and the reason.
+#[test]
+fn moe_configs_it_cannot_model_are_refused() {
+    let with = |extra: &str| {
+        // a later duplicate key wins, so the extra fields go last
+        let text = format!("{}, {extra}}}", QWEN2_MOE.trim_end_matches('}'));
+        let cfg = HfConfig::parse("c.json", &text).unwrap();
+        hf::build(&cfg, &input()).unwrap_err().to_string()
+    };
+    let e = with(r#""output_router_logits": true"#);
+    assert!(
+        e.contains("c.json") && e.contains("`output_router_logits`") && e.contains("auxiliary"),
+        "{e}"
+    );
+    let e = with(r#""num_experts_per_tok": 5"#);
+    assert!(
+        e.contains("`num_experts_per_tok`") && e.contains("(4)"),
+        "{e}"
+    );
+    let e = with(r#""decoder_sparse_step": 0"#);
+    assert!(e.contains("`decoder_sparse_step`"), "{e}");
+    let e = with(r#""mlp_only_layers": "all""#);
+    assert!(e.contains("`mlp_only_layers`") && e.contains("list"), "{e}");
+    let e = with(r#""use_sliding_window": true, "sliding_window": 32"#);
+    assert!(
+        e.contains("sliding_window = 32") && e.contains("--seq-len 64"),
+        "{e}"
+    );
+
+    let mixtral = |extra: &str| {
+        let text = format!(
+            r#"{{"model_type": "mixtral", "vocab_size": 100, "hidden_size": 64,
+            "num_attention_heads": 4, "num_hidden_layers": 2, "intermediate_size": 96,
+            "num_local_experts": 4, "num_experts_per_tok": 2{extra}}}"#
+        );
+        let cfg = HfConfig::parse("m.json", &text).unwrap();
+        hf::build(&cfg, &input())
+    };
+    assert!(mixtral("").is_ok());
+    let e = mixtral(r#", "router_jitter_noise": 0.1"#)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("`router_jitter_noise`"), "{e}");
+    let e = mixtral(r#", "sliding_window": 64"#)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("sliding_window = 64"), "{e}");
+    assert!(mixtral(r#", "sliding_window": 65"#).is_ok());
 }

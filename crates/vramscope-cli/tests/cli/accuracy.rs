@@ -237,3 +237,12 @@ fn onnx_exports_of_torchvision_models_match_truth() {
     assert!(all.len() >= 12, "only {} exported cases", all.len());
     check_cases("torchvision exports", all);
 }
+
+/// Mixture-of-Experts decoders (Mixtral, Qwen2-MoE with its shared expert and dense
+/// `mlp_only_layers`, Qwen3-MoE with q/k norms) with transformers' default grouped-GEMM experts:
+/// fp32, AMP bf16, gradient checkpointing, pure-bf16 inference, SGD and AdamW.
+#[test]
+fn hf_moe_cases_match_truth() {
+    assert_eq!(cases("hf_moe.jsonl").len(), 15);
+    check("hf_moe.jsonl");
+}

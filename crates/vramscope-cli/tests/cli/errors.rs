@@ -109,10 +109,10 @@ fn bad_flag_is_a_usage_error() {
 #[test]
 fn builtin_transformer_not_supported_yet() {
     fails_with(
-        &["estimate", "mixtral-8x7b", "--seq-len", "512"],
+        &["estimate", "phi-3-mini", "--seq-len", "512"],
         &[
-            "built-in mixtral-8x7b",
-            "mixtral",
+            "built-in phi-3-mini",
+            "phi3",
             "not supported",
             "supported model types",
         ],

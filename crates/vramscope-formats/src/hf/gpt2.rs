@@ -111,6 +111,8 @@ fn block(b: &mut GraphBuilder, s: &Spec, bsz: u64, seq: u64, input: TensorId) ->
     let e = s.hidden;
     let x = b.layer("ln_1", LayerNorm::new(e), &[input]);
     let a = b.module("attn", "GPT2Attention", &[x], |b| {
+        // SDPA applies the attention dropout itself; the module exists but is never called
+        b.declare_module("attn_dropout", "Dropout");
         let qkv = conv1d(b, "c_attn", e, 3 * e, x);
         let parts = b.op_multi(
             vramscope_core::ops::View {
