@@ -180,7 +180,7 @@ fn hf_dev_cases_match_truth() {
 
 /// LoRA (PEFT's layer structure, adapters on attention or MLP projections, with and without
 /// dropout) and `--freeze`: frozen weights without gradients or optimizer state, and the saved
-/// tensors autograd skips for them.
+/// tensors autograd skips for them (frozen MoE experts keep no grouped-GEMM inputs).
 #[test]
 fn lora_and_freeze_cases_match_truth() {
     check("hf_lora.jsonl");

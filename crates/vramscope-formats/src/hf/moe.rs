@@ -421,12 +421,14 @@ fn gather(out: Vec<u64>, src: Vec<u64>) -> Aten {
         .backward_temporary(src, DTypeRule::Like(0))
 }
 
-/// `torch._grouped_mm(a, weight.transpose(-2, -1), offs)` giving `out`: keeps the offsets, `a`
-/// and the weight; backward makes the weight's gradient, then `a`'s.
+/// `torch._grouped_mm(a, weight.transpose(-2, -1), offs)` giving `out`: keeps the offsets, and
+/// `a` only for the weight's gradient (frozen experts keep no input), the weight only for `a`'s;
+/// backward makes the weight's gradient, then `a`'s.
 fn grouped_mm(out: Vec<u64>) -> Aten {
     Aten::new("_grouped_mm", out)
         .dtype(DTypeRule::Like(0))
         .saves(vec![Saved::Input(2), Saved::Input(0), Saved::Input(1)])
+        .cross_saves(0, 1)
         .grads(vec![GradIn::New, GradIn::New, GradIn::None])
         .right_to_left()
 }
