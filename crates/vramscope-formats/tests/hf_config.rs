@@ -544,3 +544,38 @@ fn moe_configs_it_cannot_model_are_refused() {
     assert!(e.contains("sliding_window = 64"), "{e}");
     assert!(mixtral(r#", "sliding_window": 65"#).is_ok());
 }
+
+/// Checkpointing a module that reads tensors its call does not list as arguments (an attention
+/// module's rotary cos/sin, the `layers` container's hidden states): the checkpoint keeps them
+/// and recomputation finds them, and the forward keeps less than without the checkpoint.
+#[test]
+fn checkpointing_a_module_keeps_what_it_reads_from_outside() {
+    use vramscope_core::sim::{simulate, Checkpoint, StepConfig};
+    let cfg = hf::read_config(&format!(
+        "{}/fixtures/hf/configs/qwen2_moe_small_3l.json",
+        root()
+    ))
+    .unwrap();
+    let m = hf::build(&cfg, &input()).unwrap();
+    let after_forward = |checkpoint: Vec<Checkpoint>| {
+        let sim = simulate(
+            &m.graph,
+            &StepConfig {
+                checkpoint,
+                ..StepConfig::default()
+            },
+        )
+        .expect("simulates");
+        let forward = sim.phases.iter().find(|p| p.name == "it1.forward").unwrap();
+        forward.allocated_after
+    };
+    let plain = after_forward(vec![]);
+    for module in [
+        "model.layers.0.self_attn",
+        "model.layers",
+        "model.layers.2.mlp",
+    ] {
+        let checkpointed = after_forward(vec![Checkpoint::Module(module.into())]);
+        assert!(checkpointed < plain, "{module}: {checkpointed} vs {plain}");
+    }
+}
