@@ -16,6 +16,8 @@
 //!
 //! Router logits are not kept (`output_router_logits: false`, the default of all three configs):
 //! the auxiliary load-balancing loss is not computed, and the loss is the plain causal-LM loss.
+//! With `output_router_logits: true` the logits (`[T, E]` per layer) and the loss's small
+//! temporaries are left out.
 
 use vramscope_core::ops::{ActivationKind, Alias, Aten, DTypeRule, GradIn, Saved, Softmax, View};
 use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
@@ -105,14 +107,10 @@ fn count(cfg: &HfConfig, keys: &[&str]) -> Result<u64, HfError> {
 }
 
 fn moe_spec(cfg: &HfConfig, flavor: Flavor, layers: u64) -> Result<Moe, HfError> {
-    if cfg.bool_or("output_router_logits", false)? {
-        return Err(field_error(
-            cfg,
-            "output_router_logits",
-            "false (the router logits and the auxiliary load-balancing loss are not modelled)"
-                .into(),
-        ));
-    }
+    // `output_router_logits: true` keeps each layer's [T, E] router logits until the forward
+    // returns and computes the load-balancing loss from them: a few T x E float tensors per
+    // layer, not modelled (the field is only checked for its type)
+    cfg.bool_or("output_router_logits", false)?;
     let experts_keys: &[&str] = match flavor {
         Flavor::Mixtral => &["num_local_experts", "num_experts"],
         Flavor::Qwen2Moe => &["num_experts"],
