@@ -18,11 +18,13 @@ rescale (configs without `tie_word_embeddings: false`), `lm_head`, and the loss
 returns, as in a plain loop. Inference (`--mode infer`) runs the same call under `no_grad` (an
 evaluation step: loss included).
 
-kwargs (via --model-kwargs): `config` (path, relative to the repository root), `target_len`
+kwargs (via --model-kwargs): `config` (a config.json path, relative to the repository root; keys
+starting with `_` are dropped, so the built-in configs under crates/vramscope-formats/data/hf work), `target_len`
 (T, default seq), `layers` (overrides num_layers and num_decoder_layers), `decoder_layers`,
 `overrides` (a dict of other config attributes, e.g. {"dropout_rate": 0.0}).
 `checkpoint=True` calls `model.gradient_checkpointing_enable()` (every T5Block).
 """
+import json
 import os
 
 import torch
@@ -33,7 +35,10 @@ def t5(batch, seq, checkpoint=None, config="fixtures/hf/configs/t5_small_2l.json
     import transformers
     here = os.path.dirname(os.path.abspath(__file__))
     path = config if os.path.isabs(config) else os.path.join(here, "..", config)
-    cfg = transformers.AutoConfig.from_pretrained(path)
+    with open(path) as f:
+        # the built-in configs (crates/vramscope-formats/data/hf/*.json) carry a `_source` note
+        d = {k: v for k, v in json.load(f).items() if not k.startswith("_")}
+    cfg = transformers.CONFIG_MAPPING[d["model_type"]].from_dict(d)
     if layers:
         cfg.num_layers = int(layers)
         cfg.num_decoder_layers = int(layers)

@@ -189,7 +189,8 @@ fn lora_and_freeze_cases_match_truth() {
 /// T5 encoder-decoder (`model(input_ids=[B, S], labels=[B, T]).loss`, `--target-len`): t5-small's
 /// shape and a FLAN-T5 / v1.1 one (gated-gelu, `num_heads * d_kv != d_model`, 3 decoder blocks,
 /// no output rescale) cut to 2 encoder blocks; fp32, AMP bf16 and fp16, pure bf16 and fp16
-/// inference, gradient checkpointing, unaligned lengths (the mem-efficient mask padding), batch 1.
+/// inference, gradient checkpointing, unaligned lengths (the mem-efficient mask padding), batch 1;
+/// and the built-in t5-small and flan-t5-base (gradient checkpointing) at full depth.
 #[test]
 fn t5_cases_match_truth() {
     check("hf_t5.jsonl");

@@ -767,6 +767,8 @@ fn dense_act_dense(b: &mut GraphBuilder, s: &Spec, x: TensorId) -> TensorId {
         let g = linear(b, "wi_0", d, ff, false, x);
         let g = act(b, s.act, g);
         let l = linear(b, "wi_1", d, ff, false, x);
+        // hidden_gelu and hidden_linear are locals until forward returns
+        b.hold(&[g, l]);
         mul(b, g, l)
     } else {
         let h = linear(b, "wi", d, ff, false, x);
