@@ -46,6 +46,9 @@ const CONFIGS: &[(&str, &str)] = &[
     ("gemma-2-2b", include_str!("../data/hf/gemma-2-2b.json")),
     ("gemma-2-9b", include_str!("../data/hf/gemma-2-9b.json")),
     ("phi-3-mini", include_str!("../data/hf/phi-3-mini.json")),
+    ("t5-small", include_str!("../data/hf/t5-small.json")),
+    ("t5-base", include_str!("../data/hf/t5-base.json")),
+    ("flan-t5-base", include_str!("../data/hf/flan-t5-base.json")),
     ("qwen3-0.6b", include_str!("../data/hf/qwen3-0.6b.json")),
     ("qwen3-8b", include_str!("../data/hf/qwen3-8b.json")),
     ("gemma-3-1b", include_str!("../data/hf/gemma-3-1b.json")),
@@ -82,7 +85,7 @@ mod tests {
             assert!(v["architectures"][0].is_string(), "{name}");
             assert!(v["model_type"].is_string(), "{name}");
         }
-        assert_eq!(names().len(), 35);
+        assert_eq!(names().len(), 38);
         assert!(config("gpt3").is_none());
     }
 

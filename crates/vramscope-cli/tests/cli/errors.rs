@@ -106,17 +106,42 @@ fn bad_flag_is_a_usage_error() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--frobnicate"));
 }
 
+/// Every built-in transformer config builds now; a config of a family the front-end does not
+/// build, and Gemma3's vision-language model, get clear errors naming the file and the way out.
 #[test]
-fn builtin_transformer_not_supported_yet() {
+fn unsupported_transformer_configs() {
+    let dir =
+        std::env::temp_dir().join(format!("vramscope-cli-unsupported-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mamba = dir.join("mamba.json");
+    std::fs::write(
+        &mamba,
+        r#"{"model_type": "mamba", "architectures": ["MambaForCausalLM"]}"#,
+    )
+    .unwrap();
+    let mamba = mamba.to_string_lossy().to_string();
     fails_with(
-        &["estimate", "mixtral-8x7b", "--seq-len", "512"],
+        &["estimate", &mamba, "--seq-len", "512"],
         &[
-            "built-in mixtral-8x7b",
-            "mixtral",
+            "mamba.json",
+            "mamba",
             "not supported",
             "supported model types",
         ],
     );
+    let vlm = dir.join("gemma3.json");
+    std::fs::write(
+        &vlm,
+        r#"{"model_type": "gemma3", "architectures": ["Gemma3ForConditionalGeneration"],
+            "text_config": {"hidden_size": 2560, "num_hidden_layers": 34}}"#,
+    )
+    .unwrap();
+    let vlm = vlm.to_string_lossy().to_string();
+    fails_with(
+        &["estimate", &vlm, "--seq-len", "512"],
+        &["gemma3.json", "vision-language", "Gemma3ForCausalLM"],
+    );
+    std::fs::remove_dir_all(&dir).ok();
     fails_with(&["estimate", "gpt2"], &["gpt2", "needs --seq-len"]);
 }
 
@@ -157,5 +182,39 @@ fn bad_lora_and_freeze_flags() {
             "q_proj",
         ],
         &["--lora-targets needs --lora"],
+    );
+}
+
+#[test]
+fn target_len_belongs_to_encoder_decoders() {
+    fails_with(
+        &["estimate", "resnet18", "--target-len", "32"],
+        &["--target-len", "Hugging Face models", "resnet18"],
+    );
+    fails_with(
+        &["estimate", "gpt2", "--seq-len", "64", "--target-len", "32"],
+        &["--target-len", "encoder-decoder", "gpt2"],
+    );
+    fails_with(
+        &[
+            "estimate",
+            "t5-small",
+            "--seq-len",
+            "64",
+            "--target-len",
+            "0",
+        ],
+        &["--target-len", "positive"],
+    );
+    fails_with(
+        &[
+            "estimate",
+            "t5-small",
+            "--seq-len",
+            "64",
+            "--task",
+            "causal-lm",
+        ],
+        &["t5", "no causal-lm head"],
     );
 }

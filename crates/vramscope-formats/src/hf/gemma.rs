@@ -460,7 +460,10 @@ fn model(b: &mut GraphBuilder, c: &Ctx, ids: TensorId) -> (TensorId, TensorId) {
         }
     });
     let norm = format!("{p}RMSNorm");
-    (gemma_rms_norm(b, "norm", &norm, s.hidden, c.dtype, x), emb)
+    (
+        gemma_rms_norm(b, "norm", &norm, s.hidden, (c.dtype, c.dtype), x),
+        emb,
+    )
 }
 
 /// Registers the layers', final norm's and rotary module's parameters and buffers in the order
@@ -546,29 +549,57 @@ fn decoder_layer(
     let s = c.s;
     let p = s.flavor.prefix();
     let norm = format!("{p}RMSNorm");
-    let x = gemma_rms_norm(b, "input_layernorm", &norm, s.hidden, c.dtype, input);
+    let x = gemma_rms_norm(
+        b,
+        "input_layernorm",
+        &norm,
+        s.hidden,
+        (c.dtype, c.dtype),
+        input,
+    );
     let a = b.module("self_attn", &format!("{p}Attention"), &[x], |b| {
         attention(b, c, x, cos, sin, mask)
     });
     if s.flavor.sandwich() {
         // the post-norms read projection outputs (the autocast dtype under autocast) and cast
         // back to it; the residual adds promote
-        let a = gemma_rms_norm(b, "post_attention_layernorm", &norm, s.hidden, c.compute, a);
+        let a = gemma_rms_norm(
+            b,
+            "post_attention_layernorm",
+            &norm,
+            s.hidden,
+            (c.compute, c.dtype),
+            a,
+        );
         let x = add(b, input, a);
-        let y = gemma_rms_norm(b, "pre_feedforward_layernorm", &norm, s.hidden, c.dtype, x);
+        let y = gemma_rms_norm(
+            b,
+            "pre_feedforward_layernorm",
+            &norm,
+            s.hidden,
+            (c.dtype, c.dtype),
+            x,
+        );
         let y = b.module("mlp", &format!("{p}MLP"), &[y], |b| mlp(b, s, y));
         let y = gemma_rms_norm(
             b,
             "post_feedforward_layernorm",
             &norm,
             s.hidden,
-            c.compute,
+            (c.compute, c.dtype),
             y,
         );
         add(b, x, y)
     } else {
         let x = add(b, input, a);
-        let y = gemma_rms_norm(b, "post_attention_layernorm", &norm, s.hidden, c.dtype, x);
+        let y = gemma_rms_norm(
+            b,
+            "post_attention_layernorm",
+            &norm,
+            s.hidden,
+            (c.dtype, c.dtype),
+            x,
+        );
         let y = b.module("mlp", &format!("{p}MLP"), &[y], |b| mlp(b, s, y));
         add(b, x, y)
     }
@@ -598,8 +629,8 @@ fn attention(
         // per-head GemmaRMSNorm on the transposed q and k, in the projections' dtype
         let norm = format!("{p}RMSNorm");
         (
-            gemma_rms_norm(b, "q_norm", &norm, d, c.compute, q),
-            gemma_rms_norm(b, "k_norm", &norm, d, c.compute, k),
+            gemma_rms_norm(b, "q_norm", &norm, d, (c.compute, c.dtype), q),
+            gemma_rms_norm(b, "k_norm", &norm, d, (c.compute, c.dtype), k),
         )
     } else {
         (q, k)

@@ -16,6 +16,9 @@
 //! without one (`is_causal`), but once the sequence reaches it transformers builds a boolean
 //! `[1, 1, S, S]` mask, repeats k and v to every head (no `enable_gqa` with a mask) and SDPA
 //! makes the mask additive and keeps it for backward.
+//!
+//! The Mixture-of-Experts decoders (`moe.rs`) reuse the spec, the model around the layers
+//! (`causal_lm`), the attention and the MLP.
 
 use vramscope_core::ir::Task;
 use vramscope_core::ops::{Aten, GradIn, Saved, Slice, View};
@@ -39,9 +42,10 @@ enum Variant {
 
 impl Variant {
     fn of(model_type: &str) -> Variant {
+        let compact = model_type.replace('_', "");
         if model_type.starts_with("mistral") {
             Variant::Mistral
-        } else if model_type.starts_with("qwen3") {
+        } else if model_type.starts_with("qwen3") && !compact.starts_with("qwen3moe") {
             Variant::Qwen3
         } else if model_type.starts_with("qwen2") {
             Variant::Qwen2
@@ -64,25 +68,29 @@ impl Variant {
     }
 }
 
-struct Spec {
+/// The shape of a Llama-family decoder as its config gives it (the MoE decoders of `moe.rs` read
+/// the same fields).
+pub(super) struct Spec {
     variant: Variant,
-    vocab: u64,
-    hidden: u64,
-    layers: u64,
-    heads: u64,
-    kv_heads: u64,
-    head_dim: u64,
+    pub(super) vocab: u64,
+    pub(super) hidden: u64,
+    pub(super) layers: u64,
+    pub(super) heads: u64,
+    pub(super) kv_heads: u64,
+    pub(super) head_dim: u64,
     /// Channels of each head that rotary embeddings turn (Phi-3's `partial_rotary_factor`).
     rotary_dim: u64,
-    intermediate: u64,
-    attn_dropout: f64,
+    pub(super) intermediate: u64,
+    pub(super) attn_dropout: f64,
     /// Phi-3's `resid_pdrop` (its `resid_attn_dropout` / `resid_mlp_dropout` modules).
     resid_dropout: f64,
-    qkv_bias: bool,
-    o_bias: bool,
-    mlp_bias: bool,
-    tied: bool,
-    max_positions: Option<u64>,
+    pub(super) qkv_bias: bool,
+    pub(super) o_bias: bool,
+    pub(super) mlp_bias: bool,
+    /// RMSNorm over each head's q and k before rotary (`q_norm` / `k_norm`, Qwen3)
+    pub(super) qk_norm: bool,
+    pub(super) tied: bool,
+    pub(super) max_positions: Option<u64>,
     /// The mask each layer attends with.
     masks: Masks,
 }
@@ -152,7 +160,8 @@ fn masks(cfg: &HfConfig, variant: Variant, layers: u64) -> Result<Masks, HfError
     })
 }
 
-fn spec(cfg: &HfConfig, variant: Variant) -> Result<Spec, HfError> {
+pub(super) fn spec(cfg: &HfConfig, model_type: &str) -> Result<Spec, HfError> {
+    let variant = Variant::of(model_type);
     let hidden = cfg.u64(&["hidden_size"])?;
     let heads = cfg.u64(&["num_attention_heads"])?;
     let kv_heads = cfg
@@ -226,6 +235,7 @@ fn spec(cfg: &HfConfig, variant: Variant) -> Result<Spec, HfError> {
         qkv_bias,
         o_bias,
         mlp_bias: variant != Variant::Phi3 && cfg.bool_or("mlp_bias", false)?,
+        qk_norm: variant == Variant::Qwen3,
         tied: cfg.bool_or("tie_word_embeddings", false)?,
         max_positions: cfg.opt_u64(&["max_position_embeddings"])?,
         masks: masks(cfg, variant, layers)?,
@@ -250,7 +260,51 @@ pub fn build(
     input: &HfInput,
     dtype: DType,
 ) -> Result<(Graph, Vec<String>), HfError> {
-    let s = spec(cfg, Variant::of(model_type))?;
+    let s = spec(cfg, model_type)?;
+    let p = s.variant.prefix();
+    let autocast = input.precision.autocast_dtype();
+    let (bsz, seq) = (input.batch, input.seq);
+    // create_causal_mask / create_sliding_window_causal_mask, in the forward's order
+    let masks = |b: &mut GraphBuilder| {
+        s.masks
+            .patterns
+            .iter()
+            .map(|&m| attention_mask(b, bsz, seq, m, None))
+            .collect()
+    };
+    causal_lm(
+        cfg,
+        &s,
+        p,
+        model_type,
+        input,
+        &masks,
+        &mut |b, _, x, cos, sin, mask| {
+            decoder_layer(b, &s, p, bsz, seq, dtype, autocast, x, cos, sin, mask)
+        },
+    )
+}
+
+/// One decoder layer: `(builder, layer index, hidden states, cos, sin, its attention mask) ->
+/// hidden states`.
+pub(super) type DecoderLayer<'a> = dyn FnMut(&mut GraphBuilder, u64, TensorId, TensorId, TensorId, Option<TensorId>) -> TensorId
+    + 'a;
+
+/// `{p}ForCausalLM` around `layer`: `model.embed_tokens`, the position ids, what the model's mask
+/// code runs (`masks`, inside `model`'s forward: the masks it returns, `None` where SDPA runs
+/// `is_causal`, are kept until the forward returns; layer `i` gets the one `s` assigns it), the
+/// rotary embedding computed once, `model.layers.{i}` (each a `{p}DecoderLayer` that `layer`
+/// fills), `model.norm` and `lm_head` (tied to `embed_tokens` when the config says so). Returns
+/// the graph and the checkpointed layers.
+pub(super) fn causal_lm(
+    cfg: &HfConfig,
+    s: &Spec,
+    p: &str,
+    model_type: &str,
+    input: &HfInput,
+    masks: &dyn Fn(&mut GraphBuilder) -> Vec<Option<TensorId>>,
+    layer: &mut DecoderLayer,
+) -> Result<(Graph, Vec<String>), HfError> {
     if let Some(m) = s.max_positions {
         if input.seq > m {
             return Err(HfError::BadInput(format!(
@@ -259,8 +313,7 @@ pub fn build(
             )));
         }
     }
-    let p = s.variant.prefix();
-    let autocast = input.precision.autocast_dtype();
+    let dtype = input.precision.param_dtype();
     let (bsz, seq) = (input.batch, input.seq);
     let mut b = GraphBuilder::new(model_type, &format!("{p}ForCausalLM"));
     let ids = b.input(vec![bsz, seq], DType::I64);
@@ -269,35 +322,24 @@ pub fn build(
         let pos = position_ids(b, seq);
         // inputs_embeds and position_ids are locals of the model's forward until it returns
         b.hold(&[x, pos]);
-        // the masks (create_causal_mask / create_sliding_window_causal_mask), which the forward
-        // keeps until it returns
-        let masks: Vec<Option<TensorId>> = s
-            .masks
-            .patterns
-            .iter()
-            .map(|&m| attention_mask(b, bsz, seq, m, None))
-            .collect();
+        let masks = masks(b);
         let held: Vec<TensorId> = masks.iter().flatten().copied().collect();
         b.hold(&held);
         let (cos, sin) = rotary(b, &format!("{p}RotaryEmbedding"), s.rotary_dim, x, pos);
         let mut x = x;
-        let ctx = LayerCtx {
-            s: &s,
-            bsz,
-            seq,
-            dtype,
-            autocast,
-            half: autocast.is_some_and(|d| d != DType::F32) || dtype.size() == 2,
-        };
         b.module("layers", "ModuleList", &[], |b| {
             for i in 0..s.layers {
-                let mask = masks[s.masks.of_layer[i as usize]];
+                let mask = s
+                    .masks
+                    .of_layer
+                    .get(i as usize)
+                    .and_then(|&k| masks.get(k).copied().flatten());
                 // position_embeddings, the mask and position_ids are arguments too (a checkpoint
-                // keeps them until backward)
+                // keeps them until its backward)
                 let mut args = vec![x, cos, sin, pos];
                 args.extend(mask);
                 x = b.module(&i.to_string(), &format!("{p}DecoderLayer"), &args, |b| {
-                    decoder_layer(b, &ctx, x, cos, sin, mask)
+                    layer(b, i, x, cos, sin, mask)
                 });
             }
         });
@@ -320,33 +362,23 @@ pub fn build(
     Ok((graph, layers))
 }
 
-/// What every decoder layer of one build shares.
-struct LayerCtx<'a> {
-    s: &'a Spec,
-    bsz: u64,
-    seq: u64,
-    /// The parameter dtype (the residual stream's).
-    dtype: DType,
-    /// The autocast dtype, if autocast is on.
-    autocast: Option<DType>,
-    /// Whether attention runs in half precision (cuDNN / flash attention on an H100).
-    half: bool,
-}
-
+#[allow(clippy::too_many_arguments)]
 fn decoder_layer(
     b: &mut GraphBuilder,
-    c: &LayerCtx,
+    s: &Spec,
+    p: &str,
+    bsz: u64,
+    seq: u64,
+    dtype: DType,
+    autocast: Option<DType>,
     input: TensorId,
     cos: TensorId,
     sin: TensorId,
     mask: Option<TensorId>,
 ) -> TensorId {
-    let (s, p) = (c.s, c.s.variant.prefix());
     let norm = format!("{p}RMSNorm");
-    let x = rms_norm(b, "input_layernorm", &norm, s.hidden, c.dtype, input);
-    let a = b.module("self_attn", &format!("{p}Attention"), &[x], |b| {
-        attention(b, c, x, cos, sin, mask)
-    });
+    let x = rms_norm(b, "input_layernorm", &norm, s.hidden, dtype, input);
+    let a = attention(b, s, p, bsz, seq, dtype, autocast, x, cos, sin, mask);
     let phi3 = s.variant == Variant::Phi3;
     let a = if phi3 {
         dropout(b, "resid_attn_dropout", s.resid_dropout, a)
@@ -354,14 +386,20 @@ fn decoder_layer(
         a
     };
     let x = add(b, input, a);
-    let y = rms_norm(b, "post_attention_layernorm", &norm, s.hidden, c.dtype, x);
-    let y = b.module("mlp", &format!("{p}MLP"), &[y], |b| {
-        if phi3 {
-            fused_mlp(b, s, y)
-        } else {
-            gated_mlp(b, s, y)
-        }
-    });
+    let y = rms_norm(b, "post_attention_layernorm", &norm, s.hidden, dtype, x);
+    let y = if phi3 {
+        b.module("mlp", &format!("{p}MLP"), &[y], |b| fused_mlp(b, s, y))
+    } else {
+        mlp(
+            b,
+            "mlp",
+            &format!("{p}MLP"),
+            s.hidden,
+            s.intermediate,
+            s.mlp_bias,
+            y,
+        )
+    };
     let y = if phi3 {
         dropout(b, "resid_mlp_dropout", s.resid_dropout, y)
     } else {
@@ -370,109 +408,141 @@ fn decoder_layer(
     add(b, x, y)
 }
 
-/// Self-attention from the normed hidden states `x` to the `o_proj` output.
-fn attention(
+/// `self_attn`: q/k/v projections viewed as heads (with `q_norm` / `k_norm` over each head when
+/// `s.qk_norm`; Phi-3's sliced from one `qkv_proj`), rotary on q and k, SDPA (causal with GQA, or
+/// with `mask` and k, v repeated), `o_proj`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn attention(
     b: &mut GraphBuilder,
-    c: &LayerCtx,
+    s: &Spec,
+    p: &str,
+    bsz: u64,
+    seq: u64,
+    dtype: DType,
+    autocast: Option<DType>,
     x: TensorId,
     cos: TensorId,
     sin: TensorId,
     mask: Option<TensorId>,
 ) -> TensorId {
-    let (s, bsz, seq) = (c.s, c.bsz, c.seq);
-    let d = s.head_dim;
-    let p = s.variant.prefix();
-    // [B, S, heads·D] -> [B, heads, S, D]; Qwen3 normalises each head before the transpose
-    let heads_of = |b: &mut GraphBuilder, t: TensorId, heads: u64, norm: Option<&str>| {
-        let t = view(b, "view", t, vec![bsz, seq, heads, d]);
-        let t = match norm {
-            Some(name) => {
-                // the projection's output dtype: the autocast dtype under autocast
-                let dt = c.autocast.unwrap_or(c.dtype);
-                rms_norm(b, name, &format!("{p}RMSNorm"), d, dt, t)
-            }
-            None => t,
+    // the projections' dtype: what the q/k norms see; their float32 weights promote q and k
+    // back to float32, so rotary then runs on float32 q and k
+    let proj_dtype = autocast.unwrap_or(dtype);
+    let low_precision_qk = autocast.is_some() && !s.qk_norm;
+    // cuDNN / flash attention (half precision) lay their output out like q
+    let half = proj_dtype.size() == 2;
+    let phi3 = s.variant == Variant::Phi3;
+    b.module("self_attn", &format!("{p}Attention"), &[x], |b| {
+        let d = s.head_dim;
+        let norm = format!("{p}RMSNorm");
+        // [B, S, heads·D] -> [B, heads, S, D], normalising each head first when s.qk_norm
+        let heads_of = |b: &mut GraphBuilder, t: TensorId, heads: u64, qk_norm: Option<&str>| {
+            let t = view(b, "view", t, vec![bsz, seq, heads, d]);
+            let t = match qk_norm {
+                Some(n) => rms_norm(b, n, &norm, d, proj_dtype, t),
+                None => t,
+            };
+            view(b, "transpose", t, vec![bsz, heads, seq, d])
         };
-        view(b, "transpose", t, vec![bsz, heads, seq, d])
-    };
-    let qk_norm = |name: &'static str| (s.variant == Variant::Qwen3).then_some(name);
-    let (q, k, v) = if s.variant == Variant::Phi3 {
-        let (qd, kvd) = (s.heads * d, s.kv_heads * d);
-        let qkv = linear(b, "qkv_proj", s.hidden, qd + 2 * kvd, false, x);
-        // qkv[..., a:b]: a slice each (SliceBackward0 scatters into a zero [B, S, op] gradient)
-        let slice = |b: &mut GraphBuilder, n: u64| {
-            b.op(
-                Slice {
-                    shape: vec![bsz, seq, n],
-                },
-                &[qkv],
-            )
+        let (qn, kn) = if s.qk_norm {
+            (Some("q_norm"), Some("k_norm"))
+        } else {
+            (None, None)
         };
-        let (q, k, v) = (slice(b, qd), slice(b, kvd), slice(b, kvd));
-        (
-            heads_of(b, q, s.heads, None),
-            heads_of(b, k, s.kv_heads, None),
-            heads_of(b, v, s.kv_heads, None),
-        )
-    } else {
-        let q = linear(b, "q_proj", s.hidden, s.heads * d, s.qkv_bias, x);
-        let q = heads_of(b, q, s.heads, qk_norm("q_norm"));
-        let k = linear(b, "k_proj", s.hidden, s.kv_heads * d, s.qkv_bias, x);
-        let k = heads_of(b, k, s.kv_heads, qk_norm("k_norm"));
-        let v = linear(b, "v_proj", s.hidden, s.kv_heads * d, s.qkv_bias, x);
-        let v = heads_of(b, v, s.kv_heads, None);
-        (q, k, v)
-    };
-    let amp = c.autocast.is_some();
-    // apply_rotary_pos_emb(q, k, cos, sin): its arguments live until it returns both
-    let (q, k) = b.frame(|b| {
-        b.hold(&[q, k]);
-        if s.variant == Variant::Phi3 {
-            // Phi-3's version slices the rotary channels and cats the rest back
+        let (q, k, v) = if phi3 {
+            let (qd, kvd) = (s.heads * d, s.kv_heads * d);
+            let qkv = linear(b, "qkv_proj", s.hidden, qd + 2 * kvd, false, x);
+            // qkv[..., a:b]: a slice each (SliceBackward0 scatters into a zero [B, S, op]
+            // gradient)
+            let slice = |b: &mut GraphBuilder, n: u64| {
+                b.op(
+                    Slice {
+                        shape: vec![bsz, seq, n],
+                    },
+                    &[qkv],
+                )
+            };
+            let (q, k, v) = (slice(b, qd), slice(b, kvd), slice(b, kvd));
             (
-                apply_rotary_sliced(b, q, cos, sin, amp, s.rotary_dim),
-                apply_rotary_sliced(b, k, cos, sin, amp, s.rotary_dim),
+                heads_of(b, q, s.heads, None),
+                heads_of(b, k, s.kv_heads, None),
+                heads_of(b, v, s.kv_heads, None),
             )
         } else {
-            (
-                apply_rotary(b, q, cos, sin, amp),
-                apply_rotary(b, k, cos, sin, amp),
-            )
-        }
-    });
-    // query_states / key_states / value_states are locals until the forward returns
-    b.hold(&[q, k, v]);
-    let o = match mask {
-        // a materialized mask: k and v repeated to all heads, the mask made additive
-        Some(m) => sdpa_masked(b, q, k, v, m, s.attn_dropout, c.autocast.unwrap_or(c.dtype)),
-        None => sdpa(b, q, k, v, s.attn_dropout, true),
-    };
-    // Phi-3's q is a `cat` result, contiguous [B, H, S, D]
-    let o = attention_output(b, o, s.variant == Variant::Phi3, c.half);
-    let o = view(b, "reshape", o, vec![bsz, seq, s.heads * d]);
-    linear(b, "o_proj", s.heads * d, s.hidden, s.o_bias, o)
-}
-
-/// `silu` called as the MLP's activation module (`act_fn` / `activation_fn`).
-fn silu_module(b: &mut GraphBuilder, name: &str, g: TensorId) -> TensorId {
-    let sh = b.shape(g).to_vec();
-    b.module(name, "SiLUActivation", &[g], |b| {
-        b.op(
-            Aten::new("silu", sh.clone())
-                .saves(vec![Saved::Input(0)])
-                .grads(vec![GradIn::New]),
-            &[g],
-        )
+            let q = linear(b, "q_proj", s.hidden, s.heads * d, s.qkv_bias, x);
+            let q = heads_of(b, q, s.heads, qn);
+            let k = linear(b, "k_proj", s.hidden, s.kv_heads * d, s.qkv_bias, x);
+            let k = heads_of(b, k, s.kv_heads, kn);
+            let v = linear(b, "v_proj", s.hidden, s.kv_heads * d, s.qkv_bias, x);
+            let v = heads_of(b, v, s.kv_heads, None);
+            (q, k, v)
+        };
+        // apply_rotary_pos_emb(q, k, cos, sin): its arguments live until it returns both
+        let (q, k) = b.frame(|b| {
+            b.hold(&[q, k]);
+            if phi3 {
+                // Phi-3's version slices the rotary channels and cats the rest back
+                (
+                    apply_rotary_sliced(b, q, cos, sin, low_precision_qk, s.rotary_dim),
+                    apply_rotary_sliced(b, k, cos, sin, low_precision_qk, s.rotary_dim),
+                )
+            } else {
+                (
+                    apply_rotary(b, q, cos, sin, low_precision_qk),
+                    apply_rotary(b, k, cos, sin, low_precision_qk),
+                )
+            }
+        });
+        // query_states / key_states / value_states are locals until the forward returns
+        b.hold(&[q, k, v]);
+        let o = match mask {
+            // a materialized mask: k and v repeated to all heads, the mask made additive
+            Some(m) => sdpa_masked(b, q, k, v, m, s.attn_dropout, proj_dtype),
+            None => sdpa(b, q, k, v, s.attn_dropout, true),
+        };
+        // Phi-3's q is a `cat` result, contiguous [B, H, S, D]
+        let o = attention_output(b, o, phi3, half);
+        let o = view(b, "reshape", o, vec![bsz, seq, s.heads * d]);
+        linear(b, "o_proj", s.heads * d, s.hidden, s.o_bias, o)
     })
 }
 
-/// `down_proj(act_fn(gate_proj(y)) * up_proj(y))`.
-fn gated_mlp(b: &mut GraphBuilder, s: &Spec, y: TensorId) -> TensorId {
-    let g = linear(b, "gate_proj", s.hidden, s.intermediate, s.mlp_bias, y);
-    let g = silu_module(b, "act_fn", g);
-    let u = linear(b, "up_proj", s.hidden, s.intermediate, s.mlp_bias, y);
-    let m = mul(b, g, u);
-    linear(b, "down_proj", s.intermediate, s.hidden, s.mlp_bias, m)
+/// The SiLU-gated MLP module `name` (class `type_name`): `down_proj(act_fn(gate_proj(x)) *
+/// up_proj(x))`.
+pub(super) fn mlp(
+    b: &mut GraphBuilder,
+    name: &str,
+    type_name: &str,
+    hidden: u64,
+    intermediate: u64,
+    bias: bool,
+    x: TensorId,
+) -> TensorId {
+    b.module(name, type_name, &[x], |b| {
+        let g = linear(b, "gate_proj", hidden, intermediate, bias, x);
+        let g = silu_act_fn(b, g);
+        let u = linear(b, "up_proj", hidden, intermediate, bias, x);
+        let m = mul(b, g, u);
+        linear(b, "down_proj", intermediate, hidden, bias, m)
+    })
+}
+
+/// The `act_fn` module (`SiLUActivation`) called on `x`: `silu` keeps its input for backward.
+pub(super) fn silu_act_fn(b: &mut GraphBuilder, x: TensorId) -> TensorId {
+    silu_module(b, "act_fn", x)
+}
+
+/// `silu` called as the activation module `name` (`act_fn`, Phi-3's `activation_fn`).
+fn silu_module(b: &mut GraphBuilder, name: &str, x: TensorId) -> TensorId {
+    let sh = b.shape(x).to_vec();
+    b.module(name, "SiLUActivation", &[x], |b| {
+        b.op(
+            Aten::new("silu", sh)
+                .saves(vec![Saved::Input(0)])
+                .grads(vec![GradIn::New]),
+            &[x],
+        )
+    })
 }
 
 /// Phi-3: `gate, up = gate_up_proj(y).chunk(2, -1)`, `down_proj(up * activation_fn(gate))`.
