@@ -32,9 +32,7 @@ impl SdpaBackend {
     }
 }
 
-/// Scaled dot-product attention over `[B, H, L, E]` q, k, v, with an optional fourth input, a
-/// float attention mask broadcastable to `[B, H, L, S]` (kept for backward as `attn_bias`; it
-/// gets no gradient).
+/// Scaled dot-product attention over `[B, H, L, E]` q, k, v.
 #[derive(Debug, Clone)]
 pub struct ScaledDotProductAttention {
     /// Attention dropout probability (active in training only).
@@ -69,35 +67,7 @@ impl Op for ScaledDotProductAttention {
                 format!("q {q:?}, k {k:?}, v {v:?} do not fit together"),
             ));
         }
-        if inputs.len() > 3 {
-            let m = expect_rank("scaled_dot_product_attention", inputs, 3, 4)?;
-            if broadcast_shapes(m, &[q[0], q[1], q[2], k[2]]).as_deref()
-                != Some(&[q[0], q[1], q[2], k[2]][..])
-            {
-                return Err(ShapeError::new(
-                    "scaled_dot_product_attention",
-                    format!(
-                        "attention mask {m:?} does not broadcast to [{}, {}, {}, {}]",
-                        q[0], q[1], q[2], k[2]
-                    ),
-                ));
-            }
-        }
         Ok(vec![vec![q[0], q[1], q[2], v[3]]])
-    }
-
-    fn input_grads(&self, ctx: &OpCtx) -> Vec<GradIn> {
-        ctx.inputs
-            .iter()
-            .enumerate()
-            .map(|(i, t)| {
-                if i < 3 && t.dtype.is_float() {
-                    GradIn::New
-                } else {
-                    GradIn::None
-                }
-            })
-            .collect()
     }
 
     fn autocast(&self) -> Autocast {
@@ -117,11 +87,12 @@ impl Op for ScaledDotProductAttention {
     }
 
     fn saved_for_backward(&self, ctx: &OpCtx) -> Vec<Saved> {
-        let mut s = vec![Saved::Input(0), Saved::Input(1), Saved::Input(2)];
-        if ctx.inputs.len() > 3 {
-            s.push(Saved::Input(3));
-        }
-        s.push(Saved::Output(0));
+        let mut s = vec![
+            Saved::Input(0),
+            Saved::Input(1),
+            Saved::Input(2),
+            Saved::Output(0),
+        ];
         s.extend((0..self.forward_extras(ctx).len()).map(Saved::Extra));
         s
     }

@@ -20,6 +20,9 @@ pub struct ScaledDotProductAttentionBias {
     pub dropout_p: f64,
     /// The mask's batch size before SDPA expands it (1 for a bias shared by the batch).
     pub mask_batch: u64,
+    /// The mask's head count before SDPA expands it (T5's bias has one per head; a causal or
+    /// sliding-window mask made additive is `[B, 1, L, S]`, shared by the heads).
+    pub mask_heads: u64,
 }
 
 /// Mem-efficient attention wants the mask's rows aligned to 8 elements: `preprocess_mask` pads
@@ -109,8 +112,9 @@ impl Op for ScaledDotProductAttentionBias {
 }
 
 impl ScaledDotProductAttentionBias {
-    /// The `[mask_batch, H, L, S]` mask padded to `[.., S rounded up to 8]` that mem-efficient
-    /// attention makes when S is not a multiple of 8 (cuDNN takes the mask as it is).
+    /// The `[mask_batch, mask_heads, L, S]` mask padded to `[.., S rounded up to 8]` that
+    /// mem-efficient attention makes when S is not a multiple of 8 (cuDNN takes the mask as it
+    /// is).
     fn padded_mask(&self, backend: SdpaBackend, ctx: &OpCtx) -> Option<TensorMeta> {
         let kv_len = ctx.inputs[1].shape[2];
         if backend != SdpaBackend::Efficient || kv_len.is_multiple_of(MEM_EFF_MASK_ALIGNMENT) {
@@ -119,7 +123,7 @@ impl ScaledDotProductAttentionBias {
         let m = &ctx.inputs[3];
         let padded = kv_len.div_ceil(MEM_EFF_MASK_ALIGNMENT) * MEM_EFF_MASK_ALIGNMENT;
         Some(TensorMeta::new(
-            vec![self.mask_batch, m.shape[1], m.shape[2], padded],
+            vec![self.mask_batch, self.mask_heads, m.shape[2], padded],
             m.dtype,
         ))
     }
@@ -153,6 +157,7 @@ mod tests {
         let op = ScaledDotProductAttentionBias {
             dropout_p: 0.1,
             mask_batch: 1,
+            mask_heads: 8,
         };
         let bf16 = qkvm(DType::BF16);
         let f32 = qkvm(DType::F32);
@@ -168,6 +173,7 @@ mod tests {
         let op = ScaledDotProductAttentionBias {
             dropout_p: 0.0,
             mask_batch: 1,
+            mask_heads: 8,
         };
         assert_eq!(op.backend(&ctx(&bf16, &no_grad, true)), SdpaBackend::Cudnn);
         // cuDNN's backward gives no mask gradient
@@ -186,6 +192,7 @@ mod tests {
         let op = ScaledDotProductAttentionBias {
             dropout_p: 0.0,
             mask_batch: 1,
+            mask_heads: 8,
         };
         let q = [2, 8, 32, 64];
         let k = [2, 8, 48, 64];

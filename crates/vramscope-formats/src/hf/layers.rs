@@ -4,7 +4,7 @@
 
 use vramscope_core::ops::{
     Activation, ActivationKind, Add, Aten, Autocast, Contiguous, DTypeRule, Dropout, GradIn,
-    LayerNorm, Linear, Saved, ScaledDotProductAttention, Slice,
+    LayerNorm, Linear, Saved, ScaledDotProductAttention, ScaledDotProductAttentionBias, Slice,
 };
 use vramscope_core::{DType, GraphBuilder, TensorId};
 
@@ -658,13 +658,20 @@ fn sdpa_with_mask(
             .not_differentiable(),
         &[mask],
     );
+    // the kernel sees the [B, 1, L, S] mask broadcast over the heads
+    let qs = b.shape(q).to_vec();
+    let ks = b.shape(k).to_vec();
+    let expanded = b.op(
+        Aten::view("expand", vec![qs[0], qs[1], qs[2], ks[2]]).grads(vec![GradIn::None]),
+        &[additive],
+    );
     b.op(
-        ScaledDotProductAttention {
+        ScaledDotProductAttentionBias {
             dropout_p,
-            causal: false,
-            row_stats_temporary: false,
+            mask_batch: qs[0],
+            mask_heads: 1,
         },
-        &[q, k, v, additive],
+        &[q, k, v, expanded],
     )
 }
 

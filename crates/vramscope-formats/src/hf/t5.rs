@@ -648,6 +648,7 @@ fn sdpa_with_bias(
         ScaledDotProductAttentionBias {
             dropout_p: s.dropout,
             mask_batch: 1,
+            mask_heads: hn,
         },
         &[qkv[0], qkv[1], qkv[2], m],
     )
