@@ -134,6 +134,8 @@ pub fn build(
         )
     });
     let logits = if s.tied {
+        // post_init drops the head's own weight for the embedding's
+        b.tie_at_init(&[vec![s.vocab, s.hidden]], 1, None);
         tied_head(&mut b, "lm_head", emb, h)
     } else {
         linear(&mut b, "lm_head", s.hidden, s.vocab, false, h)
