@@ -79,7 +79,7 @@ pub fn parse_input(s: &str) -> Result<(u64, u64, u64)> {
 pub fn load(args: &ModelArgs, batch_size: u64, precision: Precision) -> Result<LoadedModel> {
     let mut m = load_base(args, batch_size, precision)?;
     if args.finetune.any() {
-        m.graph = args.finetune.apply(m.graph)?;
+        m.graph = args.finetune.apply(m.graph, precision)?;
     }
     Ok(m)
 }
@@ -158,8 +158,14 @@ fn load_hf(
             precision,
         },
     )?;
+    let mut graph = m.graph;
+    if args.gradient_checkpointing {
+        // gradient_checkpointing_enable() also calls enable_input_require_grads(): a forward hook
+        // that makes the input embeddings' output require grad
+        graph.grad_leaves.extend(input_embeddings_output(&graph));
+    }
     Ok(LoadedModel {
-        graph: m.graph,
+        graph,
         source,
         checkpoint_layers: if args.gradient_checkpointing {
             m.checkpoint_layers
@@ -167,4 +173,13 @@ fn load_hf(
             Vec::new()
         },
     })
+}
+
+/// The output of `get_input_embeddings()`: the first `embedding` lookup of the token ids.
+fn input_embeddings_output(g: &Graph) -> Option<vramscope_core::TensorId> {
+    let ids = *g.inputs.first()?;
+    g.nodes
+        .iter()
+        .find(|n| n.op.kind() == "embedding" && n.inputs.contains(&ids))
+        .and_then(|n| n.outputs.first().copied())
 }

@@ -24,7 +24,8 @@ use crate::allocator::{BlockId, CachingAllocator};
 use crate::dtype::{DType, Precision};
 use crate::ir::{Graph, ModuleId, ParamId, ParamKind, Shape, Task, TensorId};
 use crate::ops::{
-    Alias, Autocast, GradIn, LogSoftmax, NllLoss, Op, OpCtx, Saved, SdpaBackend, TensorMeta,
+    Alias, Autocast, GradIn, LogSoftmax, NllLoss, Op, OpCtx, Saved, Scratch, SdpaBackend,
+    TensorMeta,
 };
 use crate::optim::{Optimizer, StateInit, StepTemporaries};
 
@@ -350,6 +351,11 @@ struct TapeNode {
     outputs: Vec<Rt>,
     saved: Vec<u32>,
     temporaries: Vec<u64>,
+    /// the backward kernel's scratch program (run before the gradients)
+    scratch: Vec<Scratch>,
+    /// whether its backward unpacks saved tensors (inside a checkpointed region, the first
+    /// unpack triggers the recomputation)
+    unpacks: bool,
     /// allocate input gradients last argument first (`mm`: mat2 before mat1)
     grads_right_to_left: bool,
     region: Option<usize>,
@@ -364,6 +370,9 @@ struct Region {
     frame: Vec<(TensorId, Rt)>,
     recomputed: bool,
     lowest_tape: Option<usize>,
+    /// the last node of the region whose autograd node saves a tensor: recomputation stops after
+    /// it (`torch.utils.checkpoint`'s early stop, on by default)
+    last_saver: Option<usize>,
 }
 
 struct Sim<'g> {
@@ -400,6 +409,12 @@ struct Sim<'g> {
     region_of_node: Vec<Option<usize>>,
     regions: Vec<Region>,
     autocast_cache: Vec<(ParamId, Rt)>,
+    /// this iteration's hook-made leaves (storages the graph keeps) and their `.grad`s
+    leaf_tensors: Vec<u32>,
+    leaf_grads: Vec<u32>,
+    leaf_rts: Vec<Rt>,
+    /// the node a running recomputation stops at
+    recompute_stop: Option<usize>,
     grad_enabled: bool,
     training: bool,
     in_backward: bool,
@@ -627,6 +642,8 @@ impl<'g> Sim<'g> {
                 outputs: vec![c],
                 saved: Vec::new(),
                 temporaries: Vec::new(),
+                scratch: Vec::new(),
+                unpacks: false,
                 grads_right_to_left: false,
                 region: None,
             });
@@ -637,6 +654,32 @@ impl<'g> Sim<'g> {
             self.autocast_cache.push((p, c));
         }
         c
+    }
+
+    /// Runs a kernel's scratch program; returns what it left allocated.
+    fn run_scratch(
+        &mut self,
+        program: &[Scratch],
+        category: Category,
+        module: Option<ModuleId>,
+    ) -> Vec<u32> {
+        let mut made: Vec<Option<u32>> = Vec::new();
+        for step in program {
+            match *step {
+                Scratch::Alloc { bytes, what } => made.push(Some(self.new_storage(
+                    TensorMeta::new(vec![bytes], DType::U8),
+                    category,
+                    Label::new(what),
+                    module,
+                ))),
+                Scratch::Free(i) => {
+                    if let Some(sid) = made.get_mut(i).and_then(Option::take) {
+                        self.decref(sid);
+                    }
+                }
+            }
+        }
+        made.into_iter().flatten().collect()
     }
 
     fn clear_autocast_cache(&mut self) {
@@ -724,71 +767,100 @@ impl<'g> Sim<'g> {
             .zip(out_dtypes)
             .map(|(s, d)| TensorMeta::new(s, d))
             .collect();
-        let ctx = OpCtx {
-            inputs: &in_metas,
-            params: &p_metas,
-            outputs: &out_metas,
-            training: self.training,
-        };
         let any_rg = eff
             .iter()
             .chain(eff_params.iter())
             .any(|&r| self.rts[r as usize].requires_grad);
         let records = self.grad_enabled && any_rg && op.differentiable();
+        let ctx = OpCtx {
+            inputs: &in_metas,
+            params: &p_metas,
+            outputs: &out_metas,
+            training: self.training,
+            records,
+        };
         let label = Label::new(op.kind());
         let cat = self.forward_category();
-        let mut outs = Vec::with_capacity(out_metas.len());
-        match op.alias() {
-            Alias::None => {
-                for m in &out_metas {
-                    outs.push(self.fresh(m.clone(), cat, label, module, records));
-                }
-            }
-            Alias::View(i) | Alias::InPlace(i) => {
-                let sid = self.rts[eff[i] as usize].storage;
-                for m in &out_metas {
-                    self.incref(sid);
-                    outs.push(self.new_rt(sid, m.clone(), records));
-                }
-            }
-        }
-        if let Some(b) = op.sdpa_backend(&ctx) {
-            if !self.sdpa.contains(&b) {
-                self.sdpa.push(b);
-            }
-        }
-        // 3. extras and temporaries
-        let extras_meta = if records {
-            op.forward_extras(&ctx)
+        // what the autograd node will save (a tensor kept only for a gradient nobody needs is not)
+        let wanted: Vec<Saved> = if records {
+            op.saved_for_backward(&ctx)
+                .into_iter()
+                .filter(|&s| {
+                    op.saved_only_for(s).is_none_or(|k| {
+                        let r = eff.get(k).or_else(|| eff_params.get(k - eff.len().min(k)));
+                        r.is_some_and(|&r| self.rts[r as usize].requires_grad)
+                    })
+                })
+                .collect()
         } else {
-            op.inference_extras(&ctx)
+            Vec::new()
         };
-        let extras: Vec<u32> = extras_meta
-            .iter()
-            .map(|m| self.new_storage(m.clone(), cat, label, module))
-            .collect();
-        for t in op.forward_temporaries(&ctx) {
-            let s = self.new_storage(
-                TensorMeta::new(vec![t], DType::U8),
-                cat,
-                Label::new("temporary"),
-                module,
-            );
-            self.decref(s);
+        // a recomputation stops when its last saved tensor is packed; inputs are packed before
+        // the kernel runs, so then no output is made
+        let stop_before_kernel = self.recomputing
+            && graph_node.is_some()
+            && graph_node == self.recompute_stop
+            && wanted
+                .iter()
+                .all(|s| matches!(s, Saved::Input(_) | Saved::Param(_)));
+        let mut outs = Vec::with_capacity(out_metas.len());
+        let mut extras: Vec<u32> = Vec::new();
+        if !stop_before_kernel {
+            let scratch = self.run_scratch(&op.forward_scratch(&ctx), cat, module);
+            match op.alias_for(&in_metas) {
+                Alias::None => {
+                    for m in &out_metas {
+                        outs.push(self.fresh(m.clone(), cat, label, module, records));
+                    }
+                }
+                Alias::View(i) | Alias::InPlace(i) => {
+                    let sid = self.rts[eff[i] as usize].storage;
+                    for m in &out_metas {
+                        self.incref(sid);
+                        outs.push(self.new_rt(sid, m.clone(), records));
+                    }
+                }
+            }
+            for sid in scratch {
+                self.decref(sid);
+            }
+            if let Some(b) = op.sdpa_backend(&ctx) {
+                if !self.sdpa.contains(&b) {
+                    self.sdpa.push(b);
+                }
+            }
+            // 3. extras and temporaries
+            let extras_meta = if records {
+                op.forward_extras(&ctx)
+            } else {
+                op.inference_extras(&ctx)
+            };
+            extras = extras_meta
+                .iter()
+                .map(|m| self.new_storage(m.clone(), cat, label, module))
+                .collect();
+            for t in op.forward_temporaries(&ctx) {
+                let s = self.new_storage(
+                    TensorMeta::new(vec![t], DType::U8),
+                    cat,
+                    Label::new("temporary"),
+                    module,
+                );
+                self.decref(s);
+            }
         }
         // 4. autograd
         let keep_saved = records && (region.is_none() || self.recomputing);
+        if let (false, Some(r), Some(n), false) =
+            (wanted.is_empty(), region, graph_node, self.recomputing)
+        {
+            let last = &mut self.regions[r].last_saver;
+            *last = Some(last.map_or(n, |l| l.max(n)));
+        }
         if records || (self.recomputing && graph_node.is_some()) {
             let mut saved = Vec::new();
             if keep_saved {
-                for s in op.saved_for_backward(&ctx) {
-                    // saved only for the gradient of an input that needs none (a frozen weight)
-                    if let Some(k) = op.saved_only_for(s) {
-                        let r = eff.get(k).or_else(|| eff_params.get(k - eff.len().min(k)));
-                        if !r.is_some_and(|&r| self.rts[r as usize].requires_grad) {
-                            continue;
-                        }
-                    }
+                for &s in &wanted {
                     let sid = match s {
                         Saved::Input(i) => eff.get(i).map(|&r| self.rts[r as usize].storage),
                         Saved::Output(i) => outs.get(i).map(|&r| self.rts[r as usize].storage),
@@ -856,6 +928,8 @@ impl<'g> Sim<'g> {
                     outputs: outs.clone(),
                     saved,
                     temporaries: op.backward_temporaries(&ctx),
+                    scratch: op.backward_scratch(&ctx),
+                    unpacks: !wanted.is_empty(),
                     grads_right_to_left: op.grads_right_to_left(),
                     region,
                 });
@@ -873,10 +947,10 @@ impl<'g> Sim<'g> {
 
     fn param_meta(&self, p: ParamId) -> TensorMeta {
         let d = &self.g.params[p.0 as usize];
-        let dtype = if d.dtype.is_float() {
-            self.cfg.precision.param_dtype()
-        } else {
-            d.dtype
+        let dtype = match d.stored_dtype {
+            Some(stored) => stored,
+            None if d.dtype.is_float() => self.cfg.precision.param_dtype(),
+            None => d.dtype,
         };
         TensorMeta::new(d.shape.clone(), dtype)
     }
@@ -904,27 +978,32 @@ impl<'g> Sim<'g> {
         self.param_grad = vec![None; self.g.params.len()];
     }
 
-    /// Allocates, then frees, the construction temporaries due after `k` parameters.
+    /// The construction temporaries due after `k` parameters: those allocated earlier are freed,
+    /// then the position's are allocated, then those of them already due are freed.
     fn init_temporaries_at(&mut self, k: u32, live: &mut [Option<u32>]) {
-        let dtype = self.cfg.precision.param_dtype();
+        let model_dtype = self.cfg.precision.param_dtype();
         let g = self.g;
+        let free_where = |s: &mut Self, live: &mut [Option<u32>], earlier: bool| {
+            for (t, slot) in g.init_temporaries.iter().zip(live.iter_mut()) {
+                if t.free_at == k && (t.alloc_at < k) == earlier {
+                    if let Some(sid) = slot.take() {
+                        s.decref(sid);
+                    }
+                }
+            }
+        };
+        free_where(self, live, true);
         for (t, slot) in g.init_temporaries.iter().zip(live.iter_mut()) {
             if t.alloc_at == k {
                 *slot = Some(self.new_storage(
-                    TensorMeta::new(t.shape.clone(), dtype),
+                    TensorMeta::new(t.shape.clone(), t.dtype.unwrap_or(model_dtype)),
                     Category::Temporaries,
                     Label::new("construction temporary"),
                     Some(t.module),
                 ));
             }
         }
-        for (t, slot) in g.init_temporaries.iter().zip(live.iter_mut()) {
-            if t.free_at == k {
-                if let Some(sid) = slot.take() {
-                    self.decref(sid);
-                }
-            }
-        }
+        free_where(self, live, false);
     }
 
     /// Runs graph nodes `first..end` as a forward pass; `env` maps graph tensors to rt tensors.
@@ -998,6 +1077,16 @@ impl<'g> Sim<'g> {
             );
             for (t, r) in node.outputs.iter().zip(outs) {
                 env[t.0 as usize] = Some(r);
+                let hooked =
+                    self.grad_enabled && !self.recomputing && self.g.grad_leaves.contains(t);
+                if hooked && !self.rts[r as usize].requires_grad {
+                    // `output.requires_grad_(True)`: a leaf, which its AccumulateGrad node keeps
+                    self.rts[r as usize].requires_grad = true;
+                    let sid = self.rts[r as usize].storage;
+                    self.incref(sid);
+                    self.leaf_tensors.push(sid);
+                    self.leaf_rts.push(r);
+                }
             }
             if let Some(layers) = self.layers.as_mut() {
                 if let (Some(l), Some(t)) = (layers.last_mut(), node.outputs.first()) {
@@ -1018,6 +1107,8 @@ impl<'g> Sim<'g> {
 
     fn recompute_region(&mut self, r: usize) {
         let (first, end) = (self.regions[r].first, self.regions[r].end);
+        // early stop: nothing after the last saving node is recomputed
+        let stop = self.regions[r].last_saver.map_or(first, |n| n + 1).min(end);
         let mut env: Vec<Option<Rt>> = vec![None; self.g.tensors.len()];
         // region inputs: the originals, kept by the frame
         let mut hold = vec![false; self.g.tensors.len()];
@@ -1034,7 +1125,9 @@ impl<'g> Sim<'g> {
         let saved_grad = self.grad_enabled;
         self.grad_enabled = true;
         self.recomputing = true;
-        self.forward_nodes(&mut env, first, end, &hold);
+        self.recompute_stop = self.regions[r].last_saver;
+        self.forward_nodes(&mut env, first, stop, &hold);
+        self.recompute_stop = None;
         self.recomputing = false;
         self.grad_enabled = saved_grad;
         self.clear_autocast_cache();
@@ -1161,7 +1254,7 @@ impl<'g> Sim<'g> {
         let mut i = self.tape.len();
         while i > 0 {
             i -= 1;
-            if let Some(r) = self.tape[i].region {
+            if let (Some(r), true) = (self.tape[i].region, self.tape[i].unpacks) {
                 if !self.regions[r].recomputed {
                     self.recompute_region(r);
                 }
@@ -1175,6 +1268,8 @@ impl<'g> Sim<'g> {
                 outputs: std::mem::take(&mut t.outputs),
                 saved: Vec::new(),
                 temporaries: std::mem::take(&mut t.temporaries),
+                scratch: std::mem::take(&mut t.scratch),
+                unpacks: t.unpacks,
                 grads_right_to_left: t.grads_right_to_left,
                 region: t.region,
             };
@@ -1190,6 +1285,7 @@ impl<'g> Sim<'g> {
                 self.finish_region_node(i);
                 continue;
             }
+            let scratch = self.run_scratch(&node.scratch, Category::Temporaries, node.module);
             let temps: Vec<u32> = node
                 .temporaries
                 .iter()
@@ -1231,7 +1327,7 @@ impl<'g> Sim<'g> {
                 };
                 produced.push((target, sid));
             }
-            for t in temps {
+            for t in temps.into_iter().chain(scratch) {
                 self.decref(t);
             }
             for s in incoming.into_iter().flatten() {
@@ -1248,6 +1344,12 @@ impl<'g> Sim<'g> {
         self.decref(root);
         for s in extra_roots {
             self.decref(s);
+        }
+        // a hook-made leaf keeps its gradient as `.grad`
+        for r in std::mem::take(&mut self.leaf_rts) {
+            if let Some(g) = self.grad_buf[r as usize].take() {
+                self.leaf_grads.push(g);
+            }
         }
         // gradients that reached no parameter (e.g. the input's) are dropped with the graph
         for i in 0..self.grad_buf.len() {
@@ -1485,6 +1587,7 @@ fn checkpoint_regions(g: &Graph, specs: &[Checkpoint]) -> Result<Vec<Region>, Si
                 frame: Vec::new(),
                 recomputed: false,
                 lowest_tape: None,
+                last_saver: None,
             });
         }
     };
@@ -1662,6 +1765,10 @@ fn run(g: &Graph, cfg: &StepConfig) -> Result<Simulation, SimError> {
         region_of_node,
         regions,
         autocast_cache: Vec::new(),
+        leaf_tensors: Vec::new(),
+        leaf_grads: Vec::new(),
+        leaf_rts: Vec::new(),
+        recompute_stop: None,
         grad_enabled: false,
         training: cfg.mode == Mode::Train,
         in_backward: false,
@@ -1763,6 +1870,11 @@ fn run(g: &Graph, cfg: &StepConfig) -> Result<Simulation, SimError> {
         }
         s.phase(&format!("it{it}.forward"));
         s.grad_enabled = train;
+        // the previous iteration's graph (and the leaves it keeps) lives until its loss is dropped
+        let older_leaves = (
+            std::mem::take(&mut s.leaf_grads),
+            std::mem::take(&mut s.leaf_tensors),
+        );
         let mut env: Vec<Option<Rt>> = vec![None; g.tensors.len()];
         for (t, &r) in g.inputs.iter().zip(&x) {
             env[t.0 as usize] = Some(r);
@@ -1792,6 +1904,9 @@ fn run(g: &Graph, cfg: &StepConfig) -> Result<Simulation, SimError> {
             // `loss = ...` rebinds inside the autocast block; its weight cache goes at the exit
             if let Some(old) = loss.replace(l[0]) {
                 s.release_rt(old);
+            }
+            for sid in older_leaves.0.into_iter().chain(older_leaves.1) {
+                s.decref(sid);
             }
             s.clear_autocast_cache();
             s.phase(&format!("it{it}.zero_grad"));
@@ -1824,6 +1939,13 @@ fn run(g: &Graph, cfg: &StepConfig) -> Result<Simulation, SimError> {
         if cfg.free_output {
             for r in std::mem::take(&mut out).into_iter().chain(loss.take()) {
                 s.release_rt(r);
+            }
+            let (grads, leaves) = (
+                std::mem::take(&mut s.leaf_grads),
+                std::mem::take(&mut s.leaf_tensors),
+            );
+            for sid in grads.into_iter().chain(leaves) {
+                s.decref(sid);
             }
         }
     }

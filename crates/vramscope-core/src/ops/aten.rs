@@ -317,6 +317,7 @@ mod tests {
             params: &[],
             outputs: &[],
             training: true,
+            records: true,
         };
         assert_eq!(op.input_grads(&ctx), vec![GradIn::New, GradIn::None]);
     }

@@ -172,8 +172,16 @@ fn decoder_layer(
         let q = proj(b, "q_proj", s.heads);
         let k = proj(b, "k_proj", s.kv_heads);
         let v = proj(b, "v_proj", s.kv_heads);
-        let q = apply_rotary(b, q, cos, sin, amp);
-        let k = apply_rotary(b, k, cos, sin, amp);
+        // `q, k = apply_rotary_pos_emb(q, k, cos, sin)`: the caller's q and k live until it returns
+        let (q, k) = b.frame(|b| {
+            b.hold(&[q, k]);
+            (
+                apply_rotary(b, q, cos, sin, amp),
+                apply_rotary(b, k, cos, sin, amp),
+            )
+        });
+        // query/key/value_states are locals of the attention's forward until it returns
+        b.hold(&[q, k, v]);
         let o = sdpa(b, q, k, v, s.attn_dropout, true);
         let o = view(b, "transpose", o, vec![bsz, seq, s.heads, d]);
         let o = view(b, "reshape", o, vec![bsz, seq, s.heads * d]);
