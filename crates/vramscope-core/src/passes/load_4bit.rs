@@ -281,7 +281,9 @@ fn reorder_loading(g: &mut Graph, quantized: &[Option<ModuleId>], cfg: &FourBitC
                 }
                 Some((attr, shape, dtype)) => {
                     if attr == "quant_map" {
-                        // get_4bit_type: data.div_(data.abs().max())
+                        // get_4bit_type: data.div_(data.abs().max()); the two 512-byte blocks are
+                        // placed just before the table rather than just after it, so that the
+                        // loaded weight is freed after them (the same blocks end up free)
                         for s in [vec![16], vec![]] {
                             group_temps.push(InitTemporary {
                                 shape: s,
@@ -335,4 +337,160 @@ fn reorder_loading(g: &mut Graph, quantized: &[Option<ModuleId>], cfg: &FourBitC
         g.params[pid.0 as usize].init_rank = rank as u32;
     }
     g.init_temporaries = temps;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::Task;
+    use crate::ops::Linear;
+    use crate::passes::{apply_lora, LoraConfig};
+    use crate::sim::{simulate, Mode, StepConfig};
+    use crate::GraphBuilder;
+
+    /// x [2, 8, 64] -> block.q_proj (64 -> 64, bias) -> lm_head (64 -> 10): lm_head is the head
+    fn tiny() -> Graph {
+        let mut b = GraphBuilder::new("tiny", "Tiny");
+        let x = b.input(vec![2, 8, 64], DType::F32);
+        let y = b.module("block", "Block", &[x], |b| {
+            b.layer("q_proj", Linear::new(64, 64), &[x])
+        });
+        let y = b.layer("lm_head", Linear::new(64, 10), &[y]);
+        b.finish(&[y], Task::Classification { num_classes: 10 })
+            .expect("tiny graph")
+    }
+
+    fn cfg(double_quant: bool) -> FourBitConfig {
+        FourBitConfig::for_precision(Precision::Bf16, double_quant)
+    }
+
+    fn param<'a>(g: &'a Graph, name: &str) -> &'a ParamDef {
+        g.params
+            .iter()
+            .find(|p| p.name == name)
+            .unwrap_or_else(|| panic!("no {name}"))
+    }
+
+    #[test]
+    fn linear_layers_but_the_head_become_packed_uint8_with_their_quant_state() {
+        let g = load_in_4bit(&tiny(), &cfg(false)).expect("4-bit");
+        let w = param(&g, "block.q_proj.weight");
+        assert_eq!(w.shape, vec![64 * 64 / 2, 1]);
+        assert_eq!(w.stored_dtype, Some(DType::U8));
+        assert!(!w.trainable);
+        assert_eq!(param(&g, "block.q_proj.weight.absmax").shape, vec![64]);
+        assert_eq!(
+            param(&g, "block.q_proj.weight.quant_map").stored_dtype,
+            Some(DType::F32)
+        );
+        // the head keeps its float weight; the bias stays a float parameter
+        assert_eq!(param(&g, "lm_head.weight").stored_dtype, None);
+        assert_eq!(param(&g, "block.q_proj.bias").stored_dtype, None);
+        let q = g.find_module("block.q_proj").expect("q_proj");
+        assert_eq!(g.modules[q.0 as usize].type_name, FOUR_BIT_LINEAR);
+        let kinds: Vec<&str> = g
+            .nodes
+            .iter()
+            .filter(|n| n.module == q)
+            .map(|n| n.op.kind())
+            .collect();
+        assert_eq!(kinds, ["_to_copy", "_to_copy", "MatMul4Bit", "_to_copy"]);
+    }
+
+    #[test]
+    fn double_quantization_compresses_the_scales() {
+        let g = load_in_4bit(&tiny(), &cfg(true)).expect("4-bit");
+        let absmax = param(&g, "block.q_proj.weight.absmax");
+        assert_eq!((absmax.shape.clone(), absmax.dtype), (vec![64], DType::U8));
+        assert_eq!(
+            param(&g, "block.q_proj.weight.nested_absmax").shape,
+            vec![1]
+        );
+        assert_eq!(
+            param(&g, "block.q_proj.weight.nested_quant_map").shape,
+            vec![256]
+        );
+        assert_eq!(param(&g, "bitsandbytes.name2qmap.dynamic").shape, vec![256]);
+        // quantize-on-load: the loaded bf16 weight, the float32 scales, absmax - offset, and
+        // get_4bit_type's abs/max, all gone once the model is loaded
+        let shapes: Vec<(Vec<u64>, Option<DType>)> = g
+            .init_temporaries
+            .iter()
+            .map(|t| (t.shape.clone(), t.dtype))
+            .collect();
+        assert!(shapes.contains(&(vec![64, 64], Some(DType::BF16))));
+        assert_eq!(
+            shapes
+                .iter()
+                .filter(|s| s.0 == vec![64] && s.1 == Some(DType::F32))
+                .count(),
+            2
+        );
+    }
+
+    #[test]
+    fn a_4bit_model_holds_its_packed_weights_after_loading() {
+        let g = load_in_4bit(&tiny(), &cfg(false)).expect("4-bit");
+        let step = StepConfig {
+            mode: Mode::Infer,
+            precision: Precision::Bf16,
+            ..StepConfig::default()
+        };
+        let s = simulate(&g, &step).expect("simulate");
+        let model = &s.phases[1];
+        // every tensor is one 512-byte block: packed (2048 B -> 2048), absmax (256 B), quant
+        // map, bias, lm_head weight (1280 B -> 1536), lm_head bias
+        let blocks = [2048, 512, 512, 512, 1536, 512];
+        assert_eq!(model.allocated_after, blocks.iter().sum::<u64>());
+        // at the peak of loading: the loaded bf16 weight (8 KiB), absmax, the packed weight and
+        // the abs() and max() temporaries of the NF4 table (made just before it)
+        assert_eq!(model.peak_allocated, 8192 + 512 + 2048 + 512 + 512);
+    }
+
+    #[test]
+    fn qlora_adapters_stay_float32_and_cast_around_the_4bit_layer() {
+        let g = load_in_4bit(&tiny(), &cfg(true)).expect("4-bit");
+        let lora = LoraConfig {
+            rank: 4,
+            alpha: 8.0,
+            dropout: 0.0,
+            targets: vec!["q_proj".into()],
+            autocast: false,
+        };
+        let g = apply_lora(&g, &lora).expect("lora");
+        let a = param(&g, "block.q_proj.lora_A.default.weight");
+        assert_eq!(a.stored_dtype, Some(DType::F32));
+        assert!(a.trainable);
+        let m = g.find_module("block.q_proj").expect("lora layer");
+        let kinds: Vec<&str> = g
+            .nodes
+            .iter()
+            .filter(|n| n.module == m)
+            .map(|n| n.op.kind())
+            .collect();
+        // result.clone(), x.to(float32), lora_B(...) * scaling, .to(result.dtype), +
+        assert_eq!(kinds, ["clone", "_to_copy", "mul", "_to_copy", "add"]);
+        let step = StepConfig {
+            precision: Precision::Bf16,
+            ..StepConfig::default()
+        };
+        let s = simulate(&g, &step).expect("simulate");
+        // float32 adapter gradients: (64 * 4 + 4 * 64) * 4 bytes
+        assert_eq!(s.gradient_bytes, 512 * 4);
+    }
+
+    #[test]
+    fn a_model_whose_only_linear_is_the_head_is_an_error() {
+        let mut b = GraphBuilder::new("head", "Head");
+        let x = b.input(vec![2, 64], DType::F32);
+        let y = b.layer("fc", Linear::new(64, 10), &[x]);
+        let g = b
+            .finish(&[y], Task::Classification { num_classes: 10 })
+            .expect("graph");
+        let e = load_in_4bit(&g, &cfg(false)).unwrap_err();
+        assert!(
+            e.to_string().contains("no nn.Linear layer to quantize"),
+            "{e}"
+        );
+    }
 }
