@@ -196,3 +196,12 @@ fn qlora_and_4bit_cases_match_truth() {
     assert_eq!(cases("hf_qlora.jsonl").len(), 9);
     check("hf_qlora.jsonl");
 }
+
+/// `--weights-dtype from-files`: Llama checkpoints stored in bf16, or mixed (float32 embeddings and
+/// norms, bf16 linears, under AMP), inference and training, parameters materialised in the files'
+/// dtypes (validation/checkpoint_models.py).
+#[test]
+fn checkpoint_dtype_cases_match_truth() {
+    assert_eq!(cases("hf_checkpoint_dtypes.jsonl").len(), 4);
+    check("hf_checkpoint_dtypes.jsonl");
+}

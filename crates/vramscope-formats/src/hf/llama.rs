@@ -112,8 +112,8 @@ pub fn build(
     let (h, emb) = b.module("model", &format!("{p}Model"), &[ids], |b| {
         let (x, emb) = embedding(b, "embed_tokens", s.vocab, s.hidden, ids);
         let pos = position_ids(b, seq);
-        // position_ids is a local of the model's forward until it returns
-        b.hold(&[pos]);
+        // inputs_embeds and position_ids are locals of the model's forward until it returns
+        b.hold(&[x, pos]);
         packed_sequence_check(b, bsz, seq);
         let (cos, sin) = rotary(b, &format!("{p}RotaryEmbedding"), s.head_dim, x, pos);
         let mut x = x;
