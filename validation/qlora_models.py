@@ -212,9 +212,12 @@ def _not_converted(model):
 
 def load_in_4bit(model, double_quant, compute_dtype):
     """Materialises a meta-device model on the device, quantizing every convertible nn.Linear."""
+    from transformers.pytorch_utils import Conv1D
+
     skip = _not_converted(model)
     quantized = {name for name, m in model.named_modules()
-                 if type(m) is nn.Linear and not any(name == s or name.startswith(s + ".") for s in skip)}
+                 if (type(m) is nn.Linear or isinstance(m, Conv1D))
+                 and not any(name == s or name.startswith(s + ".") for s in skip)}
     memo = {}
 
     def materialise(t, is_param):
@@ -227,7 +230,11 @@ def load_in_4bit(model, double_quant, compute_dtype):
     for name, m in list(model.named_modules()):
         if name in quantized:
             w = torch.empty(m.weight.shape, dtype=m.weight.dtype)  # the checkpoint tensor, loaded
-            packed, qs = quantize_4bit(w, double_quant)
+            if isinstance(m, Conv1D):
+                # Bnb4bitQuantize: value.T; Params4bit._quantize: self.data.contiguous()
+                packed, qs = quantize_4bit(w.T.contiguous(), double_quant)
+            else:
+                packed, qs = quantize_4bit(w, double_quant)
             del w
             bias = materialise(m.bias, True) if m.bias is not None else None
             replacements.append((name, Linear4bit(packed, qs, bias, compute_dtype)))

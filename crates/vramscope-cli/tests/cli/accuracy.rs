@@ -188,12 +188,12 @@ fn lora_and_freeze_cases_match_truth() {
 }
 
 /// QLoRA and 4-bit loading (bitsandbytes' NF4 storage and `MatMul4Bit` rewritten with plain torch
-/// ops, see validation/qlora_models.py): Qwen2, Mistral and a tied Llama 3.2 cut to 2-4 layers,
+/// ops, see validation/qlora_models.py): Qwen2, Mistral, a tied Llama 3.2 and GPT-2 (Conv1D) cut to 2-4 layers,
 /// pure bf16 / AMP bf16 / AMP fp16 / fp32, double quantization, all-linear targets, dropout,
 /// gradient checkpointing, and 4-bit inference (one token takes the gemv kernel).
 #[test]
 fn qlora_and_4bit_cases_match_truth() {
-    assert_eq!(cases("hf_qlora.jsonl").len(), 9);
+    assert_eq!(cases("hf_qlora.jsonl").len(), 10);
     check("hf_qlora.jsonl");
 }
 

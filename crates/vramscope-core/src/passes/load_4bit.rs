@@ -2,8 +2,9 @@
 //! BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant,
 //! bnb_4bit_compute_dtype))` does with transformers 5.23 and bitsandbytes.
 //!
-//! Every `nn.Linear` but the output head (transformers' `get_keys_to_not_convert`: the output
-//! embeddings, tied weights and the module of the last parameter) becomes a `Linear4bit`:
+//! Every `nn.Linear` (and GPT-2's `Conv1D`, whose `[in, out]` weight is transposed first) but the
+//! output head (transformers' `get_keys_to_not_convert`: the output embeddings, tied weights and the
+//! module of the last parameter) becomes a `Linear4bit`:
 //! - its weight is a frozen `Params4bit`, uint8 `[(n + 1) // 2, 1]` (two NF4 codes a byte), with
 //!   its quantization state beside it (listed as buffers named after `QuantState.as_dict`):
 //!   `absmax` (float32, one per 64 weights) and `quant_map` (the 16 NF4 values); with double
@@ -68,6 +69,49 @@ struct Convert {
     bias: Option<ParamId>,
     in_features: u64,
     out_features: u64,
+    /// which node input is the layer's input
+    x_input: usize,
+    /// a `Conv1D` weight `[in, out]`, transposed (and made contiguous: a copy) before quantizing
+    transposed: bool,
+}
+
+/// The layer a node is the whole forward of, if 4-bit loading converts it: an `nn.Linear`
+/// (`Linear` op with its weight and bias), or GPT-2's `Conv1D` (`addmm(bias, x, weight)` with
+/// weight `[in, out]`).
+fn convertible(g: &Graph, node: &crate::ir::Node) -> Option<Convert> {
+    let md = &g.modules[node.module.0 as usize];
+    match (node.op.kind(), md.type_name.as_str()) {
+        ("Linear", "Linear") => {
+            let weight = *node.params.first()?;
+            let [out_features, in_features] = g.param(weight).shape[..] else {
+                return None;
+            };
+            Some(Convert {
+                weight,
+                bias: node.params.get(1).copied(),
+                in_features,
+                out_features,
+                x_input: 0,
+                transposed: false,
+            })
+        }
+        ("addmm", "Conv1D") if node.inputs.len() == 3 => {
+            let param = |i: usize| g.tensors[node.inputs[i].0 as usize].param;
+            let weight = param(2)?;
+            let [in_features, out_features] = g.param(weight).shape[..] else {
+                return None;
+            };
+            Some(Convert {
+                weight,
+                bias: param(0),
+                in_features,
+                out_features,
+                x_input: 1,
+                transposed: true,
+            })
+        }
+        _ => None,
+    }
 }
 
 /// The quantization state tensors of one weight, in the order `quantize_4bit` allocates them
@@ -120,23 +164,11 @@ pub fn load_in_4bit(g: &Graph, cfg: &FourBitConfig) -> Result<Graph, PassError> 
             continue;
         }
         let node = &g.nodes[first];
-        let md = &g.modules[node.module.0 as usize];
         let head =
             Some(node.module) == last_param || node.outputs.iter().any(|t| g.outputs.contains(t));
-        if node.op.kind() != "Linear" || md.type_name != "Linear" || node.params.is_empty() || head
-        {
-            continue;
+        if !head && node.module == s.module {
+            convert[first] = convertible(g, node);
         }
-        let w = g.param(node.params[0]);
-        let [out_features, in_features] = w.shape[..] else {
-            continue;
-        };
-        convert[first] = Some(Convert {
-            weight: node.params[0],
-            bias: node.params.get(1).copied(),
-            in_features,
-            out_features,
-        });
     }
     if convert.iter().all(Option::is_none) {
         return Err(PassError::BadOption(
@@ -153,7 +185,7 @@ pub fn load_in_4bit(g: &Graph, cfg: &FourBitConfig) -> Result<Graph, PassError> 
     out.init_temporaries.clear();
     let mut new_index: Vec<u32> = Vec::with_capacity(g.nodes.len() + 1);
     let mut subst: Vec<TensorId> = (0..g.tensors.len() as u32).map(TensorId).collect();
-    let mut quantized: Vec<Option<ModuleId>> = vec![None; g.params.len()];
+    let mut quantized: Vec<Option<(ModuleId, bool)>> = vec![None; g.params.len()];
     for (i, node) in g.nodes.iter().enumerate() {
         new_index.push(out.nodes.len() as u32);
         let mut n = node.clone();
@@ -169,8 +201,8 @@ pub fn load_in_4bit(g: &Graph, cfg: &FourBitConfig) -> Result<Graph, PassError> 
             continue;
         };
         let m = n.module;
-        let x = n.inputs[0];
-        quantized[c.weight.0 as usize] = Some(m);
+        let x = n.inputs[c.x_input];
+        quantized[c.weight.0 as usize] = Some((m, c.transposed));
         out.modules[m.0 as usize].type_name = FOUR_BIT_LINEAR.to_string();
         let to_compute = || Arc::new(ToDtype::fixed(cfg.compute_dtype));
         let xc = push_node(&mut out, m, to_compute(), vec![x], Vec::new());
@@ -229,14 +261,14 @@ pub fn load_in_4bit(g: &Graph, cfg: &FourBitConfig) -> Result<Graph, PassError> 
 /// Turns the quantized weights into packed uint8 parameters, adds their quantization state and
 /// writes the loading order: `init_rank`s and the loaded weights and quantization temporaries as
 /// construction temporaries.
-fn reorder_loading(g: &mut Graph, quantized: &[Option<ModuleId>], cfg: &FourBitConfig) {
+fn reorder_loading(g: &mut Graph, quantized: &[Option<(ModuleId, bool)>], cfg: &FourBitConfig) {
     let mut order: Vec<ParamId> = (0..g.params.len() as u32).map(ParamId).collect();
     order.sort_by_key(|p| g.params[p.0 as usize].init_rank);
     let mut loaded: Vec<ParamId> = Vec::new();
     let mut temps: Vec<InitTemporary> = Vec::new();
     let mut first_nested = true;
     for pid in order {
-        let Some(m) = quantized[pid.0 as usize] else {
+        let Some((m, transposed)) = quantized[pid.0 as usize] else {
             loaded.push(pid);
             continue;
         };
@@ -254,6 +286,16 @@ fn reorder_loading(g: &mut Graph, quantized: &[Option<ModuleId>], cfg: &FourBitC
             free_at: 0,
             module: m,
         }];
+        if transposed {
+            // Bnb4bitQuantize passes `value.T`; `_quantize` makes it contiguous: a copy
+            group_temps.push(InitTemporary {
+                shape: shape.iter().rev().copied().collect(),
+                dtype: Some(cfg.load_dtype),
+                alloc_at: start,
+                free_at: 0,
+                module: m,
+            });
+        }
         if cfg.double_quant {
             // quantize_4bit's float32 scales, dropped once quantize_blockwise has compressed them
             group_temps.push(InitTemporary {
@@ -477,6 +519,30 @@ mod tests {
         let s = simulate(&g, &step).expect("simulate");
         // float32 adapter gradients: (64 * 4 + 4 * 64) * 4 bytes
         assert_eq!(s.gradient_bytes, 512 * 4);
+    }
+
+    #[test]
+    fn gpt2_conv1d_layers_are_quantized_after_a_transpose() {
+        let mut b = GraphBuilder::new("gpt2", "GPT2LMHeadModel");
+        let x = b.input(vec![2, 8, 64], DType::F32);
+        let y = b.module("c_attn", "Conv1D", &[x], |b| {
+            let w = b.parameter("weight", vec![64, 192]);
+            let bias = b.parameter("bias", vec![192]);
+            let op = crate::ops::Aten::new("addmm", vec![2, 8, 192])
+                .autocast(crate::ops::Autocast::LowerPrecision);
+            b.op(op, &[bias, x, w])
+        });
+        let y = b.layer("lm_head", Linear::new(192, 10), &[y]);
+        let g = b
+            .finish(&[y], Task::Classification { num_classes: 10 })
+            .expect("graph");
+        let g = load_in_4bit(&g, &cfg(false)).expect("4-bit");
+        assert_eq!(param(&g, "c_attn.weight").shape, vec![64 * 192 / 2, 1]);
+        let m = g.find_module("c_attn").expect("c_attn");
+        assert_eq!(g.modules[m.0 as usize].type_name, FOUR_BIT_LINEAR);
+        // the loaded [64, 192] weight and its transposed contiguous copy
+        let shapes: Vec<Vec<u64>> = g.init_temporaries.iter().map(|t| t.shape.clone()).collect();
+        assert!(shapes.contains(&vec![64, 192]) && shapes.contains(&vec![192, 64]));
     }
 
     #[test]
