@@ -31,10 +31,16 @@ pub struct ModelArgs {
     #[arg(long, default_value_t = 1000)]
     pub num_classes: u64,
     /// Sequence length (Hugging Face models: required; ONNX: bound to symbolic `sequence` dims, default 128).
+    /// Encoder-decoder models (T5): the encoder's `input_ids` `[B, S]`.
     #[arg(long)]
     pub seq_len: Option<u64>,
-    /// Head and loss of a Hugging Face model: causal-lm, masked-lm or seq-cls (default: from the
-    /// config's `architectures`).
+    /// Encoder-decoder models (T5): the target length T. The step is
+    /// `model(input_ids=[B, S], labels=[B, T]).loss`: `decoder_input_ids = shift_right(labels)`
+    /// and the cross-entropy over `[B*T, vocab]`, both inside forward. Default: --seq-len.
+    #[arg(long)]
+    pub target_len: Option<u64>,
+    /// Head and loss of a Hugging Face model: causal-lm, masked-lm, seq-cls or seq2seq-lm
+    /// (default: from the config's `architectures`).
     #[arg(long)]
     pub task: Option<String>,
     /// What `model.gradient_checkpointing_enable()` does: every decoder/encoder layer checkpointed
@@ -227,9 +233,13 @@ fn load_base(args: &ModelArgs, batch_size: u64, precision: Precision) -> Result<
         return load_hf(args, cfg, batch_size, precision, "zoo");
     }
     let is_onnx = args.model.to_ascii_lowercase().ends_with(".onnx");
-    if (args.seq_len.is_some() && !is_onnx) || args.task.is_some() || args.gradient_checkpointing {
+    if (args.seq_len.is_some() && !is_onnx)
+        || args.task.is_some()
+        || args.gradient_checkpointing
+        || args.target_len.is_some()
+    {
         bail!(
-            "--seq-len, --task and --gradient-checkpointing apply to Hugging Face models (a built-in transformer, a config.json or a model folder; --seq-len also to ONNX files); `{}` is not one",
+            "--seq-len, --target-len, --task and --gradient-checkpointing apply to Hugging Face models (a built-in transformer, a config.json or a model folder; --seq-len also to ONNX files); `{}` is not one",
             args.model
         );
     }
@@ -277,10 +287,9 @@ fn load_hf(
     })?;
     let task = match &args.task {
         None => None,
-        Some(t) => Some(
-            HfTask::parse(t)
-                .ok_or_else(|| anyhow!("--task {t:?}: expected causal-lm, masked-lm or seq-cls"))?,
-        ),
+        Some(t) => Some(HfTask::parse(t).ok_or_else(|| {
+            anyhow!("--task {t:?}: expected causal-lm, masked-lm, seq-cls or seq2seq-lm")
+        })?),
     };
     let m = hf::build(
         &cfg,
@@ -289,6 +298,8 @@ fn load_hf(
             seq,
             task,
             precision,
+            target_seq: args.target_len,
+            gradient_checkpointing: args.gradient_checkpointing,
         },
     )?;
     let mut graph = m.graph;

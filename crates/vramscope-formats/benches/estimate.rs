@@ -55,6 +55,8 @@ fn estimate_hf(name: &str, batch: u64, seq: u64, precision: Precision) -> u64 {
         seq,
         task: None,
         precision,
+        target_seq: None,
+        gradient_checkpointing: false,
     };
     let m = hf::build(&cfg, &input).expect("builds");
     let step = StepConfig {

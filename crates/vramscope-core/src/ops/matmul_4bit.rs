@@ -87,10 +87,11 @@ impl MatMul4Bit {
     }
 
     /// `matmul_4bit` takes `gemv_4bit` for one token that needs no gradient (and an input size
-    /// that is a multiple of the block size).
+    /// that is a multiple of the block size); an input not known to need none is taken to need it.
     fn gemv(&self, ctx: &OpCtx) -> bool {
         let x = ctx.inputs.first();
-        !ctx.records
+        let x_requires_grad = ctx.inputs_require_grad.first().copied().unwrap_or(true);
+        !x_requires_grad
             && x.is_some_and(|x| {
                 crate::ir::numel(&x.shape) == self.in_features
                     && self.in_features.is_multiple_of(FourBitQuant::BLOCKSIZE)
@@ -176,13 +177,13 @@ mod tests {
         }
     }
 
-    fn ctx<'a>(x: &'a [TensorMeta], records: bool) -> OpCtx<'a> {
+    fn ctx<'a>(x: &'a [TensorMeta], requires_grad: &'a [bool]) -> OpCtx<'a> {
         OpCtx {
             inputs: x,
             params: &[],
             outputs: &[],
             training: true,
-            records,
+            inputs_require_grad: requires_grad,
         }
     }
 
@@ -190,7 +191,7 @@ mod tests {
     fn the_weight_is_dequantized_in_its_own_dtype_then_cast() {
         let x = [TensorMeta::new(vec![2, 5, 128], DType::BF16)];
         let n = 128 * 64;
-        let plain = op(false, DType::BF16).forward_scratch(&ctx(&x, true));
+        let plain = op(false, DType::BF16).forward_scratch(&ctx(&x, &[true]));
         assert_eq!(
             plain,
             vec![Scratch::Alloc {
@@ -200,7 +201,7 @@ mod tests {
         );
         // double quantization rebuilds the float32 scales first; a float32 checkpoint's weight is
         // dequantized to float32, then cast to the bf16 input's dtype
-        let p = op(true, DType::F32).forward_scratch(&ctx(&x, true));
+        let p = op(true, DType::F32).forward_scratch(&ctx(&x, &[true]));
         let bytes: Vec<u64> = p
             .iter()
             .filter_map(|s| match s {
@@ -216,10 +217,10 @@ mod tests {
     fn one_token_without_grad_takes_the_gemv_kernel() {
         let x = [TensorMeta::new(vec![1, 1, 128], DType::BF16)];
         assert!(op(true, DType::BF16)
-            .forward_scratch(&ctx(&x, false))
+            .forward_scratch(&ctx(&x, &[false]))
             .is_empty());
         assert!(!op(true, DType::BF16)
-            .forward_scratch(&ctx(&x, true))
+            .forward_scratch(&ctx(&x, &[true]))
             .is_empty());
     }
 }

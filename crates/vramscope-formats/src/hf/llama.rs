@@ -16,23 +16,27 @@ use super::layers::{
 };
 use super::{build_error, HfConfig, HfError, HfInput};
 
-struct Spec {
-    vocab: u64,
-    hidden: u64,
-    layers: u64,
-    heads: u64,
-    kv_heads: u64,
-    head_dim: u64,
-    intermediate: u64,
-    attn_dropout: f64,
-    qkv_bias: bool,
-    o_bias: bool,
-    mlp_bias: bool,
-    tied: bool,
-    max_positions: Option<u64>,
+/// The shape of a Llama-family decoder as its config gives it (the MoE decoders of `moe.rs` read
+/// the same fields).
+pub(super) struct Spec {
+    pub(super) vocab: u64,
+    pub(super) hidden: u64,
+    pub(super) layers: u64,
+    pub(super) heads: u64,
+    pub(super) kv_heads: u64,
+    pub(super) head_dim: u64,
+    pub(super) intermediate: u64,
+    pub(super) attn_dropout: f64,
+    pub(super) qkv_bias: bool,
+    pub(super) o_bias: bool,
+    pub(super) mlp_bias: bool,
+    /// RMSNorm over each head's q and k before rotary (`q_norm` / `k_norm`, Qwen3)
+    pub(super) qk_norm: bool,
+    pub(super) tied: bool,
+    pub(super) max_positions: Option<u64>,
 }
 
-fn spec(cfg: &HfConfig, model_type: &str) -> Result<Spec, HfError> {
+pub(super) fn spec(cfg: &HfConfig, model_type: &str) -> Result<Spec, HfError> {
     let hidden = cfg.u64(&["hidden_size"])?;
     let heads = cfg.u64(&["num_attention_heads"])?;
     let kv_heads = cfg
@@ -73,6 +77,7 @@ fn spec(cfg: &HfConfig, model_type: &str) -> Result<Spec, HfError> {
         qkv_bias: qwen2 || attention_bias,
         o_bias: attention_bias,
         mlp_bias: cfg.bool_or("mlp_bias", false)?,
+        qk_norm: false,
         tied: cfg.bool_or("tie_word_embeddings", false)?,
         max_positions: cfg.opt_u64(&["max_position_embeddings"])?,
     })
@@ -96,6 +101,38 @@ pub fn build(
     dtype: DType,
 ) -> Result<(Graph, Vec<String>), HfError> {
     let s = spec(cfg, model_type)?;
+    let p = class_prefix(model_type);
+    let autocast = input.precision.autocast_dtype();
+    let (bsz, seq) = (input.batch, input.seq);
+    let masks = |b: &mut GraphBuilder| packed_sequence_check(b, bsz, seq);
+    causal_lm(
+        cfg,
+        &s,
+        p,
+        model_type,
+        input,
+        &masks,
+        &mut |b, _, x, cos, sin| decoder_layer(b, &s, p, bsz, seq, dtype, autocast, x, cos, sin),
+    )
+}
+
+/// One decoder layer: `(builder, layer index, hidden states, cos, sin) -> hidden states`.
+pub(super) type DecoderLayer<'a> =
+    dyn FnMut(&mut GraphBuilder, u64, TensorId, TensorId, TensorId) -> TensorId + 'a;
+
+/// `{p}ForCausalLM` around `layer`: `model.embed_tokens`, the position ids, what the model's mask
+/// code runs (`masks`, inside `model`'s forward), the rotary embedding computed once,
+/// `model.layers.{i}` (each a `{p}DecoderLayer` that `layer` fills), `model.norm` and `lm_head`
+/// (tied to `embed_tokens` when the config says so). Returns the graph and the checkpointed layers.
+pub(super) fn causal_lm(
+    cfg: &HfConfig,
+    s: &Spec,
+    p: &str,
+    model_type: &str,
+    input: &HfInput,
+    masks: &dyn Fn(&mut GraphBuilder),
+    layer: &mut DecoderLayer,
+) -> Result<(Graph, Vec<String>), HfError> {
     if let Some(m) = s.max_positions {
         if input.seq > m {
             return Err(HfError::BadInput(format!(
@@ -104,8 +141,7 @@ pub fn build(
             )));
         }
     }
-    let p = class_prefix(model_type);
-    let amp = input.precision.autocast_dtype().is_some();
+    let dtype = input.precision.param_dtype();
     let (bsz, seq) = (input.batch, input.seq);
     let mut b = GraphBuilder::new(model_type, &format!("{p}ForCausalLM"));
     let ids = b.input(vec![bsz, seq], DType::I64);
@@ -114,17 +150,18 @@ pub fn build(
         let pos = position_ids(b, seq);
         // inputs_embeds and position_ids are locals of the model's forward until it returns
         b.hold(&[x, pos]);
-        packed_sequence_check(b, bsz, seq);
+        masks(b);
         let (cos, sin) = rotary(b, &format!("{p}RotaryEmbedding"), s.head_dim, x, pos);
         let mut x = x;
         b.module("layers", "ModuleList", &[], |b| {
             for i in 0..s.layers {
-                // position_embeddings are arguments too (a checkpoint keeps them)
+                // position_embeddings and position_ids are arguments too (a checkpoint keeps
+                // them until its backward)
                 x = b.module(
                     &i.to_string(),
                     &format!("{p}DecoderLayer"),
-                    &[x, cos, sin],
-                    |b| decoder_layer(b, &s, p, bsz, seq, dtype, amp, x, cos, sin),
+                    &[x, cos, sin, pos],
+                    |b| layer(b, i, x, cos, sin),
                 );
             }
         });
@@ -155,29 +192,73 @@ fn decoder_layer(
     bsz: u64,
     seq: u64,
     dtype: DType,
-    amp: bool,
+    autocast: Option<DType>,
     input: TensorId,
     cos: TensorId,
     sin: TensorId,
 ) -> TensorId {
     let norm = format!("{p}RMSNorm");
     let x = rms_norm(b, "input_layernorm", &norm, s.hidden, dtype, input);
-    let a = b.module("self_attn", &format!("{p}Attention"), &[x], |b| {
+    let a = attention(b, s, p, bsz, seq, dtype, autocast, x, cos, sin);
+    let x = add(b, input, a);
+    let y = rms_norm(b, "post_attention_layernorm", &norm, s.hidden, dtype, x);
+    let y = mlp(
+        b,
+        "mlp",
+        &format!("{p}MLP"),
+        s.hidden,
+        s.intermediate,
+        s.mlp_bias,
+        y,
+    );
+    add(b, x, y)
+}
+
+/// `self_attn`: q/k/v projections viewed as heads (with `q_norm` / `k_norm` over each head when
+/// `s.qk_norm`), rotary on q and k, SDPA (causal, GQA), `o_proj`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn attention(
+    b: &mut GraphBuilder,
+    s: &Spec,
+    p: &str,
+    bsz: u64,
+    seq: u64,
+    dtype: DType,
+    autocast: Option<DType>,
+    x: TensorId,
+    cos: TensorId,
+    sin: TensorId,
+) -> TensorId {
+    // the projections' dtype: what the q/k norms see; their float32 weights promote q and k
+    // back to float32, so rotary then runs on float32 q and k
+    let proj_dtype = autocast.unwrap_or(dtype);
+    let low_precision_qk = autocast.is_some() && !s.qk_norm;
+    b.module("self_attn", &format!("{p}Attention"), &[x], |b| {
         let d = s.head_dim;
-        let proj = |b: &mut GraphBuilder, name: &str, heads: u64| {
+        let norm = format!("{p}RMSNorm");
+        let proj = |b: &mut GraphBuilder, name: &str, heads: u64, qk_norm: Option<&str>| {
             let t = linear(b, name, s.hidden, heads * d, s.qkv_bias, x);
             let t = view(b, "view", t, vec![bsz, seq, heads, d]);
+            let t = match qk_norm {
+                Some(n) => rms_norm(b, n, &norm, d, proj_dtype, t),
+                None => t,
+            };
             view(b, "transpose", t, vec![bsz, heads, seq, d])
         };
-        let q = proj(b, "q_proj", s.heads);
-        let k = proj(b, "k_proj", s.kv_heads);
-        let v = proj(b, "v_proj", s.kv_heads);
+        let (qn, kn) = if s.qk_norm {
+            (Some("q_norm"), Some("k_norm"))
+        } else {
+            (None, None)
+        };
+        let q = proj(b, "q_proj", s.heads, qn);
+        let k = proj(b, "k_proj", s.kv_heads, kn);
+        let v = proj(b, "v_proj", s.kv_heads, None);
         // `q, k = apply_rotary_pos_emb(q, k, cos, sin)`: the caller's q and k live until it returns
         let (q, k) = b.frame(|b| {
             b.hold(&[q, k]);
             (
-                apply_rotary(b, q, cos, sin, amp),
-                apply_rotary(b, k, cos, sin, amp),
+                apply_rotary(b, q, cos, sin, low_precision_qk),
+                apply_rotary(b, k, cos, sin, low_precision_qk),
             )
         });
         // query/key/value_states are locals of the attention's forward until it returns
@@ -186,23 +267,38 @@ fn decoder_layer(
         let o = view(b, "transpose", o, vec![bsz, seq, s.heads, d]);
         let o = view(b, "reshape", o, vec![bsz, seq, s.heads * d]);
         linear(b, "o_proj", s.heads * d, s.hidden, s.o_bias, o)
-    });
-    let x = add(b, input, a);
-    let y = rms_norm(b, "post_attention_layernorm", &norm, s.hidden, dtype, x);
-    let y = b.module("mlp", &format!("{p}MLP"), &[y], |b| {
-        let g = linear(b, "gate_proj", s.hidden, s.intermediate, s.mlp_bias, y);
-        let sh = b.shape(g).to_vec();
-        let g = b.module("act_fn", "SiLUActivation", &[g], |b| {
-            b.op(
-                Aten::new("silu", sh.clone())
-                    .saves(vec![Saved::Input(0)])
-                    .grads(vec![GradIn::New]),
-                &[g],
-            )
-        });
-        let u = linear(b, "up_proj", s.hidden, s.intermediate, s.mlp_bias, y);
+    })
+}
+
+/// The SiLU-gated MLP module `name` (class `type_name`): `down_proj(act_fn(gate_proj(x)) *
+/// up_proj(x))`.
+pub(super) fn mlp(
+    b: &mut GraphBuilder,
+    name: &str,
+    type_name: &str,
+    hidden: u64,
+    intermediate: u64,
+    bias: bool,
+    x: TensorId,
+) -> TensorId {
+    b.module(name, type_name, &[x], |b| {
+        let g = linear(b, "gate_proj", hidden, intermediate, bias, x);
+        let g = silu_act_fn(b, g);
+        let u = linear(b, "up_proj", hidden, intermediate, bias, x);
         let m = mul(b, g, u);
-        linear(b, "down_proj", s.intermediate, s.hidden, s.mlp_bias, m)
-    });
-    add(b, x, y)
+        linear(b, "down_proj", intermediate, hidden, bias, m)
+    })
+}
+
+/// The `act_fn` module (`SiLUActivation`) called on `x`: `silu` keeps its input for backward.
+pub(super) fn silu_act_fn(b: &mut GraphBuilder, x: TensorId) -> TensorId {
+    let sh = b.shape(x).to_vec();
+    b.module("act_fn", "SiLUActivation", &[x], |b| {
+        b.op(
+            Aten::new("silu", sh)
+                .saves(vec![Saved::Input(0)])
+                .grads(vec![GradIn::New]),
+            &[x],
+        )
+    })
 }
