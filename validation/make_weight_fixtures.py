@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""Writes the weight-file fixtures under fixtures/weights/ (each a few KB): real files made by the
-`safetensors`, `transformers` and `gguf` packages, plus corrupt variants of them for the error tests, and `reference.json`: what the packages' own
-readers (safetensors' safe_open, gguf's GGUFReader) say each good file holds.
+"""Writes the weight-file fixtures under fixtures/weights/ (each a few KB, the Llama checkpoint folders
+for `--weights-dtype from-files` about 100 KB of zeros): real files made by the `safetensors`,
+`transformers` and `gguf` packages, plus corrupt variants of them for the error tests, and
+`reference.json`: what the packages' own readers (safetensors' safe_open, gguf's GGUFReader) say each
+good file holds.
 
 Run (in the truth venv, which has torch, transformers 5.23, safetensors 0.8 and gguf 0.19):
     ~/.venvs/truth/bin/python validation/make_weight_fixtures.py
@@ -50,6 +52,48 @@ def sharded_folder(path: pathlib.Path) -> None:
     model.save_pretrained(path, max_shard_size="8KB")
     for extra in ("config.json", "generation_config.json"):
         (path / extra).unlink(missing_ok=True)
+
+
+LLAMA_CFG = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, vocab_size=128, max_position_embeddings=512, tie_word_embeddings=False)
+
+
+def checkpoint_folder(path: pathlib.Path, dtype_of, cfg=None, drop=(), extra=None) -> None:
+    """config.json + model.safetensors of a Llama whose tensors are stored in dtype_of(name)
+    (zeros: only the headers matter, and zeros compress in git). drop: names left out; extra: more
+    tensors."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(**(cfg or LLAMA_CFG))
+    with torch.device("meta"):
+        model = LlamaForCausalLM(cfg)
+    tensors = {n: torch.zeros(p.shape, dtype=dtype_of(n)) for n, p in model.named_parameters() if n not in drop}
+    tensors.update(extra or {})
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    cfg.save_pretrained(path)
+    (path / "generation_config.json").unlink(missing_ok=True)
+    save_file(tensors, str(path / "model.safetensors"), metadata={"format": "pt"})
+
+
+def checkpoint_folders() -> None:
+    """Checkpoints for `estimate --weights-dtype from-files`: uniform bf16; mixed (float32
+    embeddings and norms, bf16 linears); and a config whose weights do not fit it."""
+    checkpoint_folder(OUT / "llama-bf16", lambda n: torch.bfloat16)
+    checkpoint_folder(OUT / "llama-mixed",
+                      lambda n: torch.float32 if ("norm" in n or "embed" in n) else torch.bfloat16)
+    # the file misses lm_head and has a tensor the model does not: warnings, not errors
+    checkpoint_folder(OUT / "llama-partial", lambda n: torch.bfloat16, drop=("lm_head.weight",),
+                      extra={"model.layers.0.self_attn.rotary_emb.inv_freq": torch.zeros(8)})
+    small = dict(LLAMA_CFG, hidden_size=16, intermediate_size=32, num_attention_heads=2, num_key_value_heads=1,
+                 vocab_size=64)
+    # valid files that do not fit their config (not under corrupt/, whose files inspect rejects)
+    bad = OUT / "llama-wrong-shape"
+    checkpoint_folder(bad, lambda n: torch.bfloat16, cfg=small)
+    # the config says intermediate_size 48: the files' MLP weights are [32, 16]
+    c = json.loads((bad / "config.json").read_text())
+    c["intermediate_size"] = 48
+    (bad / "config.json").write_text(json.dumps(c, indent=2, sort_keys=True) + "\n")
 
 
 def split_header(data: bytes):
@@ -196,6 +240,7 @@ def main() -> None:
     sharded_folder(OUT / "sharded")
     corrupt_safetensors(OUT / "tiny.safetensors")
     bad_index(OUT / "sharded")
+    checkpoint_folders()
     write_gguf(OUT / "tiny.gguf")
     corrupt_gguf(OUT / "tiny.gguf")
     (OUT / "reference.json").write_text(json.dumps(reference_inventory(), indent=1, sort_keys=True) + "\n")

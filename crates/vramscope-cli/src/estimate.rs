@@ -83,7 +83,7 @@ pub fn estimate(
     a: &EstimateArgs,
     record_events: bool,
 ) -> Result<(model::LoadedModel, Simulation, EstimateReport)> {
-    let mut cfg = a.step.config()?;
+    let mut cfg = model::step_config(&a.model, &a.step)?;
     let gpu = gpu(&a.gpu)?;
     let loaded = model::load(&a.model, a.model.batch_size, cfg.precision)?;
     loaded.apply_to(&mut cfg);

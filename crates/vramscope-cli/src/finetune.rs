@@ -1,9 +1,10 @@
-//! Fine-tuning flags (`--lora`, `--lora-targets`, `--lora-alpha`, `--lora-dropout`, `--freeze`),
-//! applied to a built graph by the passes of `vramscope_core::passes`.
+//! Fine-tuning and loading flags (`--lora`, `--lora-targets`, `--lora-alpha`, `--lora-dropout`,
+//! `--freeze`, `--load-in-4bit`, `--double-quant`, `--qlora`), applied to a built graph by the
+//! passes of `vramscope_core::passes`.
 
 use anyhow::{bail, Result};
-use vramscope_core::passes::{apply_lora, freeze, LoraConfig};
-use vramscope_core::Graph;
+use vramscope_core::passes::{apply_lora, freeze, load_in_4bit, FourBitConfig, LoraConfig};
+use vramscope_core::{Graph, Precision};
 
 /// What is trained.
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -24,20 +25,46 @@ pub struct FinetuneArgs {
     /// Freeze every parameter whose name contains PATTERN (`requires_grad_(False)`), comma-separated.
     #[arg(long, value_delimiter = ',', value_name = "PATTERN")]
     pub freeze: Vec<String>,
+    /// QLoRA with rank R: `--load-in-4bit` plus `--lora R` (PEFT's LoRA layer around each 4-bit
+    /// target, float32 adapters).
+    #[arg(long, value_name = "R", conflicts_with = "lora")]
+    pub qlora: Option<u64>,
+    /// Load the model as bitsandbytes NF4 (`BitsAndBytesConfig(load_in_4bit=True,
+    /// bnb_4bit_quant_type="nf4")`): every nn.Linear but the output head becomes a frozen
+    /// Linear4bit; weights loaded in the precision's dtype, computed in bf16 (fp16 for the fp16
+    /// precisions).
+    #[arg(long)]
+    pub load_in_4bit: bool,
+    /// `bnb_4bit_use_double_quant=True`: the 4-bit block scales are quantized too.
+    #[arg(long)]
+    pub double_quant: bool,
 }
 
 impl FinetuneArgs {
     /// Whether any flag asks for a change.
     pub fn any(&self) -> bool {
-        self.lora.is_some() || !self.freeze.is_empty() || !self.lora_targets.is_empty()
+        self.lora.is_some()
+            || !self.freeze.is_empty()
+            || !self.lora_targets.is_empty()
+            || self.qlora.is_some()
+            || self.load_in_4bit
+            || self.double_quant
     }
 
-    /// Applies the flags to `graph`.
-    pub fn apply(&self, mut graph: Graph) -> Result<Graph> {
+    /// Applies the flags to `graph`, for a step run in `precision`.
+    pub fn apply(&self, mut graph: Graph, precision: Precision) -> Result<Graph> {
         if !self.freeze.is_empty() {
             freeze(&mut graph, &self.freeze)?;
         }
-        match self.lora {
+        let four_bit = self.load_in_4bit || self.qlora.is_some();
+        if self.double_quant && !four_bit {
+            bail!("--double-quant applies to 4-bit weights: add --load-in-4bit or --qlora R");
+        }
+        if four_bit {
+            let cfg = FourBitConfig::for_precision(precision, self.double_quant);
+            graph = load_in_4bit(&graph, &cfg)?;
+        }
+        match self.lora.or(self.qlora) {
             Some(rank) => {
                 let targets = if self.lora_targets.is_empty() {
                     LoraConfig::default_targets(&graph.name)
@@ -49,11 +76,12 @@ impl FinetuneArgs {
                     alpha: self.lora_alpha,
                     dropout: self.lora_dropout,
                     targets,
+                    autocast: precision.autocast_dtype().is_some(),
                 };
                 Ok(apply_lora(&graph, &cfg)?)
             }
             None if !self.lora_targets.is_empty() => {
-                bail!("--lora-targets needs --lora R (the adapter rank)")
+                bail!("--lora-targets needs --lora R or --qlora R (the adapter rank)")
             }
             None => Ok(graph),
         }

@@ -36,7 +36,7 @@ pub struct FitArgs {
 
 /// Runs `vramscope fit`.
 pub fn run(a: &FitArgs) -> Result<()> {
-    let mut cfg = a.step.config()?;
+    let mut cfg = model::step_config(&a.model, &a.step)?;
     let margin = parse_margin(&a.margin).ok_or_else(|| {
         anyhow!(
             "--margin {:?}: expected a percentage below 100 (`5%`) or a fraction below 1 (`0.05`)",

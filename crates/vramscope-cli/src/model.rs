@@ -1,8 +1,15 @@
 //! Which model to simulate and for what input: `MODEL` and the flags that shape the input. Every
 //! front-end (the zoo, Hugging Face config.json files or model folders) is dispatched from here.
 
-use anyhow::{anyhow, bail, Result};
-use vramscope_core::{Graph, Precision};
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, bail, Context, Result};
+use vramscope_core::sim::StepConfig;
+use vramscope_core::{DType, Graph, Precision};
+use vramscope_formats::checkpoint_dtypes::{apply_file_dtypes, dominant_float_dtype};
+use vramscope_formats::weights::{self, WeightFormat, WeightInventory};
+
+use crate::step::StepArgs;
 use vramscope_formats::hf::{self, HfInput, HfTask};
 use vramscope_formats::hf_zoo;
 use vramscope_formats::zoo::{self, ZooInput};
@@ -40,9 +47,132 @@ pub struct ModelArgs {
     /// (non-reentrant). Hugging Face models only.
     #[arg(long)]
     pub gradient_checkpointing: bool,
+    /// Where parameter dtypes come from: `precision` (the --precision flag) or `from-files` (each
+    /// tensor's dtype in the safetensors headers of the model folder; only headers are read).
+    #[arg(long, value_enum, default_value_t = WeightsDtype::Precision)]
+    pub weights_dtype: WeightsDtype,
     /// Fine-tuning: LoRA adapters, frozen parameters.
     #[command(flatten)]
     pub finetune: crate::finetune::FinetuneArgs,
+}
+
+/// Where parameter dtypes come from (`--weights-dtype`).
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WeightsDtype {
+    /// Every float parameter in the precision's dtype.
+    #[default]
+    Precision,
+    /// Each parameter in the dtype its checkpoint tensor is stored in.
+    FromFiles,
+}
+
+/// The step configuration of `step`, with `--weights-dtype from-files` and no `--precision`
+/// running in the checkpoint's own dtype (bf16 weights: `--precision bf16`), as
+/// `from_pretrained(dtype="auto")` would load them.
+pub fn step_config(model: &ModelArgs, step: &StepArgs) -> Result<StepConfig> {
+    let mut cfg = step.config()?;
+    if model.weights_dtype == WeightsDtype::FromFiles && step.precision.is_none() {
+        let (_, inv) = checkpoint(model)?;
+        cfg.precision = match dominant_float_dtype(&inv) {
+            Some(DType::BF16) => Precision::Bf16,
+            Some(DType::F16) => Precision::Fp16,
+            _ => Precision::Fp32,
+        };
+    }
+    Ok(cfg)
+}
+
+/// The folder of a Hugging Face model path and its safetensors inventory (headers only).
+fn checkpoint(args: &ModelArgs) -> Result<(PathBuf, WeightInventory)> {
+    let path = Path::new(&args.model);
+    if !hf::is_hf_path(&args.model) {
+        bail!(
+            "--weights-dtype from-files reads the safetensors of a Hugging Face model folder (config.json beside *.safetensors); `{}` is not one",
+            args.model
+        );
+    }
+    let dir = if path.is_dir() {
+        path.to_path_buf()
+    } else {
+        path.parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."))
+            .to_path_buf()
+    };
+    let inv = weights::inspect(&dir)
+        .with_context(|| "--weights-dtype from-files: reading the checkpoint's headers")?;
+    if inv.format != WeightFormat::Safetensors {
+        bail!(
+            "--weights-dtype from-files: {} holds a {} file; it reads safetensors checkpoints",
+            dir.display(),
+            inv.format.name()
+        );
+    }
+    Ok((dir, inv))
+}
+
+/// Gives the graph's parameters their checkpoint dtypes and warns about names that do not line up.
+fn apply_checkpoint_dtypes(
+    args: &ModelArgs,
+    graph: &mut Graph,
+    precision: Precision,
+) -> Result<()> {
+    let (dir, inv) = checkpoint(args)?;
+    let m = apply_file_dtypes(graph, &inv)?;
+    let few = |v: &[String]| {
+        let mut s = v.iter().take(5).cloned().collect::<Vec<_>>().join(", ");
+        if v.len() > 5 {
+            s.push_str(&format!(", ... ({} in all)", v.len()));
+        }
+        s
+    };
+    if m.matched == 0 {
+        bail!(
+            "--weights-dtype from-files: no tensor of {} has the name of a parameter of the model built from its config (the model's are named like {}; the files' like {})",
+            dir.display(),
+            few(&graph.params.iter().map(|p| p.name.clone()).collect::<Vec<_>>()),
+            few(&inv.tensors.iter().map(|t| t.name.clone()).collect::<Vec<_>>())
+        );
+    }
+    if !m.missing.is_empty() {
+        eprintln!(
+            "warning: --weights-dtype from-files: {} parameter(s) of the model are not in {} (their dtype follows --precision {}): {}",
+            m.missing.len(),
+            dir.display(),
+            precision.name(),
+            few(&m.missing)
+        );
+    }
+    if !m.unused.is_empty() {
+        eprintln!(
+            "warning: --weights-dtype from-files: {} tensor(s) of {} match no parameter of the model built from its config: {}",
+            m.unused.len(),
+            dir.display(),
+            few(&m.unused)
+        );
+    }
+    let mut floats: Vec<DType> = graph
+        .params
+        .iter()
+        .filter_map(|p| p.stored_dtype.filter(|d| d.is_float()))
+        .collect();
+    floats.sort_by_key(|d| d.name());
+    floats.dedup();
+    if floats.len() > 1 && precision.autocast_dtype().is_none() {
+        eprintln!(
+            "warning: --weights-dtype from-files: the weights mix {}; without autocast PyTorch's matmuls reject operands of different dtypes (an AMP --precision casts them)",
+            floats.iter().map(|d| d.name()).collect::<Vec<_>>().join(" and ")
+        );
+    }
+    if let Some(d) = dominant_float_dtype(&inv).filter(|&d| d != precision.param_dtype()) {
+        eprintln!(
+            "warning: --weights-dtype from-files: the weights are mostly {}, but --precision {} builds the activations' dtype casts for {} parameters",
+            d.name(),
+            precision.name(),
+            precision.param_dtype().name()
+        );
+    }
+    Ok(())
 }
 
 /// A built graph and where it came from.
@@ -84,8 +214,11 @@ pub fn parse_input(s: &str) -> Result<(u64, u64, u64)> {
 /// Builds the graph for `args` (with `batch_size` overriding the flag, for searches).
 pub fn load(args: &ModelArgs, batch_size: u64, precision: Precision) -> Result<LoadedModel> {
     let mut m = load_base(args, batch_size, precision)?;
+    if args.weights_dtype == WeightsDtype::FromFiles {
+        apply_checkpoint_dtypes(args, &mut m.graph, precision)?;
+    }
     if args.finetune.any() {
-        m.graph = args.finetune.apply(m.graph)?;
+        m.graph = args.finetune.apply(m.graph, precision)?;
     }
     Ok(m)
 }
@@ -169,8 +302,14 @@ fn load_hf(
             gradient_checkpointing: args.gradient_checkpointing,
         },
     )?;
+    let mut graph = m.graph;
+    if args.gradient_checkpointing {
+        // gradient_checkpointing_enable() also calls enable_input_require_grads(): a forward hook
+        // that makes the input embeddings' output require grad
+        graph.grad_leaves.extend(input_embeddings_output(&graph));
+    }
     Ok(LoadedModel {
-        graph: m.graph,
+        graph,
         source,
         checkpoint_layers: if args.gradient_checkpointing {
             m.checkpoint_layers
@@ -178,4 +317,13 @@ fn load_hf(
             Vec::new()
         },
     })
+}
+
+/// The output of `get_input_embeddings()`: the first `embedding` lookup of the token ids.
+fn input_embeddings_output(g: &Graph) -> Option<vramscope_core::TensorId> {
+    let ids = *g.inputs.first()?;
+    g.nodes
+        .iter()
+        .find(|n| n.op.kind() == "embedding" && n.inputs.contains(&ids))
+        .and_then(|n| n.outputs.first().copied())
 }

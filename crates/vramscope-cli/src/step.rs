@@ -15,9 +15,10 @@ pub struct StepArgs {
     /// sgd, sgd-momentum, adam, adamw, adagrad, rmsprop, adam8bit (bitsandbytes), adafactor.
     #[arg(long, default_value = "sgd-momentum")]
     pub optimizer: String,
-    /// fp32, fp16, bf16, amp-fp16, amp-bf16.
-    #[arg(long, default_value = "fp32")]
-    pub precision: String,
+    /// fp32 (the default), fp16, bf16, amp-fp16, amp-bf16. With `--weights-dtype from-files` the
+    /// default is the files' dtype (bf16 weights: bf16).
+    #[arg(long)]
+    pub precision: Option<String>,
     /// Modules to checkpoint, comma-separated (`layer3,layer4`), or `module:N` for
     /// checkpoint_sequential with N segments.
     #[arg(long, value_delimiter = ',')]
@@ -54,11 +55,9 @@ impl StepArgs {
             "infer" | "inference" | "eval" => Mode::Infer,
             m => bail!("--mode {m:?}: expected train or infer"),
         };
-        let precision = Precision::parse(&self.precision).ok_or_else(|| {
-            anyhow!(
-                "--precision {:?}: expected one of fp32, fp16, bf16, amp-fp16, amp-bf16",
-                self.precision
-            )
+        let name = self.precision.as_deref().unwrap_or("fp32");
+        let precision = Precision::parse(name).ok_or_else(|| {
+            anyhow!("--precision {name:?}: expected one of fp32, fp16, bf16, amp-fp16, amp-bf16")
         })?;
         let optimizer = Optimizer::parse(&self.optimizer).ok_or_else(|| {
             anyhow!("--optimizer {:?}: expected one of sgd, sgd-momentum, adam, adamw, adagrad, rmsprop, adam8bit, adafactor", self.optimizer)

@@ -54,7 +54,7 @@ impl ModelSource for Source<'_> {
 
 /// Runs `vramscope tricks`.
 pub fn run(a: &TricksArgs) -> Result<()> {
-    let mut cfg = a.step.config()?;
+    let mut cfg = model::step_config(&a.model, &a.step)?;
     let loaded = model::load(&a.model, a.model.batch_size, cfg.precision)?;
     loaded.apply_to(&mut cfg);
     let rows = tricks(

@@ -58,6 +58,7 @@ impl GraphBuilder {
                 scopes: Vec::new(),
                 holds: Vec::new(),
                 init_temporaries: Vec::new(),
+                grad_leaves: Vec::new(),
                 inputs: Vec::new(),
                 outputs: Vec::new(),
                 task: Task::Classification { num_classes: 0 },
@@ -228,6 +229,7 @@ impl GraphBuilder {
         for (i, shape) in temps.iter().enumerate() {
             self.graph.init_temporaries.push(InitTemporary {
                 shape: shape.clone(),
+                dtype: None,
                 alloc_at: base,
                 free_at: if i < free_now { base } else { n },
                 module,
@@ -243,6 +245,7 @@ impl GraphBuilder {
         let module = self.current();
         self.graph.init_temporaries.push(InitTemporary {
             shape,
+            dtype: None,
             alloc_at: self.graph.params.len() as u32,
             free_at: UNTIL_BUILT,
             module,
@@ -336,6 +339,7 @@ impl GraphBuilder {
             name: full,
             shape,
             dtype,
+            stored_dtype: None,
             kind,
             trainable: true,
             module,

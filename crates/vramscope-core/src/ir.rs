@@ -64,6 +64,11 @@ pub struct ParamDef {
     pub shape: Shape,
     /// Element type when the model is built in fp32 (`num_batches_tracked` stays int64).
     pub dtype: DType,
+    /// The dtype the tensor is held in whatever the step's precision: a 4-bit weight's uint8
+    /// packing and its float32 quantization state, QLoRA's float32 adapters, the dtypes a
+    /// checkpoint stores (`--weights-dtype from-files`). `None`: float tensors follow the
+    /// precision, integer ones keep `dtype`.
+    pub stored_dtype: Option<DType>,
     /// Parameter or buffer.
     pub kind: ParamKind,
     /// Whether it requires grad (a frozen parameter does not).
@@ -124,12 +129,16 @@ pub struct Scope {
 }
 
 /// A tensor model construction allocates and frees (see [`Graph::init_temporaries`]). Positions
-/// count the parameters and buffers allocated before the event (in `init_rank` order); at one
-/// position, temporaries are allocated before any is freed, each in list order.
+/// count the parameters and buffers allocated before the event (in `init_rank` order). At one
+/// position, the temporaries allocated at an earlier position that are due are freed first, then
+/// the position's temporaries are allocated, then those of them due at the same position are
+/// freed, each step in list order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InitTemporary {
-    /// Sizes (the dtype is the model's).
+    /// Sizes.
     pub shape: Shape,
+    /// A fixed dtype; `None` is the model's parameter dtype.
+    pub dtype: Option<DType>,
     /// Allocated after this many parameters and buffers.
     pub alloc_at: u32,
     /// Freed after this many parameters and buffers.
@@ -184,8 +193,13 @@ pub struct Graph {
     /// ends before).
     pub holds: Vec<(TensorId, u32)>,
     /// Tensors `__init__` allocates on the device and frees before it returns (the weights a tied
-    /// head creates and then drops for the embedding's).
+    /// head creates and then drops for the embedding's; a loaded weight before 4-bit quantization).
     pub init_temporaries: Vec<InitTemporary>,
+    /// Tensors a forward hook makes require grad (transformers' `enable_input_require_grads`, which
+    /// `gradient_checkpointing_enable()` calls, on the input embeddings' output): when nothing
+    /// before them needs a gradient they become leaves, whose `.grad` autograd keeps, with the
+    /// tensor, until the iteration's graph (its loss) is dropped.
+    pub grad_leaves: Vec<TensorId>,
     /// The model's inputs (the batch).
     pub inputs: Vec<TensorId>,
     /// The model's outputs.

@@ -186,6 +186,36 @@ fn bad_lora_and_freeze_flags() {
 }
 
 #[test]
+fn bad_4bit_flags() {
+    let cfg = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../fixtures/hf/configs/qwen2_small_2l.json"
+    );
+    fails_with(
+        &["estimate", cfg, "--seq-len", "64", "--double-quant"],
+        &["--double-quant", "--load-in-4bit or --qlora"],
+    );
+    fails_with(
+        &[
+            "estimate",
+            cfg,
+            "--seq-len",
+            "64",
+            "--qlora",
+            "8",
+            "--lora-targets",
+            "lm_head.decoder",
+        ],
+        &["--lora-targets lm_head.decoder", "q_proj"],
+    );
+    // ResNet's only nn.Linear is its head, which 4-bit loading leaves alone
+    fails_with(
+        &["estimate", "resnet18", "--load-in-4bit"],
+        &["--load-in-4bit", "no nn.Linear layer to quantize"],
+    );
+}
+
+#[test]
 fn target_len_belongs_to_encoder_decoders() {
     fails_with(
         &["estimate", "resnet18", "--target-len", "32"],

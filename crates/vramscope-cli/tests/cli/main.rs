@@ -6,6 +6,7 @@ mod inspect;
 mod json_contract;
 mod monitor;
 mod snapshots;
+mod weights_dtype;
 
 use std::process::{Command, Output};
 

@@ -1,5 +1,6 @@
-//! `nn.Dropout` (`native_dropout`: output plus a bool mask kept for backward; p = 0 or eval mode is
-//! the identity and records nothing) and torchvision's `StochasticDepth` (a `[B,1,1,1]` noise
+//! `nn.Dropout` (`native_dropout`: output plus a bool mask kept for backward, made and dropped at
+//! once when autograd does not record the call; p = 0 or eval mode is the identity and records
+//! nothing) and torchvision's `StochasticDepth` (a `[B,1,1,1]` noise
 //! tensor and `input * noise`).
 
 use super::*;
@@ -26,6 +27,16 @@ impl Op for Dropout {
 
     fn forward_extras(&self, ctx: &OpCtx) -> Vec<TensorMeta> {
         vec![TensorMeta::new(ctx.inputs[0].shape.clone(), DType::Bool)]
+    }
+
+    // in train mode the fused kernel makes its mask even when autograd does not record the call
+    // (a frozen model's first LoRA dropout); it is dropped at once
+    fn inference_extras(&self, ctx: &OpCtx) -> Vec<TensorMeta> {
+        if ctx.training {
+            self.forward_extras(ctx)
+        } else {
+            Vec::new()
+        }
     }
 
     fn saved_for_backward(&self, _ctx: &OpCtx) -> Vec<Saved> {

@@ -35,6 +35,7 @@ mod linear_strided;
 mod log_softmax;
 mod lstm_cell;
 mod matmul;
+mod matmul_4bit;
 mod matmul_copy_rhs;
 mod max_pool;
 mod mean;
@@ -47,6 +48,7 @@ mod roll;
 mod select;
 mod shifted_window_mask;
 mod softmax;
+mod to_dtype;
 mod view;
 mod view_strided_grad;
 
@@ -75,6 +77,7 @@ pub use linear_strided::LinearStrided;
 pub use log_softmax::LogSoftmax;
 pub use lstm_cell::LstmCell;
 pub use matmul::MatMul;
+pub use matmul_4bit::{FourBitQuant, MatMul4Bit};
 pub use matmul_copy_rhs::MatMulCopyRhs;
 pub use max_pool::MaxPool2d;
 pub use mean::Mean;
@@ -87,6 +90,7 @@ pub use roll::Roll;
 pub use select::{Select, Slice};
 pub use shifted_window_mask::ShiftedWindowMask;
 pub use softmax::Softmax;
+pub use to_dtype::{DTypeTarget, ToDtype};
 pub use view::{Contiguous, View};
 pub use view_strided_grad::ViewStridedGrad;
 
@@ -198,6 +202,20 @@ pub enum Autocast {
     Unlisted,
 }
 
+/// One step of a kernel's scratch-memory program (see [`Op::forward_scratch`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scratch {
+    /// Allocates this many bytes; `what` names the tensor in traces.
+    Alloc {
+        /// Exact bytes.
+        bytes: u64,
+        /// What the tensor is (`dequantized weight`).
+        what: &'static str,
+    },
+    /// Frees the allocation made by the program's `i`-th `Alloc`.
+    Free(usize),
+}
+
 /// What an op sees when the simulator asks it a question: runtime shapes and dtypes.
 #[derive(Debug, Clone, Copy)]
 pub struct OpCtx<'a> {
@@ -257,6 +275,12 @@ pub trait Op: Debug + Send + Sync {
         Alias::None
     }
 
+    /// [`alias`](Self::alias) for the runtime inputs: `x.to(dtype)` returns `x` itself when it
+    /// already has that dtype.
+    fn alias_for(&self, _inputs: &[TensorMeta]) -> Alias {
+        self.alias()
+    }
+
     /// The op's autocast class.
     fn autocast(&self) -> Autocast {
         Autocast::Unlisted
@@ -276,6 +300,19 @@ pub trait Op: Debug + Send + Sync {
     /// Transient allocations inside the forward op, in bytes (allocated after the outputs, freed
     /// before the op returns).
     fn forward_temporaries(&self, _ctx: &OpCtx) -> Vec<u64> {
+        Vec::new()
+    }
+
+    /// Transient allocations the call makes before its outputs, as a program of allocations and
+    /// frees (bitsandbytes dequantizes a 4-bit weight into a temporary, possibly casts it, then
+    /// runs the matmul); whatever the program leaves allocated is freed once the outputs exist.
+    fn forward_scratch(&self, _ctx: &OpCtx) -> Vec<Scratch> {
+        Vec::new()
+    }
+
+    /// The same for backward: run before the input gradients are allocated, its leftovers freed
+    /// with the [`backward_temporaries`](Self::backward_temporaries).
+    fn backward_scratch(&self, _ctx: &OpCtx) -> Vec<Scratch> {
         Vec::new()
     }
 

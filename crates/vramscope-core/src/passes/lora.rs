@@ -19,7 +19,9 @@ use std::sync::Arc;
 use crate::dtype::DType;
 use crate::ir::{Graph, ModuleDef, ModuleId, Node, NodeId, ParamDef, ParamId, ParamKind, Scope};
 use crate::ir::{TensorDef, TensorId};
-use crate::ops::{Add, Dropout, Linear, MulScalar, Op};
+use crate::ops::{Add, Aten, DTypeRule, Dropout, GradIn, Linear, MulScalar, Op, ToDtype};
+
+use super::load_4bit::FOUR_BIT_LINEAR;
 
 /// What `LoraConfig` PEFT is given.
 #[derive(Debug, Clone, PartialEq)]
@@ -33,6 +35,10 @@ pub struct LoraConfig {
     /// `target_modules`: names of the `nn.Linear` modules to adapt (the last component of their
     /// path, `q_proj`), or full paths.
     pub targets: Vec<String>,
+    /// Whether the step runs under `torch.autocast`: PEFT's LoRA layer around a 4-bit
+    /// `Linear4bit` casts its input to the adapters' float32, and their output back, only
+    /// without it.
+    pub autocast: bool,
 }
 
 impl LoraConfig {
@@ -122,25 +128,36 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
             cfg.dropout
         )));
     }
+    let is_linear = |m: &ModuleDef| m.type_name == "Linear" || m.type_name == FOUR_BIT_LINEAR;
     let is_target = |m: ModuleId| {
         let md = &g.modules[m.0 as usize];
-        md.type_name == "Linear"
+        is_linear(md)
             && cfg
                 .targets
                 .iter()
                 .any(|t| t == &md.path || t == last_component(&md.path))
     };
-    // target nodes: a Linear op that is the whole forward of a target leaf module
-    let targets: Vec<bool> = g
-        .nodes
-        .iter()
-        .map(|n| n.op.kind() == "Linear" && !n.params.is_empty() && is_target(n.module))
-        .collect();
-    if !targets.iter().any(|&t| t) {
+    // target calls, marked at their last node: the whole forward of a target leaf module (one
+    // Linear op, or a Linear4bit's cast / MatMul4Bit / cast), with the input it was called on
+    let mut targets: Vec<Option<TensorId>> = vec![None; g.nodes.len()];
+    for s in &g.scopes {
+        let (first, end) = (s.first as usize, s.end as usize);
+        if end <= first || !is_target(s.module) {
+            continue;
+        }
+        let nodes = &g.nodes[first..end];
+        let whole = nodes.iter().all(|n| n.module == s.module)
+            && nodes.iter().any(|n| !n.params.is_empty())
+            && (end - first > 1 || nodes[0].op.kind() == "Linear");
+        if let (true, Some(&x)) = (whole, s.inputs.first()) {
+            targets[end - 1] = Some(x);
+        }
+    }
+    if !targets.iter().any(Option::is_some) {
         let mut names: Vec<&str> = g
             .modules
             .iter()
-            .filter(|m| m.type_name == "Linear")
+            .filter(|m| is_linear(m))
             .map(|m| last_component(&m.path))
             .collect();
         names.sort_unstable();
@@ -169,18 +186,26 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
         for t in &n.outputs {
             out.tensors[t.0 as usize].producer = Some(base_id);
         }
-        if !targets[i] {
+        let Some(x) = targets[i] else {
             out.nodes.push(n);
             continue;
-        }
-        let m = n.module;
-        let x = n.inputs[0];
-        let base_out = n.outputs[0];
-        let (in_f, out_f) = {
-            let w = &g.params[n.params[0].0 as usize];
-            (w.shape[1], w.shape[0])
         };
-        let first = out.nodes.len() as u32;
+        let m = n.module;
+        let x = subst[x.0 as usize];
+        let base_out = n.outputs[0];
+        let four_bit = g.modules[m.0 as usize].type_name == FOUR_BIT_LINEAR;
+        let (in_f, out_f) = {
+            let last = |t: TensorId| g.tensors[t.0 as usize].shape.last().copied();
+            (last(x).unwrap_or(0), last(base_out).unwrap_or(0))
+        };
+        // the LoRA layer's call starts where its base layer's call starts
+        let first = g
+            .scopes
+            .iter()
+            .filter(|s| s.module == m && s.end as usize == i + 1)
+            .map(|s| new_index[s.first as usize])
+            .min()
+            .unwrap_or(out.nodes.len() as u32);
         out.nodes.push(n);
         // the module tree: `P` becomes the LoRA layer, the original Linear its `base_layer`
         let path = g.modules[m.0 as usize].path.clone();
@@ -195,7 +220,36 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
                 p.name = format!("{path}.base_layer.{attr}");
             }
         }
-        let mut cur = x;
+        // peft.tuners.lora.bnb.Linear4bit: `result = result.clone()` (a defensive copy), and
+        // without autocast `x.to(lora_A.weight.dtype)` (float32) and `output.to(result.dtype)`
+        let adapters_dtype = four_bit.then_some(DType::F32);
+        let convert = four_bit && !cfg.autocast;
+        let result = if four_bit {
+            let shape = g.tensors[base_out.0 as usize].shape.clone();
+            let clone = Aten::new("clone", shape)
+                .dtype(DTypeRule::Like(0))
+                .grads(vec![GradIn::PassThrough(0)]);
+            push_node(
+                &mut out,
+                lora_mod,
+                Arc::new(clone),
+                vec![base_out],
+                Vec::new(),
+            )
+        } else {
+            base_out
+        };
+        let mut cur = if convert {
+            push_node(
+                &mut out,
+                lora_mod,
+                Arc::new(ToDtype::fixed(DType::F32)),
+                vec![x],
+                Vec::new(),
+            )
+        } else {
+            x
+        };
         if cfg.dropout > 0.0 {
             let dict = add_module(
                 &mut out,
@@ -239,6 +293,7 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
                 name: format!("{path}.{name}.default.weight"),
                 shape: vec![o, i],
                 dtype: DType::F32,
+                stored_dtype: adapters_dtype,
                 kind: ParamKind::Parameter,
                 trainable: true,
                 module: lm,
@@ -253,18 +308,27 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
         };
         let a = lin(&mut out, &mut new_scopes, "lora_A", in_f, cfg.rank, cur);
         let bo = lin(&mut out, &mut new_scopes, "lora_B", cfg.rank, out_f, a);
-        let scaled = push_node(
+        let mut scaled = push_node(
             &mut out,
             lora_mod,
             Arc::new(MulScalar),
             vec![bo],
             Vec::new(),
         );
+        if convert {
+            scaled = push_node(
+                &mut out,
+                lora_mod,
+                Arc::new(ToDtype::like_input_1()),
+                vec![scaled, result],
+                Vec::new(),
+            );
+        }
         let sum = push_node(
             &mut out,
             lora_mod,
             Arc::new(Add { inplace: false }),
-            vec![base_out, scaled],
+            vec![result, scaled],
             Vec::new(),
         );
         subst[base_out.0 as usize] = sum;
@@ -278,18 +342,35 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
     new_index.push(out.nodes.len() as u32);
     let map = |k: u32| new_index[k as usize];
     for s in out.scopes.iter_mut() {
-        let leaf_target = s.end == s.first + 1 && targets[s.first as usize];
-        let first = map(s.first);
-        s.end = if leaf_target { first + 1 } else { map(s.end) };
-        s.first = first;
+        // a target's own call (now the LoRA layer's base_layer) ends with its last node
+        let base_call = s.end > s.first
+            && targets[s.end as usize - 1].is_some()
+            && g.nodes[s.end as usize - 1].module == s.module;
+        s.end = if base_call {
+            new_index[s.end as usize - 1] + 1
+        } else {
+            map(s.end)
+        };
+        s.first = map(s.first);
         for t in s.inputs.iter_mut() {
             *t = subst[t.0 as usize];
         }
     }
     out.scopes.extend(new_scopes);
     for h in out.holds.iter_mut() {
+        // a local of a target's own forward (Linear4bit's `x = x.to(...)`) goes when the base
+        // layer returns, before the adapters run
+        let base_local = h.1 > 0
+            && targets[h.1 as usize - 1].is_some()
+            && g.tensors[h.0 .0 as usize]
+                .producer
+                .is_some_and(|p| g.nodes[p.0 as usize].module == g.nodes[h.1 as usize - 1].module);
+        h.1 = if base_local {
+            new_index[h.1 as usize - 1] + 1
+        } else {
+            map(h.1)
+        };
         h.0 = subst[h.0 .0 as usize];
-        h.1 = map(h.1);
     }
     for t in out.outputs.iter_mut() {
         *t = subst[t.0 as usize];
@@ -297,7 +378,13 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
     Ok(out)
 }
 
-fn add_module(g: &mut Graph, path: &str, type_name: &str, parent: Option<ModuleId>) -> ModuleId {
+/// Appends a module to the tree.
+pub(super) fn add_module(
+    g: &mut Graph,
+    path: &str,
+    type_name: &str,
+    parent: Option<ModuleId>,
+) -> ModuleId {
     g.modules.push(ModuleDef {
         path: path.to_string(),
         type_name: type_name.to_string(),
@@ -307,7 +394,7 @@ fn add_module(g: &mut Graph, path: &str, type_name: &str, parent: Option<ModuleI
 }
 
 /// Appends a node with one output whose shape and dtype follow the op's rules.
-fn push_node(
+pub(super) fn push_node(
     g: &mut Graph,
     module: ModuleId,
     op: Arc<dyn Op>,
@@ -393,6 +480,7 @@ mod tests {
             alpha: 8.0,
             dropout: 0.0,
             targets: targets.iter().map(|s| s.to_string()).collect(),
+            autocast: false,
         }
     }
 

@@ -94,6 +94,8 @@ pub fn build(
         (b.layer("ln_f", LayerNorm::new(s.hidden), &[x]), wte)
     });
     let logits = if s.tied {
+        // post_init drops the head's own weight for the embedding's
+        b.tie_at_init(&[vec![s.vocab, s.hidden]], 1, None);
         tied_head(&mut b, "lm_head", wte, h)
     } else {
         super::layers::linear(&mut b, "lm_head", s.hidden, s.vocab, false, h)

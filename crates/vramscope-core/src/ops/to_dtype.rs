@@ -1,0 +1,113 @@
+//! `x.to(dtype)`: a `_to_copy` with its own `ToCopyBackward0` node when the dtype changes, and `x`
+//! itself (no allocation, no copy) when it already has that dtype. The target is a fixed dtype or
+//! the runtime dtype of another input (`output.to(result.dtype)`), so one graph serves every
+//! precision.
+
+use super::*;
+
+/// Where the target dtype of a [`ToDtype`] comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DTypeTarget {
+    /// Always this dtype.
+    Fixed(DType),
+    /// The runtime dtype of input `i` (which is read for its dtype only: no gradient).
+    LikeInput(usize),
+}
+
+/// `x.to(dtype)` (input 0 is `x`).
+#[derive(Debug, Clone)]
+pub struct ToDtype {
+    /// The dtype to convert to.
+    pub target: DTypeTarget,
+}
+
+impl ToDtype {
+    /// `x.to(dtype)`.
+    pub fn fixed(dtype: DType) -> Self {
+        ToDtype {
+            target: DTypeTarget::Fixed(dtype),
+        }
+    }
+
+    /// `x.to(other.dtype)` with `other` as input 1.
+    pub fn like_input_1() -> Self {
+        ToDtype {
+            target: DTypeTarget::LikeInput(1),
+        }
+    }
+
+    fn resolve(&self, inputs: &[DType]) -> DType {
+        match self.target {
+            DTypeTarget::Fixed(d) => d,
+            DTypeTarget::LikeInput(i) => inputs
+                .get(i)
+                .or(inputs.first())
+                .copied()
+                .unwrap_or(DType::F32),
+        }
+    }
+}
+
+impl Op for ToDtype {
+    fn kind(&self) -> &'static str {
+        "_to_copy"
+    }
+
+    fn output_shapes(&self, inputs: &[&[u64]]) -> Result<Vec<Shape>, ShapeError> {
+        let s = inputs
+            .first()
+            .ok_or_else(|| ShapeError::new("_to_copy", "no input"))?;
+        Ok(vec![s.to_vec()])
+    }
+
+    fn output_dtypes(&self, inputs: &[DType], n: usize) -> Vec<DType> {
+        vec![self.resolve(inputs); n]
+    }
+
+    fn alias_for(&self, inputs: &[TensorMeta]) -> Alias {
+        let dtypes: Vec<DType> = inputs.iter().map(|t| t.dtype).collect();
+        match inputs.first() {
+            Some(x) if x.dtype == self.resolve(&dtypes) => Alias::View(0),
+            _ => Alias::None,
+        }
+    }
+
+    fn input_grads(&self, ctx: &OpCtx) -> Vec<GradIn> {
+        let same = ctx
+            .inputs
+            .first()
+            .zip(ctx.outputs.first())
+            .is_some_and(|(i, o)| i.dtype == o.dtype);
+        let first = match ctx.inputs.first() {
+            Some(t) if !t.dtype.is_float() => GradIn::None,
+            // `.to()` returned its input: the gradient is the output's
+            _ if same => GradIn::PassThrough(0),
+            _ => GradIn::New,
+        };
+        let mut g = vec![first];
+        g.resize(ctx.inputs.len(), GradIn::None);
+        g
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn to_returns_its_input_when_the_dtype_already_matches() {
+        let x = [TensorMeta::new(vec![2, 3], DType::BF16)];
+        assert_eq!(ToDtype::fixed(DType::BF16).alias_for(&x), Alias::View(0));
+        assert_eq!(ToDtype::fixed(DType::F32).alias_for(&x), Alias::None);
+        let pair = [
+            TensorMeta::new(vec![2, 3], DType::F32),
+            TensorMeta::new(vec![2, 3], DType::BF16),
+        ];
+        let like = ToDtype::like_input_1();
+        assert_eq!(like.alias_for(&pair), Alias::None);
+        assert_eq!(
+            like.output_dtypes(&[DType::F32, DType::BF16], 1),
+            vec![DType::BF16]
+        );
+    }
+}
