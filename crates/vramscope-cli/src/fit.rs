@@ -44,7 +44,7 @@ pub fn run(a: &FitArgs) -> Result<()> {
         )
     })?;
     // check the model and its input once, with a clear error, before searching
-    let loaded = model::load(&a.model, a.model.batch_size, cfg.precision)?;
+    let loaded = model::load(&a.model, a.model.batch_size, &cfg)?;
     loaded.apply_to(&mut cfg);
     let name = loaded.graph.name.clone();
     let what = render::step_summary(&name, &cfg);
@@ -56,7 +56,7 @@ pub fn run(a: &FitArgs) -> Result<()> {
                 "batch" | "batch-size" => fit_search(
                     "batch_size",
                     |b| {
-                        model::load(&a.model, b, cfg.precision)
+                        model::load(&a.model, b, &cfg)
                             .map(|l| l.graph)
                             .map_err(|e| format!("{e:#}"))
                     },
@@ -74,7 +74,7 @@ pub fn run(a: &FitArgs) -> Result<()> {
                                 seq_len: Some(s),
                                 ..a.model.clone()
                             };
-                            model::load(&args, a.model.batch_size, cfg.precision)
+                            model::load(&args, a.model.batch_size, &cfg)
                                 .map(|l| l.graph)
                                 .map_err(|e| format!("{e:#}"))
                         },

@@ -2,8 +2,9 @@
 //! front-end (the zoo, Hugging Face config.json files or model folders) is dispatched from here.
 
 use anyhow::{anyhow, bail, Result};
+use vramscope_core::sim::{Mode, StepConfig};
 use vramscope_core::{Graph, Precision};
-use vramscope_formats::hf::{self, HfInput, HfTask};
+use vramscope_formats::hf::{self, Generation, GenerationInfo, HfInput, HfTask};
 use vramscope_formats::hf_zoo;
 use vramscope_formats::zoo::{self, ZooInput};
 
@@ -34,6 +35,13 @@ pub struct ModelArgs {
     /// (non-reentrant). Hugging Face models only.
     #[arg(long)]
     pub gradient_checkpointing: bool,
+    /// `--mode generate`: prompt tokens of each sequence (the prefill's length).
+    #[arg(long)]
+    pub prompt_len: Option<u64>,
+    /// `--mode generate`: tokens generated after the prompt (`max_new_tokens`, greedy, no early
+    /// stop at EOS).
+    #[arg(long)]
+    pub new_tokens: Option<u64>,
     /// Fine-tuning: LoRA adapters, frozen parameters.
     #[command(flatten)]
     pub finetune: crate::finetune::FinetuneArgs,
@@ -47,6 +55,8 @@ pub struct LoadedModel {
     pub source: &'static str,
     /// The modules `--gradient-checkpointing` checkpoints.
     pub checkpoint_layers: Vec<String>,
+    /// What a `--mode generate` graph covers.
+    pub generation: Option<GenerationInfo>,
 }
 
 impl LoadedModel {
@@ -75,23 +85,63 @@ pub fn parse_input(s: &str) -> Result<(u64, u64, u64)> {
     }
 }
 
-/// Builds the graph for `args` (with `batch_size` overriding the flag, for searches).
-pub fn load(args: &ModelArgs, batch_size: u64, precision: Precision) -> Result<LoadedModel> {
-    let mut m = load_base(args, batch_size, precision)?;
+/// Builds the graph for `args` run as `step` says (with `batch_size` overriding the flag, for
+/// searches).
+pub fn load(args: &ModelArgs, batch_size: u64, step: &StepConfig) -> Result<LoadedModel> {
+    let generate = generation(args, step.mode)?;
+    let mut m = load_base(args, batch_size, step.precision, generate)?;
     if args.finetune.any() {
         m.graph = args.finetune.apply(m.graph)?;
     }
     Ok(m)
 }
 
-fn load_base(args: &ModelArgs, batch_size: u64, precision: Precision) -> Result<LoadedModel> {
+/// Checks the generation flags against the mode: `--mode generate` needs `--prompt-len` and
+/// `--new-tokens` (and no `--seq-len`), the other modes take neither.
+fn generation(args: &ModelArgs, mode: Mode) -> Result<Option<Generation>> {
+    if mode != Mode::Generate {
+        if args.prompt_len.is_some() || args.new_tokens.is_some() {
+            bail!("--prompt-len and --new-tokens describe a generation: add --mode generate");
+        }
+        return Ok(None);
+    }
+    if args.seq_len.is_some() {
+        bail!("--mode generate takes --prompt-len (the prompt's tokens) and --new-tokens instead of --seq-len");
+    }
+    if args.gradient_checkpointing {
+        bail!("--gradient-checkpointing applies to training; --mode generate runs under no_grad");
+    }
+    let new_tokens = args.new_tokens.ok_or_else(|| {
+        anyhow!("--mode generate needs --new-tokens N (the tokens to generate after the prompt)")
+    })?;
+    if new_tokens == 0 {
+        bail!("--new-tokens must be at least 1");
+    }
+    if args.prompt_len.is_none() {
+        bail!("--mode generate needs --prompt-len P (the prompt's tokens per sequence)");
+    }
+    Ok(Some(Generation { new_tokens }))
+}
+
+fn load_base(
+    args: &ModelArgs,
+    batch_size: u64,
+    precision: Precision,
+    generate: Option<Generation>,
+) -> Result<LoadedModel> {
     if hf::is_hf_path(&args.model) {
         let cfg = hf::read_config(&args.model)?;
-        return load_hf(args, cfg, batch_size, precision, "hf-config");
+        return load_hf(args, cfg, batch_size, precision, generate, "hf-config");
     }
     if let Some(text) = hf_zoo::config(&args.model) {
         let cfg = hf::HfConfig::parse(&format!("built-in {}", args.model), text)?;
-        return load_hf(args, cfg, batch_size, precision, "zoo");
+        return load_hf(args, cfg, batch_size, precision, generate, "zoo");
+    }
+    if generate.is_some() {
+        bail!(
+            "--mode generate needs a Hugging Face causal LM (a built-in transformer such as gpt2 or llama-3-8b, a config.json or a model folder); `{}` is not one",
+            args.model
+        );
     }
     let is_onnx = args.model.to_ascii_lowercase().ends_with(".onnx");
     if (args.seq_len.is_some() && !is_onnx) || args.task.is_some() || args.gradient_checkpointing {
@@ -113,6 +163,7 @@ fn load_base(args: &ModelArgs, batch_size: u64, precision: Precision) -> Result<
             graph,
             source: "onnx",
             checkpoint_layers: Vec::new(),
+            generation: None,
         });
     }
     let input = ZooInput {
@@ -126,6 +177,7 @@ fn load_base(args: &ModelArgs, batch_size: u64, precision: Precision) -> Result<
         graph: zoo::build(&args.model, &input)?,
         source: "zoo",
         checkpoint_layers: Vec::new(),
+        generation: None,
     })
 }
 
@@ -134,14 +186,19 @@ fn load_hf(
     cfg: hf::HfConfig,
     batch_size: u64,
     precision: Precision,
+    generate: Option<Generation>,
     source: &'static str,
 ) -> Result<LoadedModel> {
-    let seq = args.seq_len.ok_or_else(|| {
-        anyhow!(
-            "{}: a Hugging Face model needs --seq-len (the sequence length to simulate)",
-            args.model
-        )
-    })?;
+    let seq = match generate {
+        // checked by `generation`
+        Some(_) => args.prompt_len.unwrap_or_default(),
+        None => args.seq_len.ok_or_else(|| {
+            anyhow!(
+                "{}: a Hugging Face model needs --seq-len (the sequence length to simulate)",
+                args.model
+            )
+        })?,
+    };
     let task = match &args.task {
         None => None,
         Some(t) => Some(
@@ -156,6 +213,7 @@ fn load_hf(
             seq,
             task,
             precision,
+            generate,
         },
     )?;
     Ok(LoadedModel {
@@ -166,5 +224,6 @@ fn load_hf(
         } else {
             Vec::new()
         },
+        generation: m.generation,
     })
 }

@@ -61,6 +61,7 @@ impl GraphBuilder {
                 inputs: Vec::new(),
                 outputs: Vec::new(),
                 task: Task::Classification { num_classes: 0 },
+                layer_table_end: None,
             },
             stack: vec![ModuleId(0)],
             frames: vec![Vec::new()],
@@ -171,6 +172,24 @@ impl GraphBuilder {
         if let Some(top) = self.frames.last_mut() {
             top.extend_from_slice(tensors);
         }
+    }
+
+    /// Keeps `tensors` referenced until the node recorded last (a Python variable rebound, or an
+    /// object dropped, right there: the old `next_token_logits` once the new one exists).
+    pub fn keep_until_now(&mut self, tensors: &[TensorId]) {
+        let end = self.graph.nodes.len() as u32;
+        self.graph.holds.extend(tensors.iter().map(|&t| (t, end)));
+    }
+
+    /// Ends the layer table here: later nodes (a generation's decode steps, which call the same
+    /// modules again) are simulated but not listed.
+    pub fn end_layer_table(&mut self) {
+        self.graph.layer_table_end = Some(self.graph.nodes.len() as u32);
+    }
+
+    /// Number of nodes recorded so far.
+    pub fn node_count(&self) -> usize {
+        self.graph.nodes.len()
     }
 
     /// Registers child module `name` and, inside `f`, its own children and parameters, without

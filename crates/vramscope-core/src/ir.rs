@@ -188,6 +188,9 @@ pub struct Graph {
     pub outputs: Vec<TensorId>,
     /// What the loss is.
     pub task: Task,
+    /// Nodes from this index on are not listed in the layer table (a generation's decode steps
+    /// call the prefill's modules again); `None` lists every node.
+    pub layer_table_end: Option<u32>,
 }
 
 impl Graph {

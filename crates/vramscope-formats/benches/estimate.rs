@@ -55,6 +55,7 @@ fn estimate_hf(name: &str, batch: u64, seq: u64, precision: Precision) -> u64 {
         seq,
         task: None,
         precision,
+        generate: None,
     };
     let m = hf::build(&cfg, &input).expect("builds");
     let step = StepConfig {

@@ -15,6 +15,7 @@ fn input() -> HfInput {
         seq: 64,
         task: None,
         precision: Precision::Fp32,
+        generate: None,
     }
 }
 

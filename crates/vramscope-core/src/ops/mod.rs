@@ -26,6 +26,7 @@ mod dropout;
 mod dropout_inplace;
 mod elementwise;
 mod group_norm;
+mod kv_cache;
 mod layer_norm;
 mod linear;
 mod linear_strided;
@@ -62,6 +63,7 @@ pub use dropout::{Dropout, StochasticDepth};
 pub use dropout_inplace::DropoutInplace;
 pub use elementwise::Elementwise;
 pub use group_norm::GroupNorm;
+pub use kv_cache::KvCacheUpdate;
 pub use layer_norm::LayerNorm;
 pub use linear::Linear;
 pub use linear_strided::LinearStrided;
@@ -323,6 +325,12 @@ pub trait Op: Debug + Send + Sync {
     /// Whether the op makes an autograd node at all (views of non-grad tensors still do).
     fn differentiable(&self) -> bool {
         true
+    }
+
+    /// Whether the outputs are the key/value cache of a generation (reported as their own
+    /// category).
+    fn is_kv_cache(&self) -> bool {
+        false
     }
 }
 

@@ -11,10 +11,11 @@ use vramscope_core::ops::{Aten, GradIn, Saved};
 use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
 use super::layers::{
-    add, apply_rotary, embedding, linear, mul, packed_sequence_check, position_ids, rms_norm,
-    rotary, sdpa, tied_head, view,
+    add, apply_rotary, cached_attention, embedding, linear, mul, packed_sequence_check,
+    position_ids, rms_norm, rotary, tied_head, view, Call,
 };
-use super::{build_error, HfConfig, HfError, HfInput};
+use super::generate::CausalLm;
+use super::{build_error, check_positions, HfConfig, HfError, HfInput};
 
 struct Spec {
     vocab: u64,
@@ -30,6 +31,8 @@ struct Spec {
     mlp_bias: bool,
     tied: bool,
     max_positions: Option<u64>,
+    /// Mistral's `sliding_window` (its config class defaults it to 4096; `null` turns it off).
+    sliding_window: Option<u64>,
 }
 
 fn spec(cfg: &HfConfig, model_type: &str) -> Result<Spec, HfError> {
@@ -75,6 +78,11 @@ fn spec(cfg: &HfConfig, model_type: &str) -> Result<Spec, HfError> {
         mlp_bias: cfg.bool_or("mlp_bias", false)?,
         tied: cfg.bool_or("tie_word_embeddings", false)?,
         max_positions: cfg.opt_u64(&["max_position_embeddings"])?,
+        sliding_window: if model_type.starts_with("mistral") && !cfg.is_null("sliding_window") {
+            Some(cfg.opt_u64(&["sliding_window"])?.unwrap_or(4096))
+        } else {
+            None
+        },
     })
 }
 
@@ -95,54 +103,113 @@ pub fn build(
     input: &HfInput,
     dtype: DType,
 ) -> Result<(Graph, Vec<String>), HfError> {
-    let s = spec(cfg, model_type)?;
-    if let Some(m) = s.max_positions {
-        if input.seq > m {
-            return Err(HfError::BadInput(format!(
-                "{}: --seq-len {} exceeds max_position_embeddings = {m}",
-                cfg.path, input.seq
-            )));
+    let m = Model::new(cfg, model_type, input, dtype)?;
+    let mut b = GraphBuilder::new(model_type, &format!("{}ForCausalLM", m.prefix));
+    let ids = b.input(vec![input.batch, input.seq], DType::I64);
+    let logits = m.forward(&mut b, ids, &mut Call::plain(input.seq));
+    let graph = b
+        .finish(&[logits], Task::CausalLm { vocab: m.spec.vocab })
+        .map_err(build_error(cfg))?;
+    Ok((graph, m.checkpoint_layers()))
+}
+
+/// A Llama-family model ready to record its forward, once or once per generation step.
+pub struct Model {
+    spec: Spec,
+    prefix: &'static str,
+    dtype: DType,
+    amp: bool,
+}
+
+impl Model {
+    /// Reads the config and checks the input against it.
+    pub fn new(
+        cfg: &HfConfig,
+        model_type: &str,
+        input: &HfInput,
+        dtype: DType,
+    ) -> Result<Model, HfError> {
+        let spec = spec(cfg, model_type)?;
+        if let Some(m) = spec.max_positions {
+            check_positions(cfg, input, "max_position_embeddings", m)?;
+        }
+        if input.generate.is_some() && cfg.bool_or("use_sliding_window", false)? {
+            return Err(HfError::Field {
+                path: cfg.path.clone(),
+                field: "use_sliding_window".into(),
+                expected: "false for --mode generate (per-layer sliding-window caches are not modelled)".into(),
+            });
+        }
+        Ok(Model {
+            spec,
+            prefix: class_prefix(model_type),
+            dtype,
+            amp: input.precision.autocast_dtype().is_some(),
+        })
+    }
+
+    /// The layers `gradient_checkpointing_enable()` checkpoints.
+    pub fn checkpoint_layers(&self) -> Vec<String> {
+        (0..self.spec.layers)
+            .map(|i| format!("model.layers.{i}"))
+            .collect()
+    }
+
+    /// Records one call of the model on `ids` (`[B, S]`) and returns the logits.
+    pub fn forward(&self, b: &mut GraphBuilder, ids: TensorId, call: &mut Call) -> TensorId {
+        let (s, p, dtype, amp) = (&self.spec, self.prefix, self.dtype, self.amp);
+        let bsz = b.shape(ids)[0];
+        let seq = call.seq;
+        let (h, emb) = b.module("model", &format!("{p}Model"), &[ids], |b| {
+            let (x, emb) = embedding(b, "embed_tokens", s.vocab, s.hidden, ids);
+            // `inputs_embeds` is a local of the model's forward until it returns
+            b.hold(&[x]);
+            let pos = match call.position_ids {
+                Some(pos) => pos,
+                None => {
+                    let pos = position_ids(b, seq);
+                    // position_ids is a local of the model's forward until it returns
+                    b.hold(&[pos]);
+                    // the mask code checks for packed sequences only without a cache
+                    packed_sequence_check(b, bsz, seq);
+                    pos
+                }
+            };
+            let (cos, sin) = rotary(b, &format!("{p}RotaryEmbedding"), s.head_dim, x, pos);
+            // so are `position_embeddings`
+            b.hold(&[cos, sin]);
+            let mut x = x;
+            b.module("layers", "ModuleList", &[], |b| {
+                for i in 0..s.layers {
+                    // position_embeddings are arguments too (a checkpoint keeps them)
+                    x = b.module(
+                        &i.to_string(),
+                        &format!("{p}DecoderLayer"),
+                        &[x, cos, sin],
+                        |b| {
+                            decoder_layer(
+                                b, s, p, bsz, seq, dtype, amp, x, cos, sin, i as usize, call,
+                            )
+                        },
+                    );
+                }
+            });
+            (
+                rms_norm(b, "norm", &format!("{p}RMSNorm"), s.hidden, dtype, x),
+                emb,
+            )
+        });
+        let h = call.head_input(b, h);
+        if s.tied {
+            if call.first {
+                // post_init drops the head's own weight for the embedding's
+                b.tie_at_init(&[vec![s.vocab, s.hidden]], 1, None);
+            }
+            tied_head(b, "lm_head", emb, h)
+        } else {
+            linear(b, "lm_head", s.hidden, s.vocab, false, h)
         }
     }
-    let p = class_prefix(model_type);
-    let amp = input.precision.autocast_dtype().is_some();
-    let (bsz, seq) = (input.batch, input.seq);
-    let mut b = GraphBuilder::new(model_type, &format!("{p}ForCausalLM"));
-    let ids = b.input(vec![bsz, seq], DType::I64);
-    let (h, emb) = b.module("model", &format!("{p}Model"), &[ids], |b| {
-        let (x, emb) = embedding(b, "embed_tokens", s.vocab, s.hidden, ids);
-        let pos = position_ids(b, seq);
-        // position_ids is a local of the model's forward until it returns
-        b.hold(&[pos]);
-        packed_sequence_check(b, bsz, seq);
-        let (cos, sin) = rotary(b, &format!("{p}RotaryEmbedding"), s.head_dim, x, pos);
-        let mut x = x;
-        b.module("layers", "ModuleList", &[], |b| {
-            for i in 0..s.layers {
-                // position_embeddings are arguments too (a checkpoint keeps them)
-                x = b.module(
-                    &i.to_string(),
-                    &format!("{p}DecoderLayer"),
-                    &[x, cos, sin],
-                    |b| decoder_layer(b, &s, p, bsz, seq, dtype, amp, x, cos, sin),
-                );
-            }
-        });
-        (
-            rms_norm(b, "norm", &format!("{p}RMSNorm"), s.hidden, dtype, x),
-            emb,
-        )
-    });
-    let logits = if s.tied {
-        tied_head(&mut b, "lm_head", emb, h)
-    } else {
-        linear(&mut b, "lm_head", s.hidden, s.vocab, false, h)
-    };
-    let graph = b
-        .finish(&[logits], Task::CausalLm { vocab: s.vocab })
-        .map_err(build_error(cfg))?;
-    let layers = (0..s.layers).map(|i| format!("model.layers.{i}")).collect();
-    Ok((graph, layers))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -157,6 +224,8 @@ fn decoder_layer(
     input: TensorId,
     cos: TensorId,
     sin: TensorId,
+    layer: usize,
+    call: &mut Call,
 ) -> TensorId {
     let norm = format!("{p}RMSNorm");
     let x = rms_norm(b, "input_layernorm", &norm, s.hidden, dtype, input);
@@ -170,9 +239,15 @@ fn decoder_layer(
         let q = proj(b, "q_proj", s.heads);
         let k = proj(b, "k_proj", s.kv_heads);
         let v = proj(b, "v_proj", s.kv_heads);
-        let q = apply_rotary(b, q, cos, sin, amp);
-        let k = apply_rotary(b, k, cos, sin, amp);
-        let o = sdpa(b, q, k, v, s.attn_dropout, true);
+        // apply_rotary_pos_emb(q, k, ...): the raw q and k stay referenced until both are rotated
+        let (q, k) = b.frame(|b| {
+            b.hold(&[q, k]);
+            (
+                apply_rotary(b, q, cos, sin, amp),
+                apply_rotary(b, k, cos, sin, amp),
+            )
+        });
+        let o = cached_attention(b, call, layer, q, k, v, s.attn_dropout);
         let o = view(b, "transpose", o, vec![bsz, seq, s.heads, d]);
         let o = view(b, "reshape", o, vec![bsz, seq, s.heads * d]);
         linear(b, "o_proj", s.heads * d, s.hidden, s.o_bias, o)
@@ -195,4 +270,35 @@ fn decoder_layer(
         linear(b, "down_proj", s.intermediate, s.hidden, s.mlp_bias, m)
     });
     add(b, x, y)
+}
+
+impl CausalLm for Model {
+    fn forward(&self, b: &mut GraphBuilder, ids: TensorId, call: &mut Call) -> TensorId {
+        Model::forward(self, b, ids, call)
+    }
+
+    fn layers(&self) -> usize {
+        self.spec.layers as usize
+    }
+
+    fn vocab(&self) -> u64 {
+        self.spec.vocab
+    }
+
+    fn kv_width(&self) -> u64 {
+        self.spec.kv_heads * self.spec.head_dim
+    }
+
+    // under autocast the rotary products promote the keys to float32 (cos/sin keep the model's
+    // dtype); the values stay in the autocast dtype
+    fn kv_dtypes(&self, param: DType, autocast: Option<DType>) -> (DType, DType) {
+        match autocast {
+            Some(low) => (DType::promote(low, param), low),
+            None => (param, param),
+        }
+    }
+
+    fn sliding_window(&self) -> Option<u64> {
+        self.spec.sliding_window
+    }
 }

@@ -12,6 +12,7 @@
 mod bert;
 mod config;
 mod distilbert;
+mod generate;
 mod gpt2;
 mod layers;
 mod llama;
@@ -20,6 +21,7 @@ mod opt;
 use std::path::Path;
 
 pub use config::HfConfig;
+pub use generate::{Generation, GenerationInfo};
 use vramscope_core::{BuildError, DType, Graph, Precision};
 
 /// What the model is trained on (the head and the loss).
@@ -93,6 +95,9 @@ pub struct HfInput {
     pub task: Option<HfTask>,
     /// Precision (pure fp16/bf16 adds the casts of the models' float32 islands).
     pub precision: Precision,
+    /// `model.generate(..., max_new_tokens)` on a prompt of `seq` tokens instead of one forward
+    /// (causal LMs only).
+    pub generate: Option<Generation>,
 }
 
 /// A built model.
@@ -104,6 +109,8 @@ pub struct HfModel {
     pub task: HfTask,
     /// The layers `gradient_checkpointing_enable()` checkpoints (each decoder/encoder layer).
     pub checkpoint_layers: Vec<String>,
+    /// What the graph of a generation covers (`None` for a forward).
+    pub generation: Option<GenerationInfo>,
 }
 
 /// An error reading or building a Hugging Face model.
@@ -245,6 +252,39 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
             task: task.name(),
         });
     }
+    if let Some(gen) = input.generate {
+        let model: Box<dyn generate::CausalLm> = match family {
+            Family::Gpt2 => Box::new(gpt2::Model::new(cfg, input)?),
+            Family::Opt => Box::new(opt::Model::new(cfg, input)?),
+            Family::Llama => Box::new(llama::Model::new(cfg, &model_type, input, dtype)?),
+            Family::Bert(_) | Family::DistilBert => {
+                return Err(HfError::BadInput(format!(
+                    "{}: --mode generate needs a causal LM; {model_type} is an encoder (no generate())",
+                    cfg.path
+                )))
+            }
+        };
+        let class = archs
+            .first()
+            .cloned()
+            .unwrap_or_else(|| format!("{model_type}ForCausalLM"));
+        let (graph, info) = generate::build(
+            cfg,
+            model.as_ref(),
+            &model_type,
+            &class,
+            input.batch,
+            input.seq,
+            gen,
+            input.precision,
+        )?;
+        return Ok(HfModel {
+            graph,
+            task,
+            checkpoint_layers: Vec::new(),
+            generation: Some(info),
+        });
+    }
     let (graph, checkpoint_layers) = match family {
         Family::Gpt2 => gpt2::build(cfg, input, dtype)?,
         Family::Opt => opt::build(cfg, input)?,
@@ -256,7 +296,27 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
         graph,
         task,
         checkpoint_layers,
+        generation: None,
     })
+}
+
+/// Checks that the positions the model sees (`--seq-len`, or the prompt plus the new tokens of
+/// a generation) fit `field` = `max`.
+fn check_positions(cfg: &HfConfig, input: &HfInput, field: &str, max: u64) -> Result<(), HfError> {
+    match input.generate {
+        Some(g) if input.seq + g.new_tokens > max => Err(HfError::BadInput(format!(
+            "{}: --prompt-len {} + --new-tokens {} = {} positions exceed {field} = {max}",
+            cfg.path,
+            input.seq,
+            g.new_tokens,
+            input.seq + g.new_tokens
+        ))),
+        None if input.seq > max => Err(HfError::BadInput(format!(
+            "{}: --seq-len {} exceeds {field} = {max}",
+            cfg.path, input.seq
+        ))),
+        _ => Ok(()),
+    }
 }
 
 enum Family {
