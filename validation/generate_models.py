@@ -37,7 +37,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from lora_models import _patch_packed_sequence_detection  # noqa: E402
 
 
-def _config(config, layers, attn):
+def _config(config, layers, attn, overrides=None):
     import transformers
     here = os.path.dirname(os.path.abspath(__file__))
     path = config if os.path.isabs(config) else os.path.join(here, "..", config)
@@ -46,6 +46,8 @@ def _config(config, layers, attn):
         cfg.num_hidden_layers = int(layers)
         if hasattr(cfg, "n_layer"):
             cfg.n_layer = int(layers)
+    for k, v in (overrides or {}).items():
+        setattr(cfg, k, v)
     cfg._attn_implementation = attn
     return cfg
 
@@ -104,10 +106,11 @@ class _ScriptedValues(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def generate(batch, seq, new_tokens=16, config="fixtures/hf/configs/qwen2_small_2l.json", layers=None, **_):
+def generate(batch, seq, new_tokens=16, config="fixtures/hf/configs/qwen2_small_2l.json", layers=None,
+             overrides=None, **_):
     import transformers
     _patch_packed_sequence_detection()
-    cfg = _config(config, layers, "sdpa")
+    cfg = _config(config, layers, "sdpa", overrides)
     cfg.use_cache = True
     model = transformers.AutoModelForCausalLM.from_config(cfg)
     V = cfg.vocab_size
@@ -126,10 +129,10 @@ def generate(batch, seq, new_tokens=16, config="fixtures/hf/configs/qwen2_small_
     return model, make_batch, None, forward
 
 
-def eager(batch, seq, config="fixtures/hf/configs/gpt2_medium.json", layers=None, **_):
+def eager(batch, seq, config="fixtures/hf/configs/gpt2_medium_2l.json", layers=None, overrides=None, **_):
     import transformers
     _patch_packed_sequence_detection()
-    cfg = _config(config, layers, "eager")
+    cfg = _config(config, layers, "eager", overrides)
     cfg.use_cache = False
     model = transformers.AutoModelForCausalLM.from_config(cfg)
     V = cfg.vocab_size

@@ -49,6 +49,26 @@ fn json_report_mobilenet_v3_small_amp() {
 }
 
 #[test]
+fn text_report_gpt2_generate() {
+    insta::assert_snapshot!(stdout(&[
+        "estimate",
+        "gpt2",
+        "--mode",
+        "generate",
+        "--prompt-len",
+        "128",
+        "--new-tokens",
+        "32",
+        "--batch-size",
+        "4",
+        "--precision",
+        "bf16",
+        "--layers",
+        "8"
+    ]));
+}
+
+#[test]
 fn error_messages() {
     let text = [
         stderr(&["estimate", "resnet5"]),

@@ -136,6 +136,7 @@ fn int_op(
 }
 
 /// Builds the graph of `model.generate(input_ids [batch, prompt], max_new_tokens)`.
+#[allow(clippy::too_many_arguments)]
 pub fn build(
     cfg: &HfConfig,
     model: &dyn CausalLm,
@@ -145,6 +146,22 @@ pub fn build(
     prompt: u64,
     gen: Generation,
     precision: vramscope_core::Precision,
+) -> Result<(Graph, GenerationInfo), HfError> {
+    build_within(cfg, model, name, class, batch, prompt, gen, precision, STEP_BUDGET)
+}
+
+/// [`build`] with the node budget past which the decode steps are jumped over.
+#[allow(clippy::too_many_arguments)]
+fn build_within(
+    cfg: &HfConfig,
+    model: &dyn CausalLm,
+    name: &str,
+    class: &str,
+    batch: u64,
+    prompt: u64,
+    gen: Generation,
+    precision: vramscope_core::Precision,
+    budget: usize,
 ) -> Result<(Graph, GenerationInfo), HfError> {
     if gen.new_tokens == 0 {
         return Err(HfError::BadInput(
@@ -293,7 +310,7 @@ pub fn build(
         if step == HEAD_STEPS && decode_steps > HEAD_STEPS + TAIL_STEPS {
             let per_step = (b.node_count() - nodes_before) / HEAD_STEPS as usize;
             let total = b.node_count() + per_step * (decode_steps - step) as usize;
-            if total > STEP_BUDGET {
+            if total > budget {
                 let resume = decode_steps - TAIL_STEPS + 1;
                 state.jump(&mut b, &mut cache, batch, prompt + resume - 1);
                 step = resume;
@@ -416,5 +433,121 @@ impl Loop {
         self.position_ids = int_op(b, "cat", vec![batch, len], DType::I64, &[self.position_ids]);
         self.input_ids = int_op(b, "cat", vec![batch, len], DType::I64, &[self.input_ids]);
         self.len = len;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hf::{llama, HfInput};
+    use vramscope_core::sim::{simulate, Category, Mode, Simulation, StepConfig};
+    use vramscope_core::Precision;
+
+    fn llama_cfg(hidden: u64, kv_heads: u64, layers: u64) -> HfConfig {
+        let text = format!(
+            r#"{{"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": {hidden},
+            "num_attention_heads": 8, "num_key_value_heads": {kv_heads}, "num_hidden_layers": {layers},
+            "intermediate_size": {}, "vocab_size": 1000, "max_position_embeddings": 100000,
+            "bos_token_id": 1, "eos_token_id": 2}}"#,
+            hidden * 3
+        );
+        HfConfig::parse("test.json", &text).expect("parses")
+    }
+
+    fn run(
+        cfg: &HfConfig,
+        batch: u64,
+        prompt: u64,
+        new_tokens: u64,
+        budget: usize,
+    ) -> (Simulation, GenerationInfo) {
+        let precision = Precision::Bf16;
+        let gen = Generation { new_tokens };
+        let input = HfInput {
+            batch,
+            seq: prompt,
+            task: None,
+            precision,
+            generate: Some(gen),
+        };
+        let m = llama::Model::new(cfg, "llama", &input, precision.param_dtype()).expect("model");
+        let (g, info) = build_within(
+            cfg,
+            &m,
+            "llama",
+            "LlamaForCausalLM",
+            batch,
+            prompt,
+            gen,
+            precision,
+            budget,
+        )
+        .expect("builds");
+        let step = StepConfig {
+            mode: Mode::Generate,
+            precision,
+            ..StepConfig::default()
+        };
+        (simulate(&g, &step).expect("simulates"), info)
+    }
+
+    #[test]
+    fn every_step_is_recorded_within_the_budget() {
+        let (sim, info) = run(&llama_cfg(256, 2, 2), 2, 32, 20, STEP_BUDGET);
+        assert_eq!(info.decode_steps, 19);
+        assert_eq!(info.simulated_decode_steps, 19);
+        assert_eq!(info.final_positions(), 51);
+        // 2 layers x (keys + values) x batch 2 x 2 KV heads x 32 dims x bf16
+        assert_eq!(info.kv_bytes_per_position(), 2 * 2 * 2 * 2 * 32 * 2);
+        let peak = sim.breakdown_at_peak.get(Category::KvCache);
+        assert!(peak > 0 && peak <= info.final_kv_bytes() + 4096, "{peak}");
+    }
+
+    /// The jump keeps the peak allocated and every phase's end state of the step-by-step run:
+    /// exactly when every cache tensor is a small-pool block, and to within the caching
+    /// allocator's unsplit large blocks (under 1 MiB each) when they are large.
+    #[test]
+    fn jumping_over_decode_steps_keeps_the_peak() {
+        for (hidden, batch, prompt, new_tokens, slack) in [
+            (256, 2, 40, 300, 0u64),
+            (1024, 4, 600, 400, 4 << 20),
+        ] {
+            let cfg = llama_cfg(hidden, 8, 2);
+            let (full, fi) = run(&cfg, batch, prompt, new_tokens, usize::MAX);
+            let (jump, ji) = run(&cfg, batch, prompt, new_tokens, 1);
+            assert_eq!(fi.simulated_decode_steps, new_tokens - 1);
+            assert_eq!(ji.simulated_decode_steps, HEAD_STEPS + TAIL_STEPS);
+            eprintln!(
+                "hidden {hidden}: peak allocated {} / {}, reserved {} / {} (step by step / jump)",
+                full.peak_allocated, jump.peak_allocated, full.peak_reserved, jump.peak_reserved
+            );
+            assert!(
+                full.peak_allocated.abs_diff(jump.peak_allocated) <= slack,
+                "hidden {hidden}: peak {} step by step, {} with the jump",
+                full.peak_allocated,
+                jump.peak_allocated
+            );
+            for (a, b) in full.phases.iter().zip(&jump.phases) {
+                assert_eq!(a.name, b.name);
+                assert_eq!(a.allocated_after, b.allocated_after, "{}", a.name);
+            }
+        }
+    }
+
+    #[test]
+    fn sliding_window_generation_past_the_window_is_refused() {
+        let text = r#"{"model_type": "mistral", "hidden_size": 256, "num_attention_heads": 8,
+            "num_key_value_heads": 2, "num_hidden_layers": 2, "intermediate_size": 512,
+            "vocab_size": 1000, "sliding_window": 64, "eos_token_id": 2}"#;
+        let cfg = HfConfig::parse("mistral.json", text).expect("parses");
+        let input = HfInput {
+            batch: 1,
+            seq: 60,
+            task: None,
+            precision: Precision::Fp32,
+            generate: Some(Generation { new_tokens: 10 }),
+        };
+        let err = crate::hf::build(&cfg, &input).expect_err("past the window");
+        assert!(err.to_string().contains("sliding_window = 64"), "{err}");
     }
 }

@@ -221,6 +221,8 @@ pub fn rms_norm(
                 .backward_temporary(s.clone(), f32),
             &[xf, r],
         );
+        // the float32 `hidden_states` is a local until the forward returns
+        b.hold(&[h]);
         let h = if dtype != DType::F32 {
             to_dtype(b, h, dtype)
         } else {
@@ -502,7 +504,10 @@ impl KvCache {
                 .not_differentiable();
             self.window_tensors.push(b.op(op, &[]));
         }
-        let cat = KvCacheUpdate { grow_to: None };
+        let cat = |first| KvCacheUpdate {
+            first,
+            grow_to: None,
+        };
         let sliding = self.window.is_some();
         let (nk, nv) = b.frame(|b| {
             b.hold(&[k, v]);
@@ -511,10 +516,10 @@ impl KvCache {
                     if sliding {
                         b.hold(&[ok, ov]);
                     }
-                    (b.op(cat.clone(), &[ok, k]), b.op(cat.clone(), &[ov, v]))
+                    (b.op(cat(false), &[ok, k]), b.op(cat(false), &[ov, v]))
                 }
-                // the first update concatenates onto an empty tensor: a copy
-                None => (b.op(cat.clone(), &[k]), b.op(cat.clone(), &[v])),
+                // the first update concatenates onto empty tensors of the keys' dtype
+                None => (b.op(cat(true), &[k]), b.op(cat(true), &[v, k])),
             }
         });
         if let Some(slot) = self.layers.get_mut(layer) {
@@ -528,7 +533,10 @@ impl KvCache {
     pub fn grow_to(&mut self, b: &mut GraphBuilder, len: u64) {
         for slot in self.layers.iter_mut() {
             if let Some((k, v)) = *slot {
-                let grow = KvCacheUpdate { grow_to: Some(len) };
+                let grow = KvCacheUpdate {
+                    first: false,
+                    grow_to: Some(len),
+                };
                 let nk = b.op(grow.clone(), &[k]);
                 let nv = b.op(grow, &[v]);
                 *slot = Some((nk, nv));

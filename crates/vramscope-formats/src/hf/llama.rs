@@ -289,13 +289,11 @@ impl CausalLm for Model {
         self.spec.kv_heads * self.spec.head_dim
     }
 
-    // under autocast the rotary products promote the keys to float32 (cos/sin keep the model's
-    // dtype); the values stay in the autocast dtype
+    // under autocast the rotary products promote the keys to the model's dtype (cos/sin keep
+    // it), and the values are cached in the keys' dtype (the empty cache tensors take it)
     fn kv_dtypes(&self, param: DType, autocast: Option<DType>) -> (DType, DType) {
-        match autocast {
-            Some(low) => (DType::promote(low, param), low),
-            None => (param, param),
-        }
+        let d = autocast.map_or(param, |low| DType::promote(low, param));
+        (d, d)
     }
 
     fn sliding_window(&self) -> Option<u64> {
