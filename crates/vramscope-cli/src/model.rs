@@ -4,7 +4,7 @@
 use anyhow::{anyhow, bail, Result};
 use vramscope_core::sim::{Mode, StepConfig};
 use vramscope_core::{Graph, Precision};
-use vramscope_formats::hf::{self, Generation, GenerationInfo, HfInput, HfTask};
+use vramscope_formats::hf::{self, AttnImplementation, Generation, GenerationInfo, HfInput, HfTask};
 use vramscope_formats::hf_zoo;
 use vramscope_formats::zoo::{self, ZooInput};
 
@@ -42,6 +42,10 @@ pub struct ModelArgs {
     /// stop at EOS).
     #[arg(long)]
     pub new_tokens: Option<u64>,
+    /// Hugging Face models: `attn_implementation`, `sdpa` (transformers' default) or `eager`
+    /// (the `[B, H, S, S]` scores and probabilities materialised; GPT-2 and the Llama family).
+    #[arg(long)]
+    pub attn_implementation: Option<String>,
     /// Fine-tuning: LoRA adapters, frozen parameters.
     #[command(flatten)]
     pub finetune: crate::finetune::FinetuneArgs,
@@ -144,9 +148,13 @@ fn load_base(
         );
     }
     let is_onnx = args.model.to_ascii_lowercase().ends_with(".onnx");
-    if (args.seq_len.is_some() && !is_onnx) || args.task.is_some() || args.gradient_checkpointing {
+    if (args.seq_len.is_some() && !is_onnx)
+        || args.task.is_some()
+        || args.gradient_checkpointing
+        || args.attn_implementation.is_some()
+    {
         bail!(
-            "--seq-len, --task and --gradient-checkpointing apply to Hugging Face models (a built-in transformer, a config.json or a model folder; --seq-len also to ONNX files); `{}` is not one",
+            "--seq-len, --task, --gradient-checkpointing and --attn-implementation apply to Hugging Face models (a built-in transformer, a config.json or a model folder; --seq-len also to ONNX files); `{}` is not one",
             args.model
         );
     }
@@ -206,6 +214,11 @@ fn load_hf(
                 .ok_or_else(|| anyhow!("--task {t:?}: expected causal-lm, masked-lm or seq-cls"))?,
         ),
     };
+    let attn = match &args.attn_implementation {
+        None => AttnImplementation::Sdpa,
+        Some(a) => AttnImplementation::parse(a)
+            .ok_or_else(|| anyhow!("--attn-implementation {a:?}: expected sdpa or eager"))?,
+    };
     let m = hf::build(
         &cfg,
         &HfInput {
@@ -214,6 +227,7 @@ fn load_hf(
             task,
             precision,
             generate,
+            attn,
         },
     )?;
     Ok(LoadedModel {

@@ -56,6 +56,7 @@ fn estimate_hf(name: &str, batch: u64, seq: u64, precision: Precision) -> u64 {
         task: None,
         precision,
         generate: None,
+        attn: hf::AttnImplementation::Sdpa,
     };
     let m = hf::build(&cfg, &input).expect("builds");
     let step = StepConfig {
@@ -90,6 +91,7 @@ fn transformer_generate_bf16(
         task: None,
         precision: Precision::Bf16,
         generate: Some(hf::Generation { new_tokens }),
+        attn: hf::AttnImplementation::Sdpa,
     };
     let step = StepConfig {
         mode: Mode::Generate,
@@ -118,6 +120,7 @@ fn transformer_generate_graph_only(
         task: None,
         precision: Precision::Bf16,
         generate: Some(hf::Generation { new_tokens }),
+        attn: hf::AttnImplementation::Sdpa,
     };
     bencher.bench(|| {
         hf::build(&cfg, divan::black_box(&input))

@@ -16,6 +16,7 @@ fn input() -> HfInput {
         task: None,
         precision: Precision::Fp32,
         generate: None,
+        attn: hf::AttnImplementation::Sdpa,
     }
 }
 

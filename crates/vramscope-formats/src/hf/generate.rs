@@ -268,6 +268,7 @@ fn build_within(
         cache: Some(&mut cache),
         last_logits_only: true,
         first: true,
+        eager_mask: None,
     };
     let mut logits = model.forward(&mut b, clone, &mut call);
     b.keep_until_now(&[clone]);
@@ -302,6 +303,7 @@ fn build_within(
             cache: Some(&mut cache),
             last_logits_only: true,
             first: false,
+            eager_mask: None,
         };
         logits = model.forward(&mut b, ids1, &mut call);
         state.after_forward(&mut b, logits, batch, vocab, has_eos, &mut unfinished, t.eos);
@@ -469,6 +471,7 @@ mod tests {
             task: None,
             precision,
             generate: Some(gen),
+            attn: Default::default(),
         };
         let m = llama::Model::new(cfg, "llama", &input, precision.param_dtype()).expect("model");
         let (g, info) = build_within(
@@ -546,6 +549,7 @@ mod tests {
             task: None,
             precision: Precision::Fp32,
             generate: Some(Generation { new_tokens: 10 }),
+            attn: Default::default(),
         };
         let err = crate::hf::build(&cfg, &input).expect_err("past the window");
         assert!(err.to_string().contains("sliding_window = 64"), "{err}");

@@ -9,11 +9,11 @@ use vramscope_core::ops::{Aten, Autocast, DTypeRule, LayerNorm, Saved};
 use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
 use super::layers::{
-    add, add_scalar, cached_attention, conv1d, dropout, embedding, mul, mul_scalar,
-    packed_sequence_check, position_ids, tied_head, view, Call,
+    add, add_scalar, cached_attention, conv1d, dropout, eager_causal_mask, embedding, mul,
+    mul_scalar, packed_sequence_check, position_ids, tied_head, view, Call, Eager, EagerFlavor,
 };
 use super::generate::CausalLm;
-use super::{build_error, check_positions, HfConfig, HfError, HfInput};
+use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
 
 struct Spec {
     vocab: u64,
@@ -80,6 +80,8 @@ pub fn build(
 /// GPT-2 ready to record its forward, once or once per generation step.
 pub struct Model {
     spec: Spec,
+    /// `attn_implementation="eager"`.
+    eager: Option<Eager>,
 }
 
 impl Model {
@@ -87,7 +89,12 @@ impl Model {
     pub fn new(cfg: &HfConfig, input: &HfInput) -> Result<Model, HfError> {
         let spec = spec(cfg)?;
         check_positions(cfg, input, "n_positions", spec.positions)?;
-        Ok(Model { spec })
+        let eager = (input.attn == AttnImplementation::Eager).then(|| Eager {
+            flavor: EagerFlavor::Gpt2,
+            dtype: input.precision.param_dtype(),
+            autocast: input.precision.autocast_dtype(),
+        });
+        Ok(Model { spec, eager })
     }
 
     /// The layers `gradient_checkpointing_enable()` checkpoints.
@@ -118,11 +125,17 @@ impl Model {
             if call.cache.is_none() {
                 packed_sequence_check(b, bsz, seq);
             }
+            if self.eager.is_some() {
+                let mask = eager_causal_mask(b, bsz, seq, x);
+                // `causal_mask` is a local of the forward until it returns
+                b.hold(&[mask]);
+                call.eager_mask = Some(mask);
+            }
             let mut x = dropout(b, "drop", s.embd_pdrop, x);
             b.module("h", "ModuleList", &[], |b| {
                 for i in 0..s.layers {
                     x = b.module(&i.to_string(), "GPT2Block", &[x], |b| {
-                        block(b, s, bsz, seq, x, i as usize, call)
+                        block(b, s, self.eager, (bsz, seq), x, i as usize, call)
                     });
                 }
             });
@@ -144,8 +157,8 @@ impl Model {
 fn block(
     b: &mut GraphBuilder,
     s: &Spec,
-    bsz: u64,
-    seq: u64,
+    eager: Option<Eager>,
+    (bsz, seq): (u64, u64),
     input: TensorId,
     layer: usize,
     call: &mut Call,
@@ -170,10 +183,22 @@ fn block(
                 view(b, "transpose", t, vec![bsz, s.heads, seq, d])
             })
             .collect();
-        let o = cached_attention(b, call, layer, heads[0], heads[1], heads[2], s.attn_pdrop);
-        // transpose(1, 2).contiguous(): the kernels lay the output out as [B, S, H, D]
-        let o = view(b, "transpose", o, vec![bsz, seq, s.heads, d]);
-        let o = view(b, "reshape", o, vec![bsz, seq, e]);
+        let eager = eager.unwrap_or(Eager {
+            flavor: EagerFlavor::Gpt2,
+            dtype: DType::F32,
+            autocast: None,
+        });
+        let o = cached_attention(
+            b,
+            call,
+            layer,
+            heads[0],
+            heads[1],
+            heads[2],
+            s.attn_pdrop,
+            eager,
+        );
+
         let o = conv1d(b, "c_proj", e, e, o);
         dropout(b, "resid_dropout", s.resid_pdrop, o)
     });

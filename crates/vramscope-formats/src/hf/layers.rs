@@ -5,8 +5,9 @@
 //! cache-aware attention core.
 
 use vramscope_core::ops::{
-    Activation, ActivationKind, Add, Aten, Autocast, DTypeRule, Dropout, GradIn, KvCacheUpdate,
-    LayerNorm, Linear, Saved, ScaledDotProductAttention,
+    Activation, ActivationKind, Add, Aten, Autocast, Contiguous, DTypeRule, Dropout, GradIn,
+    KvCacheUpdate, LayerNorm, Linear, MatMul, MatMulCopyRhs, Saved, ScaledDotProductAttention,
+    Softmax,
 };
 use vramscope_core::{DType, GraphBuilder, TensorId};
 
@@ -437,12 +438,11 @@ pub fn cached_attention_core(
     qkv: [TensorId; 3],
     heads: u64,
     dropout_p: f64,
-    layer: usize,
+    (layer, eager): (usize, Eager),
     call: &mut Call,
 ) -> TensorId {
     let [q, k, v] = qkv.map(|t| split_heads(b, t, heads));
-    let o = cached_attention(b, call, layer, q, k, v, dropout_p);
-    merge_heads(b, o)
+    cached_attention(b, call, layer, q, k, v, dropout_p, eager)
 }
 
 /// `[B, S, E]` viewed as `[B, H, S, D]` (`view` then `transpose(1, 2)`).
@@ -571,6 +571,9 @@ pub struct Call<'a> {
     pub last_logits_only: bool,
     /// The first call of the model in the graph (construction-time registrations happen once).
     pub first: bool,
+    /// `attn_implementation="eager"`: the additive causal mask the model's forward made, which
+    /// every layer's explicit attention adds to its scores. `None` runs SDPA.
+    pub eager_mask: Option<TensorId>,
 }
 
 impl Call<'_> {
@@ -583,6 +586,7 @@ impl Call<'_> {
             cache: None,
             last_logits_only: false,
             first: true,
+            eager_mask: None,
         }
     }
 
@@ -602,7 +606,9 @@ impl Call<'_> {
 /// The attention core of a decoder layer, called inside the attention module: `query_states`
 /// stays referenced until the module returns, `past_key_values.update` runs when there is a
 /// cache, then `F.scaled_dot_product_attention` over the cached keys and values (`is_causal`
-/// only with more than one query, as transformers' `sdpa_attention_forward` decides).
+/// only with more than one query, as transformers' `sdpa_attention_forward` decides), or, with
+/// an eager mask, the model family's `eager_attention_forward`. Returns the heads merged back,
+/// `[B, S, H * D]`.
 #[allow(clippy::too_many_arguments)]
 pub fn cached_attention(
     b: &mut GraphBuilder,
@@ -612,12 +618,172 @@ pub fn cached_attention(
     k: TensorId,
     v: TensorId,
     dropout_p: f64,
+    eager: Eager,
 ) -> TensorId {
     b.hold(&[q]);
     let (k, v) = match call.cache.as_deref_mut() {
         Some(c) => c.update(b, layer, k, v),
-        None => (k, v),
+        None => {
+            // without a cache `key_states` and `value_states` stay locals too
+            b.hold(&[k, v]);
+            (k, v)
+        }
     };
+    if let Some(mask) = call.eager_mask {
+        return eager_attention(b, eager, q, k, v, mask, dropout_p);
+    }
     let causal = b.shape(q)[2] > 1;
-    sdpa(b, q, k, v, dropout_p, causal)
+    let o = sdpa(b, q, k, v, dropout_p, causal);
+    merge_heads(b, o)
+}
+
+/// How a family's `eager_attention_forward` runs, and the dtypes it sees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Eager {
+    /// The family's flavour of it.
+    pub flavor: EagerFlavor,
+    /// The model's dtype (pure fp16/bf16 runs add casts around the float32 softmax).
+    pub dtype: DType,
+    /// The autocast dtype, if any.
+    pub autocast: Option<DType>,
+}
+
+/// The two `eager_attention_forward`s of the modelled families.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EagerFlavor {
+    /// GPT-2: q, k, v are strided slices of the packed `c_attn` output (matmul copies q, k and
+    /// v); `softmax` in the scores' dtype, then `.type(value.dtype)`.
+    Gpt2,
+    /// Llama, Mistral, Qwen2: `repeat_kv` copies k and v for GQA, matmul copies the transposed
+    /// keys; `softmax(dtype=float32)`, then `.to(query.dtype)`.
+    Llama,
+}
+
+/// `eager_attention_forward`: `matmul(q, k^T) * scaling + mask`, softmax, dropout,
+/// `matmul(probs, v)`, then `transpose(1, 2).contiguous()`; returns `[B, S, H * D]`.
+pub fn eager_attention(
+    b: &mut GraphBuilder,
+    e: Eager,
+    q: TensorId,
+    k: TensorId,
+    v: TensorId,
+    mask: TensorId,
+    dropout_p: f64,
+) -> TensorId {
+    let qs = b.shape(q).to_vec();
+    let (bsz, heads, sq, d) = (qs[0], qs[1], qs[2], qs[3]);
+    let kv_heads = b.shape(k)[1];
+    let sk = b.shape(k)[2];
+    let (mut k, mut v) = (k, v);
+    let mut q = q;
+    if e.flavor == EagerFlavor::Llama && kv_heads != heads {
+        // repeat_kv: expand + reshape copies; backward sums the repeats into a new tensor
+        let rep = |b: &mut GraphBuilder, t| {
+            b.op(
+                Aten::new("clone", vec![bsz, heads, sk, d]).grads(vec![GradIn::New]),
+                &[t],
+            )
+        };
+        k = rep(b, k);
+        v = rep(b, v);
+        // the repeated keys and values are locals until the function returns
+        b.hold(&[k, v]);
+    }
+    if e.flavor == EagerFlavor::Gpt2 {
+        // q.reshape for bmm: the strided slice is copied
+        q = b.op(
+            Contiguous {
+                name: "clone",
+                shape: qs.clone(),
+            },
+            &[q],
+        );
+    }
+    let kt = view(b, "transpose", k, vec![bsz, heads, d, sk]);
+    let kt = b.op(
+        Contiguous {
+            name: "clone",
+            shape: vec![bsz, heads, d, sk],
+        },
+        &[kt],
+    );
+    let scores = b.op(MatMul, &[q, kt]);
+    let scores = mul_scalar(b, scores);
+    let scores = add(b, scores, mask);
+    let half = e.dtype != DType::F32;
+    let probs = match e.flavor {
+        EagerFlavor::Llama => {
+            // softmax(dtype=float32): a float32 copy in a pure half run (autocast upcasts by
+            // itself), then `.to(query.dtype)`
+            let x = if half && e.autocast.is_none() {
+                to_dtype(b, scores, DType::F32)
+            } else {
+                scores
+            };
+            let p = b.op(Softmax { dim: 3 }, &[x]);
+            if half && e.autocast.is_none() {
+                to_dtype(b, p, e.dtype)
+            } else {
+                p
+            }
+        }
+        EagerFlavor::Gpt2 => {
+            let p = b.op(Softmax { dim: 3 }, &[scores]);
+            // `.type(value.dtype)`: the autocast dtype of the projections
+            match e.autocast {
+                Some(low) => to_dtype(b, p, low),
+                None => p,
+            }
+        }
+    };
+    let probs = dropout_fn(b, dropout_p, probs);
+    let o = match e.flavor {
+        EagerFlavor::Gpt2 => b.op_multi(MatMulCopyRhs, &[probs, v])[1],
+        EagerFlavor::Llama => b.op(MatMul, &[probs, v]),
+    };
+    let o = view(b, "transpose", o, vec![bsz, sq, heads, d]);
+    let o = b.op(
+        Contiguous {
+            name: "clone",
+            shape: vec![bsz, sq, heads, d],
+        },
+        &[o],
+    );
+    view(b, "reshape", o, vec![bsz, sq, heads * d])
+}
+
+/// The additive causal mask `create_causal_mask` makes for eager attention
+/// (`[B, 1, S, S]`, 0 where allowed and the dtype's minimum elsewhere, in the dtype of `x`): the
+/// index vectors, the `[1, 1, S, S]` boolean mask, then `where`.
+pub fn eager_causal_mask(b: &mut GraphBuilder, bsz: u64, seq: u64, x: TensorId) -> TensorId {
+    let i64 = DTypeRule::Fixed(DType::I64);
+    let int = |b: &mut GraphBuilder, name, shape, rule, inputs: &[TensorId]| {
+        b.op(Aten::new(name, shape).dtype(rule).not_differentiable(), inputs)
+    };
+    b.frame(|b| {
+        let batch_idx = int(b, "arange", vec![bsz], i64, &[]);
+        let head_idx = int(b, "arange", vec![1], i64, &[]);
+        let a = int(b, "arange", vec![seq], i64, &[]);
+        let q_idx = int(b, "add", vec![seq], i64, &[a]);
+        let a = int(b, "arange", vec![seq], i64, &[]);
+        let kv_idx = int(b, "add", vec![seq], i64, &[a]);
+        let allowed = int(
+            b,
+            "le",
+            vec![1, 1, seq, seq],
+            DTypeRule::Fixed(DType::Bool),
+            &[q_idx, kv_idx],
+        );
+        b.keep_until_now(&[batch_idx, head_idx, q_idx, kv_idx]);
+        let f32 = DTypeRule::Fixed(DType::F32);
+        let zero = int(b, "zeros", vec![], f32, &[]);
+        let min = int(b, "scalar_tensor", vec![], f32, &[]);
+        // `where` in the dtype of the embeddings
+        b.op(
+            Aten::new("where", vec![bsz, 1, seq, seq])
+                .dtype(DTypeRule::Like(3))
+                .not_differentiable(),
+            &[allowed, zero, min, x],
+        )
+    })
 }

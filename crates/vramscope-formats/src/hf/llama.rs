@@ -11,11 +11,12 @@ use vramscope_core::ops::{Aten, GradIn, Saved};
 use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
 use super::layers::{
-    add, apply_rotary, cached_attention, embedding, linear, mul, packed_sequence_check,
-    position_ids, rms_norm, rotary, tied_head, view, Call,
+    add, apply_rotary, cached_attention, eager_causal_mask, embedding, linear, mul,
+    packed_sequence_check, position_ids, rms_norm, rotary, tied_head, view, Call, Eager,
+    EagerFlavor,
 };
 use super::generate::CausalLm;
-use super::{build_error, check_positions, HfConfig, HfError, HfInput};
+use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
 
 struct Spec {
     vocab: u64,
@@ -119,6 +120,8 @@ pub struct Model {
     prefix: &'static str,
     dtype: DType,
     amp: bool,
+    autocast: Option<DType>,
+    eager: bool,
 }
 
 impl Model {
@@ -145,6 +148,8 @@ impl Model {
             prefix: class_prefix(model_type),
             dtype,
             amp: input.precision.autocast_dtype().is_some(),
+            autocast: input.precision.autocast_dtype(),
+            eager: input.attn == AttnImplementation::Eager,
         })
     }
 
@@ -158,6 +163,7 @@ impl Model {
     /// Records one call of the model on `ids` (`[B, S]`) and returns the logits.
     pub fn forward(&self, b: &mut GraphBuilder, ids: TensorId, call: &mut Call) -> TensorId {
         let (s, p, dtype, amp) = (&self.spec, self.prefix, self.dtype, self.amp);
+        let autocast = self.autocast;
         let bsz = b.shape(ids)[0];
         let seq = call.seq;
         let (h, emb) = b.module("model", &format!("{p}Model"), &[ids], |b| {
@@ -175,6 +181,12 @@ impl Model {
                     pos
                 }
             };
+            if self.eager {
+                let mask = eager_causal_mask(b, bsz, seq, x);
+                // `causal_mask` is a local of the forward until it returns
+                b.hold(&[mask]);
+                call.eager_mask = Some(mask);
+            }
             let (cos, sin) = rotary(b, &format!("{p}RotaryEmbedding"), s.head_dim, x, pos);
             // so are `position_embeddings`
             b.hold(&[cos, sin]);
@@ -188,7 +200,17 @@ impl Model {
                         &[x, cos, sin],
                         |b| {
                             decoder_layer(
-                                b, s, p, bsz, seq, dtype, amp, x, cos, sin, i as usize, call,
+                                b,
+                                s,
+                                p,
+                                bsz,
+                                seq,
+                                (dtype, amp, autocast),
+                                x,
+                                cos,
+                                sin,
+                                i as usize,
+                                call,
                             )
                         },
                     );
@@ -219,8 +241,7 @@ fn decoder_layer(
     p: &str,
     bsz: u64,
     seq: u64,
-    dtype: DType,
-    amp: bool,
+    (dtype, amp, autocast): (DType, bool, Option<DType>),
     input: TensorId,
     cos: TensorId,
     sin: TensorId,
@@ -247,9 +268,12 @@ fn decoder_layer(
                 apply_rotary(b, k, cos, sin, amp),
             )
         });
-        let o = cached_attention(b, call, layer, q, k, v, s.attn_dropout);
-        let o = view(b, "transpose", o, vec![bsz, seq, s.heads, d]);
-        let o = view(b, "reshape", o, vec![bsz, seq, s.heads * d]);
+        let eager = Eager {
+            flavor: EagerFlavor::Llama,
+            dtype,
+            autocast,
+        };
+        let o = cached_attention(b, call, layer, q, k, v, s.attn_dropout, eager);
         linear(b, "o_proj", s.heads * d, s.hidden, s.o_bias, o)
     });
     let x = add(b, input, a);

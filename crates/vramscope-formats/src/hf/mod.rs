@@ -98,6 +98,30 @@ pub struct HfInput {
     /// `model.generate(..., max_new_tokens)` on a prompt of `seq` tokens instead of one forward
     /// (causal LMs only).
     pub generate: Option<Generation>,
+    /// `attn_implementation` (`sdpa`, transformers' default, or `eager`).
+    pub attn: AttnImplementation,
+}
+
+/// `config._attn_implementation`: the attention transformers runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AttnImplementation {
+    /// `F.scaled_dot_product_attention` (fused kernels, no `[B, H, S, S]` scores).
+    #[default]
+    Sdpa,
+    /// `eager_attention_forward`: the `[B, H, S, S]` scores and probabilities materialised, a
+    /// `[B, 1, S, S]` additive mask.
+    Eager,
+}
+
+impl AttnImplementation {
+    /// Parses `sdpa` or `eager`.
+    pub fn parse(s: &str) -> Option<AttnImplementation> {
+        match s {
+            "sdpa" => Some(AttnImplementation::Sdpa),
+            "eager" => Some(AttnImplementation::Eager),
+            _ => None,
+        }
+    }
 }
 
 /// A built model.
@@ -251,6 +275,19 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
             model_type,
             task: task.name(),
         });
+    }
+    if input.attn == AttnImplementation::Eager {
+        if !matches!(family, Family::Gpt2 | Family::Llama) {
+            return Err(HfError::BadInput(format!(
+                "{}: --attn-implementation eager is modelled for gpt2, llama, mistral and qwen2, not {model_type}",
+                cfg.path
+            )));
+        }
+        if input.generate.is_some() {
+            return Err(HfError::BadInput(
+                "--attn-implementation eager with --mode generate is not modelled (the masks of cached forwards); use sdpa".into(),
+            ));
+        }
     }
     if let Some(gen) = input.generate {
         let model: Box<dyn generate::CausalLm> = match family {

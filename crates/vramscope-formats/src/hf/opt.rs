@@ -11,7 +11,7 @@ use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
 use super::layers::{
     activation, activation_kind, add, cached_attention_core, dropout_fn, embedding, layer_norm,
-    linear, mul_scalar, tied_head, view, Call,
+    linear, mul_scalar, tied_head, view, Call, Eager, EagerFlavor,
 };
 use super::generate::CausalLm;
 use super::{build_error, check_positions, HfConfig, HfError, HfInput};
@@ -245,7 +245,7 @@ fn layer(
         let q = mul_scalar(b, q);
         let k = linear(b, "k_proj", e, e, s.bias, x);
         let v = linear(b, "v_proj", e, e, s.bias, x);
-        let o = cached_attention_core(b, [q, k, v], s.heads, s.attn_dropout, index, call);
+        let o = cached_attention_core(b, [q, k, v], s.heads, s.attn_dropout, (index, SDPA), call);
         linear(b, "out_proj", e, e, s.bias, o)
     });
     let a = dropout_fn(b, s.dropout, a);
@@ -271,6 +271,13 @@ fn layer(
         layer_norm(b, "final_layer_norm", e, out)
     }
 }
+
+/// OPT runs SDPA only (eager attention is refused for it in `build`).
+const SDPA: Eager = Eager {
+    flavor: EagerFlavor::Llama,
+    dtype: DType::F32,
+    autocast: None,
+};
 
 fn lin(in_features: u64, out_features: u64, bias: bool) -> Linear {
     Linear {
