@@ -61,7 +61,7 @@ impl GraphBuilder {
                 inputs: Vec::new(),
                 outputs: Vec::new(),
                 task: Task::Classification { num_classes: 0 },
-                layer_table_end: None,
+                layer_table: None,
             },
             stack: vec![ModuleId(0)],
             frames: vec![Vec::new()],
@@ -181,10 +181,19 @@ impl GraphBuilder {
         self.graph.holds.extend(tensors.iter().map(|&t| (t, end)));
     }
 
+    /// Starts the layer table here: earlier nodes (a generation's own bookkeeping) are simulated
+    /// but not listed.
+    pub fn begin_layer_table(&mut self) {
+        let n = self.graph.nodes.len() as u32;
+        self.graph.layer_table = Some(n..u32::MAX);
+    }
+
     /// Ends the layer table here: later nodes (a generation's decode steps, which call the same
     /// modules again) are simulated but not listed.
     pub fn end_layer_table(&mut self) {
-        self.graph.layer_table_end = Some(self.graph.nodes.len() as u32);
+        let n = self.graph.nodes.len() as u32;
+        let start = self.graph.layer_table.as_ref().map_or(0, |r| r.start);
+        self.graph.layer_table = Some(start..n);
     }
 
     /// Number of nodes recorded so far.

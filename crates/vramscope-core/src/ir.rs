@@ -188,9 +188,10 @@ pub struct Graph {
     pub outputs: Vec<TensorId>,
     /// What the loss is.
     pub task: Task,
-    /// Nodes from this index on are not listed in the layer table (a generation's decode steps
-    /// call the prefill's modules again); `None` lists every node.
-    pub layer_table_end: Option<u32>,
+    /// The nodes listed in the layer table (a generation lists its prefill, not its own tensor
+    /// bookkeeping nor the decode steps that call the same modules again); `None` lists every
+    /// node.
+    pub layer_table: Option<std::ops::Range<u32>>,
 }
 
 impl Graph {

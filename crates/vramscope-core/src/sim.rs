@@ -961,7 +961,11 @@ impl<'g> Sim<'g> {
             let node = &self.g.nodes[n];
             if !self.recomputing
                 && self.layers.is_some()
-                && self.g.layer_table_end.is_none_or(|e| n < e as usize)
+                && self
+                    .g
+                    .layer_table
+                    .as_ref()
+                    .is_none_or(|r| r.contains(&(n as u32)))
                 && self.last_layer_module != Some(node.module)
             {
                 self.last_layer_module = Some(node.module);

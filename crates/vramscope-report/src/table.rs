@@ -207,7 +207,10 @@ pub fn render_text(r: &EstimateReport, max_layers: usize) -> String {
                 Cell::new(who),
                 Cell::new(shape(&l.shape)),
                 Cell::new(l.dtype),
-                Cell::new(format!("{:?}", l.category).to_lowercase()),
+                Cell::new(match l.category {
+                    vramscope_core::sim::Category::KvCache => "kv cache".to_string(),
+                    c => format!("{c:?}").to_lowercase(),
+                }),
                 right(human(l.bytes)),
             ]);
         }

@@ -261,6 +261,7 @@ fn build_within(
     // the prefill: prepare_inputs_for_generation clones input_ids; its model inputs die with
     // `_prefill`'s frame, right after the forward
     let clone = int_op(&mut b, "clone", bp.clone(), i64, &[ids]);
+    b.begin_layer_table();
     let mut call = Call {
         seq: prompt,
         past: 0,
