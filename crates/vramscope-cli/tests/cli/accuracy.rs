@@ -205,3 +205,11 @@ fn lora_and_freeze_cases_match_truth() {
 fn generation_cases_match_truth() {
     check_phase_peaks("hf_generate.jsonl");
 }
+
+/// `--attn-implementation eager` (GPT-2, Qwen2 and Mistral with GQA; training in fp32 and AMP
+/// bf16, inference in fp32 and bf16): the `[B, H, S, S]` scores, the float32 softmax, the
+/// `repeat_kv` and matmul copies, the additive mask, the weights the layers keep.
+#[test]
+fn eager_attention_cases_match_truth() {
+    check_phase_peaks("hf_eager.jsonl");
+}

@@ -270,6 +270,7 @@ fn build_within(
         last_logits_only: true,
         first: true,
         eager_mask: None,
+        attn_weights: None,
     };
     let mut logits = model.forward(&mut b, clone, &mut call);
     b.keep_until_now(&[clone]);
@@ -305,6 +306,7 @@ fn build_within(
             last_logits_only: true,
             first: false,
             eager_mask: None,
+            attn_weights: None,
         };
         logits = model.forward(&mut b, ids1, &mut call);
         state.after_forward(&mut b, logits, batch, vocab, has_eos, &mut unfinished, t.eos);

@@ -205,6 +205,10 @@ fn block(
     // `hidden_states = attn_output + residual`: the LayerNorm output goes when `hidden_states`
     // is rebound, `attn_output` stays a local until the block returns
     let ln1 = x;
+    // eager attention's weights: `attn_output, self_attn_weights = self.attn(...)` keeps them
+    if let Some(w) = call.attn_weights.take() {
+        b.hold(&[w]);
+    }
     let x = add(b, a, input);
     b.keep_until_now(&[ln1]);
     b.hold(&[a]);

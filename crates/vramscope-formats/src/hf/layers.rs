@@ -6,7 +6,7 @@
 
 use vramscope_core::ops::{
     Activation, ActivationKind, Add, Aten, Autocast, Contiguous, DTypeRule, Dropout, GradIn,
-    KvCacheUpdate, LayerNorm, Linear, MatMul, MatMulCopyRhs, Saved, ScaledDotProductAttention,
+    KvCacheUpdate, LayerNorm, Linear, MatMul, MatMulCopy, Saved, ScaledDotProductAttention,
     Softmax,
 };
 use vramscope_core::{DType, GraphBuilder, TensorId};
@@ -574,6 +574,9 @@ pub struct Call<'a> {
     /// `attn_implementation="eager"`: the additive causal mask the model's forward made, which
     /// every layer's explicit attention adds to its scores. `None` runs SDPA.
     pub eager_mask: Option<TensorId>,
+    /// The attention probabilities the last eager attention returned: the decoder layer keeps
+    /// them in a local (`attn_output, attn_weights = self.attn(...)`) until it returns.
+    pub attn_weights: Option<TensorId>,
 }
 
 impl Call<'_> {
@@ -587,6 +590,7 @@ impl Call<'_> {
             last_logits_only: false,
             first: true,
             eager_mask: None,
+            attn_weights: None,
         }
     }
 
@@ -630,7 +634,9 @@ pub fn cached_attention(
         }
     };
     if let Some(mask) = call.eager_mask {
-        return eager_attention(b, eager, q, k, v, mask, dropout_p);
+        let (o, weights) = eager_attention(b, eager, q, k, v, mask, dropout_p);
+        call.attn_weights = Some(weights);
+        return o;
     }
     let causal = b.shape(q)[2] > 1;
     let o = sdpa(b, q, k, v, dropout_p, causal);
@@ -660,7 +666,8 @@ pub enum EagerFlavor {
 }
 
 /// `eager_attention_forward`: `matmul(q, k^T) * scaling + mask`, softmax, dropout,
-/// `matmul(probs, v)`, then `transpose(1, 2).contiguous()`; returns `[B, S, H * D]`.
+/// `matmul(probs, v)`, then `transpose(1, 2).contiguous()`; returns the output `[B, S, H * D]`
+/// and the attention weights it hands back to its caller.
 pub fn eager_attention(
     b: &mut GraphBuilder,
     e: Eager,
@@ -669,13 +676,12 @@ pub fn eager_attention(
     v: TensorId,
     mask: TensorId,
     dropout_p: f64,
-) -> TensorId {
+) -> (TensorId, TensorId) {
     let qs = b.shape(q).to_vec();
     let (bsz, heads, sq, d) = (qs[0], qs[1], qs[2], qs[3]);
     let kv_heads = b.shape(k)[1];
     let sk = b.shape(k)[2];
     let (mut k, mut v) = (k, v);
-    let mut q = q;
     if e.flavor == EagerFlavor::Llama && kv_heads != heads {
         // repeat_kv: expand + reshape copies; backward sums the repeats into a new tensor
         let rep = |b: &mut GraphBuilder, t| {
@@ -689,25 +695,19 @@ pub fn eager_attention(
         // the repeated keys and values are locals until the function returns
         b.hold(&[k, v]);
     }
-    if e.flavor == EagerFlavor::Gpt2 {
-        // q.reshape for bmm: the strided slice is copied
-        q = b.op(
-            Contiguous {
-                name: "clone",
-                shape: qs.clone(),
-            },
-            &[q],
-        );
-    }
+    // matmul(q, k^T): bmm needs merged batch dimensions, so it copies q (laid out [B, S, H, D]
+    // by the slicing or the rotary products) and, unless repeat_kv made them contiguous, the
+    // transposed keys
+    let copy_k = e.flavor == EagerFlavor::Gpt2 || kv_heads == heads;
     let kt = view(b, "transpose", k, vec![bsz, heads, d, sk]);
-    let kt = b.op(
-        Contiguous {
-            name: "clone",
-            shape: vec![bsz, heads, d, sk],
+    let outs = b.op_multi(
+        MatMulCopy {
+            lhs: true,
+            rhs: copy_k,
         },
-        &[kt],
+        &[q, kt],
     );
-    let scores = b.op(MatMul, &[q, kt]);
+    let scores = *outs.last().unwrap_or(&q);
     let scores = mul_scalar(b, scores);
     let scores = add(b, scores, mask);
     let half = e.dtype != DType::F32;
@@ -737,9 +737,17 @@ pub fn eager_attention(
         }
     };
     let probs = dropout_fn(b, dropout_p, probs);
-    let o = match e.flavor {
-        EagerFlavor::Gpt2 => b.op_multi(MatMulCopyRhs, &[probs, v])[1],
-        EagerFlavor::Llama => b.op(MatMul, &[probs, v]),
+    // matmul(probs, v): v is copied unless repeat_kv made it contiguous
+    let o = if copy_k {
+        b.op_multi(
+            MatMulCopy {
+                lhs: false,
+                rhs: true,
+            },
+            &[probs, v],
+        )[1]
+    } else {
+        b.op(MatMul, &[probs, v])
     };
     let o = view(b, "transpose", o, vec![bsz, sq, heads, d]);
     let o = b.op(
@@ -749,7 +757,7 @@ pub fn eager_attention(
         },
         &[o],
     );
-    view(b, "reshape", o, vec![bsz, sq, heads * d])
+    (view(b, "reshape", o, vec![bsz, sq, heads * d]), probs)
 }
 
 /// The additive causal mask `create_causal_mask` makes for eager attention

@@ -276,6 +276,10 @@ fn decoder_layer(
         let o = cached_attention(b, call, layer, q, k, v, s.attn_dropout, eager);
         linear(b, "o_proj", s.heads * d, s.hidden, s.o_bias, o)
     });
+    // eager attention's weights: `hidden_states, _ = self.self_attn(...)` keeps them
+    if let Some(w) = call.attn_weights.take() {
+        b.hold(&[w]);
+    }
     let x = add(b, input, a);
     let y = rms_norm(b, "post_attention_layernorm", &norm, s.hidden, dtype, x);
     let y = b.module("mlp", &format!("{p}MLP"), &[y], |b| {
