@@ -116,6 +116,8 @@ pub fn generation_report(g: &GenerationInfo) -> GenerationReport {
         new_tokens: g.new_tokens,
         decode_steps: g.decode_steps,
         simulated_decode_steps: g.simulated_decode_steps,
+        skeleton_decode_steps: g.skeleton_decode_steps,
+        skeleton_stride: g.skeleton_stride,
         kv_cache_bytes: g.final_kv_bytes(),
         kv_cache_bytes_per_token: g.kv_bytes_per_position(),
         kv_key_dtype: g.kv_dtypes.0.name(),

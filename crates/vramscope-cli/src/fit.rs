@@ -64,6 +64,9 @@ pub fn run(a: &FitArgs) -> Result<()> {
                     &target,
                 )?,
                 "seq-len" | "seq" => {
+                    if cfg.mode == vramscope_core::sim::Mode::Generate {
+                        bail!("--search seq-len searches a forward's --seq-len; with --mode generate search the batch (--search batch) at a given --prompt-len and --new-tokens");
+                    }
                     if a.model.seq_len.is_none() {
                         bail!("--search seq-len is for transformers: give --seq-len (any value) to mark the model as one");
                     }

@@ -4,7 +4,9 @@
 use anyhow::{anyhow, bail, Result};
 use vramscope_core::sim::{Mode, StepConfig};
 use vramscope_core::{Graph, Precision};
-use vramscope_formats::hf::{self, AttnImplementation, Generation, GenerationInfo, HfInput, HfTask};
+use vramscope_formats::hf::{
+    self, AttnImplementation, Generation, GenerationInfo, HfInput, HfTask,
+};
 use vramscope_formats::hf_zoo;
 use vramscope_formats::zoo::{self, ZooInput};
 

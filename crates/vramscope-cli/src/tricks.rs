@@ -57,12 +57,7 @@ pub fn run(a: &TricksArgs) -> Result<()> {
     let mut cfg = a.step.config()?;
     let loaded = model::load(&a.model, a.model.batch_size, &cfg)?;
     loaded.apply_to(&mut cfg);
-    let rows = tricks(
-        &Source(&a.model, &cfg),
-        a.model.batch_size,
-        &cfg,
-        a.gpus,
-    )?;
+    let rows = tricks(&Source(&a.model, &cfg), a.model.batch_size, &cfg, a.gpus)?;
     let text = if a.json {
         serde_json::to_string_pretty(&rows).context("serialising the tricks")? + "\n"
     } else {

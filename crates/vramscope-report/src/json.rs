@@ -124,8 +124,14 @@ pub struct GenerationReport {
     pub new_tokens: u64,
     /// Decode forwards (`new_tokens - 1`; the prefill makes the first token).
     pub decode_steps: u64,
-    /// Decode forwards simulated one by one (the rest are jumped over: see the docs).
+    /// Decode forwards simulated one by one, op by op.
     pub simulated_decode_steps: u64,
+    /// Decode steps of which only the cache growth is simulated; 0 when the steps not
+    /// simulated op by op are one jump of the cache to its final length.
+    pub skeleton_decode_steps: u64,
+    /// Positions per simulated cache growth through those steps (1: position by position, as
+    /// the real run; more when the simulation budget is short).
+    pub skeleton_stride: u64,
     /// Bytes of the KV cache when the generation ends (`prompt_len + new_tokens - 1` positions).
     pub kv_cache_bytes: u64,
     /// Bytes the KV cache grows by per token (all layers, keys and values, the whole batch).

@@ -235,9 +235,19 @@ pub fn render_text(r: &EstimateReport, max_layers: usize) -> String {
                 "prefill and all {} decode steps simulated\n\n",
                 g.decode_steps
             ));
+        } else if g.skeleton_decode_steps > 0 {
+            let growth = if g.skeleton_stride > 1 {
+                format!("{} positions at a time", g.skeleton_stride)
+            } else {
+                "position by position".to_string()
+            };
+            out.push_str(&format!(
+                "prefill and {} of {} decode steps simulated op by op (the first and the last), the cache growing {growth} in between\n\n",
+                g.simulated_decode_steps, g.decode_steps
+            ));
         } else {
             out.push_str(&format!(
-                "prefill and {} of {} decode steps simulated (the first and the last; the cache jumps in between)\n\n",
+                "prefill and {} of {} decode steps simulated op by op (the first and the last), the cache jumping to its final length in between\n\n",
                 g.simulated_decode_steps, g.decode_steps
             ));
         }

@@ -162,7 +162,14 @@ fn bad_lora_and_freeze_flags() {
 
 #[test]
 fn bad_generation_flags() {
-    let gen = ["--mode", "generate", "--prompt-len", "16", "--new-tokens", "4"];
+    let gen = [
+        "--mode",
+        "generate",
+        "--prompt-len",
+        "16",
+        "--new-tokens",
+        "4",
+    ];
     let with = |model: &str, extra: &[&str]| {
         let mut a = vec!["estimate", model];
         a.extend_from_slice(&gen);
@@ -190,16 +197,37 @@ fn bad_generation_flags() {
         &["--gradient-checkpointing", "training"],
     );
     fails_with(
-        &["estimate", "gpt2", "--mode", "generate", "--new-tokens", "4"],
+        &[
+            "estimate",
+            "gpt2",
+            "--mode",
+            "generate",
+            "--new-tokens",
+            "4",
+        ],
         &["--mode generate needs --prompt-len"],
     );
     fails_with(
-        &["estimate", "gpt2", "--mode", "generate", "--prompt-len", "4"],
+        &[
+            "estimate",
+            "gpt2",
+            "--mode",
+            "generate",
+            "--prompt-len",
+            "4",
+        ],
         &["--mode generate needs --new-tokens"],
     );
     fails_with(
         &[
-            "estimate", "gpt2", "--mode", "generate", "--prompt-len", "4", "--new-tokens", "0",
+            "estimate",
+            "gpt2",
+            "--mode",
+            "generate",
+            "--prompt-len",
+            "4",
+            "--new-tokens",
+            "0",
         ],
         &["--new-tokens must be at least 1"],
     );

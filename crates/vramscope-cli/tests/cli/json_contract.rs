@@ -319,6 +319,8 @@ fn generation_fields() {
         "new_tokens",
         "decode_steps",
         "simulated_decode_steps",
+        "skeleton_decode_steps",
+        "skeleton_stride",
         "kv_cache_bytes",
         "kv_cache_bytes_per_token",
         "kv_key_dtype",

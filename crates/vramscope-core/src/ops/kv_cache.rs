@@ -115,6 +115,9 @@ mod tests {
                 .unwrap(),
             vec![vec![2, 4, 10, 64]]
         );
-        assert_eq!(op.output_dtypes(&[DType::BF16, DType::F32], 1), [DType::F32]);
+        assert_eq!(
+            op.output_dtypes(&[DType::BF16, DType::F32], 1),
+            [DType::F32]
+        );
     }
 }

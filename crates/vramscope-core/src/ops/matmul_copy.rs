@@ -72,9 +72,7 @@ mod tests {
             lhs: true,
             rhs: true,
         };
-        let s = op
-            .output_shapes(&[&[2, 4, 8, 16], &[2, 4, 16, 8]])
-            .unwrap();
+        let s = op.output_shapes(&[&[2, 4, 8, 16], &[2, 4, 16, 8]]).unwrap();
         assert_eq!(
             s,
             vec![vec![2, 4, 8, 16], vec![2, 4, 16, 8], vec![2, 4, 8, 8]]

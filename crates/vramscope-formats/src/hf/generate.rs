@@ -12,13 +12,19 @@
 //! (`validation/generate_models.py`).
 //!
 //! A long generation is not recorded step by step: when the whole graph would exceed
-//! [`STEP_BUDGET`] nodes, the first [`HEAD_STEPS`] decode steps are recorded, then every cache
-//! tensor (and `input_ids`, `position_ids`) jumps to the length it has [`TAIL_STEPS`] steps
-//! before the end, and the last [`TAIL_STEPS`] steps are recorded. Every tensor alive in those
-//! last steps has its true size, so the peak allocated (reached in the last decode step or in
-//! the prefill, as the cache only grows) and the cache at the end are those of the full run;
-//! what is approximate is the caching allocator's history (the reserved memory and the blocks a
-//! request reuses without splitting), which in the real run comes from every step's growth.
+//! [`STEP_BUDGET`] nodes, the first [`HEAD_STEPS`] decode steps are recorded op by op, then only
+//! the cache growth of the steps in between (every layer's keys and values, `input_ids`,
+//! `position_ids` concatenated one position further per step, or several positions per growth
+//! when that would exceed [`SKELETON_BUDGET`] nodes, or at once when even one growth would),
+//! then the last [`TAIL_STEPS`] steps op by op. Every tensor alive in those last steps has its
+//! true size, so the peak allocated (reached in the last decode step or in the prefill, as the
+//! cache only grows) and the cache at the end are those of the full run, up to the caching
+//! allocator's unsplit large blocks (a request served by a cached block less than 1 MiB larger
+//! counts whole, and which blocks are cached depends on the history). The recorded growth gives
+//! the allocator the history of the large blocks (the cache tensors) position by position, as
+//! in the real run; what it leaves out are the skipped steps' small transient tensors and, with
+//! a stride or a jump, part of the history, so the reserved memory is then approximate (lower:
+//! the fragmentation of a cache that grows by small steps is what it misses).
 
 use vramscope_core::ir::Task;
 use vramscope_core::ops::{Aten, DTypeRule};
@@ -34,6 +40,9 @@ pub const TAIL_STEPS: u64 = 2;
 /// Graph nodes up to which every decode step is recorded (a few tens of milliseconds to
 /// simulate).
 pub const STEP_BUDGET: usize = 200_000;
+/// Graph nodes up to which the decode steps not recorded one by one still grow the cache (two
+/// nodes per layer and growth): one position at a time, or several where the budget is short.
+pub const SKELETON_BUDGET: usize = 60_000;
 
 /// `max_new_tokens`: greedy decoding of this many tokens after the prompt (`--seq-len` is the
 /// prompt length).
@@ -54,6 +63,12 @@ pub struct GenerationInfo {
     pub decode_steps: u64,
     /// Decode forwards recorded one by one (all of them unless the generation is long).
     pub simulated_decode_steps: u64,
+    /// Decode steps between those whose cache growth alone is recorded; 0 when the cache jumps
+    /// over the skipped steps at once.
+    pub skeleton_decode_steps: u64,
+    /// Positions the cache grows by per recorded growth through the skipped steps (1: position
+    /// by position, as the real run); 0 without skipped steps.
+    pub skeleton_stride: u64,
     /// Key and value tensors, one pair per decoder layer.
     pub kv_layers: u64,
     /// Elements of one layer's keys (or values) per cached position: `batch × KV heads ×
@@ -147,10 +162,21 @@ pub fn build(
     gen: Generation,
     precision: vramscope_core::Precision,
 ) -> Result<(Graph, GenerationInfo), HfError> {
-    build_within(cfg, model, name, class, batch, prompt, gen, precision, STEP_BUDGET)
+    build_within(
+        cfg,
+        model,
+        name,
+        class,
+        batch,
+        prompt,
+        gen,
+        precision,
+        (STEP_BUDGET, SKELETON_BUDGET),
+    )
 }
 
-/// [`build`] with the node budget past which the decode steps are jumped over.
+/// [`build`] with the node budgets past which decode steps are skipped (recording only their
+/// cache growth), and past which the skipped steps are one jump.
 #[allow(clippy::too_many_arguments)]
 fn build_within(
     cfg: &HfConfig,
@@ -161,7 +187,7 @@ fn build_within(
     prompt: u64,
     gen: Generation,
     precision: vramscope_core::Precision,
-    budget: usize,
+    (budget, skeleton_budget): (usize, usize),
 ) -> Result<(Graph, GenerationInfo), HfError> {
     if gen.new_tokens == 0 {
         return Err(HfError::BadInput(
@@ -285,11 +311,21 @@ fn build_within(
         model_inputs: Vec::new(),
     };
     let has_eos = t.eos > 0;
-    state.after_forward(&mut b, logits, batch, vocab, has_eos, &mut unfinished, t.eos);
+    state.after_forward(
+        &mut b,
+        logits,
+        batch,
+        vocab,
+        has_eos,
+        &mut unfinished,
+        t.eos,
+    );
 
     let nodes_before = b.node_count();
     let mut step = 1;
     let mut simulated = 0;
+    let mut skeleton_steps = 0;
+    let mut skeleton_stride = 0;
     while step <= decode_steps {
         // cached positions before this step: prompt + step - 1
         let past = prompt + step - 1;
@@ -309,7 +345,15 @@ fn build_within(
             attn_weights: None,
         };
         logits = model.forward(&mut b, ids1, &mut call);
-        state.after_forward(&mut b, logits, batch, vocab, has_eos, &mut unfinished, t.eos);
+        state.after_forward(
+            &mut b,
+            logits,
+            batch,
+            vocab,
+            has_eos,
+            &mut unfinished,
+            t.eos,
+        );
         simulated += 1;
         // a long generation: after the first steps, decide whether to jump to its end
         if step == HEAD_STEPS && decode_steps > HEAD_STEPS + TAIL_STEPS {
@@ -317,7 +361,26 @@ fn build_within(
             let total = b.node_count() + per_step * (decode_steps - step) as usize;
             if total > budget {
                 let resume = decode_steps - TAIL_STEPS + 1;
-                state.jump(&mut b, &mut cache, batch, prompt + resume - 1);
+                // the skipped steps' cache growth alone: every cache tensor and the ids grow
+                // position by position (the allocator sees the real sequence of large blocks
+                // come and go), or `stride` positions at a time where the budget is short
+                let skipped = resume - step - 1;
+                let per_growth = 2 * model.layers() + 2;
+                let room =
+                    skeleton_budget.saturating_sub(b.node_count() + TAIL_STEPS as usize * per_step);
+                let growths = (room / per_growth) as u64;
+                if growths > 0 {
+                    let stride = skipped.div_ceil(growths).max(1);
+                    let mut s = step;
+                    while s + 1 < resume {
+                        s = (s + stride).min(resume - 1);
+                        state.jump(&mut b, &mut cache, batch, prompt + s);
+                    }
+                    skeleton_steps = skipped;
+                    skeleton_stride = stride;
+                } else {
+                    state.jump(&mut b, &mut cache, batch, prompt + resume - 1);
+                }
                 step = resume;
                 continue;
             }
@@ -341,6 +404,8 @@ fn build_within(
         new_tokens: gen.new_tokens,
         decode_steps,
         simulated_decode_steps: simulated,
+        skeleton_decode_steps: skeleton_steps,
+        skeleton_stride,
         kv_layers: model.layers() as u64,
         kv_elements_per_position: batch * model.kv_width(),
         kv_dtypes: model.kv_dtypes(precision.param_dtype(), autocast),
@@ -464,7 +529,7 @@ mod tests {
         batch: u64,
         prompt: u64,
         new_tokens: u64,
-        budget: usize,
+        budgets: (usize, usize),
     ) -> (Simulation, GenerationInfo) {
         let precision = Precision::Bf16;
         let gen = Generation { new_tokens };
@@ -486,7 +551,7 @@ mod tests {
             prompt,
             gen,
             precision,
-            budget,
+            budgets,
         )
         .expect("builds");
         let step = StepConfig {
@@ -499,7 +564,13 @@ mod tests {
 
     #[test]
     fn every_step_is_recorded_within_the_budget() {
-        let (sim, info) = run(&llama_cfg(256, 2, 2), 2, 32, 20, STEP_BUDGET);
+        let (sim, info) = run(
+            &llama_cfg(256, 2, 2),
+            2,
+            32,
+            20,
+            (STEP_BUDGET, SKELETON_BUDGET),
+        );
         assert_eq!(info.decode_steps, 19);
         assert_eq!(info.simulated_decode_steps, 19);
         assert_eq!(info.final_positions(), 51);
@@ -509,34 +580,58 @@ mod tests {
         assert!(peak > 0 && peak <= info.final_kv_bytes() + 4096, "{peak}");
     }
 
-    /// The jump keeps the peak allocated and every phase's end state of the step-by-step run:
-    /// exactly when every cache tensor is a small-pool block, and to within the caching
-    /// allocator's unsplit large blocks (under 1 MiB each) when they are large.
+    /// Skipping decode steps keeps the peak allocated and every phase's end state of the
+    /// step-by-step run: exactly when every cache tensor is a small-pool block, and to within the
+    /// caching allocator's unsplit large blocks (under 1 MiB each) when they are large. Growing
+    /// the cache position by position through the skipped steps keeps the reserved memory close
+    /// (the allocator sees the same large blocks come and go); one jump does not.
     #[test]
-    fn jumping_over_decode_steps_keeps_the_peak() {
-        for (hidden, batch, prompt, new_tokens, slack) in [
-            (256, 2, 40, 300, 0u64),
-            (1024, 4, 600, 400, 4 << 20),
+    fn skipping_decode_steps_keeps_the_peak() {
+        for (hidden, batch, prompt, new_tokens, slack, reserved_slack) in [
+            (256, 2, 40, 60, 0u64, 0.0),
+            (1024, 4, 600, 80, 4 << 20, 0.01),
+            (1024, 16, 8, 200, 4 << 20, 0.03),
         ] {
             let cfg = llama_cfg(hidden, 8, 2);
-            let (full, fi) = run(&cfg, batch, prompt, new_tokens, usize::MAX);
-            let (jump, ji) = run(&cfg, batch, prompt, new_tokens, 1);
+            let (full, fi) = run(&cfg, batch, prompt, new_tokens, (usize::MAX, 0));
+            let (skel, si) = run(&cfg, batch, prompt, new_tokens, (1, usize::MAX));
+            let (jump, ji) = run(&cfg, batch, prompt, new_tokens, (1, 1));
             assert_eq!(fi.simulated_decode_steps, new_tokens - 1);
-            assert_eq!(ji.simulated_decode_steps, HEAD_STEPS + TAIL_STEPS);
-            eprintln!(
-                "hidden {hidden}: peak allocated {} / {}, reserved {} / {} (step by step / jump)",
-                full.peak_allocated, jump.peak_allocated, full.peak_reserved, jump.peak_reserved
-            );
-            assert!(
-                full.peak_allocated.abs_diff(jump.peak_allocated) <= slack,
-                "hidden {hidden}: peak {} step by step, {} with the jump",
-                full.peak_allocated,
-                jump.peak_allocated
-            );
-            for (a, b) in full.phases.iter().zip(&jump.phases) {
-                assert_eq!(a.name, b.name);
-                assert_eq!(a.allocated_after, b.allocated_after, "{}", a.name);
+            for info in [&si, &ji] {
+                assert_eq!(info.simulated_decode_steps, HEAD_STEPS + TAIL_STEPS);
             }
+            assert_eq!(
+                si.skeleton_decode_steps,
+                new_tokens - 1 - HEAD_STEPS - TAIL_STEPS
+            );
+            assert_eq!(ji.skeleton_decode_steps, 0);
+            eprintln!(
+                "hidden {hidden} batch {batch}: peak allocated {} / {} / {}, reserved {} / {} / {} (step by step / cache growth / jump)",
+                full.peak_allocated,
+                skel.peak_allocated,
+                jump.peak_allocated,
+                full.peak_reserved,
+                skel.peak_reserved,
+                jump.peak_reserved
+            );
+            for s in [&skel, &jump] {
+                assert!(
+                    full.peak_allocated.abs_diff(s.peak_allocated) <= slack,
+                    "hidden {hidden}: peak {} step by step, {} skipping",
+                    full.peak_allocated,
+                    s.peak_allocated
+                );
+                for (a, b) in full.phases.iter().zip(&s.phases) {
+                    assert_eq!(a.name, b.name);
+                    assert_eq!(a.allocated_after, b.allocated_after, "{}", a.name);
+                }
+            }
+            let rel =
+                skel.peak_reserved.abs_diff(full.peak_reserved) as f64 / full.peak_reserved as f64;
+            assert!(
+                rel <= reserved_slack,
+                "hidden {hidden}: reserved off by {rel}"
+            );
         }
     }
 

@@ -8,11 +8,11 @@ use vramscope_core::ir::Task;
 use vramscope_core::ops::{Aten, Autocast, DTypeRule, LayerNorm, Saved};
 use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
+use super::generate::CausalLm;
 use super::layers::{
     add, add_scalar, cached_attention, conv1d, dropout, eager_causal_mask, embedding, mul,
     mul_scalar, packed_sequence_check, position_ids, tied_head, view, Call, Eager, EagerFlavor,
 };
-use super::generate::CausalLm;
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
 
 struct Spec {
@@ -72,7 +72,12 @@ pub fn build(
     let ids = b.input(vec![input.batch, input.seq], DType::I64);
     let logits = m.forward(&mut b, ids, &mut Call::plain(input.seq));
     let graph = b
-        .finish(&[logits], Task::CausalLm { vocab: m.spec.vocab })
+        .finish(
+            &[logits],
+            Task::CausalLm {
+                vocab: m.spec.vocab,
+            },
+        )
         .map_err(build_error(cfg))?;
     Ok((graph, m.checkpoint_layers()))
 }

@@ -766,7 +766,10 @@ pub fn eager_attention(
 pub fn eager_causal_mask(b: &mut GraphBuilder, bsz: u64, seq: u64, x: TensorId) -> TensorId {
     let i64 = DTypeRule::Fixed(DType::I64);
     let int = |b: &mut GraphBuilder, name, shape, rule, inputs: &[TensorId]| {
-        b.op(Aten::new(name, shape).dtype(rule).not_differentiable(), inputs)
+        b.op(
+            Aten::new(name, shape).dtype(rule).not_differentiable(),
+            inputs,
+        )
     };
     b.frame(|b| {
         let batch_idx = int(b, "arange", vec![bsz], i64, &[]);

@@ -10,12 +10,12 @@ use vramscope_core::ir::Task;
 use vramscope_core::ops::{Aten, GradIn, Saved};
 use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
+use super::generate::CausalLm;
 use super::layers::{
     add, apply_rotary, cached_attention, eager_causal_mask, embedding, linear, mul,
     packed_sequence_check, position_ids, rms_norm, rotary, tied_head, view, Call, Eager,
     EagerFlavor,
 };
-use super::generate::CausalLm;
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
 
 struct Spec {
@@ -109,7 +109,12 @@ pub fn build(
     let ids = b.input(vec![input.batch, input.seq], DType::I64);
     let logits = m.forward(&mut b, ids, &mut Call::plain(input.seq));
     let graph = b
-        .finish(&[logits], Task::CausalLm { vocab: m.spec.vocab })
+        .finish(
+            &[logits],
+            Task::CausalLm {
+                vocab: m.spec.vocab,
+            },
+        )
         .map_err(build_error(cfg))?;
     Ok((graph, m.checkpoint_layers()))
 }
@@ -140,7 +145,9 @@ impl Model {
             return Err(HfError::Field {
                 path: cfg.path.clone(),
                 field: "use_sliding_window".into(),
-                expected: "false for --mode generate (per-layer sliding-window caches are not modelled)".into(),
+                expected:
+                    "false for --mode generate (per-layer sliding-window caches are not modelled)"
+                        .into(),
             });
         }
         Ok(Model {

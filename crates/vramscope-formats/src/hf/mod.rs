@@ -296,9 +296,9 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
             Family::Llama => Box::new(llama::Model::new(cfg, &model_type, input, dtype)?),
             Family::Bert(_) | Family::DistilBert => {
                 return Err(HfError::BadInput(format!(
-                    "{}: --mode generate needs a causal LM; {model_type} is an encoder (no generate())",
-                    cfg.path
-                )))
+                "{}: --mode generate needs a causal LM; {model_type} is an encoder (no generate())",
+                cfg.path
+            )))
             }
         };
         let class = archs

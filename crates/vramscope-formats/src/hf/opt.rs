@@ -9,11 +9,11 @@ use vramscope_core::ir::Task;
 use vramscope_core::ops::{Aten, DTypeRule, LayerNorm, Linear};
 use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
+use super::generate::CausalLm;
 use super::layers::{
     activation, activation_kind, add, cached_attention_core, dropout_fn, embedding, layer_norm,
     linear, mul_scalar, tied_head, view, Call, Eager, EagerFlavor,
 };
-use super::generate::CausalLm;
 use super::{build_error, check_positions, HfConfig, HfError, HfInput};
 use vramscope_core::ops::ActivationKind;
 
@@ -94,7 +94,12 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<(Graph, Vec<String>), Hf
     let ids = b.input(vec![input.batch, input.seq], DType::I64);
     let logits = m.forward(&mut b, ids, &mut Call::plain(input.seq));
     let graph = b
-        .finish(&[logits], Task::CausalLm { vocab: m.spec.vocab })
+        .finish(
+            &[logits],
+            Task::CausalLm {
+                vocab: m.spec.vocab,
+            },
+        )
         .map_err(build_error(cfg))?;
     Ok((graph, m.checkpoint_layers()))
 }
@@ -123,7 +128,9 @@ impl Model {
     pub fn forward(&self, b: &mut GraphBuilder, ids: TensorId, call: &mut Call) -> TensorId {
         let s = &self.spec;
         let (h, emb) = b.module("model", "OPTModel", &[ids], |b| {
-            b.module("decoder", "OPTDecoder", &[ids], |b| decoder(b, s, ids, call))
+            b.module("decoder", "OPTDecoder", &[ids], |b| {
+                decoder(b, s, ids, call)
+            })
         });
         if s.tied {
             if call.first {
