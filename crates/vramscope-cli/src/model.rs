@@ -1,5 +1,7 @@
 //! Which model to simulate and for what input: `MODEL` and the flags that shape the input. Every
-//! front-end (the zoo, Hugging Face config.json files or model folders) is dispatched from here.
+//! front-end (the zoo, Hugging Face config.json files or model folders) is dispatched from here,
+//! and so is `--mode generate`, whose graph is the whole `model.generate` (checked here against
+//! `--prompt-len` / `--new-tokens` / `--seq-len` and the model kind).
 
 use anyhow::{anyhow, bail, Result};
 use vramscope_core::sim::{Mode, StepConfig};

@@ -39,7 +39,7 @@ pub const HEAD_STEPS: u64 = 2;
 pub const TAIL_STEPS: u64 = 2;
 /// Graph nodes up to which every decode step is recorded (a few tens of milliseconds to
 /// simulate).
-pub const STEP_BUDGET: usize = 200_000;
+pub const STEP_BUDGET: usize = 50_000;
 /// Graph nodes up to which the decode steps not recorded one by one still grow the cache (two
 /// nodes per layer and growth): one position at a time, or several where the budget is short.
 pub const SKELETON_BUDGET: usize = 60_000;

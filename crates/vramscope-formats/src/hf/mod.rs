@@ -7,7 +7,9 @@
 //! Supported: GPT-2 (`gpt2`), OPT (`opt`), the Llama family decoder (`llama`, `mistral`, `qwen2`:
 //! GQA, `head_dim`, tied embeddings, q/k/v biases, RMSNorm, rotary embeddings, SiLU-gated MLP),
 //! all causal LMs; and the encoders BERT (`bert`), RoBERTa (`roberta`) and DistilBERT
-//! (`distilbert`) with masked-LM and sequence-classification heads.
+//! (`distilbert`) with masked-LM and sequence-classification heads. The causal LMs can also be
+//! built as a whole `model.generate(...)` with the KV cache (`generate.rs`), and GPT-2 and the
+//! Llama family with `attn_implementation="eager"` (`layers::eager_attention`).
 
 mod bert;
 mod config;
