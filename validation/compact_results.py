@@ -3,7 +3,7 @@
 into the compact fixture format used by vramscope's tests.
 
     python3 validation/compact_results.py IN.jsonl [IN2.jsonl ...] --out fixtures/truth/X.jsonl \
-        [--prefix torchvision:] [--only-names NAMES.jsonl]
+        [--prefix torchvision:] [--order CASES.jsonl] [--onnx-exports fixtures/onnx] [--skip NAME ...]
 
 One output line per successful record whose model starts with --prefix (default "torchvision:"):
   {"name","model","batch","image","num_classes","amp","optim","mode","checkpoint","seq","task","param_dtype",
@@ -62,6 +62,10 @@ def main():
     ap.add_argument("--prefix", default="torchvision:", help="keep only models with this prefix ('' = all)")
     ap.add_argument("--config-dir", help="hf: rewrite config paths to DIR/NAME.json (the committed copies)")
     ap.add_argument("--order", help="a case list (.jsonl); output follows its order and only its names")
+    ap.add_argument("--onnx-exports", metavar="DIR",
+                    help="py:FILE:FACTORY models become DIR/FACTORY_classifier.onnx (their exports, see "
+                         "validation/make_onnx_fixtures.py); the measured program is kept as truth_model")
+    ap.add_argument("--skip", nargs="*", default=[], help="case names to leave out")
     args = ap.parse_args()
 
     recs = []
@@ -88,6 +92,13 @@ def main():
         for n in order:
             if n not in out and n not in dict(failed):
                 print(f"note: {n}: no record", file=sys.stderr)
+    names = [n for n in names if n not in set(args.skip)]
+    if args.onnx_exports:
+        for n in names:
+            m = out[n]["model"]
+            if m.startswith("py:"):
+                out[n]["truth_model"] = m
+                out[n]["model"] = f"{args.onnx_exports}/{m.rsplit(':', 1)[-1]}_classifier.onnx"
     with open(args.out, "w") as f:
         for n in names:
             f.write(json.dumps(out[n], separators=(",", ":")) + "\n")

@@ -20,7 +20,8 @@ from transformers import CONFIG_MAPPING
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DATA = ROOT / "crates" / "vramscope-formats" / "data" / "hf"
 # models small enough to commit every parameter's shape and every module path for
-DETAILED = {"gpt2", "opt-125m", "bert-base-uncased", "llama-3.2-1b", "qwen2.5-0.5b"}
+DETAILED = {"gpt2", "opt-125m", "bert-base-uncased", "llama-3.2-1b", "qwen2.5-0.5b", "t5-small",
+            "mixtral-8x7b"}
 
 
 def build(cfg: dict):

@@ -9,9 +9,15 @@ Run with the truth venv (torch, torchvision, onnx):
   folding, dynamic batch axis named `batch`). Their initializers are moved to an external data file
   `NAME.onnx.data` that is NOT committed (.gitignore): the committed graph references data that is
   missing, which is exactly what vramscope must cope with (it never reads initializer data).
+* resnet18 through the dynamo exporter (`dynamo=True`): no module scopes in node names.
+* the models of validation/onnx_models.py (LSTM, bidirectional GRU, an embedding + transformer
+  text classifier with dynamic `batch`/`sequence` axes), exported the same way; the truth tool
+  measures the same classes (fixtures/truth/onnx_models.jsonl).
 * hand-made models (onnx.helper): dynamic `batch`/`sequence` axes with Shape->Gather->Concat->Reshape
   chains, Slice, Expand, ConstantOfShape; a small external-data model whose data file IS committed;
-  and broken files (truncated, garbage, cyclic, absurd shapes, unsupported ops, dangling inputs).
+  1-D/3-D convolutions with every auto_pad mode; com.microsoft::Attention and the opset-23
+  Attention op; and broken files (truncated, garbage, cyclic, absurd shapes, unsupported ops,
+  dangling inputs, bad LSTM/GRU/Attention/Conv attributes).
 * NAME.shapes.json: for every value, the shape Python's onnx.shape_inference gives (ints, or strings
   for symbolic dims), the oracle the Rust shape inference is tested against.
 """
@@ -55,13 +61,13 @@ def write_oracle(model, name):
         f.write("\n")
 
 
-def save_external(model, name):
-    """Saves NAME.onnx with every initializer in NAME.onnx.data."""
+def save_external(model, name, size_threshold=0):
+    """Saves NAME.onnx with every initializer (of at least `size_threshold` bytes) in NAME.onnx.data."""
     data = name + ".onnx.data"
     if os.path.exists(path(data)):
         os.remove(path(data))
     onnx.save_model(model, path(name + ".onnx"), save_as_external_data=True,
-                    all_tensors_to_one_file=True, location=data, size_threshold=0)
+                    all_tensors_to_one_file=True, location=data, size_threshold=size_threshold)
 
 
 def export_torchvision(name):
@@ -78,6 +84,51 @@ def export_torchvision(name):
                       training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
                       input_names=["input"], output_names=["logits"],
                       dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}})
+    model = onnx.load(tmp)
+    os.remove(tmp)
+    write_oracle(model, name)
+    save_external(model, name)
+
+
+def export_dynamo(name):
+    """A torchvision model through the dynamo exporter (torch.onnx.export(dynamo=True), its
+    defaults): node names without module scopes, weights named by their full paths; external
+    data not committed (NAME.dynamo.onnx.data)."""
+    import torch
+    import torchvision
+    import warnings
+    warnings.filterwarnings("ignore")
+    torch.manual_seed(0)
+    m = getattr(torchvision.models, name)(weights=None)
+    m.train()
+    tmp = path(name + ".dynamo.tmp.onnx")
+    torch.onnx.export(m, (torch.randn(2, 3, 224, 224),), tmp, dynamo=True)
+    model = onnx.load(tmp)
+    for f in (tmp, tmp + ".data"):
+        if os.path.exists(f):
+            os.remove(f)
+    # the dynamo exporter writes shape constants (ReduceMean axes, Reshape shapes) as
+    # initializers: keep those small ones inline, since the data file is not committed
+    save_external(model, name + ".dynamo", size_threshold=1024)
+
+
+def export_custom(name):
+    """One of validation/onnx_models.py's models, exported like the torchvision ones (dynamic
+    batch and sequence axes)."""
+    import torch
+    import warnings
+    warnings.filterwarnings("ignore")
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from onnx_models import MODELS
+    build, example, input_name, axes = MODELS[name]
+    torch.manual_seed(0)
+    m = build()
+    m.train()
+    tmp = path(name + ".tmp.onnx")
+    torch.onnx.export(m, (example(),), tmp, dynamo=False, opset_version=17,
+                      training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
+                      input_names=[input_name], output_names=["logits"],
+                      dynamic_axes={input_name: axes, "logits": {0: "batch"}})
     model = onnx.load(tmp)
     os.remove(tmp)
     write_oracle(model, name)
@@ -203,6 +254,76 @@ def make_small_cnn(name, external):
         onnx.save_model(model, path(name + ".onnx"))
 
 
+def make_conv_nd():
+    """1-D and 3-D convolutions and every auto_pad mode (SAME_UPPER with an even kernel pads
+    asymmetrically) over a [batch, 2, 8, 16, 16] volume."""
+    f = TensorProto.FLOAT
+    rng = np.random.default_rng(3)
+    w = lambda *s: rng.standard_normal(s).astype(np.float32)
+    inits = [
+        init("c3a.weight", w(4, 2, 3, 3, 3)), init("c3a.bias", np.zeros(4, np.float32)),
+        init("c3b.weight", w(4, 4, 2, 2, 2)),
+        init("flat", np.array([0, 4, 256], np.int64)),
+        init("c1a.weight", w(8, 4, 4)), init("c1a.bias", np.zeros(8, np.float32)),
+        init("c1b.weight", w(8, 8, 4)),
+        init("to2d", np.array([0, 8, 8, 16], np.int64)),
+        init("c2.weight", w(6, 8, 2, 3)),
+        init("axes", np.array([2, 3], np.int64)),
+        init("fc.weight", w(10, 6)), init("fc.bias", np.zeros(10, np.float32)),
+    ]
+    n = helper.make_node
+    nodes = [
+        n("Conv", ["x", "c3a.weight", "c3a.bias"], ["a"], name="/c3a/Conv", pads=[1, 1, 1, 1, 1, 1]),
+        n("Relu", ["a"], ["ar"], name="/act/Relu"),
+        n("Conv", ["ar", "c3b.weight"], ["b"], name="/c3b/Conv", strides=[2, 2, 2], auto_pad="VALID"),
+        n("Reshape", ["b", "flat"], ["bf"], name="/Reshape"),
+        n("Conv", ["bf", "c1a.weight", "c1a.bias"], ["c"], name="/c1a/Conv", strides=[2], auto_pad="SAME_UPPER"),
+        n("Conv", ["c", "c1b.weight"], ["d"], name="/c1b/Conv", auto_pad="SAME_UPPER"),
+        n("Reshape", ["d", "to2d"], ["d2"], name="/Reshape_1"),
+        n("Conv", ["d2", "c2.weight"], ["e"], name="/c2/Conv", auto_pad="SAME_LOWER"),
+        n("ReduceMean", ["e", "axes"], ["m"], name="/ReduceMean", keepdims=0),
+        n("Gemm", ["m", "fc.weight", "fc.bias"], ["logits"], name="/fc/Gemm", transB=1),
+    ]
+    graph = helper.make_graph(
+        nodes, "conv_nd", [helper.make_tensor_value_info("x", f, ["batch", 2, 8, 16, 16])],
+        [helper.make_tensor_value_info("logits", f, ["batch", 10])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    onnx.checker.check_model(model)
+    write_oracle(model, "conv_nd")
+    onnx.save_model(model, path("conv_nd.onnx"))
+
+
+def make_attention_ops():
+    """com.microsoft::Attention (packed QKV weights, 4 heads) then the ONNX Attention op (opset
+    23, 3-D q/k/v with q_num_heads/kv_num_heads, causal) over [batch, sequence, 64]."""
+    f = TensorProto.FLOAT
+    rng = np.random.default_rng(4)
+    w = lambda *s: rng.standard_normal(s).astype(np.float32)
+    inits = [
+        init("attn.weight", w(64, 192)), init("attn.bias", np.zeros(192, np.float32)),
+        init("ln.weight", np.ones(64, np.float32)), init("ln.bias", np.zeros(64, np.float32)),
+        init("axes", np.array([1], np.int64)),
+        init("head.weight", w(5, 64)), init("head.bias", np.zeros(5, np.float32)),
+    ]
+    n = helper.make_node
+    nodes = [
+        n("Attention", ["x", "attn.weight", "attn.bias"], ["a"], name="/attn/Attention",
+          domain="com.microsoft", num_heads=4),
+        n("LayerNormalization", ["a", "ln.weight", "ln.bias"], ["h"], name="/ln/LayerNormalization", axis=-1),
+        n("Attention", ["h", "h", "h"], ["y"], name="/self/Attention", q_num_heads=4, kv_num_heads=4,
+          is_causal=1),
+        n("ReduceMean", ["y", "axes"], ["m"], name="/ReduceMean", keepdims=0),
+        n("Gemm", ["m", "head.weight", "head.bias"], ["logits"], name="/head/Gemm", transB=1),
+    ]
+    graph = helper.make_graph(
+        nodes, "attention_ops", [helper.make_tensor_value_info("x", f, ["batch", "sequence", 64])],
+        [helper.make_tensor_value_info("logits", f, ["batch", 5])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    write_oracle(model, "attention_ops")
+    onnx.save_model(model, path("attention_ops.onnx"))
+
+
 def make_broken():
     with open(path("resnet18.onnx"), "rb") as fh:
         good = fh.read()
@@ -242,6 +363,30 @@ def make_broken():
         [helper.make_tensor_value_info("x", f, [2, 4, 4])],
         [helper.make_tensor_value_info("y", f, [2])])
     onnx.save_model(helper.make_model(g), path("unsupported.onnx"))
+    # new ops with bad attributes or shapes (the checker is not run on these)
+    def rnn_file(name, op, gates, **attrs):
+        H, F_ = 8, 4
+        inits = [init("W", np.zeros((1, gates * H, F_), np.float32)),
+                 init("R", np.zeros((1, gates * H, H), np.float32))]
+        nodes = [n(op, ["x", "W", "R"], ["y"], name=f"/rnn/{op}", **attrs),
+                 n("ReduceMean", ["y"], ["m"], name="/ReduceMean", keepdims=0)]
+        g = helper.make_graph(nodes, name, [helper.make_tensor_value_info("x", f, [3, 2, F_])],
+                              [helper.make_tensor_value_info("m", f, [2, 8])], inits)
+        onnx.save_model(helper.make_model(g), path(name + ".onnx"))
+    rnn_file("bad_lstm_hidden", "LSTM", 4, hidden_size=6)
+    rnn_file("bad_gru_direction", "GRU", 3, hidden_size=8, direction="sideways")
+    g = helper.make_graph(
+        [n("Attention", ["x", "x", "x"], ["y"], name="/attn/Attention")], "bad_attention",
+        [helper.make_tensor_value_info("x", f, [2, 5, 16])],
+        [helper.make_tensor_value_info("y", f, [2, 5, 16])])
+    onnx.save_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 23)]),
+                    path("bad_attention.onnx"))
+    g = helper.make_graph(
+        [n("Conv", ["x", "w"], ["y"], name="/conv/Conv", auto_pad="SAME_MIDDLE")], "bad_auto_pad",
+        [helper.make_tensor_value_info("x", f, [1, 2, 8])],
+        [helper.make_tensor_value_info("y", f, [1, 3, 8])],
+        [init("w", np.zeros((3, 2, 3), np.float32))])
+    onnx.save_model(helper.make_model(g), path("bad_auto_pad.onnx"))
     # a node input nobody produces
     g = helper.make_graph(
         [n("Add", ["x", "ghost"], ["y"], name="/add/Add")], "dangling",
@@ -250,16 +395,29 @@ def make_broken():
     onnx.save_model(helper.make_model(g), path("dangling.onnx"))
 
 
+TORCHVISION = ["resnet18", "mobilenet_v3_small", "squeezenet1_1", "resnet50", "densenet121", "vit_b_16"]
+CUSTOM = ["lstm_classifier", "gru_classifier", "text_classifier", "volume_classifier"]
+
+
 if __name__ == "__main__":
-    which = sys.argv[1:] or ["torchvision", "hand", "broken"]
+    which = sys.argv[1:] or ["torchvision", "dynamo", "custom", "hand", "broken"]
     if "torchvision" in which:
-        for name in ["resnet18", "mobilenet_v3_small", "squeezenet1_1"]:
+        for name in TORCHVISION:
             export_torchvision(name)
+            print("exported", name)
+    if "dynamo" in which:
+        export_dynamo("resnet18")
+        print("exported resnet18 (dynamo)")
+    if "custom" in which:
+        for name in CUSTOM:
+            export_custom(name)
             print("exported", name)
     if "hand" in which:
         make_dynamic_mlp()
         make_small_cnn("small_cnn", external=False)
         make_small_cnn("external_cnn", external=True)
+        make_conv_nd()
+        make_attention_ops()
     if "broken" in which:
         make_broken()
     print("fixtures in", os.path.normpath(OUT))

@@ -29,10 +29,16 @@ pub struct ModelArgs {
     #[arg(long, default_value_t = 1000)]
     pub num_classes: u64,
     /// Sequence length (Hugging Face models: required; ONNX: bound to symbolic `sequence` dims, default 128).
+    /// Encoder-decoder models (T5): the encoder's `input_ids` `[B, S]`.
     #[arg(long)]
     pub seq_len: Option<u64>,
-    /// Head and loss of a Hugging Face model: causal-lm, masked-lm or seq-cls (default: from the
-    /// config's `architectures`).
+    /// Encoder-decoder models (T5): the target length T. The step is
+    /// `model(input_ids=[B, S], labels=[B, T]).loss`: `decoder_input_ids = shift_right(labels)`
+    /// and the cross-entropy over `[B*T, vocab]`, both inside forward. Default: --seq-len.
+    #[arg(long)]
+    pub target_len: Option<u64>,
+    /// Head and loss of a Hugging Face model: causal-lm, masked-lm, seq-cls or seq2seq-lm
+    /// (default: from the config's `architectures`).
     #[arg(long)]
     pub task: Option<String>,
     /// What `model.gradient_checkpointing_enable()` does: every decoder/encoder layer checkpointed
@@ -156,9 +162,10 @@ fn load_base(
         || args.task.is_some()
         || args.gradient_checkpointing
         || args.attn_implementation.is_some()
+        || args.target_len.is_some()
     {
         bail!(
-            "--seq-len, --task, --gradient-checkpointing and --attn-implementation apply to Hugging Face models (a built-in transformer, a config.json or a model folder; --seq-len also to ONNX files); `{}` is not one",
+            "--seq-len, --target-len, --task, --gradient-checkpointing and --attn-implementation apply to Hugging Face models (a built-in transformer, a config.json or a model folder; --seq-len also to ONNX files); `{}` is not one",
             args.model
         );
     }
@@ -213,10 +220,9 @@ fn load_hf(
     };
     let task = match &args.task {
         None => None,
-        Some(t) => Some(
-            HfTask::parse(t)
-                .ok_or_else(|| anyhow!("--task {t:?}: expected causal-lm, masked-lm or seq-cls"))?,
-        ),
+        Some(t) => Some(HfTask::parse(t).ok_or_else(|| {
+            anyhow!("--task {t:?}: expected causal-lm, masked-lm, seq-cls or seq2seq-lm")
+        })?),
     };
     let attn = match &args.attn_implementation {
         None => AttnImplementation::Sdpa,
@@ -232,6 +238,8 @@ fn load_hf(
             precision,
             generate,
             attn,
+            target_seq: args.target_len,
+            gradient_checkpointing: args.gradient_checkpointing,
         },
     )?;
     Ok(LoadedModel {

@@ -263,6 +263,20 @@ impl GraphBuilder {
         }
     }
 
+    /// A weight `__init__` allocates now (after every parameter registered so far) that weight
+    /// tying in `post_init()` replaces once the model is built (T5's per-stack `embed_tokens`
+    /// weights, tied to `shared`): freed after the last parameter, in call order, after the
+    /// allocations of [`tie_at_init`](Self::tie_at_init).
+    pub fn untied_at_init(&mut self, shape: Shape) {
+        let module = self.current();
+        self.graph.init_temporaries.push(InitTemporary {
+            shape,
+            alloc_at: self.graph.params.len() as u32,
+            free_at: UNTIL_BUILT,
+            module,
+        });
+    }
+
     /// Registers a module that holds parameters but is only used functionally (never "called").
     pub fn declare_module(&mut self, name: &str, type_name: &str) -> ModuleId {
         self.child(name, type_name).0
@@ -471,11 +485,21 @@ impl GraphBuilder {
         for f in std::mem::take(&mut self.frames) {
             self.graph.holds.extend(f.into_iter().map(|t| (t, end)));
         }
+        let built = self.graph.params.len() as u32;
+        for t in &mut self.graph.init_temporaries {
+            if t.free_at == UNTIL_BUILT {
+                t.free_at = built;
+            }
+        }
         self.graph.outputs = outputs.to_vec();
         self.graph.task = task;
         Ok(self.graph)
     }
 }
+
+/// `free_at` of an [`untied_at_init`](GraphBuilder::untied_at_init) temporary until
+/// [`finish`](GraphBuilder::finish) knows the parameter count.
+const UNTIL_BUILT: u32 = u32::MAX;
 
 /// The largest tensor the simulator accepts (2^48 bytes = 256 TiB at 8 bytes an element), so that
 /// sums of sizes cannot overflow.

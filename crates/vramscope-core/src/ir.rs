@@ -159,6 +159,10 @@ pub enum Task {
         /// Vocabulary size V.
         vocab: u64,
     },
+    /// The model computes its own loss inside its forward (`T5ForConditionalGeneration(input_ids,
+    /// labels=labels)`): the labels are among the graph's inputs, the graph's first output is the
+    /// scalar loss, and the loss phase only reads it (`loss = out.loss`).
+    LossInForward,
 }
 
 /// The forward program of a model for one input shape.

@@ -359,6 +359,19 @@ struct TapeNode {
     /// allocate input gradients last argument first (`mm`: mat2 before mat1)
     grads_right_to_left: bool,
     region: Option<usize>,
+    /// whether autograd saved tensors for it: in a checkpointed region, the first such node
+    /// backward runs triggers the recomputation (nodes without saved tensors run before it)
+    saves: bool,
+    /// gradients are computed like the output, then reduced / cast (`Op::grads_like_output`)
+    grads_like_output: bool,
+}
+
+/// A non-parameter leaf that requires grad, with the `.grad` backward gave it.
+#[derive(Debug, Clone)]
+struct GraphLeaf {
+    iteration: u32,
+    rt: Rt,
+    grad: Option<u32>,
 }
 
 #[derive(Debug, Clone)]
@@ -370,6 +383,9 @@ struct Region {
     frame: Vec<(TensorId, Rt)>,
     recomputed: bool,
     lowest_tape: Option<usize>,
+    /// the last node of the region whose autograd node saves a tensor: non-reentrant
+    /// checkpointing stops recomputing once every saved tensor is back (early stop)
+    last_saving: Option<usize>,
 }
 
 struct Sim<'g> {
@@ -415,6 +431,11 @@ struct Sim<'g> {
     gradient_bytes: u64,
     peak_event: u64,
     first_layers: Vec<LayerStats>,
+    /// the iteration running (1-based)
+    iteration: u32,
+    /// leaves that require grad and are not parameters (see `Op::leaf_requires_grad`), kept by
+    /// their iteration's autograd graph until its loss is released
+    graph_leaves: Vec<GraphLeaf>,
 }
 
 const NO_GRAD: GradIn = GradIn::None;
@@ -635,6 +656,8 @@ impl<'g> Sim<'g> {
                 temporaries: Vec::new(),
                 grads_right_to_left: false,
                 region: None,
+                saves: false,
+                grads_like_output: false,
             });
         }
         if let (true, Some(p), true) = (cacheable, param, self.rts[r as usize].requires_grad) {
@@ -730,11 +753,16 @@ impl<'g> Sim<'g> {
             .zip(out_dtypes)
             .map(|(s, d)| TensorMeta::new(s, d))
             .collect();
+        let in_rg: Vec<bool> = eff
+            .iter()
+            .map(|&r| self.grad_enabled && self.rts[r as usize].requires_grad)
+            .collect();
         let ctx = OpCtx {
             inputs: &in_metas,
             params: &p_metas,
             outputs: &out_metas,
             training: self.training,
+            inputs_require_grad: &in_rg,
         };
         let any_rg = eff
             .iter()
@@ -748,10 +776,21 @@ impl<'g> Sim<'g> {
             self.forward_category()
         };
         let mut outs = Vec::with_capacity(out_metas.len());
+        let leaf = op.leaf_requires_grad() && self.grad_enabled;
         match op.alias() {
             Alias::None => {
                 for m in &out_metas {
-                    outs.push(self.fresh(m.clone(), cat, label, module, records));
+                    let r = self.fresh(m.clone(), cat, label, module, records || leaf);
+                    // a recomputed leaf belongs to the discarded recomputation graph
+                    if leaf && !self.recomputing {
+                        self.incref(self.rts[r as usize].storage);
+                        self.graph_leaves.push(GraphLeaf {
+                            iteration: self.iteration,
+                            rt: r,
+                            grad: None,
+                        });
+                    }
+                    outs.push(r);
                 }
             }
             Alias::View(i) | Alias::InPlace(i) => {
@@ -788,17 +827,32 @@ impl<'g> Sim<'g> {
         }
         // 4. autograd
         let keep_saved = records && (region.is_none() || self.recomputing);
+        // saved only for the gradient of an input that needs none (a frozen weight): not kept
+        let to_save: Vec<Saved> = if records {
+            op.saved_for_backward(&ctx)
+                .into_iter()
+                .filter(|&s| match op.saved_only_for(s) {
+                    Some(k) => {
+                        let r = eff.get(k).or_else(|| eff_params.get(k - eff.len().min(k)));
+                        r.is_some_and(|&r| self.rts[r as usize].requires_grad)
+                    }
+                    None => true,
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        if let (false, Some(r), Some(n)) = (self.recomputing, region, graph_node) {
+            if !to_save.is_empty() {
+                let last = &mut self.regions[r].last_saving;
+                *last = Some(last.map_or(n, |l| l.max(n)));
+            }
+        }
+        let saves = !to_save.is_empty();
         if records || (self.recomputing && graph_node.is_some()) {
             let mut saved = Vec::new();
             if keep_saved {
-                for s in op.saved_for_backward(&ctx) {
-                    // saved only for the gradient of an input that needs none (a frozen weight)
-                    if let Some(k) = op.saved_only_for(s) {
-                        let r = eff.get(k).or_else(|| eff_params.get(k - eff.len().min(k)));
-                        if !r.is_some_and(|&r| self.rts[r as usize].requires_grad) {
-                            continue;
-                        }
-                    }
+                for s in to_save {
                     let sid = match s {
                         Saved::Input(i) => eff.get(i).map(|&r| self.rts[r as usize].storage),
                         Saved::Output(i) => outs.get(i).map(|&r| self.rts[r as usize].storage),
@@ -868,6 +922,8 @@ impl<'g> Sim<'g> {
                     temporaries: op.backward_temporaries(&ctx),
                     grads_right_to_left: op.grads_right_to_left(),
                     region,
+                    saves,
+                    grads_like_output: op.grads_like_output(),
                 });
             }
         }
@@ -1032,7 +1088,9 @@ impl<'g> Sim<'g> {
     }
 
     fn recompute_region(&mut self, r: usize) {
-        let (first, end) = (self.regions[r].first, self.regions[r].end);
+        // early stop: nothing after the last op that saves a tensor is recomputed
+        let first = self.regions[r].first;
+        let end = self.regions[r].last_saving.map_or(first, |l| l + 1);
         let mut env: Vec<Option<Rt>> = vec![None; self.g.tensors.len()];
         // region inputs: the originals, kept by the frame
         let mut hold = vec![false; self.g.tensors.len()];
@@ -1176,8 +1234,14 @@ impl<'g> Sim<'g> {
         let mut i = self.tape.len();
         while i > 0 {
             i -= 1;
-            if let Some(r) = self.tape[i].region {
-                if !self.regions[r].recomputed {
+            // a checkpointed region is recomputed when backward first unpacks one of its saved
+            // tensors: when a node that saved some runs (it has an incoming gradient)
+            if let (Some(r), true) = (self.tape[i].region, self.tape[i].saves) {
+                let runs = self.tape[i]
+                    .outputs
+                    .iter()
+                    .any(|&o| self.grad_buf[o as usize].is_some());
+                if runs && !self.regions[r].recomputed {
                     self.recompute_region(r);
                 }
             }
@@ -1192,6 +1256,8 @@ impl<'g> Sim<'g> {
                 temporaries: std::mem::take(&mut t.temporaries),
                 grads_right_to_left: t.grads_right_to_left,
                 region: t.region,
+                saves: t.saves,
+                grads_like_output: t.grads_like_output,
             };
             let incoming: Vec<Option<u32>> = node
                 .outputs
@@ -1218,15 +1284,33 @@ impl<'g> Sim<'g> {
                 })
                 .collect();
             let mut produced: Vec<(Rt, u32)> = Vec::new();
+            // (index in produced, input index, the input's meta) of gradients made like the
+            // output, to be reduced or cast by validate_outputs
+            let mut to_cast: Vec<(usize, usize, TensorMeta)> = Vec::new();
+            let out_meta = node
+                .outputs
+                .first()
+                .map(|&o| self.rts[o as usize].meta.clone());
+            let mut made_for: Vec<Option<u32>> = vec![None; node.inputs.len()];
             let order: Vec<usize> = if node.grads_right_to_left {
                 (0..node.inputs.len()).rev().collect()
             } else {
                 (0..node.inputs.len()).collect()
             };
-            for (inp, gi, meta) in order.iter().map(|&k| &node.inputs[k]) {
+            for &k in &order {
+                let (inp, gi, meta) = &node.inputs[k];
                 let Some(target) = *inp else { continue };
+                let shared = match gi {
+                    GradIn::SameAs(j) => made_for.get(*j).copied().flatten(),
+                    _ => None,
+                };
                 let sid = match gi {
                     GradIn::None => continue,
+                    GradIn::SameAs(_) if shared.is_some() => {
+                        let s = shared.unwrap_or(0);
+                        self.incref(s);
+                        s
+                    }
                     GradIn::PassThrough(o) => match incoming.get(*o).copied().flatten() {
                         Some(s) => {
                             self.incref(s);
@@ -1234,25 +1318,57 @@ impl<'g> Sim<'g> {
                         }
                         None => continue,
                     },
-                    GradIn::New => {
+                    GradIn::New | GradIn::SameAs(_) => {
                         let cat = if self.rts[target as usize].param.is_some() {
                             Category::Gradients
                         } else {
                             Category::Temporaries
                         };
                         let label = Label::grad_of(node.label.what);
-                        self.new_storage(meta.clone(), cat, label, node.module)
+                        match &out_meta {
+                            Some(m) if node.grads_like_output && m != meta => {
+                                to_cast.push((produced.len(), k, meta.clone()));
+                                let m = m.clone();
+                                self.new_storage(m, Category::Temporaries, label, node.module)
+                            }
+                            _ => self.new_storage(meta.clone(), cat, label, node.module),
+                        }
                     }
                 };
+                made_for[k] = Some(sid);
                 produced.push((target, sid));
             }
             for t in temps {
                 self.decref(t);
             }
-            for s in incoming.into_iter().flatten() {
-                self.decref(s);
+            // saved tensors of a recomputed region are the node's own unpacked copies, dropped
+            // when its backward function returns; other saved tensors are released after the
+            // engine is done with the node
+            let saved = std::mem::take(&mut self.tape[i].saved);
+            let saved_after = if node.region.is_some() {
+                for s in saved {
+                    self.decref(s);
+                }
+                Vec::new()
+            } else {
+                saved
+            };
+            // validate_outputs: in input order, each gradient reduced to its input's shape and
+            // cast to its dtype
+            to_cast.sort_by_key(|&(_, input, _)| input);
+            for (k, _, meta) in to_cast {
+                let (target, computed) = produced[k];
+                let cat = if self.rts[target as usize].param.is_some() {
+                    Category::Gradients
+                } else {
+                    Category::Temporaries
+                };
+                let label = Label::new("grad reduced / cast");
+                let fitted = self.new_storage(meta, cat, label, node.module);
+                self.decref(computed);
+                produced[k] = (target, fitted);
             }
-            for s in std::mem::take(&mut self.tape[i].saved) {
+            for s in incoming.into_iter().flatten().chain(saved_after) {
                 self.decref(s);
             }
             for (target, sid) in produced {
@@ -1264,6 +1380,17 @@ impl<'g> Sim<'g> {
         for s in extra_roots {
             self.decref(s);
         }
+        // AccumulateGrad of a non-parameter leaf: the first gradient becomes its `.grad`, later
+        // ones are added in place (grad mode is off in backward)
+        for k in 0..self.graph_leaves.len() {
+            let r = self.graph_leaves[k].rt as usize;
+            if let Some(g) = self.grad_buf.get_mut(r).and_then(Option::take) {
+                match self.graph_leaves[k].grad {
+                    None => self.graph_leaves[k].grad = Some(g),
+                    Some(_) => self.decref(g),
+                }
+            }
+        }
         // gradients that reached no parameter (e.g. the input's) are dropped with the graph
         for i in 0..self.grad_buf.len() {
             if let Some(s) = self.grad_buf[i].take() {
@@ -1272,6 +1399,20 @@ impl<'g> Sim<'g> {
         }
         self.tape.clear();
         self.in_backward = false;
+    }
+
+    /// Releases the graph leaves (and their `.grad`) of iterations before `before`.
+    fn release_graph_leaves(&mut self, before: u32) {
+        let (old, keep): (Vec<GraphLeaf>, Vec<GraphLeaf>) = std::mem::take(&mut self.graph_leaves)
+            .into_iter()
+            .partition(|l| l.iteration < before);
+        self.graph_leaves = keep;
+        for l in old {
+            if let Some(g) = l.grad {
+                self.decref(g);
+            }
+            self.release_rt(l.rt);
+        }
     }
 
     /// `F.cross_entropy(logits, labels)` = `nll_loss(log_softmax(logits), labels)`.
@@ -1491,7 +1632,21 @@ fn checkpoint_regions(g: &Graph, specs: &[Checkpoint]) -> Result<Vec<Region>, Si
             .join(", ")
     };
     let mut regions = Vec::new();
-    let mut push = |first: u32, end: u32, inputs: Vec<TensorId>| {
+    let mut push = |first: u32, end: u32, mut inputs: Vec<TensorId>| {
+        // tensors the region reads that were made before it and are not among the call's
+        // arguments (a closure's captures, or a container such as a ModuleList that Python never
+        // calls) are kept for the recomputation too
+        for node in &g.nodes[first as usize..end as usize] {
+            for &t in &node.inputs {
+                let outside = g.tensor(t).param.is_none()
+                    && g.tensor(t)
+                        .producer
+                        .is_none_or(|p| p.0 < first || p.0 >= end);
+                if outside && !inputs.contains(&t) {
+                    inputs.push(t);
+                }
+            }
+        }
         if end > first {
             regions.push(Region {
                 first: first as usize,
@@ -1500,6 +1655,7 @@ fn checkpoint_regions(g: &Graph, specs: &[Checkpoint]) -> Result<Vec<Region>, Si
                 frame: Vec::new(),
                 recomputed: false,
                 lowest_tape: None,
+                last_saving: None,
             });
         }
     };
@@ -1686,6 +1842,8 @@ fn run(g: &Graph, cfg: &StepConfig) -> Result<Simulation, SimError> {
         gradient_bytes: 0,
         peak_event: 0,
         first_layers: Vec::new(),
+        iteration: 0,
+        graph_leaves: Vec::new(),
     };
     s.phase("init");
     s.phase("model");
@@ -1718,6 +1876,7 @@ fn run(g: &Graph, cfg: &StepConfig) -> Result<Simulation, SimError> {
         .map(|t| g.tensor(*t).shape.first().copied().unwrap_or(1))
         .unwrap_or(1);
     for it in 1..=cfg.iterations.max(1) {
+        s.iteration = it;
         s.phase(&format!("it{it}.data"));
         let mut new_x = Vec::new();
         for &t in &g.inputs {
@@ -1731,44 +1890,44 @@ fn run(g: &Graph, cfg: &StepConfig) -> Result<Simulation, SimError> {
             ));
         }
         // a data loader yields labels with the images, in inference too
-        let new_y = {
-            Some(match g.task {
-                Task::Classification { .. } => s.fresh(
+        let new_y = match g.task {
+            Task::Classification { .. } => Some(s.fresh(
+                TensorMeta::new(vec![batch], DType::I64),
+                Category::Inputs,
+                Label::new("labels"),
+                None,
+                false,
+            )),
+            // `labels = input_ids`: the same tensor
+            Task::CausalLm { .. } => Some(match new_x.first() {
+                Some(&r) => {
+                    s.incref(s.rts[r as usize].storage);
+                    r
+                }
+                None => s.fresh(
                     TensorMeta::new(vec![batch], DType::I64),
                     Category::Inputs,
                     Label::new("labels"),
                     None,
                     false,
                 ),
-                // `labels = input_ids`: the same tensor
-                Task::CausalLm { .. } => match new_x.first() {
-                    Some(&r) => {
-                        s.incref(s.rts[r as usize].storage);
-                        r
-                    }
-                    None => s.fresh(
-                        TensorMeta::new(vec![batch], DType::I64),
-                        Category::Inputs,
-                        Label::new("labels"),
-                        None,
-                        false,
-                    ),
-                },
-                Task::MaskedLm { .. } => {
-                    let shape = g
-                        .inputs
-                        .first()
-                        .map(|t| g.tensor(*t).shape.clone())
-                        .unwrap_or_else(|| vec![batch]);
-                    s.fresh(
-                        TensorMeta::new(shape, DType::I64),
-                        Category::Inputs,
-                        Label::new("labels"),
-                        None,
-                        false,
-                    )
-                }
-            })
+            }),
+            Task::MaskedLm { .. } => {
+                let shape = g
+                    .inputs
+                    .first()
+                    .map(|t| g.tensor(*t).shape.clone())
+                    .unwrap_or_else(|| vec![batch]);
+                Some(s.fresh(
+                    TensorMeta::new(shape, DType::I64),
+                    Category::Inputs,
+                    Label::new("labels"),
+                    None,
+                    false,
+                ))
+            }
+            // the labels are graph inputs, made with the other inputs above
+            Task::LossInForward => None,
         };
         for r in std::mem::replace(&mut x, new_x) {
             s.release_rt(r);
@@ -1797,16 +1956,25 @@ fn run(g: &Graph, cfg: &StepConfig) -> Result<Simulation, SimError> {
         for r in std::mem::replace(&mut out, new_out) {
             s.release_rt(r);
         }
-        if let (true, Some(label_rt), Some(&logits)) = (train, y, out.first()) {
+        let has_loss = y.is_some() || g.task == Task::LossInForward;
+        if let (true, true, Some(&logits)) = (train, has_loss, out.first()) {
             s.phase(&format!("it{it}.loss"));
+            let label_rt = y.unwrap_or(logits);
             let l = match g.task {
                 Task::Classification { .. } => vec![s.cross_entropy(logits, label_rt)],
                 Task::CausalLm { vocab } => vec![s.lm_loss(logits, label_rt, vocab, true)],
                 Task::MaskedLm { vocab } => vec![s.lm_loss(logits, label_rt, vocab, false)],
+                // `loss = out.loss`: one more reference to the forward's first output
+                Task::LossInForward => {
+                    s.incref(s.rts[logits as usize].storage);
+                    vec![logits]
+                }
             };
             // `loss = ...` rebinds inside the autocast block; its weight cache goes at the exit
             if let Some(old) = loss.replace(l[0]) {
                 s.release_rt(old);
+                // the old loss was the last reference to the previous iteration's graph
+                s.release_graph_leaves(it);
             }
             s.clear_autocast_cache();
             s.phase(&format!("it{it}.zero_grad"));
@@ -1840,6 +2008,7 @@ fn run(g: &Graph, cfg: &StepConfig) -> Result<Simulation, SimError> {
             for r in std::mem::take(&mut out).into_iter().chain(loss.take()) {
                 s.release_rt(r);
             }
+            s.release_graph_leaves(it + 1);
         }
     }
     let parameter_bytes = g

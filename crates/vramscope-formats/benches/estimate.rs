@@ -57,6 +57,8 @@ fn estimate_hf(name: &str, batch: u64, seq: u64, precision: Precision) -> u64 {
         precision,
         generate: None,
         attn: hf::AttnImplementation::Sdpa,
+        target_seq: None,
+        gradient_checkpointing: false,
     };
     let m = hf::build(&cfg, &input).expect("builds");
     let step = StepConfig {
@@ -92,6 +94,8 @@ fn transformer_generate_bf16(
         precision: Precision::Bf16,
         generate: Some(hf::Generation { new_tokens }),
         attn: hf::AttnImplementation::Sdpa,
+        target_seq: None,
+        gradient_checkpointing: false,
     };
     let step = StepConfig {
         mode: Mode::Generate,
@@ -121,6 +125,8 @@ fn transformer_generate_graph_only(
         precision: Precision::Bf16,
         generate: Some(hf::Generation { new_tokens }),
         attn: hf::AttnImplementation::Sdpa,
+        target_seq: None,
+        gradient_checkpointing: false,
     };
     bencher.bench(|| {
         hf::build(&cfg, divan::black_box(&input))

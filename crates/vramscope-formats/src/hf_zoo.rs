@@ -46,6 +46,9 @@ const CONFIGS: &[(&str, &str)] = &[
     ("gemma-2-2b", include_str!("../data/hf/gemma-2-2b.json")),
     ("gemma-2-9b", include_str!("../data/hf/gemma-2-9b.json")),
     ("phi-3-mini", include_str!("../data/hf/phi-3-mini.json")),
+    ("t5-small", include_str!("../data/hf/t5-small.json")),
+    ("t5-base", include_str!("../data/hf/t5-base.json")),
+    ("flan-t5-base", include_str!("../data/hf/flan-t5-base.json")),
 ];
 
 /// The zoo names of the built-in transformer configs, in zoo order.
@@ -79,7 +82,7 @@ mod tests {
             assert!(v["architectures"][0].is_string(), "{name}");
             assert!(v["model_type"].is_string(), "{name}");
         }
-        assert_eq!(names().len(), 32);
+        assert_eq!(names().len(), 35);
         assert!(config("gpt3").is_none());
     }
 

@@ -24,8 +24,9 @@ fn args_of(case: &Value) -> Vec<String> {
     let s = |k: &str| case[k].as_str().unwrap_or_default().to_string();
     let n = |k: &str| case[k].as_u64().unwrap_or(0).to_string();
     let model = s("model");
-    // Hugging Face configs are committed under fixtures/hf/configs (paths from the repo root)
-    let model = if model.ends_with(".json") {
+    // Hugging Face configs (fixtures/hf/configs) and ONNX files (fixtures/onnx) are committed;
+    // their paths are from the repo root
+    let model = if model.ends_with(".json") || model.ends_with(".onnx") {
         format!("{}/../../{model}", env!("CARGO_MANIFEST_DIR"))
     } else {
         model
@@ -76,20 +77,24 @@ fn args_of(case: &Value) -> Vec<String> {
 }
 
 fn check(file: &str) {
-    check_where(file, false, |_| true);
+    check_where(file, |_| true);
+}
+
+fn check_where(file: &str, keep: impl Fn(&Value) -> bool) {
+    let all: Vec<Value> = cases(file).into_iter().filter(keep).collect();
+    check_cases(file, all, false);
 }
 
 /// [`check`], and every phase's peak allocated within the peak tolerance too (for the fixtures
 /// whose overall peak is elsewhere than the phase they test: a small model's generation peaks
 /// while its tied head is built).
 fn check_phase_peaks(file: &str) {
-    check_where(file, true, |_| true);
+    check_cases(file, cases(file), true);
 }
 
-fn check_where(file: &str, phase_peaks: bool, keep: impl Fn(&Value) -> bool) {
+fn check_cases(file: &str, all: Vec<Value>, phase_peaks: bool) {
     let mut failures = Vec::new();
     let mut worst: f64 = 0.0;
-    let all: Vec<Value> = cases(file).into_iter().filter(keep).collect();
     assert!(!all.is_empty(), "{file} has no cases");
     for case in &all {
         let name = case["name"].as_str().unwrap_or("?");
@@ -190,15 +195,77 @@ fn hf_dev_cases_match_truth() {
 
 /// LoRA (PEFT's layer structure, adapters on attention or MLP projections, with and without
 /// dropout) and `--freeze`: frozen weights without gradients or optimizer state, and the saved
-/// tensors autograd skips for them.
+/// tensors autograd skips for them (frozen MoE experts keep no grouped-GEMM inputs).
 #[test]
 fn lora_and_freeze_cases_match_truth() {
     check("hf_lora.jsonl");
 }
 
+/// T5 encoder-decoder (`model(input_ids=[B, S], labels=[B, T]).loss`, `--target-len`): t5-small's
+/// shape and a FLAN-T5 / v1.1 one (gated-gelu, `num_heads * d_kv != d_model`, 3 decoder blocks,
+/// no output rescale) cut to 2 encoder blocks; fp32, AMP bf16 and fp16, pure bf16 and fp16
+/// inference, gradient checkpointing, unaligned lengths (the mem-efficient mask padding), batch 1;
+/// and the built-in t5-small and flan-t5-base (gradient checkpointing) at full depth.
+#[test]
+fn t5_cases_match_truth() {
+    check("hf_t5.jsonl");
+}
+
+/// The models of validation/onnx_models.py (a 2-layer LSTM, a bidirectional GRU, an embedding +
+/// transformer text classifier, 3-D/1-D convolutions), estimated from their ONNX exports
+/// (fixtures/onnx) against the truth tool's measurement of the PyTorch programs.
+#[test]
+fn onnx_exports_of_custom_models_match_truth() {
+    check("onnx_models.jsonl");
+}
+
+/// The committed torchvision exports (fixtures/onnx/*.onnx, batch axis dynamic, 224×224 and
+/// 1000 classes fixed) against the measured torchvision cases of the same models, checkpointed
+/// ones included (module paths come from the exporter's node names).
+#[test]
+fn onnx_exports_of_torchvision_models_match_truth() {
+    let exported = [
+        "resnet18",
+        "resnet50",
+        "mobilenet_v3_small",
+        "squeezenet1_1",
+        "densenet121",
+        "vit_b_16",
+    ];
+    let mut all = Vec::new();
+    for file in [
+        "torchvision_dev.jsonl",
+        "torchvision_extra.jsonl",
+        "torchvision_more.jsonl",
+    ] {
+        for mut case in cases(file) {
+            let model = case["model"].as_str().unwrap_or_default().to_string();
+            let fits_export = case["image"].as_u64().is_none_or(|i| i == 224)
+                && case["num_classes"].as_u64().is_none_or(|k| k == 1000);
+            if exported.contains(&model.as_str()) && fits_export {
+                case["model"] = Value::from(format!("fixtures/onnx/{model}.onnx"));
+                case["name"] =
+                    Value::from(format!("{}.onnx", case["name"].as_str().unwrap_or("?")));
+                all.push(case);
+            }
+        }
+    }
+    assert!(all.len() >= 12, "only {} exported cases", all.len());
+    check_cases("torchvision exports", all, false);
+}
+
+/// Mixture-of-Experts decoders (Mixtral, Qwen2-MoE with its shared expert and dense
+/// `mlp_only_layers`, Qwen3-MoE with q/k norms) with transformers' default grouped-GEMM experts:
+/// fp32, AMP bf16, gradient checkpointing, pure-bf16 inference, SGD and AdamW.
+#[test]
+fn hf_moe_cases_match_truth() {
+    assert_eq!(cases("hf_moe.jsonl").len(), 15);
+    check("hf_moe.jsonl");
+}
+
 /// `model.generate` with the KV cache (GPT-2, Qwen2, Mistral with and without a sliding window,
 /// OPT; fp32, bf16, AMP bf16; prompts of 64 to 512 tokens, 16 to 1500 new tokens, the last one
-/// through the jump over decode steps).
+/// through the skipped decode steps).
 #[test]
 fn generation_cases_match_truth() {
     check_phase_peaks("hf_generate.jsonl");

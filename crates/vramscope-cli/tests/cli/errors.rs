@@ -109,10 +109,10 @@ fn bad_flag_is_a_usage_error() {
 #[test]
 fn builtin_transformer_not_supported_yet() {
     fails_with(
-        &["estimate", "mixtral-8x7b", "--seq-len", "512"],
+        &["estimate", "phi-3-mini", "--seq-len", "512"],
         &[
-            "built-in mixtral-8x7b",
-            "mixtral",
+            "built-in phi-3-mini",
+            "phi3",
             "not supported",
             "supported model types",
         ],
@@ -157,6 +157,40 @@ fn bad_lora_and_freeze_flags() {
             "q_proj",
         ],
         &["--lora-targets needs --lora"],
+    );
+}
+
+#[test]
+fn target_len_belongs_to_encoder_decoders() {
+    fails_with(
+        &["estimate", "resnet18", "--target-len", "32"],
+        &["--target-len", "Hugging Face models", "resnet18"],
+    );
+    fails_with(
+        &["estimate", "gpt2", "--seq-len", "64", "--target-len", "32"],
+        &["--target-len", "encoder-decoder", "gpt2"],
+    );
+    fails_with(
+        &[
+            "estimate",
+            "t5-small",
+            "--seq-len",
+            "64",
+            "--target-len",
+            "0",
+        ],
+        &["--target-len", "positive"],
+    );
+    fails_with(
+        &[
+            "estimate",
+            "t5-small",
+            "--seq-len",
+            "64",
+            "--task",
+            "causal-lm",
+        ],
+        &["t5", "no causal-lm head"],
     );
 }
 

@@ -243,6 +243,8 @@ fn builtin_transformers_by_name() {
         "llama-3-8b",
         "roberta-base",
         "phi-3-mini",
+        "t5-small",
+        "flan-t5-base",
     ] {
         assert!(list.lines().any(|l| l == n), "{n} not listed");
     }
@@ -292,6 +294,104 @@ fn fit_searches_the_sequence_length_of_a_transformer() {
     };
     assert!(fits(s));
     assert!(!fits(s + 1));
+}
+
+/// T5: `input_ids` `[B, S]` and `labels` `[B, T]`; the labels' length moves the decoder's and
+/// the loss's memory only, and the loss is computed in the forward phase (the loss phase only
+/// reads it).
+#[test]
+fn t5_target_length_and_loss_in_forward() {
+    let run = |target: &str| {
+        estimate_json(&[
+            "t5-small",
+            "--seq-len",
+            "256",
+            "--target-len",
+            target,
+            "--batch-size",
+            "4",
+            "--optimizer",
+            "adamw",
+        ])
+    };
+    let short = run("32");
+    let long = run("128");
+    assert_eq!(short["model"]["parameters"], 60506624);
+    assert_eq!(short["config"]["input_shape"], serde_json::json!([256]));
+    let peak = |r: &serde_json::Value| r["peak"]["allocated_bytes"].as_u64().unwrap();
+    assert!(peak(&long) > peak(&short));
+    let phase = |r: &serde_json::Value, name: &str| {
+        r["phases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap()
+            .clone()
+    };
+    // the [B*T, vocab] log-probabilities are made in the forward phase, not the loss phase
+    let fwd = phase(&long, "it1.forward")["allocated_after_bytes"]
+        .as_u64()
+        .unwrap();
+    let loss = phase(&long, "it1.loss")["allocated_after_bytes"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(fwd, loss);
+    assert!(
+        fwd > 4 * 128 * 32128 * 4,
+        "logits and log-probabilities: {fwd}"
+    );
+    // without --target-len the labels are as long as the inputs
+    let same = estimate_json(&["t5-small", "--seq-len", "128", "--batch-size", "4"]);
+    let explicit = estimate_json(&[
+        "t5-small",
+        "--seq-len",
+        "128",
+        "--target-len",
+        "128",
+        "--batch-size",
+        "4",
+    ]);
+    assert_eq!(same["peak"], explicit["peak"]);
+}
+
+/// `tricks` re-simulates T5 with checkpoints on every container, including the `ModuleList`s
+/// Python never calls (their recomputation keeps what they read).
+#[test]
+fn tricks_checkpoint_every_t5_container() {
+    let cfg = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../fixtures/hf/configs/t5_small_2l.json"
+    );
+    let out = crate::vramscope(&[
+        "tricks",
+        cfg,
+        "--seq-len",
+        "32",
+        "--target-len",
+        "16",
+        "-b",
+        "2",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let names: Vec<String> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert!(
+        names
+            .iter()
+            .any(|n| n.starts_with("checkpoint every block")),
+        "{names:?}"
+    );
 }
 
 /// `--mode generate` adds `generation` (and only then); the KV cache at the peak is its own

@@ -66,6 +66,11 @@ pub struct Aten {
     pub grads_right_to_left: bool,
     /// Whether it makes an autograd node at all.
     pub differentiable: bool,
+    /// Its output is a leaf that requires grad (see [`Op::leaf_requires_grad`]).
+    pub leaf_requires_grad: bool,
+    /// Gradients are computed like the output, then reduced / cast (see
+    /// [`Op::grads_like_output`]).
+    pub grads_like_output: bool,
     /// Parameters and buffers its module owns (when used as a leaf module's whole forward).
     pub param_specs: Vec<ParamSpec>,
 }
@@ -87,6 +92,8 @@ impl Aten {
             grads: None,
             grads_right_to_left: false,
             differentiable: true,
+            leaf_requires_grad: false,
+            grads_like_output: false,
             param_specs: Vec::new(),
         }
     }
@@ -173,6 +180,21 @@ impl Aten {
     /// No autograd node (integer index arithmetic).
     pub fn not_differentiable(mut self) -> Self {
         self.differentiable = false;
+        self
+    }
+
+    /// Backward computes the gradients with the output's shape and dtype, then reduces those of
+    /// broadcast inputs and casts those of narrower ones (a product: `grad * other`).
+    pub fn grads_like_output(mut self) -> Self {
+        self.grads_like_output = true;
+        self
+    }
+
+    /// The output is a leaf with `requires_grad = True` (`t.requires_grad = True` after a
+    /// factory call such as `zeros`); implies no autograd node of its own.
+    pub fn requires_grad_leaf(mut self) -> Self {
+        self.differentiable = false;
+        self.leaf_requires_grad = true;
         self
     }
 
@@ -287,6 +309,14 @@ impl Op for Aten {
     fn differentiable(&self) -> bool {
         self.differentiable
     }
+
+    fn leaf_requires_grad(&self) -> bool {
+        self.leaf_requires_grad
+    }
+
+    fn grads_like_output(&self) -> bool {
+        self.grads_like_output
+    }
 }
 
 #[cfg(test)]
@@ -317,6 +347,7 @@ mod tests {
             params: &[],
             outputs: &[],
             training: true,
+            inputs_require_grad: &[],
         };
         assert_eq!(op.input_grads(&ctx), vec![GradIn::New, GradIn::None]);
     }

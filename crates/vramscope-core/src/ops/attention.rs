@@ -79,48 +79,11 @@ impl Op for ScaledDotProductAttention {
     }
 
     fn forward_extras(&self, ctx: &OpCtx) -> Vec<TensorMeta> {
-        let q = &ctx.inputs[0].shape;
-        let (b, h, l) = (q[0], q[1], q[2]);
-        match self.backend(ctx) {
-            // log-sum-exp padded to 32 rows, then the philox seed and offset (int64 scalars)
-            SdpaBackend::Efficient => vec![
-                TensorMeta::new(vec![b, h, l.div_ceil(32) * 32], DType::F32),
-                TensorMeta::new(vec![], DType::I64),
-                TensorMeta::new(vec![], DType::I64),
-            ],
-            // softmax statistics, then the philox seed and offset (int64 scalars)
-            SdpaBackend::Cudnn => vec![
-                TensorMeta::new(vec![b, h, l, 1], DType::F32),
-                TensorMeta::new(vec![], DType::I64),
-                TensorMeta::new(vec![], DType::I64),
-            ],
-            // log-sum-exp, the philox seed pair and offset (uint64; the debug mask is empty)
-            SdpaBackend::Flash => vec![
-                TensorMeta::new(vec![b, h, l], DType::F32),
-                TensorMeta::new(vec![2], DType::I64),
-                TensorMeta::new(vec![], DType::I64),
-            ],
-            SdpaBackend::Math => {
-                let k = &ctx.inputs[1].shape;
-                vec![TensorMeta::new(vec![b, h, l, k[2]], ctx.inputs[0].dtype)]
-            }
-        }
+        backend_extras(self.backend(ctx), ctx)
     }
 
-    // without grad, mem-efficient attention skips the log-sum-exp (an empty tensor) and cuDNN
-    // still returns its statistics; both still make the seed and offset (freed after the call)
     fn inference_extras(&self, ctx: &OpCtx) -> Vec<TensorMeta> {
-        let q = &ctx.inputs[0].shape;
-        let (b, h) = (q[0], q[1]);
-        match self.backend(ctx) {
-            SdpaBackend::Efficient => vec![
-                TensorMeta::new(vec![b, h, 0], DType::F32),
-                TensorMeta::new(vec![], DType::I64),
-                TensorMeta::new(vec![], DType::I64),
-            ],
-            SdpaBackend::Cudnn => self.forward_extras(ctx),
-            _ => Vec::new(),
-        }
+        backend_inference_extras(self.backend(ctx), ctx)
     }
 
     fn saved_for_backward(&self, ctx: &OpCtx) -> Vec<Saved> {
@@ -142,5 +105,53 @@ impl Op for ScaledDotProductAttention {
         }
         let q = &ctx.inputs[0].shape;
         vec![q[0] * q[1] * q[2] * 4]
+    }
+}
+
+/// The results a backend's forward returns besides the output, which backward keeps (q, k, v
+/// `[B, H, L, E]` first among `ctx.inputs`).
+pub(crate) fn backend_extras(backend: SdpaBackend, ctx: &OpCtx) -> Vec<TensorMeta> {
+    let q = &ctx.inputs[0].shape;
+    let (b, h, l) = (q[0], q[1], q[2]);
+    match backend {
+        // log-sum-exp padded to 32 rows, then the philox seed and offset (int64 scalars)
+        SdpaBackend::Efficient => vec![
+            TensorMeta::new(vec![b, h, l.div_ceil(32) * 32], DType::F32),
+            TensorMeta::new(vec![], DType::I64),
+            TensorMeta::new(vec![], DType::I64),
+        ],
+        // softmax statistics, then the philox seed and offset (int64 scalars)
+        SdpaBackend::Cudnn => vec![
+            TensorMeta::new(vec![b, h, l, 1], DType::F32),
+            TensorMeta::new(vec![], DType::I64),
+            TensorMeta::new(vec![], DType::I64),
+        ],
+        // log-sum-exp, the philox seed pair and offset (uint64; the debug mask is empty)
+        SdpaBackend::Flash => vec![
+            TensorMeta::new(vec![b, h, l], DType::F32),
+            TensorMeta::new(vec![2], DType::I64),
+            TensorMeta::new(vec![], DType::I64),
+        ],
+        SdpaBackend::Math => {
+            let k = &ctx.inputs[1].shape;
+            vec![TensorMeta::new(vec![b, h, l, k[2]], ctx.inputs[0].dtype)]
+        }
+    }
+}
+
+/// [`backend_extras`] without grad: mem-efficient attention skips the log-sum-exp (an empty
+/// tensor) and cuDNN still returns its statistics; both still make the seed and offset (freed
+/// after the call).
+pub(crate) fn backend_inference_extras(backend: SdpaBackend, ctx: &OpCtx) -> Vec<TensorMeta> {
+    let q = &ctx.inputs[0].shape;
+    let (b, h) = (q[0], q[1]);
+    match backend {
+        SdpaBackend::Efficient => vec![
+            TensorMeta::new(vec![b, h, 0], DType::F32),
+            TensorMeta::new(vec![], DType::I64),
+            TensorMeta::new(vec![], DType::I64),
+        ],
+        SdpaBackend::Cudnn => backend_extras(backend, ctx),
+        _ => Vec::new(),
     }
 }

@@ -15,22 +15,26 @@ mod adaptive_avg_pool;
 mod add;
 mod aten;
 mod attention;
+mod attention_bias;
 mod attention_heads;
 mod avg_pool;
 mod batch_norm;
 mod cat;
 mod conv2d;
+mod conv_nd;
 mod conv_transpose2d;
 mod copy_slices;
 mod dropout;
 mod dropout_inplace;
 mod elementwise;
 mod group_norm;
+mod gru_cell;
 mod kv_cache;
 mod layer_norm;
 mod linear;
 mod linear_strided;
 mod log_softmax;
+mod lstm_cell;
 mod matmul;
 mod matmul_copy;
 mod matmul_copy_rhs;
@@ -53,22 +57,26 @@ pub use adaptive_avg_pool::AdaptiveAvgPool2d;
 pub use add::Add;
 pub use aten::{Aten, DTypeRule, TensorRule};
 pub use attention::{ScaledDotProductAttention, SdpaBackend};
+pub use attention_bias::ScaledDotProductAttentionBias;
 pub use attention_heads::{AttentionHeadsMerge, AttentionHeadsView};
 pub use avg_pool::AvgPool2d;
 pub use batch_norm::BatchNorm2d;
 pub use cat::Cat;
 pub use conv2d::Conv2d;
+pub use conv_nd::ConvNd;
 pub use conv_transpose2d::ConvTranspose2d;
 pub use copy_slices::CopySlices;
 pub use dropout::{Dropout, StochasticDepth};
 pub use dropout_inplace::DropoutInplace;
 pub use elementwise::Elementwise;
 pub use group_norm::GroupNorm;
+pub use gru_cell::GruCell;
 pub use kv_cache::KvCacheUpdate;
 pub use layer_norm::LayerNorm;
 pub use linear::Linear;
 pub use linear_strided::LinearStrided;
 pub use log_softmax::LogSoftmax;
+pub use lstm_cell::LstmCell;
 pub use matmul::MatMul;
 pub use matmul_copy::MatMulCopy;
 pub use matmul_copy_rhs::MatMulCopyRhs;
@@ -175,6 +183,10 @@ pub enum GradIn {
     PassThrough(usize),
     /// No gradient (integer input, or the op is not differentiable in it).
     None,
+    /// The same tensor as the gradient of input `i` (one kernel result handed to several
+    /// inputs: the fused LSTM cell's gate gradient serves both gate inputs, its bias gradient
+    /// both biases); a new tensor when input `i` gets none.
+    SameAs(usize),
 }
 
 /// How `torch.autocast` treats an op (the CUDA autocast lists of `autocast_mode.cpp`).
@@ -201,6 +213,9 @@ pub struct OpCtx<'a> {
     pub outputs: &'a [TensorMeta],
     /// `module.training` (train mode: batch norm uses batch statistics, dropout is active).
     pub training: bool,
+    /// Whether each activation input requires grad (autograd records a gradient for it); empty
+    /// when not known (graph passes that look at the program without running it).
+    pub inputs_require_grad: &'a [bool],
 }
 
 /// An error from an op's shape rule, naming what was expected.
@@ -332,6 +347,23 @@ pub trait Op: Debug + Send + Sync {
     /// Whether the outputs are the key/value cache of a generation (reported as their own
     /// category).
     fn is_kv_cache(&self) -> bool {
+        false
+    }
+
+    /// Whether backward computes each input's gradient with the output's shape and dtype (a
+    /// product's `grad * other`); autograd's `validate_outputs` then reduces the gradient of a
+    /// broadcast input to its shape (`sum_to`) and casts that of a narrower input (a bf16 factor
+    /// of a float32 product under autocast) to its dtype: a full-size gradient first, then the
+    /// input's. Ops whose gradient rule already is the input's (`add`, autocast-cast inputs)
+    /// leave it false.
+    fn grads_like_output(&self) -> bool {
+        false
+    }
+
+    /// Whether its output is a new leaf tensor with `requires_grad = True` while grad is enabled
+    /// (T5's zero position bias under gradient checkpointing): backward accumulates its `.grad`,
+    /// and the autograd graph, which the loss keeps alive, holds the leaf and that `.grad`.
+    fn leaf_requires_grad(&self) -> bool {
         false
     }
 }

@@ -30,8 +30,16 @@ impl Op for NllLoss {
         Autocast::Fp32
     }
 
-    fn forward_extras(&self, _ctx: &OpCtx) -> Vec<TensorMeta> {
-        vec![TensorMeta::new(vec![], DType::F32)]
+    // `total_weight`, in the dtype of the log-probabilities (fp32 under autocast, bf16 in a pure
+    // bf16 model)
+    fn forward_extras(&self, ctx: &OpCtx) -> Vec<TensorMeta> {
+        let dtype = ctx.inputs.first().map_or(DType::F32, |m| m.dtype);
+        vec![TensorMeta::new(vec![], dtype)]
+    }
+
+    // `nll_loss_forward` returns `total_weight` under `no_grad` too (an evaluation loss)
+    fn inference_extras(&self, ctx: &OpCtx) -> Vec<TensorMeta> {
+        self.forward_extras(ctx)
     }
 
     fn saved_for_backward(&self, _ctx: &OpCtx) -> Vec<Saved> {

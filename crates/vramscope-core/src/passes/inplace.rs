@@ -59,6 +59,7 @@ pub fn inplace_activations(g: &Graph) -> (Graph, usize) {
             params: &params,
             outputs: &outputs,
             training: true,
+            inputs_require_grad: &[],
         };
         let saves_t = prod.op.saved_for_backward(&ctx).iter().any(|s| match s {
             Saved::Output(k) => prod.outputs.get(*k) == Some(t),

@@ -129,6 +129,22 @@ impl HfConfig {
                 .is_none_or(|t| matches!(t.get(key), None | Some(Value::Null)))
     }
 
+    /// A list of non-negative integers (`mlp_only_layers`), if present.
+    pub fn opt_u64_list(&self, key: &str) -> Result<Option<Vec<u64>>, HfError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::Array(a)) => a
+                .iter()
+                .map(|v| {
+                    v.as_u64()
+                        .ok_or_else(|| self.err(key, "a list of non-negative integers"))
+                })
+                .collect::<Result<Vec<u64>, HfError>>()
+                .map(Some),
+            Some(_) => Err(self.err(key, "a list of non-negative integers")),
+        }
+    }
+
     /// The number of entries of an object field (`id2label`), if present.
     pub fn map_len(&self, key: &str) -> Result<Option<u64>, HfError> {
         match self.get(key) {

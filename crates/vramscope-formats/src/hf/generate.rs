@@ -540,6 +540,8 @@ mod tests {
             precision,
             generate: Some(gen),
             attn: Default::default(),
+            target_seq: None,
+            gradient_checkpointing: false,
         };
         let m = llama::Model::new(cfg, "llama", &input, precision.param_dtype()).expect("model");
         let (g, info) = build_within(
@@ -648,6 +650,8 @@ mod tests {
             precision: Precision::Fp32,
             generate: Some(Generation { new_tokens: 10 }),
             attn: Default::default(),
+            target_seq: None,
+            gradient_checkpointing: false,
         };
         let err = crate::hf::build(&cfg, &input).expect_err("past the window");
         assert!(err.to_string().contains("sliding_window = 64"), "{err}");

@@ -171,6 +171,8 @@ fn block(
     let e = s.hidden;
     let x = b.layer("ln_1", LayerNorm::new(e), &[input]);
     let a = b.module("attn", "GPT2Attention", &[x], |b| {
+        // SDPA applies the attention dropout itself; the module exists but is never called
+        b.declare_module("attn_dropout", "Dropout");
         let qkv = conv1d(b, "c_attn", e, 3 * e, x);
         let parts = b.op_multi(
             vramscope_core::ops::View {
@@ -231,7 +233,7 @@ fn block(
 
 /// `0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * pow(x, 3))))`, op by op (`pow` runs in
 /// float32 under autocast, so the rest is promoted to float32).
-fn gelu_new(b: &mut GraphBuilder, x: TensorId) -> TensorId {
+pub(super) fn gelu_new(b: &mut GraphBuilder, x: TensorId) -> TensorId {
     let s = b.shape(x).to_vec();
     let half = mul_scalar(b, x);
     let f32 = DTypeRule::Fixed(DType::F32);

@@ -21,17 +21,23 @@ pub fn embedding(
     dim: u64,
     ids: TensorId,
 ) -> (TensorId, TensorId) {
-    let mut shape = b.shape(ids).to_vec();
-    shape.push(dim);
     b.module(name, "Embedding", &[ids], |b| {
         let w = b.parameter("weight", vec![num, dim]);
-        let op = Aten::new("embedding", shape)
-            .dtype(DTypeRule::Like(0))
-            .saves(vec![Saved::Input(1)])
-            .saved_only_for(Saved::Input(1), 0)
-            .grads(vec![GradIn::New, GradIn::None]);
-        (b.op(op, &[w, ids]), w)
+        (embedding_lookup(b, w, ids), w)
     })
+}
+
+/// `embedding(weight, ids)` inside the current module, for an `nn.Embedding` whose weight is
+/// another module's (T5's `encoder.embed_tokens`, tied to `shared`).
+pub fn embedding_lookup(b: &mut GraphBuilder, weight: TensorId, ids: TensorId) -> TensorId {
+    let mut shape = b.shape(ids).to_vec();
+    shape.push(b.shape(weight)[1]);
+    let op = Aten::new("embedding", shape)
+        .dtype(DTypeRule::Like(0))
+        .saves(vec![Saved::Input(1)])
+        .saved_only_for(Saved::Input(1), 0)
+        .grads(vec![GradIn::New, GradIn::None]);
+    b.op(op, &[weight, ids])
 }
 
 /// `nn.Dropout(p)`; p = 0 returns its input.
@@ -65,6 +71,37 @@ pub fn packed_sequence_check(b: &mut GraphBuilder, batch: u64, seq: u64) {
         .not_differentiable();
     op.outputs.clear();
     b.op_multi(op, &[]);
+}
+
+/// What `masking_utils.sdpa_mask` runs when a mask cannot be skipped (a sliding-window causal mask
+/// with `kv_length >= sliding_window`, e.g. Qwen2-MoE's with `use_sliding_window: false`, whose
+/// window is then 0), on the non-vmap path: `arange(B)`, `arange(1)`, `arange(S) + 0` twice, then
+/// `kv > q - window` (`new_ones`, `sub`, `gt`, `bitwise_and`) and `kv <= q` (`le`, `bitwise_and`).
+/// Returns the `[1, 1, S, S]` bool mask (the caller keeps it as long as its local lives); the
+/// aranges are freed when `sdpa_mask` returns.
+pub fn sdpa_mask(b: &mut GraphBuilder, batch: u64, seq: u64) -> TensorId {
+    let i64 = DTypeRule::Fixed(DType::I64);
+    let boolean = DTypeRule::Fixed(DType::Bool);
+    let index = |n: u64| Aten::new("arange", vec![n]).dtype(i64).not_differentiable();
+    b.frame(|b| {
+        let batch_arange = b.op(index(batch), &[]);
+        let head_arange = b.op(index(1), &[]);
+        let q = b.op(index(seq).temporary(vec![seq], i64), &[]);
+        let kv = b.op(index(seq).temporary(vec![seq], i64), &[]);
+        b.hold(&[batch_arange, head_arange, q, kv]);
+        let square = vec![1, 1, seq, seq];
+        let op = |name, shape: &Vec<u64>, rule| {
+            Aten::new(name, shape.clone())
+                .dtype(rule)
+                .not_differentiable()
+        };
+        let one = b.op(op("new_ones", &vec![], boolean), &[]);
+        let q_minus_window = b.op(op("sub", &vec![1, 1, seq, 1], i64), &[q]);
+        let after_start = b.op(op("gt", &square, boolean), &[kv, q_minus_window]);
+        let windowed = b.op(op("bitwise_and", &square, boolean), &[one, after_start]);
+        let causal = b.op(op("le", &square, boolean), &[kv, q]);
+        b.op(op("bitwise_and", &square, boolean), &[windowed, causal])
+    })
 }
 
 /// `Conv1D(nf, nx)` (GPT-2's transposed linear): `addmm(bias, x.view(-1, nx), weight)` with
@@ -108,19 +145,23 @@ pub fn linear(
 
 /// An LM head tied to the embedding `weight`: `linear(x, weight)` (an `mm` without bias).
 pub fn tied_head(b: &mut GraphBuilder, name: &str, weight: TensorId, x: TensorId) -> TensorId {
+    b.module(name, "Linear", &[x], |b| linear_fn(b, x, weight))
+}
+
+/// `F.linear(x, weight)` without bias, called inside the current module (`weight` `[out, in]`,
+/// e.g. a MoE router's own parameter): an `mm` that autocast runs in the lower precision.
+pub fn linear_fn(b: &mut GraphBuilder, x: TensorId, weight: TensorId) -> TensorId {
     let mut shape = b.shape(x).to_vec();
-    let vocab = b.shape(weight)[0];
+    let out = b.shape(weight)[0];
     if let Some(l) = shape.last_mut() {
-        *l = vocab;
+        *l = out;
     }
-    b.module(name, "Linear", &[x], |b| {
-        let op = Aten::new("linear", shape)
-            .autocast(Autocast::LowerPrecision)
-            .saves(vec![Saved::Input(0), Saved::Input(1)])
-            .cross_saves(0, 1)
-            .right_to_left();
-        b.op(op, &[x, weight])
-    })
+    let op = Aten::new("linear", shape)
+        .autocast(Autocast::LowerPrecision)
+        .saves(vec![Saved::Input(0), Saved::Input(1)])
+        .cross_saves(0, 1)
+        .right_to_left();
+    b.op(op, &[x, weight])
 }
 
 /// `a + b` (out of place, same shapes).
@@ -144,14 +185,16 @@ pub fn add_scalar(b: &mut GraphBuilder, x: TensorId) -> TensorId {
 }
 
 /// `x * y` for two tensors of the same shape that both need gradients (saves both; backward
-/// computes the second operand's gradient first).
+/// computes the second operand's gradient first, in the product's dtype, and casts that of a
+/// narrower operand).
 pub fn mul(b: &mut GraphBuilder, x: TensorId, y: TensorId) -> TensorId {
     let s = b.shape(x).to_vec();
     b.op(
         Aten::new("mul", s)
             .saves(vec![Saved::Input(0), Saved::Input(1)])
             .cross_saves(0, 1)
-            .right_to_left(),
+            .right_to_left()
+            .grads_like_output(),
         &[x, y],
     )
 }

@@ -18,25 +18,29 @@ use super::layers::{
 };
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
 
-struct Spec {
-    vocab: u64,
-    hidden: u64,
-    layers: u64,
-    heads: u64,
-    kv_heads: u64,
-    head_dim: u64,
-    intermediate: u64,
-    attn_dropout: f64,
-    qkv_bias: bool,
-    o_bias: bool,
-    mlp_bias: bool,
-    tied: bool,
-    max_positions: Option<u64>,
+/// The shape of a Llama-family decoder as its config gives it (the MoE decoders of `moe.rs` read
+/// the same fields).
+pub(super) struct Spec {
+    pub(super) vocab: u64,
+    pub(super) hidden: u64,
+    pub(super) layers: u64,
+    pub(super) heads: u64,
+    pub(super) kv_heads: u64,
+    pub(super) head_dim: u64,
+    pub(super) intermediate: u64,
+    pub(super) attn_dropout: f64,
+    pub(super) qkv_bias: bool,
+    pub(super) o_bias: bool,
+    pub(super) mlp_bias: bool,
+    /// RMSNorm over each head's q and k before rotary (`q_norm` / `k_norm`, Qwen3)
+    pub(super) qk_norm: bool,
+    pub(super) tied: bool,
+    pub(super) max_positions: Option<u64>,
     /// Mistral's `sliding_window` (its config class defaults it to 4096; `null` turns it off).
-    sliding_window: Option<u64>,
+    pub(super) sliding_window: Option<u64>,
 }
 
-fn spec(cfg: &HfConfig, model_type: &str) -> Result<Spec, HfError> {
+pub(super) fn spec(cfg: &HfConfig, model_type: &str) -> Result<Spec, HfError> {
     let hidden = cfg.u64(&["hidden_size"])?;
     let heads = cfg.u64(&["num_attention_heads"])?;
     let kv_heads = cfg
@@ -77,6 +81,7 @@ fn spec(cfg: &HfConfig, model_type: &str) -> Result<Spec, HfError> {
         qkv_bias: qwen2 || attention_bias,
         o_bias: attention_bias,
         mlp_bias: cfg.bool_or("mlp_bias", false)?,
+        qk_norm: false,
         tied: cfg.bool_or("tie_word_embeddings", false)?,
         max_positions: cfg.opt_u64(&["max_position_embeddings"])?,
         sliding_window: if model_type.starts_with("mistral") && !cfg.is_null("sliding_window") {
@@ -105,26 +110,132 @@ pub fn build(
     dtype: DType,
 ) -> Result<(Graph, Vec<String>), HfError> {
     let m = Model::new(cfg, model_type, input, dtype)?;
-    let mut b = GraphBuilder::new(model_type, &format!("{}ForCausalLM", m.prefix));
-    let ids = b.input(vec![input.batch, input.seq], DType::I64);
-    let logits = m.forward(&mut b, ids, &mut Call::plain(input.seq));
-    let graph = b
-        .finish(
-            &[logits],
-            Task::CausalLm {
-                vocab: m.spec.vocab,
-            },
-        )
-        .map_err(build_error(cfg))?;
-    Ok((graph, m.checkpoint_layers()))
+    let (s, p) = (&m.spec, m.prefix);
+    let (bsz, seq) = (input.batch, input.seq);
+    let masks = |b: &mut GraphBuilder| packed_sequence_check(b, bsz, seq);
+    let autocast = m.autocast;
+    causal_lm(
+        cfg,
+        s,
+        p,
+        model_type,
+        input,
+        &masks,
+        &mut |b, i, x, cos, sin, call| {
+            decoder_layer(b, s, p, dtype, autocast, x, cos, sin, i as usize, call)
+        },
+    )
 }
 
-/// A Llama-family model ready to record its forward, once or once per generation step.
+/// One decoder layer: `(builder, layer index, hidden states, cos, sin, call) -> hidden states`.
+pub(super) type DecoderLayer<'a> =
+    dyn FnMut(&mut GraphBuilder, u64, TensorId, TensorId, TensorId, &mut Call) -> TensorId + 'a;
+
+/// `{p}ForCausalLM` around `layer`: `model.embed_tokens`, the position ids, what the model's mask
+/// code runs (`masks`, inside `model`'s forward), the rotary embedding computed once,
+/// `model.layers.{i}` (each a `{p}DecoderLayer` that `layer` fills), `model.norm` and `lm_head`
+/// (tied to `embed_tokens` when the config says so). Returns the graph and the checkpointed layers.
+pub(super) fn causal_lm(
+    cfg: &HfConfig,
+    s: &Spec,
+    p: &str,
+    model_type: &str,
+    input: &HfInput,
+    masks: &dyn Fn(&mut GraphBuilder),
+    layer: &mut DecoderLayer,
+) -> Result<(Graph, Vec<String>), HfError> {
+    if let Some(m) = s.max_positions {
+        check_positions(cfg, input, "max_position_embeddings", m)?;
+    }
+    let dtype = input.precision.param_dtype();
+    let (bsz, seq) = (input.batch, input.seq);
+    let mut b = GraphBuilder::new(model_type, &format!("{p}ForCausalLM"));
+    let ids = b.input(vec![bsz, seq], DType::I64);
+    let eager = input.attn == AttnImplementation::Eager;
+    let logits = forward(
+        &mut b,
+        (s, p, dtype, eager),
+        ids,
+        &mut Call::plain(seq),
+        masks,
+        layer,
+    );
+    let graph = b
+        .finish(&[logits], Task::CausalLm { vocab: s.vocab })
+        .map_err(build_error(cfg))?;
+    let layers = (0..s.layers).map(|i| format!("model.layers.{i}")).collect();
+    Ok((graph, layers))
+}
+
+/// One call of `{p}ForCausalLM` on `ids` (the plain forward, or one forward of a generation with
+/// its cache); returns the logits.
+fn forward(
+    b: &mut GraphBuilder,
+    (s, p, dtype, eager): (&Spec, &str, DType, bool),
+    ids: TensorId,
+    call: &mut Call,
+    masks: &dyn Fn(&mut GraphBuilder),
+    layer: &mut DecoderLayer,
+) -> TensorId {
+    let bsz = b.shape(ids)[0];
+    let seq = call.seq;
+    let (h, emb) = b.module("model", &format!("{p}Model"), &[ids], |b| {
+        let (x, emb) = embedding(b, "embed_tokens", s.vocab, s.hidden, ids);
+        let pos = match call.position_ids {
+            // `generate` passes them (its model inputs keep them)
+            Some(pos) => pos,
+            None => position_ids(b, seq),
+        };
+        // inputs_embeds and position_ids are locals of the model's forward until it returns
+        b.hold(&[x, pos]);
+        // the mask code checks for packed sequences only without a cache
+        if call.cache.is_none() {
+            masks(b);
+        }
+        if eager {
+            let mask = eager_causal_mask(b, bsz, seq, x);
+            // `causal_mask` is a local of the forward until it returns
+            b.hold(&[mask]);
+            call.eager_mask = Some(mask);
+        }
+        let (cos, sin) = rotary(b, &format!("{p}RotaryEmbedding"), s.head_dim, x, pos);
+        // so are `position_embeddings`
+        b.hold(&[cos, sin]);
+        let mut x = x;
+        b.module("layers", "ModuleList", &[], |b| {
+            for i in 0..s.layers {
+                // position_embeddings and position_ids are arguments too (a checkpoint keeps
+                // them until its backward)
+                x = b.module(
+                    &i.to_string(),
+                    &format!("{p}DecoderLayer"),
+                    &[x, cos, sin, pos],
+                    |b| layer(b, i, x, cos, sin, call),
+                );
+            }
+        });
+        (
+            rms_norm(b, "norm", &format!("{p}RMSNorm"), s.hidden, dtype, x),
+            emb,
+        )
+    });
+    let h = call.head_input(b, h);
+    if s.tied {
+        if call.first {
+            // post_init drops the head's own weight for the embedding's
+            b.tie_at_init(&[vec![s.vocab, s.hidden]], 1, None);
+        }
+        tied_head(b, "lm_head", emb, h)
+    } else {
+        linear(b, "lm_head", s.hidden, s.vocab, false, h)
+    }
+}
+
+/// A Llama-family model ready to record its forward once per generation step.
 pub struct Model {
     spec: Spec,
     prefix: &'static str,
     dtype: DType,
-    amp: bool,
     autocast: Option<DType>,
     eager: bool,
 }
@@ -154,90 +265,9 @@ impl Model {
             spec,
             prefix: class_prefix(model_type),
             dtype,
-            amp: input.precision.autocast_dtype().is_some(),
             autocast: input.precision.autocast_dtype(),
             eager: input.attn == AttnImplementation::Eager,
         })
-    }
-
-    /// The layers `gradient_checkpointing_enable()` checkpoints.
-    pub fn checkpoint_layers(&self) -> Vec<String> {
-        (0..self.spec.layers)
-            .map(|i| format!("model.layers.{i}"))
-            .collect()
-    }
-
-    /// Records one call of the model on `ids` (`[B, S]`) and returns the logits.
-    pub fn forward(&self, b: &mut GraphBuilder, ids: TensorId, call: &mut Call) -> TensorId {
-        let (s, p, dtype, amp) = (&self.spec, self.prefix, self.dtype, self.amp);
-        let autocast = self.autocast;
-        let bsz = b.shape(ids)[0];
-        let seq = call.seq;
-        let (h, emb) = b.module("model", &format!("{p}Model"), &[ids], |b| {
-            let (x, emb) = embedding(b, "embed_tokens", s.vocab, s.hidden, ids);
-            // `inputs_embeds` is a local of the model's forward until it returns
-            b.hold(&[x]);
-            let pos = match call.position_ids {
-                Some(pos) => pos,
-                None => {
-                    let pos = position_ids(b, seq);
-                    // position_ids is a local of the model's forward until it returns
-                    b.hold(&[pos]);
-                    // the mask code checks for packed sequences only without a cache
-                    packed_sequence_check(b, bsz, seq);
-                    pos
-                }
-            };
-            if self.eager {
-                let mask = eager_causal_mask(b, bsz, seq, x);
-                // `causal_mask` is a local of the forward until it returns
-                b.hold(&[mask]);
-                call.eager_mask = Some(mask);
-            }
-            let (cos, sin) = rotary(b, &format!("{p}RotaryEmbedding"), s.head_dim, x, pos);
-            // so are `position_embeddings`
-            b.hold(&[cos, sin]);
-            let mut x = x;
-            b.module("layers", "ModuleList", &[], |b| {
-                for i in 0..s.layers {
-                    // position_embeddings are arguments too (a checkpoint keeps them)
-                    x = b.module(
-                        &i.to_string(),
-                        &format!("{p}DecoderLayer"),
-                        &[x, cos, sin],
-                        |b| {
-                            decoder_layer(
-                                b,
-                                s,
-                                p,
-                                bsz,
-                                seq,
-                                (dtype, amp, autocast),
-                                x,
-                                cos,
-                                sin,
-                                i as usize,
-                                call,
-                            )
-                        },
-                    );
-                }
-            });
-            (
-                rms_norm(b, "norm", &format!("{p}RMSNorm"), s.hidden, dtype, x),
-                emb,
-            )
-        });
-        let h = call.head_input(b, h);
-        if s.tied {
-            if call.first {
-                // post_init drops the head's own weight for the embedding's
-                b.tie_at_init(&[vec![s.vocab, s.hidden]], 1, None);
-            }
-            tied_head(b, "lm_head", emb, h)
-        } else {
-            linear(b, "lm_head", s.hidden, s.vocab, false, h)
-        }
     }
 }
 
@@ -246,9 +276,8 @@ fn decoder_layer(
     b: &mut GraphBuilder,
     s: &Spec,
     p: &str,
-    bsz: u64,
-    seq: u64,
-    (dtype, amp, autocast): (DType, bool, Option<DType>),
+    dtype: DType,
+    autocast: Option<DType>,
     input: TensorId,
     cos: TensorId,
     sin: TensorId,
@@ -257,22 +286,72 @@ fn decoder_layer(
 ) -> TensorId {
     let norm = format!("{p}RMSNorm");
     let x = rms_norm(b, "input_layernorm", &norm, s.hidden, dtype, input);
-    let a = b.module("self_attn", &format!("{p}Attention"), &[x], |b| {
+    let a = attention(b, s, p, (dtype, autocast), x, cos, sin, layer, call);
+    // eager attention's weights: `hidden_states, _ = self.self_attn(...)` keeps them
+    if let Some(w) = call.attn_weights.take() {
+        b.hold(&[w]);
+    }
+    let x = add(b, input, a);
+    let y = rms_norm(b, "post_attention_layernorm", &norm, s.hidden, dtype, x);
+    let y = mlp(
+        b,
+        "mlp",
+        &format!("{p}MLP"),
+        s.hidden,
+        s.intermediate,
+        s.mlp_bias,
+        y,
+    );
+    add(b, x, y)
+}
+
+/// `self_attn`: q/k/v projections viewed as heads (with `q_norm` / `k_norm` over each head when
+/// `s.qk_norm`), rotary on q and k, then the attention core ([`cached_attention`]: the cache
+/// when `call` has one, SDPA (causal, GQA) or eager attention), `o_proj`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn attention(
+    b: &mut GraphBuilder,
+    s: &Spec,
+    p: &str,
+    (dtype, autocast): (DType, Option<DType>),
+    x: TensorId,
+    cos: TensorId,
+    sin: TensorId,
+    layer: usize,
+    call: &mut Call,
+) -> TensorId {
+    // the projections' dtype: what the q/k norms see; their float32 weights promote q and k
+    // back to float32, so rotary then runs on float32 q and k
+    let proj_dtype = autocast.unwrap_or(dtype);
+    let low_precision_qk = autocast.is_some() && !s.qk_norm;
+    let xs = b.shape(x).to_vec();
+    let (bsz, seq) = (xs[0], xs[1]);
+    b.module("self_attn", &format!("{p}Attention"), &[x], |b| {
         let d = s.head_dim;
-        let proj = |b: &mut GraphBuilder, name: &str, heads: u64| {
+        let norm = format!("{p}RMSNorm");
+        let proj = |b: &mut GraphBuilder, name: &str, heads: u64, qk_norm: Option<&str>| {
             let t = linear(b, name, s.hidden, heads * d, s.qkv_bias, x);
             let t = view(b, "view", t, vec![bsz, seq, heads, d]);
+            let t = match qk_norm {
+                Some(n) => rms_norm(b, n, &norm, d, proj_dtype, t),
+                None => t,
+            };
             view(b, "transpose", t, vec![bsz, heads, seq, d])
         };
-        let q = proj(b, "q_proj", s.heads);
-        let k = proj(b, "k_proj", s.kv_heads);
-        let v = proj(b, "v_proj", s.kv_heads);
+        let (qn, kn) = if s.qk_norm {
+            (Some("q_norm"), Some("k_norm"))
+        } else {
+            (None, None)
+        };
+        let q = proj(b, "q_proj", s.heads, qn);
+        let k = proj(b, "k_proj", s.kv_heads, kn);
+        let v = proj(b, "v_proj", s.kv_heads, None);
         // apply_rotary_pos_emb(q, k, ...): the raw q and k stay referenced until both are rotated
         let (q, k) = b.frame(|b| {
             b.hold(&[q, k]);
             (
-                apply_rotary(b, q, cos, sin, amp),
-                apply_rotary(b, k, cos, sin, amp),
+                apply_rotary(b, q, cos, sin, low_precision_qk),
+                apply_rotary(b, k, cos, sin, low_precision_qk),
             )
         });
         let eager = Eager {
@@ -282,34 +361,57 @@ fn decoder_layer(
         };
         let o = cached_attention(b, call, layer, q, k, v, s.attn_dropout, eager);
         linear(b, "o_proj", s.heads * d, s.hidden, s.o_bias, o)
-    });
-    // eager attention's weights: `hidden_states, _ = self.self_attn(...)` keeps them
-    if let Some(w) = call.attn_weights.take() {
-        b.hold(&[w]);
-    }
-    let x = add(b, input, a);
-    let y = rms_norm(b, "post_attention_layernorm", &norm, s.hidden, dtype, x);
-    let y = b.module("mlp", &format!("{p}MLP"), &[y], |b| {
-        let g = linear(b, "gate_proj", s.hidden, s.intermediate, s.mlp_bias, y);
-        let sh = b.shape(g).to_vec();
-        let g = b.module("act_fn", "SiLUActivation", &[g], |b| {
-            b.op(
-                Aten::new("silu", sh.clone())
-                    .saves(vec![Saved::Input(0)])
-                    .grads(vec![GradIn::New]),
-                &[g],
-            )
-        });
-        let u = linear(b, "up_proj", s.hidden, s.intermediate, s.mlp_bias, y);
+    })
+}
+
+/// The SiLU-gated MLP module `name` (class `type_name`): `down_proj(act_fn(gate_proj(x)) *
+/// up_proj(x))`.
+pub(super) fn mlp(
+    b: &mut GraphBuilder,
+    name: &str,
+    type_name: &str,
+    hidden: u64,
+    intermediate: u64,
+    bias: bool,
+    x: TensorId,
+) -> TensorId {
+    b.module(name, type_name, &[x], |b| {
+        let g = linear(b, "gate_proj", hidden, intermediate, bias, x);
+        let g = silu_act_fn(b, g);
+        let u = linear(b, "up_proj", hidden, intermediate, bias, x);
         let m = mul(b, g, u);
-        linear(b, "down_proj", s.intermediate, s.hidden, s.mlp_bias, m)
-    });
-    add(b, x, y)
+        linear(b, "down_proj", intermediate, hidden, bias, m)
+    })
+}
+
+/// The `act_fn` module (`SiLUActivation`) called on `x`: `silu` keeps its input for backward.
+pub(super) fn silu_act_fn(b: &mut GraphBuilder, x: TensorId) -> TensorId {
+    let sh = b.shape(x).to_vec();
+    b.module("act_fn", "SiLUActivation", &[x], |b| {
+        b.op(
+            Aten::new("silu", sh)
+                .saves(vec![Saved::Input(0)])
+                .grads(vec![GradIn::New]),
+            &[x],
+        )
+    })
 }
 
 impl CausalLm for Model {
     fn forward(&self, b: &mut GraphBuilder, ids: TensorId, call: &mut Call) -> TensorId {
-        Model::forward(self, b, ids, call)
+        let (s, p, dtype, autocast) = (&self.spec, self.prefix, self.dtype, self.autocast);
+        let (bsz, seq) = (b.shape(ids)[0], b.shape(ids)[1]);
+        let masks = |b: &mut GraphBuilder| packed_sequence_check(b, bsz, seq);
+        forward(
+            b,
+            (s, p, dtype, self.eager),
+            ids,
+            call,
+            &masks,
+            &mut |b, i, x, cos, sin, call| {
+                decoder_layer(b, s, p, dtype, autocast, x, cos, sin, i as usize, call)
+            },
+        )
     }
 
     fn layers(&self) -> usize {

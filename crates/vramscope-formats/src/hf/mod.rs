@@ -5,20 +5,26 @@
 //! `use_cache=False` and no attention mask, op by op as the truth traces show it.
 //!
 //! Supported: GPT-2 (`gpt2`), OPT (`opt`), the Llama family decoder (`llama`, `mistral`, `qwen2`:
-//! GQA, `head_dim`, tied embeddings, q/k/v biases, RMSNorm, rotary embeddings, SiLU-gated MLP),
-//! all causal LMs; and the encoders BERT (`bert`), RoBERTa (`roberta`) and DistilBERT
-//! (`distilbert`) with masked-LM and sequence-classification heads. The causal LMs can also be
-//! built as a whole `model.generate(...)` with the KV cache (`generate.rs`), and GPT-2 and the
-//! Llama family with `attn_implementation="eager"` (`layers::eager_attention`).
+//! GQA, `head_dim`, tied embeddings, q/k/v biases, RMSNorm, rotary embeddings, SiLU-gated MLP)
+//! and its Mixture-of-Experts variants (`mixtral`, `qwen2_moe`, `qwen3_moe`: top-k router,
+//! grouped-GEMM experts, shared expert, q/k norm), all causal LMs; the encoders BERT (`bert`),
+//! RoBERTa (`roberta`) and DistilBERT (`distilbert`) with masked-LM and sequence-classification
+//! heads; and the encoder-decoder T5 (`t5`, T5 v1.1 / FLAN-T5 included) trained on
+//! `model(input_ids, labels=labels).loss`.
+//! The causal LMs can also be built as a whole `model.generate(...)` with the KV cache
+//! (`generate.rs`), and GPT-2 and the Llama family with `attn_implementation="eager"`
+//! (`layers::eager_attention`).
 
 mod bert;
 mod config;
 mod distilbert;
 mod generate;
 mod gpt2;
-mod layers;
+pub(crate) mod layers;
 mod llama;
+mod moe;
 mod opt;
+mod t5;
 
 use std::path::Path;
 
@@ -35,6 +41,9 @@ pub enum HfTask {
     MaskedLm,
     /// `AutoModelForSequenceClassification`: one label per sequence.
     SeqCls,
+    /// `AutoModelForSeq2SeqLM` (`T5ForConditionalGeneration`): `input_ids` `[B, S]` for the
+    /// encoder, `labels` `[B, T]` for the decoder, the loss computed inside forward.
+    Seq2SeqLm,
 }
 
 impl HfTask {
@@ -44,6 +53,7 @@ impl HfTask {
             "causal-lm" => Some(HfTask::CausalLm),
             "masked-lm" => Some(HfTask::MaskedLm),
             "seq-cls" => Some(HfTask::SeqCls),
+            "seq2seq-lm" => Some(HfTask::Seq2SeqLm),
             _ => None,
         }
     }
@@ -60,6 +70,9 @@ impl HfTask {
             if a.ends_with("ForSequenceClassification") {
                 return HfTask::SeqCls;
             }
+            if a.ends_with("ForConditionalGeneration") {
+                return HfTask::Seq2SeqLm;
+            }
         }
         HfTask::CausalLm
     }
@@ -70,6 +83,7 @@ impl HfTask {
             HfTask::CausalLm => "causal-lm",
             HfTask::MaskedLm => "masked-lm",
             HfTask::SeqCls => "seq-cls",
+            HfTask::Seq2SeqLm => "seq2seq-lm",
         }
     }
 }
@@ -81,9 +95,13 @@ pub const SUPPORTED: &[&str] = &[
     "llama",
     "mistral",
     "qwen2",
+    "mixtral",
+    "qwen2_moe",
+    "qwen3_moe",
     "bert",
     "roberta",
     "distilbert",
+    "t5",
 ];
 
 /// Batch, sequence and how the model is run.
@@ -97,6 +115,12 @@ pub struct HfInput {
     pub task: Option<HfTask>,
     /// Precision (pure fp16/bf16 adds the casts of the models' float32 islands).
     pub precision: Precision,
+    /// Encoder-decoder models: the target length T (`labels` `[B, T]`); `None` is `seq`.
+    pub target_seq: Option<u64>,
+    /// `model.gradient_checkpointing_enable()` was called; besides checkpointing every layer
+    /// ([`HfModel::checkpoint_layers`]) it changes some forwards (T5's zero position bias then
+    /// requires grad).
+    pub gradient_checkpointing: bool,
     /// `model.generate(..., max_new_tokens)` on a prompt of `seq` tokens instead of one forward
     /// (causal LMs only).
     pub generate: Option<Generation>,
@@ -245,9 +269,11 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
         "gpt2" => Family::Gpt2,
         "opt" => Family::Opt,
         "llama" | "mistral" | "qwen2" => Family::Llama,
+        m if moe::is_moe(m) => Family::Moe,
         "bert" => Family::Bert(bert::Flavor::Bert),
         "roberta" => Family::Bert(bert::Flavor::Roberta),
         "distilbert" => Family::DistilBert,
+        "t5" => Family::T5,
         // no model_type: the lower-cased class name of `architectures`
         m if m.starts_with("gpt2") => Family::Gpt2,
         m if m.starts_with("opt") => Family::Opt,
@@ -257,6 +283,7 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
         m if m.starts_with("distilbert") => Family::DistilBert,
         m if m.starts_with("roberta") => Family::Bert(bert::Flavor::Roberta),
         m if m.starts_with("bert") => Family::Bert(bert::Flavor::Bert),
+        m if m.starts_with("t5") => Family::T5,
         _ => {
             return Err(HfError::Unsupported {
                 path: cfg.path.clone(),
@@ -267,9 +294,11 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
         }
     };
     let encoder = matches!(family, Family::Bert(_) | Family::DistilBert);
+    let seq2seq = matches!(family, Family::T5);
     let has_head = match task {
-        HfTask::CausalLm => !encoder,
+        HfTask::CausalLm => !encoder && !seq2seq,
         HfTask::MaskedLm | HfTask::SeqCls => encoder,
+        HfTask::Seq2SeqLm => seq2seq,
     };
     if !has_head {
         return Err(HfError::NoHead {
@@ -277,6 +306,12 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
             model_type,
             task: task.name(),
         });
+    }
+    if input.target_seq.is_some() && !seq2seq {
+        return Err(HfError::BadInput(format!(
+            "{}: --target-len applies to encoder-decoder models (T5); {model_type} reads one sequence (--seq-len)",
+            cfg.path
+        )));
     }
     if input.attn == AttnImplementation::Eager {
         if !matches!(family, Family::Gpt2 | Family::Llama) {
@@ -296,11 +331,17 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
             Family::Gpt2 => Box::new(gpt2::Model::new(cfg, input)?),
             Family::Opt => Box::new(opt::Model::new(cfg, input)?),
             Family::Llama => Box::new(llama::Model::new(cfg, &model_type, input, dtype)?),
-            Family::Bert(_) | Family::DistilBert => {
+            Family::Bert(_) | Family::DistilBert | Family::T5 => {
                 return Err(HfError::BadInput(format!(
-                "{}: --mode generate needs a causal LM; {model_type} is an encoder (no generate())",
-                cfg.path
-            )))
+                    "{}: --mode generate needs a causal LM; {model_type} is an encoder or an encoder-decoder (its generate() is not modelled)",
+                    cfg.path
+                )))
+            }
+            Family::Moe => {
+                return Err(HfError::BadInput(format!(
+                    "{}: --mode generate is not modelled yet for the Mixture-of-Experts decoders ({model_type})",
+                    cfg.path
+                )))
             }
         };
         let class = archs
@@ -328,8 +369,10 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
         Family::Gpt2 => gpt2::build(cfg, input, dtype)?,
         Family::Opt => opt::build(cfg, input)?,
         Family::Llama => llama::build(cfg, &model_type, input, dtype)?,
+        Family::Moe => moe::build(cfg, &model_type, input, dtype)?,
         Family::Bert(f) => bert::build(cfg, f, task, input)?,
         Family::DistilBert => distilbert::build(cfg, task, input)?,
+        Family::T5 => t5::build(cfg, input)?,
     };
     Ok(HfModel {
         graph,
@@ -362,8 +405,10 @@ enum Family {
     Gpt2,
     Opt,
     Llama,
+    Moe,
     Bert(bert::Flavor),
     DistilBert,
+    T5,
 }
 
 fn build_error(cfg: &HfConfig) -> impl Fn(BuildError) -> HfError + '_ {

@@ -137,11 +137,11 @@ pub fn binary(a: &Konst, b: &Konst, f: impl Fn(f64, f64) -> f64) -> Option<Konst
     })
 }
 
-/// Resolves a possibly negative axis against a rank.
+/// Resolves a possibly negative axis against a rank (a scalar has no axes).
 pub fn axis(a: i64, rank: usize) -> Option<usize> {
     let r = rank as i64;
     let a = if a < 0 { a + r } else { a };
-    (0..r.max(1)).contains(&a).then_some(a as usize)
+    (0..r).contains(&a).then_some(a as usize)
 }
 
 /// ONNX `Slice` of one axis of size `size`: the number of elements kept.

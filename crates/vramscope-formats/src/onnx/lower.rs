@@ -1,18 +1,23 @@
 //! Lowering ONNX nodes onto the engine's ops with PyTorch training semantics, inside the module
-//! scopes recovered from node names; constants are folded as they appear.
+//! scopes recovered from node names; constants are folded as they appear, strides are followed
+//! through views (`layout.rs`) and exporter patterns become the PyTorch call they spell
+//! (`fuse.rs`).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use vramscope_core::ops::{
-    Activation, ActivationKind, AdaptiveAvgPool2d, Add, AvgPool2d, BatchNorm2d, Cat, Contiguous,
-    Conv2d, ConvTranspose2d, Dropout, Elementwise, GroupNorm, LayerNorm, Linear, LogSoftmax,
-    MatMul, MaxPool2d, Mean, Mul, MulScalar, Op, Select, Slice, Softmax, View,
+    Activation, ActivationKind, AdaptiveAvgPool2d, Add, Aten, AvgPool2d, BatchNorm2d, Cat,
+    ConstantPad, Contiguous, Conv2d, ConvNd, ConvTranspose2d, Dropout, Elementwise, GradIn,
+    GroupNorm, LayerNorm, Linear, LinearStrided, LogSoftmax, MatMul, MaxPool2d, Mean, Mul,
+    MulScalar, Op, Saved, Select, Slice, Softmax, View,
 };
 use vramscope_core::{DType, GraphBuilder, TensorId};
 
 use super::consts::{self, Konst};
 use super::file::{dtype_of, OnnxFile};
-use super::proto::{attribute_proto::AttributeType, NodeProto, TensorProto};
+use super::fuse::{Fusion, Fusions, GeluFusion, LinearFusion};
+use super::layout;
+use super::proto::{NodeProto, TensorProto};
 use super::scope::Level;
 
 /// What an ONNX value is during lowering.
@@ -32,67 +37,108 @@ pub struct Lowerer<'a> {
     pub(super) vals: HashMap<String, Val>,
     pub(super) uses: HashMap<String, usize>,
     /// Producer op type of each engine tensor made by a node.
-    producer: HashMap<TensorId, String>,
-    /// Tensors that are non-contiguous views (`Transpose`).
-    noncontig: HashSet<TensorId>,
-    /// MatMul node → the Add node fused into it as a `Linear` bias.
-    pub(super) fused_add: HashMap<usize, usize>,
+    pub(super) producer: HashMap<TensorId, String>,
+    /// Strides of the tensors that are not contiguous (views: `Transpose`, `Slice`, ...).
+    pub(super) strides: HashMap<TensorId, Vec<u64>>,
+    /// Exporter patterns lowered as one PyTorch call.
+    pub(super) fusions: Fusions,
+    /// Value shapes from a first, generic pass: they let whole modules be recognised
+    /// (`nn.MultiheadAttention`) before their nodes are lowered.
+    pub(super) hints: Option<BTreeMap<String, Vec<u64>>>,
+    /// RNN layers lowered so far per node-name scope (`/rnn` → 2), for `weight_ih_l{k}` names.
+    pub(super) rnn_layers: HashMap<String, usize>,
+    /// The zero initial states made so far, by the constant they come from (one
+    /// `torch.zeros(layers·D, B, H)` serves every layer of a multi-layer RNN).
+    pub(super) rnn_zeros: HashMap<String, TensorId>,
+    /// The node producing each value.
+    pub(super) producer_node: HashMap<String, usize>,
+    /// Module paths of the module calls being emitted (innermost last).
+    pub(super) scope: Vec<String>,
     /// Every value's inferred shape.
     pub shapes: BTreeMap<String, Vec<u64>>,
     /// The first error.
     pub error: Option<String>,
 }
 
-type R<T> = Result<T, String>;
+pub(super) type R<T> = Result<T, String>;
 
-fn attr<'n>(n: &'n NodeProto, name: &str) -> Option<&'n super::proto::AttributeProto> {
+pub(super) fn attr<'n>(n: &'n NodeProto, name: &str) -> Option<&'n super::proto::AttributeProto> {
     n.attribute.iter().find(|a| a.name() == name)
 }
 
-fn attr_i(n: &NodeProto, name: &str, default: i64) -> i64 {
+pub(super) fn attr_i(n: &NodeProto, name: &str, default: i64) -> i64 {
     attr(n, name).map_or(default, |a| a.i())
 }
 
-fn attr_f(n: &NodeProto, name: &str, default: f64) -> f64 {
+pub(super) fn attr_f(n: &NodeProto, name: &str, default: f64) -> f64 {
     attr(n, name).map_or(default, |a| a.f() as f64)
 }
 
-fn attr_ints(n: &NodeProto, name: &str) -> Option<Vec<i64>> {
+pub(super) fn attr_s(n: &NodeProto, name: &str) -> Option<String> {
+    attr(n, name).map(|a| String::from_utf8_lossy(a.s.as_deref().unwrap_or_default()).into_owned())
+}
+
+pub(super) fn attr_ints(n: &NodeProto, name: &str) -> Option<Vec<i64>> {
     attr(n, name).map(|a| a.ints.clone())
 }
 
-fn u(v: i64, what: &str) -> R<u64> {
+pub(super) fn u(v: i64, what: &str) -> R<u64> {
     u64::try_from(v).map_err(|_| format!("{what} = {v} must not be negative"))
 }
 
-/// A square window attribute (`kernel_shape`, `strides`, `dilations`) as one number.
-fn square(n: &NodeProto, name: &str, default: i64) -> R<u64> {
-    match attr_ints(n, name).as_deref() {
-        None | Some([]) => u(default, name),
-        Some([a, b]) if a == b => u(*a, name),
-        Some(v) => Err(format!(
-            "{name} {v:?}: only square 2-D windows are supported"
-        )),
+/// A per-spatial-dim attribute (`strides`, `dilations`, `kernel_shape`) with `dims` entries.
+fn per_dim(n: &NodeProto, name: &str, dims: usize, default: u64) -> R<Vec<u64>> {
+    match attr_ints(n, name) {
+        None => Ok(vec![default; dims]),
+        Some(v) if v.is_empty() => Ok(vec![default; dims]),
+        Some(v) if v.len() == dims => v.iter().map(|&x| u(x, name)).collect(),
+        Some(v) => Err(format!("{name} {v:?} must have {dims} entries")),
     }
 }
 
-/// Symmetric 2-D pads as (h, w).
-fn pads2(n: &NodeProto) -> R<(u64, u64)> {
-    if let Some(a) = attr(n, "auto_pad") {
-        let s = a.s.as_deref().unwrap_or_default();
-        if !s.is_empty() && s != b"NOTSET" && s != b"VALID" {
+/// The (begin, end) padding per spatial dim of a conv or pool over `spatial` input sizes: the
+/// `pads` attribute, or `auto_pad` (`SAME_UPPER` puts the odd pixel at the end, `SAME_LOWER` at
+/// the beginning, `VALID` pads nothing).
+fn pads_nd(
+    n: &NodeProto,
+    spatial: &[u64],
+    kernel: &[u64],
+    stride: &[u64],
+    dilation: &[u64],
+) -> R<Vec<(u64, u64)>> {
+    let d = spatial.len();
+    let auto = attr_s(n, "auto_pad").unwrap_or_default();
+    match auto.as_str() {
+        "" | "NOTSET" => {}
+        "VALID" => return Ok(vec![(0, 0); d]),
+        "SAME_UPPER" | "SAME_LOWER" => {
+            let mut out = Vec::with_capacity(d);
+            for i in 0..d {
+                let s = stride[i].max(1);
+                let want = spatial[i].div_ceil(s);
+                let extent = dilation[i] * kernel[i].saturating_sub(1) + 1;
+                let total = ((want.saturating_sub(1)) * s + extent).saturating_sub(spatial[i]);
+                let small = total / 2;
+                out.push(if auto == "SAME_UPPER" {
+                    (small, total - small)
+                } else {
+                    (total - small, small)
+                });
+            }
+            return Ok(out);
+        }
+        other => {
             return Err(format!(
-                "auto_pad {} is not supported (export with explicit pads)",
-                String::from_utf8_lossy(s)
-            ));
+                "auto_pad {other:?} is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID"
+            ))
         }
     }
     match attr_ints(n, "pads").as_deref() {
-        None | Some([]) => Ok((0, 0)),
-        Some([h0, w0, h1, w1]) if h0 == h1 && w0 == w1 => Ok((u(*h0, "pads")?, u(*w0, "pads")?)),
-        Some(v) => Err(format!(
-            "pads {v:?}: only symmetric 2-D padding is supported"
-        )),
+        None | Some([]) => Ok(vec![(0, 0); d]),
+        Some(p) if p.len() == 2 * d => (0..d)
+            .map(|i| Ok((u(p[i], "pads")?, u(p[i + d], "pads")?)))
+            .collect(),
+        Some(p) => Err(format!("pads {p:?} must have {} entries", 2 * d)),
     }
 }
 
@@ -114,6 +160,43 @@ fn inplace_ok_after(op: &str) -> bool {
     )
 }
 
+/// Ops whose output keeps the memory order of their (first tensor) input.
+fn keeps_layout(op: &str) -> bool {
+    matches!(
+        op,
+        "Relu"
+            | "Sigmoid"
+            | "Tanh"
+            | "HardSwish"
+            | "HardSigmoid"
+            | "Gelu"
+            | "Clip"
+            | "LeakyRelu"
+            | "Elu"
+            | "Selu"
+            | "Erf"
+            | "Abs"
+            | "Log"
+            | "Sin"
+            | "Cos"
+            | "Softplus"
+            | "Sqrt"
+            | "Exp"
+            | "Reciprocal"
+            | "Neg"
+            | "Floor"
+            | "Ceil"
+            | "Round"
+            | "Sign"
+            | "Pow"
+            | "Add"
+            | "Sub"
+            | "Mul"
+            | "Div"
+            | "Dropout"
+    )
+}
+
 impl<'a> Lowerer<'a> {
     /// A lowerer over `file`'s graph.
     pub fn new(file: &'a OnnxFile) -> Self {
@@ -131,37 +214,10 @@ impl<'a> Lowerer<'a> {
         for (i, t) in g.initializer.iter().enumerate() {
             vals.insert(t.name().to_string(), Val::Init(i));
         }
-        // MatMul(x, W) + Add(., b) with initializers W [in, out] and b [out]: one nn.Linear
-        let mut producer_of: HashMap<&str, usize> = HashMap::new();
+        let mut producer_node = HashMap::new();
         for (i, n) in g.node.iter().enumerate() {
             for o in &n.output {
-                producer_of.insert(o.as_str(), i);
-            }
-        }
-        let is_init = |s: &str| g.initializer.iter().any(|t| t.name() == s);
-        let mut fused_add = HashMap::new();
-        for (i, n) in g.node.iter().enumerate() {
-            if n.op_type() != "Add" || n.input.len() != 2 {
-                continue;
-            }
-            let (a, b) = (&n.input[0], &n.input[1]);
-            let (mm_out, bias) = if is_init(b) { (a, b) } else { (b, a) };
-            if !is_init(bias) || uses.get(mm_out.as_str()) != Some(&1) {
-                continue;
-            }
-            if let Some(&m) = producer_of.get(mm_out.as_str()) {
-                let mm = &g.node[m];
-                let bias_1d = g
-                    .initializer
-                    .iter()
-                    .any(|t| t.name() == bias.as_str() && t.dims.len() == 1);
-                if mm.op_type() == "MatMul"
-                    && mm.input.len() == 2
-                    && is_init(&mm.input[1])
-                    && bias_1d
-                {
-                    fused_add.insert(m, i);
-                }
+                producer_node.insert(o.clone(), i);
             }
         }
         Lowerer {
@@ -169,18 +225,23 @@ impl<'a> Lowerer<'a> {
             vals,
             uses,
             producer: HashMap::new(),
-            noncontig: HashSet::new(),
-            fused_add,
+            strides: HashMap::new(),
+            fusions: super::fuse::find(g, &file.order),
+            hints: None,
+            rnn_layers: HashMap::new(),
+            rnn_zeros: HashMap::new(),
+            producer_node,
+            scope: Vec::new(),
             shapes: BTreeMap::new(),
             error: None,
         }
     }
 
-    fn init(&self, i: usize) -> &'a TensorProto {
+    pub(super) fn init(&self, i: usize) -> &'a TensorProto {
         &self.file.graph().initializer[i]
     }
 
-    fn init_dims(&self, name: &str) -> R<Vec<u64>> {
+    pub(super) fn init_dims(&self, name: &str) -> R<Vec<u64>> {
         match self.vals.get(name) {
             Some(Val::Init(i)) => self
                 .init(*i)
@@ -192,14 +253,25 @@ impl<'a> Lowerer<'a> {
         }
     }
 
+    /// The dims of input `name` whatever it is (tensor, constant, initializer).
+    pub(super) fn dims_of(&self, b: &GraphBuilder, name: &str) -> R<Vec<u64>> {
+        match self.vals.get(name) {
+            Some(Val::Act(t)) => Ok(b.shape(*t).to_vec()),
+            Some(Val::Const(k)) => Ok(k.dims.clone()),
+            Some(Val::Init(_)) => self.init_dims(name),
+            None => Err(format!("`{name}` is not defined")),
+        }
+    }
+
     /// The constant value of input `name` (a constant node output or a small initializer).
-    fn konst(&self, name: &str) -> Option<Konst> {
+    pub(super) fn konst(&self, name: &str) -> Option<Konst> {
         match self.vals.get(name)? {
             Val::Const(k) => Some(k.clone()),
             Val::Init(i) => {
                 let t = self.init(*i);
+                // an external tensor whose file is missing keeps its dims
                 let external = if t.data_location == Some(1) {
-                    Some(self.read_external(t)?)
+                    self.read_external(t)
                 } else {
                     None
                 };
@@ -240,14 +312,19 @@ impl<'a> Lowerer<'a> {
         Some(buf)
     }
 
-    fn ints(&self, name: &str, what: &str) -> R<Vec<i64>> {
+    pub(super) fn ints(&self, name: &str, what: &str) -> R<Vec<i64>> {
         self.konst(name)
             .and_then(|k| k.as_ints())
             .ok_or_else(|| format!("{what} `{name}` must be a constant known before run time"))
     }
 
+    /// The single value of constant input `name`, when known.
+    pub(super) fn scalar(&self, name: &str) -> Option<f64> {
+        self.konst(name).and_then(|k| k.scalar())
+    }
+
     /// Input `name` as an engine tensor; an initializer becomes a parameter of the current module.
-    fn act(&mut self, b: &mut GraphBuilder, name: &str) -> R<TensorId> {
+    pub(super) fn act(&mut self, b: &mut GraphBuilder, name: &str) -> R<TensorId> {
         match self.vals.get(name).cloned() {
             Some(Val::Act(t)) => Ok(t),
             Some(Val::Init(i)) => {
@@ -270,11 +347,23 @@ impl<'a> Lowerer<'a> {
         }
     }
 
-    fn is_act(&self, name: &str) -> bool {
+    /// Whether `name` is a float initializer of more than one element (a parameter).
+    fn is_weight(&self, name: &str) -> bool {
+        match self.vals.get(name) {
+            Some(Val::Init(i)) => {
+                let t = self.init(*i);
+                dtype_of(t.data_type()).is_some_and(DType::is_float)
+                    && t.dims.iter().map(|&d| d.max(0) as u64).product::<u64>() > 1
+            }
+            _ => false,
+        }
+    }
+
+    pub(super) fn is_act(&self, name: &str) -> bool {
         matches!(self.vals.get(name), Some(Val::Act(_)))
     }
 
-    fn set(&mut self, b: &GraphBuilder, name: &str, v: Val) {
+    pub(super) fn set(&mut self, b: &GraphBuilder, name: &str, v: Val) {
         let shape = match &v {
             Val::Act(t) => b.shape(*t).to_vec(),
             Val::Const(k) => k.dims.clone(),
@@ -284,15 +373,36 @@ impl<'a> Lowerer<'a> {
         self.vals.insert(name.to_string(), v);
     }
 
+    /// The strides of `t` (contiguous unless recorded).
+    pub(super) fn strides_of(&self, b: &GraphBuilder, t: TensorId) -> Vec<u64> {
+        self.strides
+            .get(&t)
+            .cloned()
+            .unwrap_or_else(|| layout::contiguous(b.shape(t)))
+    }
+
+    pub(super) fn is_contiguous(&self, t: TensorId) -> bool {
+        !self.strides.contains_key(&t)
+    }
+
+    /// Records the strides of `t` (only non-contiguous ones are kept).
+    pub(super) fn set_strides(&mut self, b: &GraphBuilder, t: TensorId, s: Vec<u64>) {
+        if layout::is_contiguous(b.shape(t), &s) {
+            self.strides.remove(&t);
+        } else {
+            self.strides.insert(t, s);
+        }
+    }
+
     /// Whether an in-place op on `name` is what PyTorch code would do (single use, producer
     /// whose backward does not read its output).
     fn can_inplace(&self, name: &str, t: TensorId) -> bool {
         self.uses.get(name) == Some(&1)
-            && !self.noncontig.contains(&t)
+            && self.is_contiguous(t)
             && self.producer.get(&t).is_some_and(|p| inplace_ok_after(p))
     }
 
-    fn emit(
+    pub(super) fn emit(
         &mut self,
         b: &mut GraphBuilder,
         leaf: Option<&str>,
@@ -306,13 +416,22 @@ impl<'a> Lowerer<'a> {
     }
 
     /// The module name a parameterized op without its own scope gets: from its weight's name.
-    fn param_leaf(&self, leaf: Option<&str>, weight: &str, idx: usize) -> String {
+    pub(super) fn param_leaf(&self, leaf: Option<&str>, weight: &str, idx: usize) -> String {
         if let Some(l) = leaf {
             return l.to_string();
         }
         match weight.rsplit_once('.') {
             Some((m, _)) if !m.contains("::") && !m.is_empty() => {
-                m.rsplit('.').next().unwrap_or(m).to_string()
+                // the weight's module path relative to the module being lowered (the whole path
+                // at the root: exports without node scopes name every weight by its full path)
+                let scope = self.scope.last().map(String::as_str).unwrap_or("");
+                if scope.is_empty() {
+                    m.to_string()
+                } else if let Some(rest) = m.strip_prefix(scope).and_then(|r| r.strip_prefix('.')) {
+                    rest.to_string()
+                } else {
+                    m.rsplit('.').next().unwrap_or(m).to_string()
+                }
             }
             _ => format!(
                 "{}_{idx}",
@@ -321,25 +440,76 @@ impl<'a> Lowerer<'a> {
         }
     }
 
-    fn contiguous(&mut self, b: &mut GraphBuilder, t: TensorId) -> TensorId {
-        if self.noncontig.contains(&t) {
-            let s = b.shape(t).to_vec();
-            b.op(
-                Contiguous {
-                    name: "contiguous",
-                    shape: s,
-                },
-                &[t],
-            )
-        } else {
-            t
+    /// `t.contiguous()`: a copy when `t` is not contiguous.
+    pub(super) fn contiguous(&mut self, b: &mut GraphBuilder, t: TensorId) -> TensorId {
+        if self.is_contiguous(t) {
+            return t;
         }
+        let s = b.shape(t).to_vec();
+        b.op(
+            Contiguous {
+                name: "contiguous",
+                shape: s,
+            },
+            &[t],
+        )
+    }
+
+    /// `t.reshape(shape)`: a view when the strides allow it, else a copy and a view.
+    pub(super) fn reshape(
+        &mut self,
+        b: &mut GraphBuilder,
+        name: &'static str,
+        t: TensorId,
+        shape: Vec<u64>,
+    ) -> TensorId {
+        let old = b.shape(t).to_vec();
+        if old == shape {
+            return t;
+        }
+        let st = self.strides_of(b, t);
+        match layout::view(&old, &st, &shape) {
+            Some(ns) => {
+                let y = b.op(View::new(name, shape), &[t]);
+                self.set_strides(b, y, ns);
+                y
+            }
+            None => {
+                let c = self.contiguous(b, t);
+                b.op(View::new(name, shape), &[c])
+            }
+        }
+    }
+
+    /// `t.permute(perm)`: a view with permuted strides.
+    pub(super) fn permute(
+        &mut self,
+        b: &mut GraphBuilder,
+        name: &'static str,
+        t: TensorId,
+        perm: &[usize],
+    ) -> TensorId {
+        let s = b.shape(t).to_vec();
+        let shape: Vec<u64> = perm.iter().map(|&p| s[p]).collect();
+        let st = layout::permute(&self.strides_of(b, t), perm);
+        let y = b.op(View::new(name, shape), &[t]);
+        self.set_strides(b, y, st);
+        y
+    }
+
+    /// `t.select(dim, i)`: a view without `dim`.
+    pub(super) fn select(&mut self, b: &mut GraphBuilder, t: TensorId, dim: usize) -> TensorId {
+        let mut st = self.strides_of(b, t);
+        let y = b.op(Select { dim }, &[t]);
+        st.remove(dim);
+        self.set_strides(b, y, st);
+        y
     }
 
     /// Lowers node `idx`; `leaf` is the module name when the node is the whole forward of a child
     /// module of the current one.
     pub fn lower(&mut self, b: &mut GraphBuilder, idx: usize, leaf: Option<&str>) {
-        if self.error.is_some() || self.fused_add.values().any(|&a| a == idx) {
+        if self.error.is_some() || self.fusions.absorbed.contains(&idx) {
             return;
         }
         let n = &self.file.graph().node[idx];
@@ -355,48 +525,208 @@ impl<'a> Lowerer<'a> {
         n: &'a NodeProto,
         leaf: Option<&str>,
     ) -> R<()> {
+        if let Some(f) = self.fusions.at.get(&idx).cloned() {
+            let done = match f {
+                Fusion::Linear(l) => self.lower_linear(b, idx, n, &l, leaf)?,
+                Fusion::Gelu(g) => self.lower_gelu(b, idx, n, &g, leaf)?,
+                Fusion::Sdpa(s) => self.lower_sdpa(b, idx, n, &s, leaf)?,
+            };
+            if done {
+                return Ok(());
+            }
+            // the pattern's constants do not fit: its nodes one by one, in graph order
+            let g = self.file.graph();
+            let mut all = self.fusions.parts.get(&idx).cloned().unwrap_or_default();
+            all.push(idx);
+            all.sort_unstable_by_key(|p| self.fusions.position.get(p).copied());
+            for p in all {
+                let pn = &g.node[p];
+                let l = if p == idx { leaf } else { None };
+                self.lower_plain(b, p, pn, l)
+                    .map_err(|e| format!("in node `{}` ({}): {e}", pn.name(), pn.op_type()))?;
+            }
+            return Ok(());
+        }
+        self.lower_plain(b, idx, n, leaf)
+    }
+
+    /// `nn.Linear` from `MatMul(x, W)` (+ `Add(b)`); on a non-contiguous input of rank ≥ 3 it is
+    /// `F.linear`'s `matmul` path ([`LinearStrided`]).
+    fn lower_linear(
+        &mut self,
+        b: &mut GraphBuilder,
+        idx: usize,
+        n: &NodeProto,
+        l: &LinearFusion,
+        leaf: Option<&str>,
+    ) -> R<bool> {
+        if !matches!(self.vals.get(&l.weight), Some(Val::Init(_))) {
+            // the weight is already a parameter (an embedding's, tied): plain ops
+            return Ok(false);
+        }
+        let x = self.act(b, n.input.first().map(String::as_str).unwrap_or(""))?;
+        let w = self.init_dims(&l.weight)?;
+        let (in_f, out_f) = if l.transposed {
+            (w[1], w[0])
+        } else {
+            (w[0], w[1])
+        };
+        let name = self.param_leaf(leaf, &l.weight, idx);
+        let xs = b.shape(x).to_vec();
+        let y = if xs.len() >= 3 && !self.is_contiguous(x) {
+            let bias = l.bias.is_some();
+            b.module(&name, "Linear", &[x], |b| {
+                let w = b.parameter("weight", vec![out_f, in_f]);
+                let mut ins = vec![x, w];
+                if bias {
+                    ins.push(b.parameter("bias", vec![out_f]));
+                }
+                let outs = b.op_multi(
+                    LinearStrided {
+                        in_features: in_f,
+                        out_features: out_f,
+                    },
+                    &ins,
+                );
+                outs[outs.len() - 1]
+            })
+        } else {
+            b.layer(
+                &name,
+                Linear {
+                    in_features: in_f,
+                    out_features: out_f,
+                    bias: l.bias.is_some(),
+                },
+                &[x],
+            )
+        };
+        self.producer.insert(y, "Gemm".into());
+        let out = match l.add {
+            Some(a) => self.file.graph().node[a].output.first().cloned(),
+            None => n.output.first().cloned(),
+        };
+        // the MatMul's own output, when the Add took its place, and the transposed weight
+        if let (Some(_), Some(o)) = (l.add, n.output.first()) {
+            self.shapes.insert(o.clone(), b.shape(y).to_vec());
+        }
+        let g = self.file.graph();
+        for &p in self.fusions.parts.get(&idx).into_iter().flatten() {
+            if g.node[p].op_type() == "Transpose" {
+                for o in &g.node[p].output {
+                    self.shapes.insert(o.clone(), vec![w[1], w[0]]);
+                }
+            }
+        }
+        if let Some(o) = out {
+            self.set(b, &o, Val::Act(y));
+        }
+        Ok(true)
+    }
+
+    /// `F.gelu(x)` from the exporter's `Erf` spelling, when its constants are √2, 1 and 0.5.
+    fn lower_gelu(
+        &mut self,
+        b: &mut GraphBuilder,
+        idx: usize,
+        n: &NodeProto,
+        g: &GeluFusion,
+        leaf: Option<&str>,
+    ) -> R<bool> {
+        let graph = self.file.graph();
+        let near = |v: Option<f64>, want: f64| v.is_some_and(|v| (v - want).abs() < 1e-3);
+        let other = |node: &NodeProto| -> Option<f64> {
+            node.input
+                .iter()
+                .filter(|s| !self.is_act(s))
+                .find_map(|s| self.scalar(s))
+        };
+        if !near(other(&graph.node[g.div]), std::f64::consts::SQRT_2)
+            || !near(other(&graph.node[g.add]), 1.0)
+            || !near(other(n), 0.5)
+        {
+            return Ok(false);
+        }
+        let x = self.act(b, &g.x)?;
+        let y = self.emit(
+            b,
+            leaf,
+            Activation {
+                kind: ActivationKind::GELU,
+                inplace: false,
+            },
+            &[x],
+        );
+        self.follow_layout(b, x, y);
+        self.producer.insert(y, "Gelu".into());
+        // the absorbed values keep shapes, for the shape oracle
+        for &p in self.fusions.parts.get(&idx).into_iter().flatten() {
+            for o in &graph.node[p].output {
+                self.shapes.insert(o.clone(), b.shape(y).to_vec());
+            }
+        }
+        if let Some(o) = n.output.first() {
+            self.set(b, o, Val::Act(y));
+        }
+        Ok(true)
+    }
+
+    /// Output `y` of a pointwise op on `x` keeps `x`'s memory order (TensorIterator).
+    pub(super) fn follow_layout(&mut self, b: &GraphBuilder, x: TensorId, y: TensorId) {
+        if self.is_contiguous(x) || b.shape(x) != b.shape(y) {
+            return;
+        }
+        let (s, st) = (b.shape(x).to_vec(), self.strides_of(b, x));
+        if let Some(order) = layout::dense_order(&s, &st) {
+            self.set_strides(b, y, layout::with_order(&s, &order));
+        }
+    }
+
+    fn lower_plain(
+        &mut self,
+        b: &mut GraphBuilder,
+        idx: usize,
+        n: &'a NodeProto,
+        leaf: Option<&str>,
+    ) -> R<()> {
         let inp = |i: usize| n.input.get(i).map(String::as_str).unwrap_or("");
         let out0 = n.output.first().map(String::as_str).unwrap_or("");
         let op = n.op_type();
-        // constant folding first: every input constant
+        // constant folding first: every input constant, and weights only reshaped (an LSTM's
+        // gate-reordered weights); any other op on a weight computes with the parameter
+        let reshapes_weights = matches!(
+            op,
+            "Slice"
+                | "Concat"
+                | "Unsqueeze"
+                | "Squeeze"
+                | "Reshape"
+                | "Identity"
+                | "Cast"
+                | "Shape"
+                | "Size"
+        );
         if op != "Dropout"
             && !n
                 .input
                 .iter()
                 .filter(|s| !s.is_empty())
-                .any(|s| self.is_act(s))
+                .any(|s| self.is_act(s) || (!reshapes_weights && self.is_weight(s)))
         {
             if let Some(k) = self.fold(n)? {
                 self.set(b, out0, Val::Const(k));
                 return Ok(());
             }
         }
+        match (n.domain(), op) {
+            ("com.microsoft", "Attention") => return self.lower_ms_attention(b, idx, n, leaf),
+            (_, "Attention") => return self.lower_attention_op(b, n, leaf),
+            (_, "LSTM" | "GRU") => return self.lower_rnn(b, n, leaf),
+            _ => {}
+        }
         let result: TensorId = match op {
             "Identity" => self.act(b, inp(0))?,
-            "Conv" => {
-                let x = self.act(b, inp(0))?;
-                let w = self.init_dims(inp(1))?;
-                if w.len() != 4 {
-                    return Err(format!("weight {w:?}: only 2-D convolutions are supported"));
-                }
-                let g = u(attr_i(n, "group", 1), "group")?;
-                let s = b.shape(x).to_vec();
-                let (ph, pw) = pads2(n)?;
-                let st = square(n, "strides", 1)?;
-                let d = square(n, "dilations", 1)?;
-                let c = Conv2d {
-                    in_channels: s.get(1).copied().unwrap_or(0),
-                    out_channels: w[0],
-                    kernel: (w[2], w[3]),
-                    stride: (st, st),
-                    padding: (ph, pw),
-                    dilation: (d, d),
-                    groups: g,
-                    bias: !inp(2).is_empty(),
-                };
-                let name = self.param_leaf(leaf, inp(1), idx);
-                b.layer(&name, c, &[x])
-            }
+            "Conv" => return self.lower_conv(b, idx, n, leaf),
             "ConvTranspose" => {
                 let x = self.act(b, inp(0))?;
                 let w = self.init_dims(inp(1))?;
@@ -406,18 +736,36 @@ impl<'a> Lowerer<'a> {
                     ));
                 }
                 let g = u(attr_i(n, "group", 1), "group")?;
-                let (ph, pw) = pads2(n)?;
-                if ph != pw {
-                    return Err("only equal padding in height and width is supported".into());
+                let s = b.shape(x).to_vec();
+                let k = [w[2], w[3]];
+                let st = per_dim(n, "strides", 2, 1)?;
+                let dl = per_dim(n, "dilations", 2, 1)?;
+                if st[0] != st[1] || dl[0] != dl[1] {
+                    return Err(
+                        "only equal strides and dilations in height and width are supported".into(),
+                    );
+                }
+                if attr_s(n, "auto_pad").is_some_and(|a| !a.is_empty() && a != "NOTSET") {
+                    return Err(
+                        "auto_pad is not supported for ConvTranspose (export with explicit pads)"
+                            .into(),
+                    );
+                }
+                let pads = pads_nd(n, s.get(2..).unwrap_or(&[]), &k, &st, &dl)?;
+                let op_ = per_dim(n, "output_padding", 2, 0)?;
+                if pads.iter().any(|&(a, c)| a != c || a != pads[0].0) || op_[0] != op_[1] {
+                    return Err(
+                        "only equal, symmetric padding in height and width is supported".into(),
+                    );
                 }
                 let c = ConvTranspose2d {
                     in_channels: w[0],
                     out_channels: w[1] * g,
                     kernel: w[2],
-                    stride: square(n, "strides", 1)?,
-                    padding: ph,
-                    output_padding: square(n, "output_padding", 0)?,
-                    dilation: square(n, "dilations", 1)?,
+                    stride: st[0],
+                    padding: pads[0].0,
+                    output_padding: op_[0],
+                    dilation: dl[0],
                     groups: g,
                     bias: !inp(2).is_empty(),
                 };
@@ -435,34 +783,25 @@ impl<'a> Lowerer<'a> {
                 } else {
                     (w[0], w[1])
                 };
-                let fused = self.fused_add.get(&idx).copied();
-                let bias = if op == "Gemm" {
-                    !inp(2).is_empty()
-                } else {
-                    fused.is_some()
-                };
                 let name = self.param_leaf(leaf, inp(1), idx);
                 let y = b.layer(
                     &name,
                     Linear {
                         in_features: in_f,
                         out_features: out_f,
-                        bias,
+                        bias: op == "Gemm" && !inp(2).is_empty(),
                     },
                     &[x],
                 );
                 self.producer.insert(y, "Gemm".into());
-                if let Some(a) = fused {
-                    let add = &self.file.graph().node[a];
-                    if let Some(o) = add.output.first() {
-                        self.set(b, o, Val::Act(y));
-                    }
-                }
                 y
             }
             "MatMul" | "Gemm" => {
                 let x = self.act(b, inp(0))?;
                 let y = self.act(b, inp(1))?;
+                // matmul folds the batch dims with reshape, which copies what cannot be viewed
+                let x = self.fold_batch(b, x);
+                let y = self.fold_batch(b, y);
                 b.op(MatMul, &[x, y])
             }
             "Add" | "Sub" | "Mul" | "Div" => return self.binary(b, n, leaf),
@@ -481,8 +820,8 @@ impl<'a> Lowerer<'a> {
             }
             "Clip" => {
                 let x = self.act(b, inp(0))?;
-                let lo = self.konst(inp(1)).and_then(|k| k.scalar());
-                let hi = self.konst(inp(2)).and_then(|k| k.scalar());
+                let lo = self.scalar(inp(1));
+                let hi = self.scalar(inp(2));
                 if lo == Some(0.0) && hi == Some(6.0) {
                     let inplace = self.can_inplace(inp(0), x);
                     let a = Activation {
@@ -535,7 +874,6 @@ impl<'a> Lowerer<'a> {
                 let acts: Vec<TensorId> = n
                     .input
                     .iter()
-                    .filter(|s| self.is_act(s))
                     .filter_map(|s| match self.vals.get(s.as_str()) {
                         Some(Val::Act(t)) => Some(*t),
                         _ => None,
@@ -543,24 +881,14 @@ impl<'a> Lowerer<'a> {
                     .collect();
                 let mut shape: Vec<u64> = Vec::new();
                 for s in n.input.iter() {
-                    let d = match self.vals.get(s.as_str()) {
-                        Some(Val::Act(t)) => b.shape(*t).to_vec(),
-                        Some(Val::Const(k)) => k.dims.clone(),
-                        Some(Val::Init(i)) => self.init_dims(self.init(*i).name())?,
-                        None => return Err(format!("`{s}` is not defined")),
-                    };
+                    let d = self.dims_of(b, s)?;
                     shape = broadcast_dims(&shape, &d)?;
                 }
                 let mut e = Elementwise::new("where", &[0]);
                 e.out_dtype = None;
                 let y = self.emit(b, leaf, e, &acts);
                 if b.shape(y) != shape.as_slice() {
-                    let v = View {
-                        name: "expand",
-                        shapes: vec![shape],
-                        expand: true,
-                    };
-                    b.op(v, &[y])
+                    self.expand(b, y, shape)
                 } else {
                     y
                 }
@@ -628,22 +956,34 @@ impl<'a> Lowerer<'a> {
             }
             "MaxPool" | "AveragePool" => {
                 let x = self.act(b, inp(0))?;
-                let k = square(n, "kernel_shape", 1)?;
-                let st = square(n, "strides", 1)?;
-                let (ph, pw) = pads2(n)?;
-                if ph != pw || square(n, "dilations", 1)? != 1 {
-                    return Err("only equal padding and no dilation are supported".into());
+                let s = b.shape(x).to_vec();
+                if s.len() != 4 {
+                    return Err(format!("input {s:?}: only 2-D pooling is supported"));
+                }
+                let k = per_dim(n, "kernel_shape", 2, 1)?;
+                let st = per_dim(n, "strides", 2, 1)?;
+                let dl = per_dim(n, "dilations", 2, 1)?;
+                let pads = pads_nd(n, &s[2..], &k, &st, &dl)?;
+                if k[0] != k[1] || st[0] != st[1] {
+                    return Err(format!(
+                        "kernel {k:?}, strides {st:?}: only square 2-D windows are supported"
+                    ));
+                }
+                if pads.iter().any(|&(a, c)| a != c || a != pads[0].0) || dl != [1, 1] {
+                    return Err(
+                        "only equal, symmetric padding and no dilation are supported".into(),
+                    );
                 }
                 let ceil = attr_i(n, "ceil_mode", 0) != 0;
                 if op == "MaxPool" {
-                    let mut p = MaxPool2d::new(k, st, ph);
+                    let mut p = MaxPool2d::new(k[0], st[0], pads[0].0);
                     p.ceil_mode = ceil;
                     self.emit(b, leaf, p, &[x])
                 } else {
                     let p = AvgPool2d {
-                        kernel: k,
-                        stride: st,
-                        padding: ph,
+                        kernel: k[0],
+                        stride: st[0],
+                        padding: pads[0].0,
                         ceil_mode: ceil,
                     };
                     self.emit(b, leaf, p, &[x])
@@ -663,14 +1003,11 @@ impl<'a> Lowerer<'a> {
                     "Unsqueeze" => "unsqueeze",
                     _ => "squeeze",
                 };
-                let x = if matches!(op, "Flatten" | "Reshape") {
-                    self.contiguous(b, x)
-                } else {
-                    x
-                };
-                let y = b.op(View::new(name, shape), &[x]);
-                if self.noncontig.contains(&x) {
-                    self.noncontig.insert(y);
+                let y = self.reshape(b, name, x, shape);
+                if y == x {
+                    // a reshape to the same shape is the tensor itself
+                    self.set(b, out0, Val::Act(x));
+                    return Ok(());
                 }
                 y
             }
@@ -679,37 +1016,27 @@ impl<'a> Lowerer<'a> {
                 let s = b.shape(x).to_vec();
                 let perm =
                     attr_ints(n, "perm").unwrap_or_else(|| (0..s.len() as i64).rev().collect());
-                let shape: Vec<u64> = perm
+                let p: Vec<usize> = perm
                     .iter()
-                    .map(|&p| consts::axis(p, s.len()).map(|a| s[a]))
+                    .map(|&p| consts::axis(p, s.len()))
                     .collect::<Option<_>>()
+                    .filter(|p: &Vec<usize>| {
+                        p.len() == s.len() && {
+                            let mut q = p.clone();
+                            q.sort_unstable();
+                            q.dedup();
+                            q.len() == s.len()
+                        }
+                    })
                     .ok_or_else(|| format!("perm {perm:?} does not fit shape {s:?}"))?;
-                let y = b.op(View::new("permute", shape), &[x]);
-                // a permutation that moves a non-1 dim breaks contiguity
-                let moved: Vec<u64> = perm
-                    .iter()
-                    .filter_map(|&p| consts::axis(p, s.len()))
-                    .filter(|&a| s[a] != 1)
-                    .map(|a| a as u64)
-                    .collect();
-                if moved.windows(2).any(|w| w[0] > w[1]) || self.noncontig.contains(&x) {
-                    self.noncontig.insert(y);
-                }
-                y
+                self.permute(b, "permute", x, &p)
             }
             "Expand" => {
                 let x = self.act(b, inp(0))?;
                 let target = self.ints(inp(1), "shape")?;
                 let t: Vec<u64> = target.iter().map(|&d| d.max(1) as u64).collect();
                 let shape = broadcast_dims(b.shape(x), &t)?;
-                b.op(
-                    View {
-                        name: "expand",
-                        shapes: vec![shape],
-                        expand: true,
-                    },
-                    &[x],
-                )
+                self.expand(b, x, shape)
             }
             "Concat" => {
                 let xs: Vec<TensorId> = n
@@ -751,6 +1078,7 @@ impl<'a> Lowerer<'a> {
                         o
                     })
                     .collect();
+                let st = self.strides_of(b, x);
                 let outs = b.op_multi(
                     View {
                         name: "split",
@@ -760,9 +1088,7 @@ impl<'a> Lowerer<'a> {
                     &[x],
                 );
                 for (name, t) in n.output.iter().zip(outs) {
-                    if ax != 0 {
-                        self.noncontig.insert(t);
-                    }
+                    self.set_strides(b, t, st.clone());
                     self.set(b, name, Val::Act(t));
                 }
                 return Ok(());
@@ -770,37 +1096,20 @@ impl<'a> Lowerer<'a> {
             "Slice" => {
                 let x = self.act(b, inp(0))?;
                 let s = b.shape(x).to_vec();
-                let shape = self.slice_shape(n, &s)?;
+                let (shape, steps) = self.slice_shape(n, &s)?;
                 if shape == s {
                     x
                 } else {
+                    let mut st = self.strides_of(b, x);
+                    for (d, step) in steps.into_iter().enumerate() {
+                        st[d] = st[d].saturating_mul(step);
+                    }
                     let y = b.op(Slice { shape }, &[x]);
-                    self.noncontig.insert(y);
+                    self.set_strides(b, y, st);
                     y
                 }
             }
-            "Gather" => {
-                let x = self.act(b, inp(0))?;
-                let s = b.shape(x).to_vec();
-                let ax = consts::axis(attr_i(n, "axis", 0), s.len()).ok_or("axis out of range")?;
-                match self.konst(inp(1)) {
-                    Some(k) if k.dims.is_empty() => b.op(Select { dim: ax }, &[x]),
-                    Some(k) => {
-                        let mut o = s[..ax].to_vec();
-                        o.extend(&k.dims);
-                        o.extend(&s[ax + 1..]);
-                        let e = Elementwise::new("index_select", &[]);
-                        let y = b.op(e, &[x]);
-                        b.op(View::new("view", o), &[y])
-                    }
-                    None => {
-                        return Err(
-                            "gathering with run-time indices (embeddings) is not supported yet"
-                                .into(),
-                        )
-                    }
-                }
-            }
+            "Gather" => return self.lower_gather(b, idx, n, leaf),
             "Softmax" | "LogSoftmax" => {
                 let x = self.act(b, inp(0))?;
                 let rank = b.shape(x).len();
@@ -832,12 +1141,15 @@ impl<'a> Lowerer<'a> {
                 let p = if inp(1).is_empty() {
                     attr_f(n, "ratio", 0.5)
                 } else {
-                    self.konst(inp(1)).and_then(|k| k.scalar()).unwrap_or(0.5)
+                    self.scalar(inp(1)).unwrap_or(0.5)
                 };
                 if let Some(mask) = n.output.get(1).filter(|m| !m.is_empty()) {
                     if self.uses.get(mask.as_str()).copied().unwrap_or(0) > 0 {
                         return Err("the dropout mask is used by the graph".into());
                     }
+                }
+                if !(0.0..1.0).contains(&p) {
+                    return Err(format!("ratio {p} must be in [0, 1)"));
                 }
                 if p == 0.0 {
                     x
@@ -866,7 +1178,21 @@ impl<'a> Lowerer<'a> {
             }
             other => return Err(format!("op {other} with run-time inputs is not supported")),
         };
-        self.producer.insert(result, op.to_string());
+        self.producer
+            .entry(result)
+            .or_insert_with(|| op.to_string());
+        if keeps_layout(op) {
+            if let Some(x) = n
+                .input
+                .iter()
+                .find_map(|s| match self.vals.get(s.as_str()) {
+                    Some(Val::Act(t)) if *t != result => Some(*t),
+                    _ => None,
+                })
+            {
+                self.follow_layout(b, x, result);
+            }
+        }
         self.set(b, out0, Val::Act(result));
         // secondary outputs nothing reads: training-mode batch norm's running statistics, the
         // dropout mask; they get their shapes only
@@ -885,6 +1211,214 @@ impl<'a> Lowerer<'a> {
                 self.set(b, o, Val::Const(k));
             }
         }
+        Ok(())
+    }
+
+    /// A broadcast view of `x` to `shape` (stride 0 on the broadcast dims).
+    pub(super) fn expand(
+        &mut self,
+        b: &mut GraphBuilder,
+        x: TensorId,
+        shape: Vec<u64>,
+    ) -> TensorId {
+        if b.shape(x) == shape.as_slice() {
+            return x;
+        }
+        let s = b.shape(x).to_vec();
+        let st = self.strides_of(b, x);
+        let lead = shape.len() - s.len();
+        let mut ns = vec![0u64; shape.len()];
+        for i in 0..s.len() {
+            ns[lead + i] = if s[i] == 1 && shape[lead + i] != 1 {
+                0
+            } else {
+                st[i]
+            };
+        }
+        let y = b.op(
+            View {
+                name: "expand",
+                shapes: vec![shape],
+                expand: true,
+            },
+            &[x],
+        );
+        self.set_strides(b, y, ns);
+        y
+    }
+
+    /// What `torch.matmul` feeds `bmm`: an operand of rank ≥ 3 whose batch dims cannot be folded
+    /// by a view is copied (the copy is what backward keeps).
+    fn fold_batch(&mut self, b: &mut GraphBuilder, t: TensorId) -> TensorId {
+        let s = b.shape(t).to_vec();
+        if s.len() < 3 || self.is_contiguous(t) {
+            return t;
+        }
+        let batch: u64 = s[..s.len() - 2].iter().product();
+        let folded = vec![batch, s[s.len() - 2], s[s.len() - 1]];
+        let st = self.strides_of(b, t);
+        match layout::view(&s, &st, &folded) {
+            Some(_) => t,
+            None => self.contiguous(b, t),
+        }
+    }
+
+    /// `Conv` with 1, 2 or 3 spatial dims; asymmetric padding (`auto_pad=SAME_*` with an even
+    /// kernel) pads the difference explicitly first, as PyTorch's `padding="same"` does.
+    fn lower_conv(
+        &mut self,
+        b: &mut GraphBuilder,
+        idx: usize,
+        n: &NodeProto,
+        leaf: Option<&str>,
+    ) -> R<()> {
+        let inp = |i: usize| n.input.get(i).map(String::as_str).unwrap_or("");
+        let mut x = self.act(b, inp(0))?;
+        let w = self.init_dims(inp(1))?;
+        let d = w.len().saturating_sub(2);
+        if !(1..=3).contains(&d) {
+            return Err(format!(
+                "weight {w:?}: only 1-D, 2-D and 3-D convolutions are supported"
+            ));
+        }
+        let s = b.shape(x).to_vec();
+        if s.len() != d + 2 {
+            return Err(format!("input {s:?} does not fit a {d}-D weight {w:?}"));
+        }
+        let g = u(attr_i(n, "group", 1), "group")?;
+        let kernel = w[2..].to_vec();
+        if let Some(ks) = attr_ints(n, "kernel_shape").filter(|k| !k.is_empty()) {
+            if ks.iter().map(|&k| k.max(0) as u64).collect::<Vec<_>>() != kernel {
+                return Err(format!(
+                    "kernel_shape {ks:?} does not match the weight {w:?}"
+                ));
+            }
+        }
+        let stride = per_dim(n, "strides", d, 1)?;
+        let dilation = per_dim(n, "dilations", d, 1)?;
+        if stride.iter().chain(&dilation).any(|&v| v == 0) {
+            return Err("strides and dilations must be positive".into());
+        }
+        let pads = pads_nd(n, &s[2..], &kernel, &stride, &dilation)?;
+        // as PyTorch's padding="same": the symmetric part is the convolution's padding, the
+        // difference an explicit constant_pad_nd first
+        let padding: Vec<u64> = pads.iter().map(|&(a, c)| a.min(c)).collect();
+        if pads.iter().any(|&(a, c)| a != c) {
+            // F.pad takes (before, after) from the last dim backwards
+            let p: Vec<(u64, u64)> = pads
+                .iter()
+                .rev()
+                .map(|&(a, c)| (a - a.min(c), c - a.min(c)))
+                .collect();
+            x = b.op(ConstantPad { pads: p }, &[x]);
+        }
+        let name = self.param_leaf(leaf, inp(1), idx);
+        let bias = !inp(2).is_empty();
+        let in_channels = s[1];
+        let y = if d == 2 {
+            let c = Conv2d {
+                in_channels,
+                out_channels: w[0],
+                kernel: (kernel[0], kernel[1]),
+                stride: (stride[0], stride[1]),
+                padding: (padding[0], padding[1]),
+                dilation: (dilation[0], dilation[1]),
+                groups: g,
+                bias,
+            };
+            b.layer(&name, c, &[x])
+        } else {
+            let c = ConvNd {
+                in_channels,
+                out_channels: w[0],
+                kernel,
+                stride,
+                padding,
+                dilation,
+                groups: g,
+                bias,
+            };
+            b.layer(&name, c, &[x])
+        };
+        self.producer.insert(y, "Conv".into());
+        let out0 = n.output.first().map(String::as_str).unwrap_or("");
+        self.set(b, out0, Val::Act(y));
+        Ok(())
+    }
+
+    /// `Gather`: a `select` for a scalar constant index, `index_select` for constant indices,
+    /// `nn.Embedding` for run-time indices into a weight initializer, `x[ids]` for run-time
+    /// indices into a tensor.
+    fn lower_gather(
+        &mut self,
+        b: &mut GraphBuilder,
+        idx: usize,
+        n: &NodeProto,
+        leaf: Option<&str>,
+    ) -> R<()> {
+        let inp = |i: usize| n.input.get(i).map(String::as_str).unwrap_or("");
+        let out0 = n.output.first().map(String::as_str).unwrap_or("");
+        let data_dims = self.dims_of(b, inp(0))?;
+        let ax = consts::axis(attr_i(n, "axis", 0), data_dims.len()).ok_or("axis out of range")?;
+        let is_weight = self.is_weight(inp(0));
+        let const_rows = self.konst(inp(1)).is_some_and(|k| !k.dims.is_empty());
+        if self.is_act(inp(1)) || (is_weight && ax == 0 && data_dims.len() == 2 && const_rows) {
+            let ids = if self.is_act(inp(1)) {
+                self.act(b, inp(1))?
+            } else {
+                // `emb(torch.arange(S))`: the indices are a tensor the forward makes
+                let k = self
+                    .konst(inp(1))
+                    .ok_or_else(|| format!("indices `{}` are not defined", inp(1)))?;
+                let op = Aten::new("arange", k.dims)
+                    .dtype(vramscope_core::ops::DTypeRule::Fixed(DType::I64))
+                    .not_differentiable();
+                b.op(op, &[])
+            };
+            let id_shape = b.shape(ids).to_vec();
+            let y = if is_weight {
+                if ax != 0 || data_dims.len() != 2 {
+                    return Err(format!(
+                        "an embedding gathers rows (axis 0) of a 2-D weight, not axis {ax} of {data_dims:?}"
+                    ));
+                }
+                let name = self.param_leaf(leaf, inp(0), idx);
+                let (y, w) =
+                    crate::hf::layers::embedding(b, &name, data_dims[0], data_dims[1], ids);
+                // a tied use of the weight reads the parameter
+                self.vals.insert(inp(0).to_string(), Val::Act(w));
+                y
+            } else {
+                let x = self.act(b, inp(0))?;
+                let mut o = data_dims[..ax].to_vec();
+                o.extend(&id_shape);
+                o.extend(&data_dims[ax + 1..]);
+                let op = Aten::new("index", o)
+                    .dtype(vramscope_core::ops::DTypeRule::Like(0))
+                    .saves(vec![Saved::Input(1)])
+                    .grads(vec![GradIn::New, GradIn::None]);
+                self.emit(b, leaf, op, &[x, ids])
+            };
+            self.producer.insert(y, "Gather".into());
+            self.set(b, out0, Val::Act(y));
+            return Ok(());
+        }
+        let x = self.act(b, inp(0))?;
+        let s = b.shape(x).to_vec();
+        let y = match self.konst(inp(1)) {
+            Some(k) if k.dims.is_empty() => self.select(b, x, ax),
+            Some(k) => {
+                let mut o = s[..ax].to_vec();
+                o.extend(&k.dims);
+                o.extend(&s[ax + 1..]);
+                let e = Elementwise::new("index_select", &[]);
+                let y = b.op(e, &[x]);
+                b.op(View::new("view", o), &[y])
+            }
+            None => return Err(format!("indices `{}` are not defined", inp(1))),
+        };
+        self.producer.insert(y, "Gather".into());
+        self.set(b, out0, Val::Act(y));
         Ok(())
     }
 
@@ -914,30 +1448,31 @@ impl<'a> Lowerer<'a> {
                 "Add" => b.op(Elementwise::new("add", &[]), &[x]),
                 _ => b.op(Elementwise::new("sub", &[]), &[x]),
             };
+            self.follow_layout(b, x, y);
             let full = broadcast_dims(&xs, &kd)?;
             if full != xs {
-                let v = View {
-                    name: "expand",
-                    shapes: vec![full],
-                    expand: true,
-                };
-                b.op(v, &[y])
+                self.expand(b, y, full)
             } else {
                 y
             }
         } else {
+            // `x + self.param` is written out of place (ViT's position embedding)
+            let adds_param = matches!(self.vals.get(&c), Some(Val::Init(_)));
             let x = self.act(b, &a)?;
             let z = self.act(b, &c)?;
-            match op {
+            let y = match op {
                 "Add" => {
                     let out = broadcast_dims(b.shape(x), b.shape(z))?;
-                    let inplace = out.as_slice() == b.shape(x) && self.can_inplace(&a, x);
+                    let inplace =
+                        out.as_slice() == b.shape(x) && !adds_param && self.can_inplace(&a, x);
                     self.emit(b, leaf, Add { inplace }, &[x, z])
                 }
                 "Mul" => self.emit(b, leaf, Mul, &[x, z]),
                 "Sub" => self.emit(b, leaf, Elementwise::new("sub", &[]), &[x, z]),
                 _ => self.emit(b, leaf, Elementwise::new("div", &[0, 1]), &[x, z]),
-            }
+            };
+            self.follow_layout(b, x, y);
+            y
         };
         self.producer.insert(y, op.to_string());
         let out = n.output.first().cloned().unwrap_or_default();
@@ -945,7 +1480,7 @@ impl<'a> Lowerer<'a> {
         Ok(())
     }
 
-    fn view_shape(&self, n: &NodeProto, s: &[u64]) -> R<Vec<u64>> {
+    pub(super) fn view_shape(&self, n: &NodeProto, s: &[u64]) -> R<Vec<u64>> {
         let inp1 = n.input.get(1).map(String::as_str).unwrap_or("");
         match n.op_type() {
             "Flatten" => {
@@ -1003,7 +1538,8 @@ impl<'a> Lowerer<'a> {
         }
     }
 
-    fn slice_shape(&self, n: &NodeProto, s: &[u64]) -> R<Vec<u64>> {
+    /// The output shape of a `Slice`, and the step of every dim (1 where not sliced).
+    pub(super) fn slice_shape(&self, n: &NodeProto, s: &[u64]) -> R<(Vec<u64>, Vec<u64>)> {
         let inp = |i: usize| n.input.get(i).map(String::as_str).unwrap_or("");
         let starts = self.ints(inp(1), "starts")?;
         let ends = self.ints(inp(2), "ends")?;
@@ -1018,207 +1554,25 @@ impl<'a> Lowerer<'a> {
             self.ints(inp(4), "steps")?
         };
         let mut o = s.to_vec();
+        let mut st = vec![1u64; s.len()];
         #[allow(clippy::needless_range_loop)]
         for i in 0..starts.len() {
             let ax = axes
                 .get(i)
                 .and_then(|&a| consts::axis(a, s.len()))
                 .ok_or("axes out of range")?;
-            let (e, st) = (
+            let (e, step) = (
                 *ends.get(i).ok_or("ends too short")?,
                 *steps.get(i).ok_or("steps too short")?,
             );
-            o[ax] = consts::slice_len(s[ax], starts[i], e, st).ok_or("step 0")?;
+            o[ax] = consts::slice_len(s[ax], starts[i], e, step).ok_or("step 0")?;
+            st[ax] = step.unsigned_abs();
         }
-        Ok(o)
-    }
-
-    /// Constant folding of a node whose inputs are all constants; `None` when the op is not one
-    /// that can be folded.
-    fn fold(&self, n: &NodeProto) -> R<Option<Konst>> {
-        let inp = |i: usize| n.input.get(i).map(String::as_str).unwrap_or("");
-        let k = |i: usize| {
-            self.konst(inp(i))
-                .ok_or_else(|| format!("input `{}` is not a known constant", inp(i)))
-        };
-        let op = n.op_type();
-        Ok(Some(match op {
-            "Constant" => {
-                let a = n.attribute.first().ok_or("Constant without a value")?;
-                match Some(a.r#type()) {
-                    Some(AttributeType::Tensor) => {
-                        let t = a.t.as_ref().ok_or("Constant without a tensor")?;
-                        consts::decode(t, None).ok_or("bad constant tensor")?
-                    }
-                    Some(AttributeType::Float) => Konst {
-                        dims: vec![],
-                        vals: Some(vec![a.f() as f64]),
-                        int: false,
-                    },
-                    Some(AttributeType::Int) => Konst {
-                        dims: vec![],
-                        vals: Some(vec![a.i() as f64]),
-                        int: true,
-                    },
-                    Some(AttributeType::Ints) => Konst::ints(&a.ints),
-                    Some(AttributeType::Floats) => Konst {
-                        dims: vec![a.floats.len() as u64],
-                        vals: Some(a.floats.iter().map(|&f| f as f64).collect()),
-                        int: false,
-                    },
-                    _ => return Err("unsupported Constant attribute".into()),
-                }
-            }
-            "Identity" => k(0)?,
-            "ConstantOfShape" => {
-                let dims: Vec<u64> = self
-                    .ints(inp(0), "shape")?
-                    .iter()
-                    .map(|&d| u(d, "shape"))
-                    .collect::<R<_>>()?;
-                let v = attr(n, "value")
-                    .and_then(|a| a.t.as_ref())
-                    .and_then(|t| consts::decode(t, None));
-                let fill = v.as_ref().and_then(Konst::scalar).unwrap_or(0.0);
-                let mut kk = Konst {
-                    dims,
-                    vals: None,
-                    int: v.is_some_and(|v| v.int),
-                };
-                if kk.numel() <= consts::MAX_VALUES {
-                    kk.vals = Some(vec![fill; kk.numel() as usize]);
-                }
-                kk
-            }
-            "Cast" => {
-                let mut x = k(0)?;
-                x.int = consts::is_int_type(attr_i(n, "to", 1) as i32);
-                if x.int {
-                    x.vals = x.vals.map(|v| v.into_iter().map(f64::trunc).collect());
-                }
-                x
-            }
-            "Add" => {
-                consts::binary(&k(0)?, &k(1)?, |a, b| a + b).ok_or("shapes do not broadcast")?
-            }
-            "Sub" => {
-                consts::binary(&k(0)?, &k(1)?, |a, b| a - b).ok_or("shapes do not broadcast")?
-            }
-            "Mul" => {
-                consts::binary(&k(0)?, &k(1)?, |a, b| a * b).ok_or("shapes do not broadcast")?
-            }
-            "Div" => {
-                let (a, c) = (k(0)?, k(1)?);
-                let int = a.int && c.int;
-                consts::binary(&a, &c, move |a, b| {
-                    if b == 0.0 {
-                        0.0
-                    } else if int {
-                        (a / b).floor()
-                    } else {
-                        a / b
-                    }
-                })
-                .ok_or("shapes do not broadcast")?
-            }
-            "Equal" => consts::binary(&k(0)?, &k(1)?, |a, b| (a == b) as u8 as f64)
-                .ok_or("shapes do not broadcast")?,
-            "Unsqueeze" | "Squeeze" | "Reshape" | "Flatten" => {
-                let x = k(0)?;
-                let dims = self.view_shape(n, &x.dims)?;
-                Konst { dims, ..x }
-            }
-            "Concat" => {
-                let parts: Vec<Konst> = (0..n.input.len()).map(k).collect::<R<_>>()?;
-                if parts.iter().any(|p| p.dims.len() != 1) {
-                    return Err("only 1-D constants can be concatenated".into());
-                }
-                let vals: Option<Vec<f64>> = parts
-                    .iter()
-                    .map(|p| p.vals.clone())
-                    .collect::<Option<Vec<_>>>()
-                    .map(|v| v.concat());
-                Konst {
-                    dims: vec![parts.iter().map(|p| p.dims[0]).sum()],
-                    vals,
-                    int: parts.iter().all(|p| p.int),
-                }
-            }
-            "Gather" => {
-                let (x, i) = (k(0)?, k(1)?);
-                let idx = i.as_ints().ok_or("unknown indices")?;
-                if x.dims.len() != 1 || attr_i(n, "axis", 0) != 0 {
-                    return Err("only gathers from 1-D constants are supported".into());
-                }
-                let v = x.vals.as_ref().ok_or("unknown values")?;
-                let len = v.len() as i64;
-                let picked: Vec<f64> = idx
-                    .iter()
-                    .map(|&j| {
-                        let j = if j < 0 { j + len } else { j };
-                        usize::try_from(j).ok().and_then(|j| v.get(j).copied())
-                    })
-                    .collect::<Option<_>>()
-                    .ok_or("index out of range")?;
-                Konst {
-                    dims: i.dims.clone(),
-                    vals: Some(picked),
-                    int: x.int,
-                }
-            }
-            "Slice" => {
-                let x = k(0)?;
-                let dims = self.slice_shape(n, &x.dims)?;
-                let vals = if x.dims.len() == 1 {
-                    let (st, en) = (self.ints(inp(1), "starts")?, self.ints(inp(2), "ends")?);
-                    let step = if inp(4).is_empty() {
-                        1
-                    } else {
-                        self.ints(inp(4), "steps")?.first().copied().unwrap_or(1)
-                    };
-                    x.vals.as_ref().and_then(|v| {
-                        let len = v.len() as i64;
-                        let s0 = st.first().copied()?;
-                        let s0 = if s0 < 0 { s0 + len } else { s0 }.clamp(0, len);
-                        let e0 = en.first().copied()?;
-                        let e0 = if e0 < 0 { e0 + len } else { e0 }.clamp(0, len);
-                        (step == 1).then(|| v[s0 as usize..e0.max(s0) as usize].to_vec())
-                    })
-                } else {
-                    None
-                };
-                Konst {
-                    dims,
-                    vals,
-                    int: x.int,
-                }
-            }
-            "Range" => {
-                let (s, l, d) = (
-                    k(0)?.scalar().ok_or("start")?,
-                    k(1)?.scalar().ok_or("limit")?,
-                    k(2)?.scalar().ok_or("delta")?,
-                );
-                if d == 0.0 {
-                    return Err("delta 0".into());
-                }
-                let cnt = ((l - s) / d).ceil().max(0.0) as u64;
-                let mut kk = Konst {
-                    dims: vec![cnt],
-                    vals: None,
-                    int: true,
-                };
-                if cnt <= consts::MAX_VALUES {
-                    kk.vals = Some((0..cnt).map(|i| s + i as f64 * d).collect());
-                }
-                kk
-            }
-            _ => return Ok(None),
-        }))
+        Ok((o, st))
     }
 }
 
-fn broadcast_dims(a: &[u64], b: &[u64]) -> R<Vec<u64>> {
+pub(super) fn broadcast_dims(a: &[u64], b: &[u64]) -> R<Vec<u64>> {
     vramscope_core::ops::broadcast_shapes(a, b)
         .ok_or_else(|| format!("shapes {a:?} and {b:?} do not broadcast"))
 }
@@ -1234,6 +1588,7 @@ pub struct Item {
 
 /// Emits `items` (nodes at module depth `depth`) as nested module calls.
 pub fn emit_items(b: &mut GraphBuilder, lw: &mut Lowerer, items: &[Item], depth: usize) {
+    let g = lw.file.graph();
     let mut i = 0;
     while i < items.len() {
         if lw.error.is_some() {
@@ -1261,24 +1616,33 @@ pub fn emit_items(b: &mut GraphBuilder, lw: &mut Lowerer, items: &[Item], depth:
             .filter(|s| !s.is_empty())
             .unwrap_or(&level.path)
             .to_string();
-        if group.len() == 1 && group[0].levels.len() == depth + 1 {
-            lw.lower(b, group[0].node, Some(&name));
-        } else {
-            let inputs = external_inputs(b, lw, group);
+        // a module whose forward is one node (besides constants) is that node as a leaf
+        let working: Vec<&Item> = group
+            .iter()
+            .filter(|it| g.node[it.node].op_type() != "Constant")
+            .collect();
+        if working.len() == 1 && working[0].levels.len() == depth + 1 {
+            for it in group.iter().filter(|it| it.node != working[0].node) {
+                lw.lower(b, it.node, None);
+            }
+            lw.lower(b, working[0].node, Some(&name));
+        } else if !lw.lower_module(b, group, depth, &level.path, &name) {
+            let inputs = external_inputs(lw, group);
             let ty = if name.bytes().all(|c| c.is_ascii_digit()) || name.contains('.') {
                 "Sequential"
             } else {
                 "Module"
             };
+            lw.scope.push(level.path.clone());
             b.module(&name, ty, &inputs, |b| emit_items(b, lw, group, depth + 1));
+            lw.scope.pop();
         }
         i = j;
     }
 }
 
 /// The engine tensors a group of nodes reads that were made before it (the module's arguments).
-fn external_inputs(b: &GraphBuilder, lw: &Lowerer, group: &[Item]) -> Vec<TensorId> {
-    let _ = b;
+pub(super) fn external_inputs(lw: &Lowerer, group: &[Item]) -> Vec<TensorId> {
     let g = lw.file.graph();
     let made: HashSet<&str> = group
         .iter()

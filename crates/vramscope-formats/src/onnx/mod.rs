@@ -2,11 +2,17 @@
 //! symbolic dims bound to the batch size and sequence length, lowered onto the engine's ops with
 //! training semantics and module paths recovered from the exporter's node names. See docs/onnx.md.
 
+mod attention;
 mod consts;
 mod file;
+mod fold;
+mod fuse;
+mod layout;
 mod lower;
+mod modules;
 #[allow(missing_docs, clippy::all, clippy::pedantic)]
 pub mod proto;
+mod rnn;
 mod scope;
 
 use std::collections::BTreeMap;
@@ -130,7 +136,25 @@ const SUPPORTED: &[&str] = &[
     "Ceil",
     "Round",
     "Sign",
+    "LSTM",
+    "GRU",
+    "Attention",
+    "Mod",
+    "Trilu",
+    "IsNaN",
+    "Not",
+    "Less",
+    "Greater",
+    "LessOrEqual",
+    "GreaterOrEqual",
+    "And",
+    "Or",
+    "Min",
+    "Max",
 ];
+
+/// Ops of other domains the front-end lowers.
+const SUPPORTED_CUSTOM: &[(&str, &str)] = &[("com.microsoft", "Attention")];
 
 /// A lowered model: the graph and every value's inferred shape.
 #[derive(Debug)]
@@ -166,6 +190,33 @@ fn bind_dim(name: &str, axis: usize, rank: usize, is_float: bool, o: &OnnxOption
 
 /// Lowers a read file for the given options.
 pub fn lower(f: &OnnxFile, opts: &OnnxOptions) -> Result<Lowered, OnnxError> {
+    // modules recognised as a whole (nn.MultiheadAttention) need their inner shapes first: a
+    // generic pass gives them
+    let has_modules = f
+        .graph()
+        .initializer
+        .iter()
+        .any(|t| t.name().ends_with("in_proj_weight"));
+    if !has_modules {
+        return lower_pass(f, opts, None);
+    }
+    match lower_pass(f, opts, None) {
+        Ok(first) => {
+            let mut second = lower_pass(f, opts, Some(first.shapes.clone()))?;
+            for (k, v) in first.shapes {
+                second.shapes.entry(k).or_insert(v);
+            }
+            Ok(second)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+fn lower_pass(
+    f: &OnnxFile,
+    opts: &OnnxOptions,
+    hints: Option<BTreeMap<String, Vec<u64>>>,
+) -> Result<Lowered, OnnxError> {
     let invalid = |what: String| OnnxError::Invalid {
         path: f.path.clone(),
         what,
@@ -175,7 +226,12 @@ pub fn lower(f: &OnnxFile, opts: &OnnxOptions) -> Result<Lowered, OnnxError> {
     let mut bad: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for n in &g.node {
         let custom = !(n.domain().is_empty() || n.domain() == "ai.onnx");
-        if custom || !SUPPORTED.contains(&n.op_type()) {
+        let known = if custom {
+            SUPPORTED_CUSTOM.contains(&(n.domain(), n.op_type()))
+        } else {
+            SUPPORTED.contains(&n.op_type())
+        };
+        if !known {
             let key = if custom {
                 format!("{}::{}", n.domain(), n.op_type())
             } else {
@@ -210,6 +266,7 @@ pub fn lower(f: &OnnxFile, opts: &OnnxOptions) -> Result<Lowered, OnnxError> {
         .unwrap_or_else(|| "onnx".into());
     let mut b = GraphBuilder::new(&name, "OnnxModel");
     let mut lw = lower::Lowerer::new(f);
+    lw.hints = hints;
     let inits: std::collections::HashSet<&str> = g.initializer.iter().map(|t| t.name()).collect();
     for vi in g.input.iter().filter(|v| !inits.contains(v.name())) {
         let tt = match vi.r#type.as_ref().and_then(|t| t.value.as_ref()) {
@@ -248,11 +305,16 @@ pub fn lower(f: &OnnxFile, opts: &OnnxOptions) -> Result<Lowered, OnnxError> {
         lw.vals.insert(vi.name().to_string(), lower::Val::Act(t));
     }
     let mut resolver = scope::ScopeResolver::default();
-    let fused: std::collections::HashSet<usize> = lw.fused_add.values().copied().collect();
+    // `Constant` nodes depend on nothing and make no tensors: lowered first, they do not split
+    // the module calls the exporter interleaves them with
+    let is_constant = |i: usize| g.node[i].op_type() == "Constant" && g.node[i].input.is_empty();
+    for &i in f.order.iter().filter(|&&i| is_constant(i)) {
+        lw.lower(&mut b, i, None);
+    }
     let items: Vec<lower::Item> = f
         .order
         .iter()
-        .filter(|i| !fused.contains(i))
+        .filter(|&&i| !is_constant(i) && !lw.fusions.absorbed.contains(&i))
         .map(|&i| lower::Item {
             node: i,
             levels: resolver.levels(g.node[i].name()),

@@ -18,7 +18,7 @@ mod convnext;
 mod efficientnet;
 mod regnet;
 mod swin;
-mod vit;
+pub(crate) mod vit;
 
 pub use common::*;
 

@@ -122,7 +122,7 @@ fn encoder_block(b: &mut GraphBuilder, input: TensorId, s: &Spec, n: u64, seq: u
     let e = s.hidden;
     let x = b.layer("ln_1", LayerNorm::new(e), &[input]);
     let x = b.module("self_attention", "MultiheadAttention", &[x], |b| {
-        multi_head_attention(b, x, e, s.heads, n, seq)
+        multi_head_attention(b, x, e, s.heads, n, seq, 0.0)
     });
     let x = dropout(b, "dropout", 0.0, x);
     let x = b.op(Add { inplace: false }, &[x, input]);
@@ -137,14 +137,17 @@ fn encoder_block(b: &mut GraphBuilder, input: TensorId, s: &Spec, n: u64, seq: u
     b.op(Add { inplace: false }, &[x, y])
 }
 
-/// `nn.MultiheadAttention(e, heads, batch_first=True)(x, x, x, need_weights=False)` in training.
-fn multi_head_attention(
+/// `nn.MultiheadAttention(e, heads, dropout=dropout_p, batch_first=True)(x, x, x,
+/// need_weights=False)` on `x` `[n, l, e]` (also what the ONNX front-end lowers such a module's
+/// exported nodes to).
+pub(crate) fn multi_head_attention(
     b: &mut GraphBuilder,
     x: TensorId,
     e: u64,
     heads: u64,
     n: u64,
     l: u64,
+    dropout_p: f64,
 ) -> TensorId {
     let d = e / heads;
     let w = b.parameter("in_proj_weight", vec![3 * e, e]);
@@ -205,7 +208,7 @@ fn multi_head_attention(
         .collect();
     let a = b.op(
         ScaledDotProductAttention {
-            dropout_p: 0.0,
+            dropout_p,
             causal: false,
             row_stats_temporary: true,
         },

@@ -1,0 +1,200 @@
+//! `F.scaled_dot_product_attention(q, k, v, attn_mask=bias)` with a float additive mask, as
+//! transformers' SDPA path runs T5's relative position bias (`create_position_bias_mask`). The
+//! mask is `[B, H, L, S]` as the kernel sees it (the broadcast `[1, H, L, S]` bias expanded).
+//!
+//! Backend on an H100 (sm_90, cuDNN 9; truth traces): flash attention takes no mask, so dropout
+//! means mem-efficient attention; without dropout fp16/bf16 run cuDNN attention, unless the mask
+//! needs a gradient, which cuDNN's backward cannot give (mem-efficient attention then); fp32 runs
+//! mem-efficient attention. Each keeps q, k, v, the output, the mask and the backend's statistics
+//! for backward. Mem-efficient attention's backward returns the mask's gradient as a new
+//! `[B, H, L, S]` tensor whose last dimension is padded to 16 elements (`attention_backward.cu`);
+//! the caller records the mask with that padded last dimension so the gradient has its size.
+
+use super::attention::{backend_extras, backend_inference_extras};
+use super::*;
+
+/// Scaled dot-product attention over `[B, H, L, E]` q, k, v with an additive float mask.
+#[derive(Debug, Clone)]
+pub struct ScaledDotProductAttentionBias {
+    /// Attention dropout probability (active in training only).
+    pub dropout_p: f64,
+    /// The mask's batch size before SDPA expands it (1 for a bias shared by the batch).
+    pub mask_batch: u64,
+}
+
+/// Mem-efficient attention wants the mask's rows aligned to 8 elements: `preprocess_mask` pads
+/// the last dimension (`constant_pad_nd`) and slices it back.
+const MEM_EFF_MASK_ALIGNMENT: u64 = 8;
+
+impl ScaledDotProductAttentionBias {
+    /// The backend for this call.
+    pub fn backend(&self, ctx: &OpCtx) -> SdpaBackend {
+        let dropout = ctx.training && self.dropout_p > 0.0;
+        let mask_grad = ctx.inputs_require_grad.get(3).copied().unwrap_or(false);
+        let half = matches!(ctx.inputs[0].dtype, DType::F16 | DType::BF16);
+        if half && !dropout && !mask_grad {
+            SdpaBackend::Cudnn
+        } else {
+            SdpaBackend::Efficient
+        }
+    }
+}
+
+impl Op for ScaledDotProductAttentionBias {
+    fn kind(&self) -> &'static str {
+        "scaled_dot_product_attention"
+    }
+
+    fn output_shapes(&self, inputs: &[&[u64]]) -> Result<Vec<Shape>, ShapeError> {
+        let name = "scaled_dot_product_attention";
+        let q = expect_rank(name, inputs, 0, 4)?;
+        let k = expect_rank(name, inputs, 1, 4)?;
+        let v = expect_rank(name, inputs, 2, 4)?;
+        let m = expect_rank(name, inputs, 3, 4)?;
+        if q[3] != k[3] || k[2] != v[2] || q[0] != k[0] {
+            return Err(ShapeError::new(
+                name,
+                format!("q {q:?}, k {k:?}, v {v:?} do not fit together"),
+            ));
+        }
+        if m[0] != q[0] || m[1] != q[1] || m[2] != q[2] || m[3] < k[2] {
+            return Err(ShapeError::new(
+                name,
+                format!(
+                    "mask {m:?}: expected [{}, {}, {}, >= {}] for q {q:?} and k {k:?}",
+                    q[0], q[1], q[2], k[2]
+                ),
+            ));
+        }
+        Ok(vec![vec![q[0], q[1], q[2], v[3]]])
+    }
+
+    fn autocast(&self) -> Autocast {
+        Autocast::LowerPrecision
+    }
+
+    fn sdpa_backend(&self, ctx: &OpCtx) -> Option<SdpaBackend> {
+        Some(self.backend(ctx))
+    }
+
+    fn forward_extras(&self, ctx: &OpCtx) -> Vec<TensorMeta> {
+        let backend = self.backend(ctx);
+        let mut e = backend_extras(backend, ctx);
+        e.extend(self.padded_mask(backend, ctx));
+        e
+    }
+
+    fn inference_extras(&self, ctx: &OpCtx) -> Vec<TensorMeta> {
+        let backend = self.backend(ctx);
+        let mut e = backend_inference_extras(backend, ctx);
+        e.extend(self.padded_mask(backend, ctx));
+        e
+    }
+
+    // the mask the kernel reads is the padded copy when there is one, else the mask itself
+    fn saved_for_backward(&self, ctx: &OpCtx) -> Vec<Saved> {
+        let mut s = vec![
+            Saved::Input(0),
+            Saved::Input(1),
+            Saved::Input(2),
+            Saved::Output(0),
+        ];
+        let n = self.forward_extras(ctx).len();
+        if self.padded_mask(self.backend(ctx), ctx).is_none() {
+            s.push(Saved::Input(3));
+        }
+        s.extend((0..n).map(Saved::Extra));
+        s
+    }
+}
+
+impl ScaledDotProductAttentionBias {
+    /// The `[mask_batch, H, L, S]` mask padded to `[.., S rounded up to 8]` that mem-efficient
+    /// attention makes when S is not a multiple of 8 (cuDNN takes the mask as it is).
+    fn padded_mask(&self, backend: SdpaBackend, ctx: &OpCtx) -> Option<TensorMeta> {
+        let kv_len = ctx.inputs[1].shape[2];
+        if backend != SdpaBackend::Efficient || kv_len.is_multiple_of(MEM_EFF_MASK_ALIGNMENT) {
+            return None;
+        }
+        let m = &ctx.inputs[3];
+        let padded = kv_len.div_ceil(MEM_EFF_MASK_ALIGNMENT) * MEM_EFF_MASK_ALIGNMENT;
+        Some(TensorMeta::new(
+            vec![self.mask_batch, m.shape[1], m.shape[2], padded],
+            m.dtype,
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ctx<'a>(inputs: &'a [TensorMeta], rg: &'a [bool], training: bool) -> OpCtx<'a> {
+        OpCtx {
+            inputs,
+            params: &[],
+            outputs: &[],
+            training,
+            inputs_require_grad: rg,
+        }
+    }
+
+    fn qkvm(dtype: DType) -> Vec<TensorMeta> {
+        vec![
+            TensorMeta::new(vec![2, 8, 32, 64], dtype),
+            TensorMeta::new(vec![2, 8, 48, 64], dtype),
+            TensorMeta::new(vec![2, 8, 48, 64], dtype),
+            TensorMeta::new(vec![2, 8, 32, 48], dtype),
+        ]
+    }
+
+    #[test]
+    fn backend_follows_dtype_dropout_and_mask_gradient() {
+        let op = ScaledDotProductAttentionBias {
+            dropout_p: 0.1,
+            mask_batch: 1,
+        };
+        let bf16 = qkvm(DType::BF16);
+        let f32 = qkvm(DType::F32);
+        let no_grad = [false; 4];
+        let mask_grad = [true, true, true, true];
+        // dropout rules out flash (no mask) and cuDNN (dropout)
+        assert_eq!(
+            op.backend(&ctx(&bf16, &no_grad, true)),
+            SdpaBackend::Efficient
+        );
+        // eval: no dropout, cuDNN for half
+        assert_eq!(op.backend(&ctx(&bf16, &no_grad, false)), SdpaBackend::Cudnn);
+        let op = ScaledDotProductAttentionBias {
+            dropout_p: 0.0,
+            mask_batch: 1,
+        };
+        assert_eq!(op.backend(&ctx(&bf16, &no_grad, true)), SdpaBackend::Cudnn);
+        // cuDNN's backward gives no mask gradient
+        assert_eq!(
+            op.backend(&ctx(&bf16, &mask_grad, true)),
+            SdpaBackend::Efficient
+        );
+        assert_eq!(
+            op.backend(&ctx(&f32, &no_grad, false)),
+            SdpaBackend::Efficient
+        );
+    }
+
+    #[test]
+    fn mask_must_cover_the_keys() {
+        let op = ScaledDotProductAttentionBias {
+            dropout_p: 0.0,
+            mask_batch: 1,
+        };
+        let q = [2, 8, 32, 64];
+        let k = [2, 8, 48, 64];
+        assert!(op.output_shapes(&[&q, &k, &k, &[2, 8, 32, 48]]).is_ok());
+        // padded to 16 for the gradient's size
+        assert!(op.output_shapes(&[&q, &k, &k, &[2, 8, 32, 64]]).is_ok());
+        let err = op
+            .output_shapes(&[&q, &k, &k, &[2, 8, 32, 40]])
+            .unwrap_err();
+        assert!(err.message.contains("mask"), "{err}");
+    }
+}

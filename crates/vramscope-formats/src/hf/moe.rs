@@ -1,0 +1,548 @@
+//! The Mixture-of-Experts decoders (`MixtralForCausalLM`, `Qwen2MoeForCausalLM`,
+//! `Qwen3MoeForCausalLM`: transformers/models/{mixtral,qwen2_moe,qwen3_moe}/modeling_*.py): the
+//! Llama-family decoder of `llama.rs` (Qwen3-MoE with `q_norm` / `k_norm`) whose MLP is, in every
+//! sparse layer, a `SparseMoeBlock`: a top-k router (`gate`, with its own `weight`) and the experts
+//! stored as two 3-D parameters (`experts.gate_up_proj` `[E, 2I, H]`, `experts.down_proj`
+//! `[E, H, I]`); Qwen2-MoE adds a dense `shared_expert` scaled by `sigmoid(shared_expert_gate(x))`.
+//! Qwen layers listed in `mlp_only_layers`, or off the `decoder_sparse_step` grid, keep a dense MLP.
+//!
+//! The experts run as transformers 5.23 runs them by default (`experts_implementation =
+//! "grouped_mm"`, integrations/moe.py): the `T*k` (token, expert) pairs are sorted by expert,
+//! gathered, pushed through two `torch._grouped_mm` calls with per-expert offsets, weighted,
+//! put back in token order and summed over k. Every tensor on that path has a size fixed by `T*k`,
+//! so its memory does not depend on how the router spreads the tokens: balanced or skewed routing
+//! allocates the same bytes. `_grouped_mm` is not an autocast op and the experts' input is the
+//! float32 residual stream, so under AMP the experts run in float32.
+//!
+//! Router logits are not kept (`output_router_logits: false`, the default of all three configs):
+//! the auxiliary load-balancing loss is not computed, and the loss is the plain causal-LM loss.
+//! With `output_router_logits: true` the logits (`[T, E]` per layer) and the loss's small
+//! temporaries are left out.
+
+use vramscope_core::ops::{ActivationKind, Alias, Aten, DTypeRule, GradIn, Saved, Softmax, View};
+use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
+
+use super::layers::{
+    activation_fn, add, linear, linear_fn, mul, packed_sequence_check, rms_norm, sdpa_mask,
+    to_dtype, view,
+};
+use super::llama::{attention, causal_lm, mlp, silu_act_fn, spec};
+use super::{HfConfig, HfError, HfInput};
+
+/// Which MoE family a `model_type` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Flavor {
+    Mixtral,
+    Qwen2Moe,
+    Qwen3Moe,
+}
+
+impl Flavor {
+    /// The family of `model_type` (or of the lower-cased class name when a config has none).
+    fn of(model_type: &str) -> Option<Flavor> {
+        let m = model_type.replace('_', "");
+        if m.starts_with("mixtral") {
+            Some(Flavor::Mixtral)
+        } else if m.starts_with("qwen2moe") {
+            Some(Flavor::Qwen2Moe)
+        } else if m.starts_with("qwen3moe") {
+            Some(Flavor::Qwen3Moe)
+        } else {
+            None
+        }
+    }
+
+    /// The class-name prefix (`MixtralSparseMoeBlock`, `Qwen2MoeExperts`, ...).
+    fn prefix(self) -> &'static str {
+        match self {
+            Flavor::Mixtral => "Mixtral",
+            Flavor::Qwen2Moe => "Qwen2Moe",
+            Flavor::Qwen3Moe => "Qwen3Moe",
+        }
+    }
+}
+
+/// Whether `model_type` (or a lower-cased class name) is one of the MoE families built here.
+pub fn is_moe(model_type: &str) -> bool {
+    Flavor::of(model_type).is_some()
+}
+
+/// The sparse part of a config.
+struct Moe {
+    /// `num_local_experts` / `num_experts`
+    experts: u64,
+    /// `num_experts_per_tok`
+    top_k: u64,
+    /// each expert's intermediate size (`intermediate_size` for Mixtral, `moe_intermediate_size`)
+    expert_intermediate: u64,
+    /// Qwen2-MoE's `shared_expert_intermediate_size`
+    shared_intermediate: Option<u64>,
+    /// whether the top-k weights are renormalised to sum to 1 (Mixtral always; `norm_topk_prob`)
+    normalize: bool,
+    /// per layer: a sparse block (else the dense `intermediate_size` MLP)
+    sparse: Vec<bool>,
+    /// the sliding window `create_sliding_window_causal_mask` uses, when the model calls it
+    sliding_window: Option<u64>,
+    /// Qwen2-MoE builds both the full and the sliding-window mask whatever its layers use
+    both_masks: bool,
+}
+
+fn field_error(cfg: &HfConfig, field: &str, expected: String) -> HfError {
+    HfError::Field {
+        path: cfg.path.clone(),
+        field: field.into(),
+        expected,
+    }
+}
+
+/// A count that may be 0 but must be present (`num_experts`: 0 means every layer is dense).
+fn count(cfg: &HfConfig, keys: &[&str]) -> Result<u64, HfError> {
+    cfg.opt_u64(keys)?.ok_or_else(|| {
+        field_error(
+            cfg,
+            keys[0],
+            "a non-negative integer (the field is missing)".into(),
+        )
+    })
+}
+
+fn moe_spec(cfg: &HfConfig, flavor: Flavor, layers: u64) -> Result<Moe, HfError> {
+    // `output_router_logits: true` keeps each layer's [T, E] router logits until the forward
+    // returns and computes the load-balancing loss from them: a few T x E float tensors per
+    // layer, not modelled (the field is only checked for its type)
+    cfg.bool_or("output_router_logits", false)?;
+    let experts_keys: &[&str] = match flavor {
+        Flavor::Mixtral => &["num_local_experts", "num_experts"],
+        Flavor::Qwen2Moe => &["num_experts"],
+        Flavor::Qwen3Moe => &["num_experts", "num_local_experts"],
+    };
+    let experts = count(cfg, experts_keys)?;
+    let top_k = if experts > 0 {
+        cfg.u64(&["num_experts_per_tok"])?
+    } else {
+        0
+    };
+    if top_k > experts {
+        return Err(field_error(
+            cfg,
+            "num_experts_per_tok",
+            format!("at most the number of experts ({experts})"),
+        ));
+    }
+    let mut moe = Moe {
+        experts,
+        top_k,
+        expert_intermediate: 0,
+        shared_intermediate: None,
+        normalize: true,
+        sparse: vec![true; layers as usize],
+        sliding_window: None,
+        both_masks: false,
+    };
+    match flavor {
+        Flavor::Mixtral => {
+            if cfg.f64_or("router_jitter_noise", 0.0)? > 0.0 {
+                return Err(field_error(
+                    cfg,
+                    "router_jitter_noise",
+                    "0 (the multiplicative jitter on the router input is not modelled)".into(),
+                ));
+            }
+            if experts == 0 {
+                return Err(field_error(
+                    cfg,
+                    experts_keys[0],
+                    "a positive integer".into(),
+                ));
+            }
+            moe.expert_intermediate = cfg.u64(&["intermediate_size"])?;
+            moe.sliding_window = cfg.opt_u64(&["sliding_window"])?;
+        }
+        Flavor::Qwen2Moe | Flavor::Qwen3Moe => {
+            if experts > 0 {
+                moe.expert_intermediate = cfg.u64(&["moe_intermediate_size"])?;
+            }
+            if flavor == Flavor::Qwen2Moe && experts > 0 {
+                moe.shared_intermediate = Some(cfg.u64(&["shared_expert_intermediate_size"])?);
+            }
+            moe.normalize = cfg.bool_or("norm_topk_prob", false)?;
+            let step = cfg.opt_u64(&["decoder_sparse_step"])?.unwrap_or(1);
+            if step == 0 {
+                return Err(field_error(
+                    cfg,
+                    "decoder_sparse_step",
+                    "a positive integer".into(),
+                ));
+            }
+            let dense_only = cfg.opt_u64_list("mlp_only_layers")?.unwrap_or_default();
+            moe.sparse = (0..layers)
+                .map(|i| !dense_only.contains(&i) && experts > 0 && (i + 1) % step == 0)
+                .collect();
+            // the configs' __post_init__: without use_sliding_window, Qwen2-MoE's window is 0
+            // and Qwen3-MoE's is None
+            let window = cfg.opt_u64(&["sliding_window"])?.unwrap_or(4096);
+            let sliding = cfg.bool_or("use_sliding_window", false)?;
+            moe.both_masks = flavor == Flavor::Qwen2Moe;
+            moe.sliding_window = match (flavor, sliding) {
+                (_, true) => Some(window),
+                (Flavor::Qwen2Moe, false) => Some(0),
+                _ => None,
+            };
+        }
+    }
+    Ok(moe)
+}
+
+/// What the build needs besides the config: shapes and precisions.
+struct Ctx {
+    flavor: Flavor,
+    bsz: u64,
+    seq: u64,
+    hidden: u64,
+    /// the parameters' (and the residual stream's) dtype
+    dtype: DType,
+    /// the dtype the router's linear runs in when it is not float32 (autocast, or half weights)
+    low: Option<DType>,
+}
+
+/// Builds `{Mixtral,Qwen2Moe,Qwen3Moe}ForCausalLM`; returns the graph and the checkpointed layers.
+pub fn build(
+    cfg: &HfConfig,
+    model_type: &str,
+    input: &HfInput,
+    dtype: DType,
+) -> Result<(Graph, Vec<String>), HfError> {
+    let flavor = Flavor::of(model_type).ok_or_else(|| HfError::Unsupported {
+        path: cfg.path.clone(),
+        model_type: model_type.to_string(),
+        architectures: cfg.architectures().unwrap_or_default(),
+        supported: super::SUPPORTED.join(", "),
+    })?;
+    let mut s = spec(cfg, model_type)?;
+    // the experts and MLPs of these families have no biases; Qwen2-MoE's q/k/v follow `qkv_bias`
+    s.mlp_bias = false;
+    match flavor {
+        Flavor::Mixtral => {}
+        Flavor::Qwen2Moe => {
+            s.qkv_bias = cfg.bool_or("qkv_bias", true)?;
+            s.o_bias = false;
+        }
+        Flavor::Qwen3Moe => s.qk_norm = true,
+    }
+    let m = moe_spec(cfg, flavor, s.layers)?;
+    let (bsz, seq) = (input.batch, input.seq);
+    let window_used = m.sliding_window.filter(|&w| w > 0 && seq >= w);
+    if let Some(w) = window_used {
+        return Err(HfError::BadInput(format!(
+            "{}: --seq-len {seq} reaches sliding_window = {w}: attention with a sliding-window mask is not modelled for {model_type}; use a shorter sequence",
+            cfg.path
+        )));
+    }
+    let c = Ctx {
+        flavor,
+        bsz,
+        seq,
+        hidden: s.hidden,
+        dtype,
+        low: input
+            .precision
+            .autocast_dtype()
+            .or((dtype != DType::F32).then_some(dtype)),
+    };
+    let p = flavor.prefix();
+    let autocast = input.precision.autocast_dtype();
+    let masks = |b: &mut GraphBuilder| {
+        packed_sequence_check(b, bsz, seq);
+        if m.both_masks {
+            // create_sliding_window_causal_mask: its own packed-sequence check, then a mask that
+            // cannot be skipped when the sequence reaches the window (always, for a window of 0)
+            packed_sequence_check(b, bsz, seq);
+            if m.sliding_window.is_some_and(|w| seq >= w) {
+                let mask = sdpa_mask(b, bsz, seq);
+                b.hold(&[mask]);
+            }
+        }
+    };
+    let norm = format!("{p}RMSNorm");
+    causal_lm(
+        cfg,
+        &s,
+        p,
+        model_type,
+        input,
+        &masks,
+        &mut |b, i, x, cos, sin, call| {
+            let h = rms_norm(b, "input_layernorm", &norm, s.hidden, dtype, x);
+            let a = attention(b, &s, p, (dtype, autocast), h, cos, sin, i as usize, call);
+            let x = add(b, x, a);
+            let y = rms_norm(b, "post_attention_layernorm", &norm, s.hidden, dtype, x);
+            let y = if m.sparse[i as usize] {
+                sparse_block(b, &m, &c, y)
+            } else {
+                mlp(
+                    b,
+                    "mlp",
+                    &format!("{p}MLP"),
+                    s.hidden,
+                    s.intermediate,
+                    false,
+                    y,
+                )
+            };
+            add(b, x, y)
+        },
+    )
+}
+
+/// `mlp` = `{p}SparseMoeBlock` on `[B, S, H]`: flattened to `[T, H]`, (Qwen2-MoE: the shared
+/// expert), the router, the experts, (Qwen2-MoE: plus the gated shared expert), reshaped back.
+fn sparse_block(b: &mut GraphBuilder, m: &Moe, c: &Ctx, x: TensorId) -> TensorId {
+    let p = c.flavor.prefix();
+    let (t, h) = (c.bsz * c.seq, c.hidden);
+    b.module("mlp", &format!("{p}SparseMoeBlock"), &[x], |b| {
+        // __init__ creates gate, experts, then the shared expert, which forward calls first
+        b.declare("gate", &format!("{p}TopKRouter"), |b| {
+            b.parameter("weight", vec![m.experts, h]);
+        });
+        b.declare("experts", &format!("{p}Experts"), |b| {
+            b.parameter(
+                "gate_up_proj",
+                vec![m.experts, 2 * m.expert_intermediate, h],
+            );
+            b.parameter("down_proj", vec![m.experts, h, m.expert_intermediate]);
+        });
+        let flat = view(b, "view", x, vec![t, h]);
+        let shared = m
+            .shared_intermediate
+            .map(|si| mlp(b, "shared_expert", &format!("{p}MLP"), h, si, false, flat));
+        let (logits, weights, index) = router(b, m, c, flat);
+        let out = experts(b, m, c, flat, index, weights);
+        let out = match shared {
+            Some(se) => {
+                let g = linear(b, "shared_expert_gate", h, 1, false, flat);
+                let g = activation_fn(b, ActivationKind::Sigmoid, g);
+                // sigmoid(gate) [T, 1] * shared [T, H]: the gate's gradient is a full-size
+                // product summed down
+                let scaled = b.op(
+                    Aten::new("mul", vec![t, h])
+                        .saves(vec![Saved::Input(1), Saved::Input(0)])
+                        .cross_saves(0, 1)
+                        .backward_temporary(vec![t, h], DTypeRule::Promote)
+                        .right_to_left(),
+                    &[g, se],
+                );
+                // `shared_expert_output` is a local until the block returns
+                b.hold(&[scaled]);
+                add(b, out, scaled)
+            }
+            None => out,
+        };
+        // `_` (the router logits), the weights and the indices are locals until it returns
+        b.hold(&[logits, weights, index]);
+        view(b, "reshape", out, vec![c.bsz, c.seq, h])
+    })
+}
+
+/// `gate` = `{p}TopKRouter` on `[T, H]`: `linear(x, weight)` `[T, E]`, softmax in float32, top-k,
+/// (renormalised: `w /= w.sum(-1, keepdim)`, in place, which makes autograd keep a copy of the
+/// un-normalised weights), (Qwen: cast back to the logits' dtype). Returns (logits, weights
+/// `[T, k]`, expert indices `[T, k]` int64).
+fn router(b: &mut GraphBuilder, m: &Moe, c: &Ctx, x: TensorId) -> (TensorId, TensorId, TensorId) {
+    let (t, h, e, k) = (c.bsz * c.seq, c.hidden, m.experts, m.top_k);
+    let like = DTypeRule::Like(0);
+    b.module(
+        "gate",
+        &format!("{}TopKRouter", c.flavor.prefix()),
+        &[x],
+        |b| {
+            let w = b.parameter("weight", vec![e, h]);
+            let x = view(b, "reshape", x, vec![t, h]);
+            let logits = linear_fn(b, x, w);
+            // Mixtral's `logits.float()` / Qwen's `softmax(logits, dtype=float)`: a float32 copy of
+            // half logits (under autocast, softmax's own float32 cast does it)
+            let src = if c.dtype != DType::F32 {
+                to_dtype(b, logits, DType::F32)
+            } else {
+                logits
+            };
+            let probs = b.op(Softmax { dim: 1 }, &[src]);
+            // TopkBackward keeps the indices and scatters into a zero [T, E]
+            let mut topk = Aten::new("topk", vec![t, k])
+                .dtype(like)
+                .saves(vec![Saved::Output(1)])
+                .grads(vec![GradIn::New])
+                .backward_temporary(vec![t, e], like);
+            topk.outputs
+                .push((vec![t, k], DTypeRule::Fixed(DType::I64)));
+            let top = b.op_multi(topk, &[probs]);
+            let (mut weights, index) = (top[0], top[1]);
+            if m.normalize {
+                // the sum's gradient is an expanded view of the incoming one
+                let sum = b.op(
+                    Aten::new("sum", vec![t, 1]).grads(vec![GradIn::PassThrough(0)]),
+                    &[weights],
+                );
+                // div_ needs the original weights for the divisor's gradient: a clone; its backward
+                // computes -grad * (w / s) / s in [T, k] pieces, then grad / s, then sums the
+                // divisor's gradient down to [T, 1]
+                let div = Aten {
+                    alias: Alias::InPlace(0),
+                    ..Aten::new("div_", vec![t, k])
+                }
+                .extra(vec![t, k], like)
+                .saves(vec![Saved::Input(1), Saved::Extra(0)])
+                .backward_temporary(vec![t, k], like)
+                .backward_temporary(vec![t, k], like)
+                .backward_temporary(vec![t, k], like);
+                weights = b.op(div, &[weights, sum]);
+            }
+            if c.flavor != Flavor::Mixtral {
+                // router_top_value.to(router_logits.dtype)
+                if let Some(low) = c.low {
+                    weights = to_dtype(b, weights, low);
+                }
+            }
+            // router_probs is a local until the router returns
+            b.hold(&[probs]);
+            (logits, weights, index)
+        },
+    )
+}
+
+/// `x[idx]` (advanced indexing along dim 0) giving `out`: keeps the indices; backward scatters
+/// the gradient into zeros of the source's shape `src` (`index_put` into `new_zeros`).
+fn gather(out: Vec<u64>, src: Vec<u64>) -> Aten {
+    Aten::new("index", out)
+        .dtype(DTypeRule::Like(0))
+        .saves(vec![Saved::Input(1)])
+        .grads(vec![GradIn::New, GradIn::None])
+        .backward_temporary(src, DTypeRule::Like(0))
+}
+
+/// `torch._grouped_mm(a, weight.transpose(-2, -1), offs)` giving `out`: keeps the offsets, and
+/// `a` only for the weight's gradient (frozen experts keep no input), the weight only for `a`'s;
+/// backward makes the weight's gradient, then `a`'s.
+fn grouped_mm(out: Vec<u64>) -> Aten {
+    Aten::new("_grouped_mm", out)
+        .dtype(DTypeRule::Like(0))
+        .saves(vec![Saved::Input(2), Saved::Input(0), Saved::Input(1)])
+        .cross_saves(0, 1)
+        .grads(vec![GradIn::New, GradIn::New, GradIn::None])
+        .right_to_left()
+}
+
+/// `experts` = `{p}Experts` as `grouped_mm_experts_forward` runs it on `[T, H]` with the router's
+/// `[T, k]` indices and weights; returns `[T, H]`.
+fn experts(
+    b: &mut GraphBuilder,
+    m: &Moe,
+    c: &Ctx,
+    x: TensorId,
+    index: TensorId,
+    weights: TensorId,
+) -> TensorId {
+    let (t, h, e, k, i) = (
+        c.bsz * c.seq,
+        c.hidden,
+        m.experts,
+        m.top_k,
+        m.expert_intermediate,
+    );
+    let s = t * k;
+    let i32 = DTypeRule::Fixed(DType::I32);
+    let i64 = DTypeRule::Fixed(DType::I64);
+    let class = format!("{}Experts", c.flavor.prefix());
+    b.module("experts", &class, &[x, index, weights], |b| {
+        let gate_up = b.parameter("gate_up_proj", vec![e, 2 * i, h]);
+        let down = b.parameter("down_proj", vec![e, h, i]);
+        let sample_weights = view(b, "reshape", weights, vec![s]);
+        let expert_ids = view(b, "reshape", index, vec![s]);
+        // sort by expert: sorted ids and the permutation
+        let mut sort = Aten::new("sort", vec![s])
+            .dtype(DTypeRule::Like(0))
+            .not_differentiable();
+        sort.outputs.push((vec![s], i64));
+        let sorted = b.op_multi(sort, &[expert_ids]);
+        let (expert_ids_g, perm) = (sorted[0], sorted[1]);
+        let token = b.op(
+            Aten::new("floor_divide", vec![s]).not_differentiable(),
+            &[perm],
+        );
+        let selected = b.op(gather(vec![s, h], vec![t, h]), &[x, token]);
+        let sample_weights_g = b.op(gather(vec![s], vec![s]), &[sample_weights, perm]);
+        // tokens per expert: histc over the ids as int32, then their cumulative offsets
+        let int_ids = b.op(
+            Aten::new("_to_copy", vec![s])
+                .dtype(i32)
+                .not_differentiable(),
+            &[expert_ids_g],
+        );
+        let per_expert = b.op(
+            Aten::new("histc", vec![e]).dtype(i32).not_differentiable(),
+            &[int_ids],
+        );
+        let offsets = b.op(
+            Aten::new("cumsum", vec![e]).dtype(i32).not_differentiable(),
+            &[per_expert],
+        );
+        let w = view(b, "transpose", gate_up, vec![e, h, 2 * i]);
+        let proj = b.op(grouped_mm(vec![s, 2 * i]), &[selected, w, offsets]);
+        // _apply_gate: gate, up = chunk(2); act_fn(gate) * up
+        let halves = b.op_multi(
+            View {
+                name: "chunk",
+                shapes: vec![vec![s, i]; 2],
+                expand: false,
+            },
+            &[proj],
+        );
+        let g = silu_act_fn(b, halves[0]);
+        let proj = mul(b, g, halves[1]);
+        let w = view(b, "transpose", down, vec![e, i, h]);
+        let proj = b.op(grouped_mm(vec![s, h]), &[proj, w, offsets]);
+        // proj * sample_weights_g.unsqueeze(-1): the weights' gradient is a full-size product
+        // summed down
+        let per_row = view(b, "unsqueeze", sample_weights_g, vec![s, 1]);
+        let weighted = b.op(
+            Aten::new("mul", vec![s, h])
+                .saves(vec![Saved::Input(1), Saved::Input(0)])
+                .cross_saves(0, 1)
+                .backward_temporary(vec![s, h], DTypeRule::Promote),
+            &[proj, per_row],
+        );
+        // inv_perm = empty_like(perm); inv_perm[perm] = arange(S)
+        let inv_perm = b.op(
+            Aten::new("empty_like", vec![s])
+                .dtype(i64)
+                .temporary(vec![s], i64)
+                .not_differentiable(),
+            &[],
+        );
+        let restored = b.op(gather(vec![s, h], vec![s, h]), &[weighted, inv_perm]);
+        let per_token = view(b, "view", restored, vec![t, k, h]);
+        // sum over k; backward expands the gradient, which the view's backward must copy
+        let out = b.op(
+            Aten::new("sum", vec![t, h]).grads(vec![GradIn::New]),
+            &[per_token],
+        );
+        // the function's locals, alive until it returns
+        b.hold(&[
+            expert_ids_g,
+            perm,
+            selected,
+            sample_weights_g,
+            int_ids,
+            per_expert,
+            offsets,
+            proj,
+            inv_perm,
+            restored,
+        ]);
+        // .to(hidden_states.dtype): Mixtral's float32 routing weights promote half experts
+        if c.flavor == Flavor::Mixtral && c.dtype != DType::F32 {
+            to_dtype(b, out, c.dtype)
+        } else {
+            out
+        }
+    })
+}

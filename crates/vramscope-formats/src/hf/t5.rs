@@ -1,0 +1,786 @@
+//! T5 (transformers/models/t5/modeling_t5.py, 5.23): `T5ForConditionalGeneration` trained on
+//! `model(input_ids=[B, S], labels=[B, T]).loss`, op by op as the truth traces show it.
+//!
+//! - Construction: `shared` (`[V, D]`), then each `T5Stack` allocates its own `embed_tokens`
+//!   weight and `lm_head` its own, which `post_init()` drops for `shared` (transformers 5.23 ties
+//!   them always, `tie_word_embeddings: false` only turns the decoder-output rescale off).
+//! - Forward with labels: encoder (`embed_tokens`, dropout, blocks, `final_layer_norm`, dropout);
+//!   `decoder_input_ids = _shift_right(labels)`; decoder (the same plus cross-attention); the
+//!   `d_model ** -0.5` rescale (unless `tie_word_embeddings: false`); `lm_head`; and the loss
+//!   `CrossEntropyLoss()(logits.view(-1, V), labels.view(-1))`, inside forward.
+//! - Blocks are pre-norm: `T5LayerNorm` (RMS without mean, float32 variance), attention or the
+//!   feed-forward (`relu` or `gated-gelu` = `gelu_new`, ...; the wo input cast to wo's dtype),
+//!   dropout, residual add; `num_heads * d_kv` may differ from `d_model`.
+//! - Attention runs `attn_implementation="sdpa"`: the first layer of each stack computes the
+//!   relative position bias (bucketing in int64/float32, `relative_attention_bias` embedding,
+//!   `[1, H, L, S]`) which the later layers reuse; `create_position_bias_mask` folds it into a
+//!   float mask (a copy per layer; the decoder's causal `where` first); cross-attention uses a
+//!   zero bias made in its first layer. SDPA with that mask runs mem-efficient attention (dropout,
+//!   or a mask that needs a gradient) or cuDNN attention (half precision otherwise).
+
+use vramscope_core::ir::Task;
+use vramscope_core::ops::{
+    Activation, ActivationKind, Alias, Aten, Autocast, DTypeRule, GradIn, Linear, LogSoftmax,
+    NllLoss, Saved, ScaledDotProductAttentionBias,
+};
+use vramscope_core::{DType, Graph, GraphBuilder, Precision, TensorId};
+
+use super::gpt2::gelu_new;
+use super::layers::{
+    add, add_scalar, dropout, embedding, embedding_lookup, linear, mul, mul_scalar, tied_head,
+    to_dtype, view,
+};
+use super::{build_error, HfConfig, HfError, HfInput};
+
+/// The activation of the feed-forward (`feed_forward_proj`'s last part).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FfAct {
+    Relu,
+    Gelu,
+    GeluNew,
+    /// `silu` (transformers' `SiLUActivation`)
+    Silu,
+    /// `swish` (`nn.SiLU`)
+    Swish,
+}
+
+impl FfAct {
+    fn parse(name: &str) -> Option<FfAct> {
+        match name {
+            "relu" => Some(FfAct::Relu),
+            "gelu" => Some(FfAct::Gelu),
+            "gelu_new" => Some(FfAct::GeluNew),
+            "silu" => Some(FfAct::Silu),
+            "swish" => Some(FfAct::Swish),
+            _ => None,
+        }
+    }
+}
+
+struct Spec {
+    vocab: u64,
+    d_model: u64,
+    d_kv: u64,
+    d_ff: u64,
+    heads: u64,
+    enc_layers: u64,
+    dec_layers: u64,
+    buckets: u64,
+    dropout: f64,
+    gated: bool,
+    act: FfAct,
+    /// `sequence_output * d_model ** -0.5` before `lm_head` (configs without
+    /// `tie_word_embeddings: false`).
+    scale_decoder_outputs: bool,
+    precision: Precision,
+    /// `gradient_checkpointing_enable()` (T5Attention's flag: the zero bias requires grad).
+    gradient_checkpointing: bool,
+}
+
+impl Spec {
+    fn inner(&self) -> u64 {
+        self.heads * self.d_kv
+    }
+
+    /// The dtype of the activations between blocks: the embedding's (the parameters' dtype);
+    /// under autocast the residual adds keep it float32.
+    fn hidden_dtype(&self) -> DType {
+        self.precision.param_dtype()
+    }
+}
+
+fn field_err(cfg: &HfConfig, field: &str, expected: impl Into<String>) -> HfError {
+    HfError::Field {
+        path: cfg.path.clone(),
+        field: field.to_string(),
+        expected: expected.into(),
+    }
+}
+
+/// A positive integer under the first of `keys` present, or T5Config's default.
+fn u64_or(cfg: &HfConfig, keys: &[&str], default: u64) -> Result<u64, HfError> {
+    match cfg.opt_u64(keys)? {
+        Some(0) => Err(field_err(cfg, keys[0], "a positive integer")),
+        Some(n) => Ok(n),
+        None => Ok(default),
+    }
+}
+
+fn spec(cfg: &HfConfig, input: &HfInput) -> Result<Spec, HfError> {
+    // T5Config's defaults (the t5-small shape) for fields a config leaves out
+    let enc_layers = u64_or(cfg, &["num_layers", "num_hidden_layers"], 6)?;
+    let proj = cfg.str("feed_forward_proj")?.unwrap_or("relu");
+    let parts: Vec<&str> = proj.split('-').collect();
+    let (gated, act_name) = match parts.as_slice() {
+        [a] => (false, *a),
+        ["gated", a] => (true, *a),
+        _ => {
+            return Err(field_err(
+                cfg,
+                "feed_forward_proj",
+                "`gated-{ACT}` or `{ACT}`, e.g. \"gated-gelu\" or \"relu\"",
+            ))
+        }
+    };
+    // T5Config.__post_init__: "gated-gelu" means gelu_new (backwards compatibility)
+    let act_name = if proj == "gated-gelu" {
+        "gelu_new"
+    } else {
+        act_name
+    };
+    let act = FfAct::parse(act_name).ok_or_else(|| {
+        field_err(
+            cfg,
+            "feed_forward_proj",
+            format!("an activation among relu, gelu, gelu_new, silu, swish (got {act_name:?})"),
+        )
+    })?;
+    // `_shift_right(labels)` reads it and raises without it
+    if cfg.opt_u64(&["decoder_start_token_id"])?.is_none() {
+        return Err(field_err(
+            cfg,
+            "decoder_start_token_id",
+            "an integer: T5ForConditionalGeneration._shift_right(labels) needs it (T5 checkpoints set 0)",
+        ));
+    }
+    Ok(Spec {
+        vocab: u64_or(cfg, &["vocab_size"], 32128)?,
+        d_model: u64_or(cfg, &["d_model", "hidden_size"], 512)?,
+        d_kv: u64_or(cfg, &["d_kv", "head_dim"], 64)?,
+        d_ff: u64_or(cfg, &["d_ff"], 2048)?,
+        heads: u64_or(cfg, &["num_heads", "num_attention_heads"], 8)?,
+        enc_layers,
+        dec_layers: u64_or(cfg, &["num_decoder_layers"], enc_layers)?,
+        buckets: u64_or(cfg, &["relative_attention_num_buckets"], 32)?,
+        dropout: cfg.f64_or("dropout_rate", 0.1)?,
+        gated,
+        act,
+        scale_decoder_outputs: cfg.bool_or("tie_word_embeddings", true)?,
+        precision: input.precision,
+        gradient_checkpointing: input.gradient_checkpointing,
+    })
+}
+
+/// Builds `T5ForConditionalGeneration` for `input_ids` `[B, S]` and `labels` `[B, T]`, `T` =
+/// `input.target_seq` (default `S`). Returns the graph and the checkpointed layers (every
+/// `T5Block`).
+pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<(Graph, Vec<String>), HfError> {
+    let s = spec(cfg, input)?;
+    let (bsz, src) = (input.batch, input.seq);
+    let tgt = input.target_seq.unwrap_or(src);
+    if tgt == 0 {
+        return Err(HfError::BadInput(
+            "--target-len must be positive".to_string(),
+        ));
+    }
+    let mut b = GraphBuilder::new("t5", "T5ForConditionalGeneration");
+    let shared = declare_model(&mut b, &s);
+    let ids = b.input(vec![bsz, src], DType::I64);
+    let labels = b.input(vec![bsz, tgt], DType::I64);
+    let enc = b.module("encoder", "T5Stack", &[ids], |b| {
+        stack(b, &s, false, s.enc_layers, shared, ids, None)
+    });
+    // _shift_right: new_zeros, `[..., 1:] = labels[..., :-1].clone()`, `[..., 0] = start`,
+    // `masked_fill_(shifted == -100, pad)`: the clone and the comparison are temporaries
+    let shift = Aten::new("new_zeros", vec![bsz, tgt])
+        .dtype(DTypeRule::Fixed(DType::I64))
+        .temporary(vec![bsz, tgt - 1], DTypeRule::Fixed(DType::I64))
+        .temporary(vec![bsz, tgt], DTypeRule::Fixed(DType::Bool))
+        .not_differentiable();
+    let dec_ids = b.op(shift, &[labels]);
+    let dec = b.module("decoder", "T5Stack", &[dec_ids, enc], |b| {
+        stack(b, &s, true, s.dec_layers, shared, dec_ids, Some(enc))
+    });
+    // decoder_input_ids and decoder_outputs are locals until forward returns
+    b.hold(&[dec_ids, dec]);
+    let seq_out = if s.scale_decoder_outputs {
+        mul_scalar(&mut b, dec)
+    } else {
+        dec
+    };
+    b.hold(&[seq_out]);
+    let logits = tied_head(&mut b, "lm_head", shared, seq_out);
+    // CrossEntropyLoss(ignore_index=-100)(lm_logits.view(-1, V), labels.view(-1)), in forward
+    let n = bsz * tgt;
+    let flat = view(&mut b, "view", logits, vec![n, s.vocab]);
+    let flat_labels = view(&mut b, "view", labels, vec![n]);
+    let lp = b.op(LogSoftmax { dim: 1 }, &[flat]);
+    let loss = b.op(NllLoss, &[lp, flat_labels]);
+    // out = Seq2SeqLMOutput(loss, logits, encoder_last_hidden_state): alive until the next
+    // forward returns
+    let graph = b
+        .finish(&[loss, logits, enc], Task::LossInForward)
+        .map_err(build_error(cfg))?;
+    let layers = (0..s.enc_layers)
+        .map(|i| format!("encoder.block.{i}"))
+        .chain((0..s.dec_layers).map(|i| format!("decoder.block.{i}")))
+        .collect();
+    Ok((graph, layers))
+}
+
+/// Registers every module and parameter in `__init__` order (the order they are allocated in),
+/// with the per-stack `embed_tokens` and `lm_head` weights that tying drops. Returns
+/// `shared.weight`.
+fn declare_model(b: &mut GraphBuilder, s: &Spec) -> TensorId {
+    let shared = b.declare("shared", "Embedding", |b| {
+        b.parameter("weight", vec![s.vocab, s.d_model])
+    });
+    for (name, decoder, layers) in [
+        ("encoder", false, s.enc_layers),
+        ("decoder", true, s.dec_layers),
+    ] {
+        b.declare(name, "T5Stack", |b| {
+            b.declare_module("embed_tokens", "Embedding");
+            b.untied_at_init(vec![s.vocab, s.d_model]);
+            b.declare("block", "ModuleList", |b| {
+                for i in 0..layers {
+                    b.declare(&i.to_string(), "T5Block", |b| {
+                        b.declare("layer", "ModuleList", |b| {
+                            declare_block(b, s, decoder, i == 0)
+                        })
+                    });
+                }
+            });
+            b.declare("final_layer_norm", "T5LayerNorm", |b| {
+                b.parameter("weight", vec![s.d_model])
+            });
+            b.declare_module("dropout", "Dropout");
+        });
+    }
+    // its weight is `shared.weight` (named_parameters() lists it once, as shared.weight)
+    b.declare_module("lm_head", "Linear");
+    // post_init: lm_head's own weight is allocated, then every untied weight is dropped
+    b.tie_at_init(&[vec![s.vocab, s.d_model]], 1, None);
+    shared
+}
+
+fn declare_linear(b: &mut GraphBuilder, name: &str, i: u64, o: u64) {
+    b.declare_layer(
+        name,
+        &Linear {
+            in_features: i,
+            out_features: o,
+            bias: false,
+        },
+    );
+}
+
+fn declare_block(b: &mut GraphBuilder, s: &Spec, decoder: bool, first: bool) {
+    let attention = |b: &mut GraphBuilder, rel_bias: bool| {
+        for p in ["q", "k", "v"] {
+            declare_linear(b, p, s.d_model, s.inner());
+        }
+        declare_linear(b, "o", s.inner(), s.d_model);
+        if rel_bias {
+            b.declare("relative_attention_bias", "Embedding", |b| {
+                b.parameter("weight", vec![s.buckets, s.heads])
+            });
+        }
+    };
+    let norm_and_dropout = |b: &mut GraphBuilder| {
+        b.declare("layer_norm", "T5LayerNorm", |b| {
+            b.parameter("weight", vec![s.d_model])
+        });
+        b.declare_module("dropout", "Dropout");
+    };
+    b.declare("0", "T5LayerSelfAttention", |b| {
+        b.declare("SelfAttention", "T5Attention", |b| attention(b, first));
+        norm_and_dropout(b);
+    });
+    let ff_index = if decoder {
+        b.declare("1", "T5LayerCrossAttention", |b| {
+            b.declare("EncDecAttention", "T5Attention", |b| attention(b, false));
+            norm_and_dropout(b);
+        });
+        "2"
+    } else {
+        "1"
+    };
+    b.declare(ff_index, "T5LayerFF", |b| {
+        let dense = if s.gated {
+            "T5DenseGatedActDense"
+        } else {
+            "T5DenseActDense"
+        };
+        b.declare("DenseReluDense", dense, |b| {
+            if s.gated {
+                declare_linear(b, "wi_0", s.d_model, s.d_ff);
+                declare_linear(b, "wi_1", s.d_model, s.d_ff);
+            } else {
+                declare_linear(b, "wi", s.d_model, s.d_ff);
+            }
+            declare_linear(b, "wo", s.d_ff, s.d_model);
+            b.declare_module("dropout", "Dropout");
+            b.declare_module("act", act_module_name(s.act));
+        });
+        norm_and_dropout(b);
+    });
+}
+
+fn act_module_name(act: FfAct) -> &'static str {
+    match act {
+        FfAct::Relu => "ReLU",
+        FfAct::Gelu => "GELUActivation",
+        FfAct::GeluNew => "NewGELUActivation",
+        FfAct::Silu => "SiLUActivation",
+        FfAct::Swish => "SiLU",
+    }
+}
+
+/// `T5Stack.forward`: embedding (the shared weight), dropout, the blocks (the first computes the
+/// position biases the others reuse), `final_layer_norm`, dropout.
+fn stack(
+    b: &mut GraphBuilder,
+    s: &Spec,
+    decoder: bool,
+    layers: u64,
+    shared: TensorId,
+    ids: TensorId,
+    enc: Option<TensorId>,
+) -> TensorId {
+    let emb = b.module("embed_tokens", "Embedding", &[ids], |b| {
+        embedding_lookup(b, shared, ids)
+    });
+    // inputs_embeds is a local until the stack returns
+    b.hold(&[emb]);
+    let mut h = dropout(b, "dropout", s.dropout, emb);
+    let mut self_bias: Option<TensorId> = None;
+    let mut cross_bias: Option<TensorId> = None;
+    b.module("block", "ModuleList", &[], |b| {
+        for i in 0..layers {
+            // the checkpointed call's arguments: hidden_states, position_bias,
+            // encoder_hidden_states, encoder_decoder_position_bias
+            let mut args = vec![h];
+            args.extend(self_bias);
+            args.extend(enc);
+            args.extend(cross_bias);
+            let (nh, sb, cb) = b.module(&i.to_string(), "T5Block", &args, |b| {
+                block(b, s, decoder, h, self_bias, enc, cross_bias)
+            });
+            h = nh;
+            self_bias = Some(sb);
+            cross_bias = cb;
+        }
+    });
+    // the shared position biases are locals until the stack returns
+    b.hold(&self_bias.into_iter().chain(cross_bias).collect::<Vec<_>>());
+    let h = t5_layer_norm(b, s, "final_layer_norm", h);
+    dropout(b, "dropout", s.dropout, h)
+}
+
+/// `T5Block.forward`: self-attention, cross-attention (decoder), feed-forward; returns the hidden
+/// states and the self- and cross-attention position biases.
+fn block(
+    b: &mut GraphBuilder,
+    s: &Spec,
+    decoder: bool,
+    h: TensorId,
+    self_bias: Option<TensorId>,
+    enc: Option<TensorId>,
+    cross_bias: Option<TensorId>,
+) -> (TensorId, TensorId, Option<TensorId>) {
+    b.module("layer", "ModuleList", &[], |b| {
+        let mut args = vec![h];
+        args.extend(self_bias);
+        let (h, sb) = b.module("0", "T5LayerSelfAttention", &args, |b| {
+            attention_layer(b, s, "SelfAttention", h, None, self_bias, decoder)
+        });
+        let h = clamp_fp16(b, s, h);
+        let (h, cb, ff) = match enc {
+            Some(e) if decoder => {
+                let mut args = vec![h, e];
+                args.extend(cross_bias);
+                let (h, cb) = b.module("1", "T5LayerCrossAttention", &args, |b| {
+                    attention_layer(b, s, "EncDecAttention", h, Some(e), cross_bias, false)
+                });
+                (clamp_fp16(b, s, h), Some(cb), "2")
+            }
+            _ => (h, None, "1"),
+        };
+        let h = b.module(ff, "T5LayerFF", &[h], |b| feed_forward(b, s, h));
+        (clamp_fp16(b, s, h), sb, cb)
+    })
+}
+
+/// `hidden_states = clamp(hidden_states, ±(finfo.max - 1000 if any inf else finfo.max))`, which
+/// T5Block runs when the hidden states are float16 (a pure fp16 model): `isinf`, `any`, the
+/// bound, `clamp`.
+fn clamp_fp16(b: &mut GraphBuilder, s: &Spec, h: TensorId) -> TensorId {
+    if s.hidden_dtype() != DType::F16 {
+        return h;
+    }
+    let shape = b.shape(h).to_vec();
+    let bool_ = DTypeRule::Fixed(DType::Bool);
+    let isinf = b.op(
+        Aten::new("isinf", shape.clone())
+            .dtype(bool_)
+            .not_differentiable(),
+        &[h],
+    );
+    let any = b.op(
+        Aten::new("any", vec![]).dtype(bool_).not_differentiable(),
+        &[isinf],
+    );
+    let bound = b.op(
+        Aten::new("where", vec![])
+            .dtype(DTypeRule::Like(1))
+            .not_differentiable(),
+        &[any, h],
+    );
+    // ClampBackward1 keeps the input and both bounds (-bound is its own tensor)
+    let neg = b.op(
+        Aten::new("neg", vec![])
+            .dtype(DTypeRule::Like(0))
+            .not_differentiable(),
+        &[bound],
+    );
+    b.op(
+        Aten::new("clamp", shape)
+            .dtype(DTypeRule::Like(0))
+            .saves(vec![Saved::Input(0), Saved::Input(1), Saved::Input(2)])
+            .grads(vec![GradIn::New, GradIn::None, GradIn::None]),
+        &[h, neg, bound],
+    )
+}
+
+/// `T5LayerSelfAttention` / `T5LayerCrossAttention`: `layer_norm`, attention, dropout, residual
+/// add. Returns the new hidden states and the attention's position bias.
+fn attention_layer(
+    b: &mut GraphBuilder,
+    s: &Spec,
+    name: &str,
+    h: TensorId,
+    kv: Option<TensorId>,
+    bias: Option<TensorId>,
+    causal: bool,
+) -> (TensorId, TensorId) {
+    let normed = t5_layer_norm(b, s, "layer_norm", h);
+    let mut args = vec![normed];
+    args.extend(kv);
+    args.extend(bias);
+    let (a, pb) = b.module(name, "T5Attention", &args, |b| {
+        attention(b, s, normed, kv, bias, causal)
+    });
+    // normed_hidden_states and attention_output are locals until the layer returns
+    b.hold(&[normed, a]);
+    let d = dropout(b, "dropout", s.dropout, a);
+    (add(b, h, d), pb)
+}
+
+/// `T5Attention.forward` without a cache: q/k/v projections, the position bias (computed,
+/// reused, or zeros for cross-attention), `sdpa_attention_forward`, `o`.
+fn attention(
+    b: &mut GraphBuilder,
+    s: &Spec,
+    x: TensorId,
+    kv: Option<TensorId>,
+    bias: Option<TensorId>,
+    causal: bool,
+) -> (TensorId, TensorId) {
+    let (bsz, len) = (b.shape(x)[0], b.shape(x)[1]);
+    let src = kv.unwrap_or(x);
+    let kv_len = b.shape(src)[1];
+    let (hn, dk, inner) = (s.heads, s.d_kv, s.inner());
+    let heads = |b: &mut GraphBuilder, t: TensorId, l: u64| {
+        let t = view(b, "view", t, vec![bsz, l, hn, dk]);
+        view(b, "transpose", t, vec![bsz, hn, l, dk])
+    };
+    let q = linear(b, "q", s.d_model, inner, false, x);
+    let q4 = heads(b, q, len);
+    let k = linear(b, "k", s.d_model, inner, false, src);
+    let k4 = heads(b, k, kv_len);
+    let v = linear(b, "v", s.d_model, inner, false, src);
+    let v4 = heads(b, v, kv_len);
+    // query_states, key_states, value_states are locals until forward returns
+    b.hold(&[q4, k4, v4]);
+    let pb = match bias {
+        Some(p) => p,
+        None if kv.is_none() => b.frame(|b| compute_bias(b, s, len, kv_len, causal)),
+        // cross-attention: zeros((1, H, L, S), dtype=query dtype), made once and shared; with
+        // gradient checkpointing on it is a leaf that requires grad
+        None => {
+            let zeros = Aten::new("zeros", vec![1, hn, len, kv_len]).dtype(DTypeRule::Like(0));
+            let zeros = if s.gradient_checkpointing {
+                zeros.requires_grad_leaf()
+            } else {
+                zeros.not_differentiable()
+            };
+            b.op(zeros, &[q4])
+        }
+    };
+    let o = b.frame(|b| sdpa_with_bias(b, s, [q4, k4, v4], pb, causal, kv.is_none()));
+    // transpose(1, 2).contiguous() is free (the kernels lay the output out as [B, L, H, D])
+    let o = view(b, "transpose", o, vec![bsz, len, hn, dk]);
+    let o = view(b, "reshape", o, vec![bsz, len, inner]);
+    (linear(b, "o", inner, s.d_model, false, o), pb)
+}
+
+/// A no-grad integer/float op of the position-bias arithmetic.
+fn index_op(name: &'static str, shape: Vec<u64>, dtype: DType) -> Aten {
+    Aten::new(name, shape)
+        .dtype(DTypeRule::Fixed(dtype))
+        .not_differentiable()
+}
+
+/// `compute_bias(L, S)`: positions, `_relative_position_bucket` (bidirectional in the encoder,
+/// causal in the decoder), the `relative_attention_bias` embedding, `permute(2, 0, 1)
+/// .unsqueeze(0)` (a view).
+fn compute_bias(b: &mut GraphBuilder, s: &Spec, len: u64, kv_len: u64, causal: bool) -> TensorId {
+    use DType::{Bool, F32, I64};
+    let a = b.op(index_op("arange", vec![len], I64), &[]);
+    let context = b.op(index_op("add", vec![len, 1], I64), &[a]);
+    let memory = b.op(index_op("arange", vec![kv_len], I64), &[]);
+    let sq = vec![len, kv_len];
+    let rel = b.op(index_op("sub", sq.clone(), I64), &[memory, context]);
+    // context_position, memory_position, relative_position are locals until compute_bias returns
+    b.hold(&[context, memory, rel]);
+    let buckets = b.frame(|b| {
+        let (start, position) = if causal {
+            // relative_position = -min(relative_position, zeros_like(relative_position))
+            let z = b.op(index_op("zeros_like", sq.clone(), I64), &[rel]);
+            let m = b.op(index_op("minimum", sq.clone(), I64), &[rel, z]);
+            (None, b.op(index_op("neg", sq.clone(), I64), &[m]))
+        } else {
+            // relative_buckets = 0 + (relative_position > 0).to(long) * num_buckets
+            let gt = b.op(index_op("gt", sq.clone(), Bool), &[rel]);
+            let l = b.op(index_op("_to_copy", sq.clone(), I64), &[gt]);
+            let m = b.op(index_op("mul", sq.clone(), I64), &[l]);
+            let start = b.op(index_op("add", sq.clone(), I64), &[m]);
+            (Some(start), b.op(index_op("abs", sq.clone(), I64), &[rel]))
+        };
+        let small = b.op(index_op("lt", sq.clone(), Bool), &[position]);
+        // max_exact + (log(rp.float() / max_exact) / log(...) * (nb - max_exact)).to(long)
+        let mut f = b.op(index_op("_to_copy", sq.clone(), F32), &[position]);
+        for name in ["div", "log", "div", "mul"] {
+            f = b.op(index_op(name, sq.clone(), F32), &[f]);
+        }
+        let large = b.op(index_op("_to_copy", sq.clone(), I64), &[f]);
+        let large = b.op(index_op("add", sq.clone(), I64), &[large]);
+        let full = b.op(index_op("full_like", sq.clone(), I64), &[large]);
+        let large = b.op(index_op("minimum", sq.clone(), I64), &[large, full]);
+        let w = b.op(
+            index_op("where", sq.clone(), I64),
+            &[small, position, large],
+        );
+        // relative_position, is_small, relative_position_if_large are locals until it returns
+        b.hold(&[position, small, large]);
+        match start {
+            // relative_buckets += where(...): in place
+            Some(start) => {
+                let op = Aten {
+                    alias: Alias::InPlace(0),
+                    ..index_op("add_", sq.clone(), I64)
+                };
+                b.op(op, &[start, w])
+            }
+            None => b.op(index_op("add", sq.clone(), I64), &[w]),
+        }
+    });
+    b.hold(&[buckets]);
+    let values = embedding(b, "relative_attention_bias", s.buckets, s.heads, buckets).0;
+    let p = view(b, "permute", values, vec![s.heads, len, kv_len]);
+    view(b, "unsqueeze", p, vec![1, s.heads, len, kv_len])
+}
+
+/// `sdpa_attention_forward` with a position bias: the float mask (`create_position_bias_mask`:
+/// the causal `where` for decoder self-attention, then `.contiguous()`), SDPA's own mask
+/// preprocessing (expand to `[B, H, L, S]`), and the kernel.
+fn sdpa_with_bias(
+    b: &mut GraphBuilder,
+    s: &Spec,
+    qkv: [TensorId; 3],
+    bias: TensorId,
+    causal: bool,
+    bias_is_view: bool,
+) -> TensorId {
+    let q = b.shape(qkv[0]).to_vec();
+    let (bsz, hn, len) = (q[0], q[1], q[2]);
+    let kv_len = b.shape(qkv[1])[2];
+    let mask_shape = vec![1, hn, len, kv_len];
+    let mask = b.frame(|b| {
+        let m = if causal {
+            let a = b.op(index_op("arange", vec![len], DType::I64), &[]);
+            let k = b.op(index_op("arange", vec![kv_len], DType::I64), &[]);
+            let ge = b.op(index_op("ge", vec![len, kv_len], DType::Bool), &[a, k]);
+            // causal_mask is a local until the function returns
+            b.hold(&[ge]);
+            let min = b.op(
+                Aten::new("scalar_tensor", vec![])
+                    .dtype(DTypeRule::Like(0))
+                    .not_differentiable(),
+                &[bias],
+            );
+            // WhereBackward0 keeps the condition; the gradient is where(cond, grad, 0)
+            let w = Aten::new("where", mask_shape.clone())
+                .dtype(DTypeRule::Like(1))
+                .saves(vec![Saved::Input(0)])
+                .grads(vec![GradIn::None, GradIn::New, GradIn::None])
+                .backward_temporary(vec![], DTypeRule::Like(1));
+            b.op(w, &[ge, bias, min])
+        } else {
+            bias
+        };
+        // .contiguous(): a copy of the permuted bias (the zeros are contiguous already)
+        if causal || bias_is_view {
+            b.op(
+                Aten::new("clone", mask_shape.clone()).grads(vec![GradIn::PassThrough(0)]),
+                &[m],
+            )
+        } else {
+            m
+        }
+    });
+    // attention_mask is a local until sdpa_attention_forward returns
+    b.hold(&[mask]);
+    // the kernel sees the mask expanded to [B, H, L, S]; mem-efficient attention's mask gradient
+    // has its last dimension padded to 16 (see ScaledDotProductAttentionBias). Autocast casts the
+    // [1, H, L, S] mask before SDPA expands it, and ExpandBackward0 sums the gradient back.
+    let padded = kv_len.div_ceil(16) * 16;
+    let expand = Aten::view("expand", vec![bsz, hn, len, padded])
+        .autocast(Autocast::LowerPrecision)
+        .grads(vec![if bsz > 1 {
+            GradIn::New
+        } else {
+            GradIn::PassThrough(0)
+        }]);
+    let m = b.op(expand, &[mask]);
+    b.op(
+        ScaledDotProductAttentionBias {
+            dropout_p: s.dropout,
+            mask_batch: 1,
+        },
+        &[qkv[0], qkv[1], qkv[2], m],
+    )
+}
+
+/// `T5LayerNorm`: `variance = x.to(float32).pow(2).mean(-1, keepdim=True)`,
+/// `x * rsqrt(variance + eps)` (float32), `.to(weight.dtype)` for a half weight, `weight * x`.
+fn t5_layer_norm(b: &mut GraphBuilder, s: &Spec, name: &str, x: TensorId) -> TensorId {
+    let d = s.d_model;
+    let half_weight = s.precision.param_dtype() != DType::F32;
+    // the stream is in the parameters' dtype (float32 under autocast)
+    let half_input = s.hidden_dtype() != DType::F32;
+    b.module(name, "T5LayerNorm", &[x], |b| {
+        let w = b.parameter("weight", vec![d]);
+        let sh = b.shape(x).to_vec();
+        let mut s1 = sh.clone();
+        if let Some(l) = s1.last_mut() {
+            *l = 1;
+        }
+        let f32 = DTypeRule::Fixed(DType::F32);
+        let xf = if half_input {
+            to_dtype(b, x, DType::F32)
+        } else {
+            x
+        };
+        let p = b.op(
+            Aten::new("pow", sh.clone())
+                .autocast(Autocast::Fp32)
+                .saves(vec![Saved::Input(0)])
+                .backward_temporary(sh.clone(), f32)
+                .backward_temporary(sh.clone(), f32),
+            &[xf],
+        );
+        let var = b.op(Aten::new("mean", s1.clone()), &[p]);
+        // variance is a local until forward returns
+        b.hold(&[var]);
+        let ve = add_scalar(b, var);
+        let r = b.op(
+            Aten::new("rsqrt", s1.clone())
+                .autocast(Autocast::Fp32)
+                .saves(vec![Saved::Output(0)])
+                .backward_temporary(s1.clone(), f32)
+                .backward_temporary(s1.clone(), f32),
+            &[ve],
+        );
+        // hidden_states * rsqrt: the input (not its float32 copy) times float32; MulBackward0
+        // makes rsqrt's full-size gradient first (summed to [.., 1]), then the input's
+        let h = b.op(
+            Aten::new("mul", sh.clone())
+                .saves(vec![Saved::Input(0), Saved::Input(1)])
+                .cross_saves(0, 1)
+                .right_to_left()
+                .grads_like_output(),
+            &[x, r],
+        );
+        let h = if half_weight {
+            to_dtype(b, h, s.precision.param_dtype())
+        } else {
+            h
+        };
+        // weight * hidden_states: h's gradient first, then the weight's full-size one summed
+        b.op(
+            Aten::new("mul", sh)
+                .saves(vec![Saved::Input(0), Saved::Input(1)])
+                .cross_saves(0, 1)
+                .right_to_left()
+                .grads_like_output(),
+            &[w, h],
+        )
+    })
+}
+
+/// `T5LayerFF`: `layer_norm`, `DenseReluDense`, dropout, residual add.
+fn feed_forward(b: &mut GraphBuilder, s: &Spec, h: TensorId) -> TensorId {
+    let normed = t5_layer_norm(b, s, "layer_norm", h);
+    let dense = if s.gated {
+        "T5DenseGatedActDense"
+    } else {
+        "T5DenseActDense"
+    };
+    let f = b.module("DenseReluDense", dense, &[normed], |b| {
+        dense_act_dense(b, s, normed)
+    });
+    // forwarded_states is a local until the layer returns
+    b.hold(&[f]);
+    let d = dropout(b, "dropout", s.dropout, f);
+    add(b, h, d)
+}
+
+/// The activation module `act` called on `x`.
+fn act(b: &mut GraphBuilder, a: FfAct, x: TensorId) -> TensorId {
+    let kind = match a {
+        FfAct::Relu => ActivationKind::ReLU,
+        FfAct::Gelu => ActivationKind::GELU,
+        FfAct::Silu | FfAct::Swish => ActivationKind::SiLU,
+        FfAct::GeluNew => {
+            return b.module("act", act_module_name(a), &[x], |b| gelu_new(b, x));
+        }
+    };
+    b.module("act", act_module_name(a), &[x], |b| {
+        b.op(
+            Activation {
+                kind,
+                inplace: false,
+            },
+            &[x],
+        )
+    })
+}
+
+/// `T5DenseActDense` (`wi`, act, dropout, `wo`) or `T5DenseGatedActDense` (`act(wi_0(x)) *
+/// wi_1(x)`, dropout, `wo`); the input of `wo` is cast to wo's dtype when it differs (under
+/// autocast a bf16 activation goes back to float32 before wo casts it down again).
+fn dense_act_dense(b: &mut GraphBuilder, s: &Spec, x: TensorId) -> TensorId {
+    let (d, ff) = (s.d_model, s.d_ff);
+    let h = if s.gated {
+        let g = linear(b, "wi_0", d, ff, false, x);
+        let g = act(b, s.act, g);
+        let l = linear(b, "wi_1", d, ff, false, x);
+        // hidden_gelu and hidden_linear are locals until forward returns
+        b.hold(&[g, l]);
+        mul(b, g, l)
+    } else {
+        let h = linear(b, "wi", d, ff, false, x);
+        act(b, s.act, h)
+    };
+    let h = dropout(b, "dropout", s.dropout, h);
+    // under autocast the activation is half unless gelu_new (its float32 `pow`) promoted it
+    let amp = s.precision.autocast_dtype().is_some();
+    let h = if amp && s.act != FfAct::GeluNew {
+        to_dtype(b, h, DType::F32)
+    } else {
+        h
+    };
+    linear(b, "wo", ff, d, false, h)
+}
