@@ -23,6 +23,7 @@ pub fn step_summary(model: &str, cfg: &StepConfig) -> String {
     let mut parts = vec![match cfg.mode {
         Mode::Train => "train".to_string(),
         Mode::Infer => "inference".to_string(),
+        Mode::Generate => "generation".to_string(),
     }];
     parts.push(cfg.precision.name().to_string());
     if cfg.mode == Mode::Train {

@@ -6,7 +6,10 @@ use std::path::Path;
 use anyhow::{anyhow, Context, Result};
 use vramscope_core::sim::{simulate, Simulation};
 use vramscope_core::Graph;
-use vramscope_report::{find_gpu, render_text, EstimateReport, Gpu, ReportInput, GPUS};
+use vramscope_formats::hf::GenerationInfo;
+use vramscope_report::{
+    find_gpu, render_text, EstimateReport, GenerationReport, Gpu, ReportInput, GPUS,
+};
 
 use crate::model::{self, ModelArgs};
 use crate::step::StepArgs;
@@ -85,7 +88,7 @@ pub fn estimate(
 ) -> Result<(model::LoadedModel, Simulation, EstimateReport)> {
     let mut cfg = model::step_config(&a.model, &a.step)?;
     let gpu = gpu(&a.gpu)?;
-    let loaded = model::load(&a.model, a.model.batch_size, cfg.precision)?;
+    let loaded = model::load(&a.model, a.model.batch_size, &cfg)?;
     loaded.apply_to(&mut cfg);
     cfg.record_events = record_events;
     let sim = simulate(&loaded.graph, &cfg)?;
@@ -99,10 +102,27 @@ pub fn estimate(
             optimizer: cfg.optimizer,
             checkpoint: a.step.checkpoint.clone(),
             gpu,
+            generation: loaded.generation.as_ref().map(generation_report),
         },
         &sim,
     );
     Ok((loaded, sim, report))
+}
+
+/// The report's view of a generation graph.
+pub fn generation_report(g: &GenerationInfo) -> GenerationReport {
+    GenerationReport {
+        prompt_len: g.prompt_len,
+        new_tokens: g.new_tokens,
+        decode_steps: g.decode_steps,
+        simulated_decode_steps: g.simulated_decode_steps,
+        skeleton_decode_steps: g.skeleton_decode_steps,
+        skeleton_stride: g.skeleton_stride,
+        kv_cache_bytes: g.final_kv_bytes(),
+        kv_cache_bytes_per_token: g.kv_bytes_per_position(),
+        kv_key_dtype: g.kv_dtypes.0.name(),
+        kv_value_dtype: g.kv_dtypes.1.name(),
+    }
 }
 
 fn write_trace(path: &Path, graph: &Graph, sim: &Simulation) -> Result<()> {

@@ -44,7 +44,7 @@ pub fn run(a: &FitArgs) -> Result<()> {
         )
     })?;
     // check the model and its input once, with a clear error, before searching
-    let loaded = model::load(&a.model, a.model.batch_size, cfg.precision)?;
+    let loaded = model::load(&a.model, a.model.batch_size, &cfg)?;
     loaded.apply_to(&mut cfg);
     let name = loaded.graph.name.clone();
     let what = render::step_summary(&name, &cfg);
@@ -56,7 +56,7 @@ pub fn run(a: &FitArgs) -> Result<()> {
                 "batch" | "batch-size" => fit_search(
                     "batch_size",
                     |b| {
-                        model::load(&a.model, b, cfg.precision)
+                        model::load(&a.model, b, &cfg)
                             .map(|l| l.graph)
                             .map_err(|e| format!("{e:#}"))
                     },
@@ -64,6 +64,9 @@ pub fn run(a: &FitArgs) -> Result<()> {
                     &target,
                 )?,
                 "seq-len" | "seq" => {
+                    if cfg.mode == vramscope_core::sim::Mode::Generate {
+                        bail!("--search seq-len searches a forward's --seq-len; with --mode generate search the batch (--search batch) at a given --prompt-len and --new-tokens");
+                    }
                     if a.model.seq_len.is_none() {
                         bail!("--search seq-len is for transformers: give --seq-len (any value) to mark the model as one");
                     }
@@ -74,7 +77,7 @@ pub fn run(a: &FitArgs) -> Result<()> {
                                 seq_len: Some(s),
                                 ..a.model.clone()
                             };
-                            model::load(&args, a.model.batch_size, cfg.precision)
+                            model::load(&args, a.model.batch_size, &cfg)
                                 .map(|l| l.graph)
                                 .map_err(|e| format!("{e:#}"))
                         },

@@ -1,16 +1,20 @@
 //! Which model to simulate and for what input: `MODEL` and the flags that shape the input. Every
-//! front-end (the zoo, Hugging Face config.json files or model folders) is dispatched from here.
+//! front-end (the zoo, Hugging Face config.json files or model folders) is dispatched from here,
+//! and so is `--mode generate`, whose graph is the whole `model.generate` (checked here against
+//! `--prompt-len` / `--new-tokens` / `--seq-len` and the model kind).
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context, Result};
-use vramscope_core::sim::StepConfig;
+use vramscope_core::sim::{Mode, StepConfig};
 use vramscope_core::{DType, Graph, Precision};
 use vramscope_formats::checkpoint_dtypes::{apply_file_dtypes, dominant_float_dtype};
+use vramscope_formats::hf::{
+    self, AttnImplementation, Generation, GenerationInfo, HfInput, HfTask,
+};
 use vramscope_formats::weights::{self, WeightFormat, WeightInventory};
 
 use crate::step::StepArgs;
-use vramscope_formats::hf::{self, HfInput, HfTask};
 use vramscope_formats::hf_zoo;
 use vramscope_formats::zoo::{self, ZooInput};
 
@@ -51,6 +55,17 @@ pub struct ModelArgs {
     /// tensor's dtype in the safetensors headers of the model folder; only headers are read).
     #[arg(long, value_enum, default_value_t = WeightsDtype::Precision)]
     pub weights_dtype: WeightsDtype,
+    /// `--mode generate`: prompt tokens of each sequence (the prefill's length).
+    #[arg(long)]
+    pub prompt_len: Option<u64>,
+    /// `--mode generate`: tokens generated after the prompt (`max_new_tokens`, greedy, no early
+    /// stop at EOS).
+    #[arg(long)]
+    pub new_tokens: Option<u64>,
+    /// Hugging Face models: `attn_implementation`, `sdpa` (transformers' default) or `eager`
+    /// (the `[B, H, S, S]` scores and probabilities materialised; GPT-2 and the Llama family).
+    #[arg(long)]
+    pub attn_implementation: Option<String>,
     /// Fine-tuning: LoRA adapters, frozen parameters.
     #[command(flatten)]
     pub finetune: crate::finetune::FinetuneArgs,
@@ -183,6 +198,8 @@ pub struct LoadedModel {
     pub source: &'static str,
     /// The modules `--gradient-checkpointing` checkpoints.
     pub checkpoint_layers: Vec<String>,
+    /// What a `--mode generate` graph covers.
+    pub generation: Option<GenerationInfo>,
 }
 
 impl LoadedModel {
@@ -211,35 +228,76 @@ pub fn parse_input(s: &str) -> Result<(u64, u64, u64)> {
     }
 }
 
-/// Builds the graph for `args` (with `batch_size` overriding the flag, for searches).
-pub fn load(args: &ModelArgs, batch_size: u64, precision: Precision) -> Result<LoadedModel> {
-    let mut m = load_base(args, batch_size, precision)?;
+/// Builds the graph for `args` run as `step` says (with `batch_size` overriding the flag, for
+/// searches).
+pub fn load(args: &ModelArgs, batch_size: u64, step: &StepConfig) -> Result<LoadedModel> {
+    let generate = generation(args, step.mode)?;
+    let mut m = load_base(args, batch_size, step.precision, generate)?;
     if args.weights_dtype == WeightsDtype::FromFiles {
-        apply_checkpoint_dtypes(args, &mut m.graph, precision)?;
+        apply_checkpoint_dtypes(args, &mut m.graph, step.precision)?;
     }
     if args.finetune.any() {
-        m.graph = args.finetune.apply(m.graph, precision)?;
+        m.graph = args.finetune.apply(m.graph, step.precision)?;
     }
     Ok(m)
 }
 
-fn load_base(args: &ModelArgs, batch_size: u64, precision: Precision) -> Result<LoadedModel> {
+/// Checks the generation flags against the mode: `--mode generate` needs `--prompt-len` and
+/// `--new-tokens` (and no `--seq-len`), the other modes take neither.
+fn generation(args: &ModelArgs, mode: Mode) -> Result<Option<Generation>> {
+    if mode != Mode::Generate {
+        if args.prompt_len.is_some() || args.new_tokens.is_some() {
+            bail!("--prompt-len and --new-tokens describe a generation: add --mode generate");
+        }
+        return Ok(None);
+    }
+    if args.seq_len.is_some() {
+        bail!("--mode generate takes --prompt-len (the prompt's tokens) and --new-tokens instead of --seq-len");
+    }
+    if args.gradient_checkpointing {
+        bail!("--gradient-checkpointing applies to training; --mode generate runs under no_grad");
+    }
+    let new_tokens = args.new_tokens.ok_or_else(|| {
+        anyhow!("--mode generate needs --new-tokens N (the tokens to generate after the prompt)")
+    })?;
+    if new_tokens == 0 {
+        bail!("--new-tokens must be at least 1");
+    }
+    if args.prompt_len.is_none() {
+        bail!("--mode generate needs --prompt-len P (the prompt's tokens per sequence)");
+    }
+    Ok(Some(Generation { new_tokens }))
+}
+
+fn load_base(
+    args: &ModelArgs,
+    batch_size: u64,
+    precision: Precision,
+    generate: Option<Generation>,
+) -> Result<LoadedModel> {
     if hf::is_hf_path(&args.model) {
         let cfg = hf::read_config(&args.model)?;
-        return load_hf(args, cfg, batch_size, precision, "hf-config");
+        return load_hf(args, cfg, batch_size, precision, generate, "hf-config");
     }
     if let Some(text) = hf_zoo::config(&args.model) {
         let cfg = hf::HfConfig::parse(&format!("built-in {}", args.model), text)?;
-        return load_hf(args, cfg, batch_size, precision, "zoo");
+        return load_hf(args, cfg, batch_size, precision, generate, "zoo");
+    }
+    if generate.is_some() {
+        bail!(
+            "--mode generate needs a Hugging Face causal LM (a built-in transformer such as gpt2 or llama-3-8b, a config.json or a model folder); `{}` is not one",
+            args.model
+        );
     }
     let is_onnx = args.model.to_ascii_lowercase().ends_with(".onnx");
     if (args.seq_len.is_some() && !is_onnx)
         || args.task.is_some()
         || args.gradient_checkpointing
+        || args.attn_implementation.is_some()
         || args.target_len.is_some()
     {
         bail!(
-            "--seq-len, --target-len, --task and --gradient-checkpointing apply to Hugging Face models (a built-in transformer, a config.json or a model folder; --seq-len also to ONNX files); `{}` is not one",
+            "--seq-len, --target-len, --task, --gradient-checkpointing and --attn-implementation apply to Hugging Face models (a built-in transformer, a config.json or a model folder; --seq-len also to ONNX files); `{}` is not one",
             args.model
         );
     }
@@ -256,6 +314,7 @@ fn load_base(args: &ModelArgs, batch_size: u64, precision: Precision) -> Result<
             graph,
             source: "onnx",
             checkpoint_layers: Vec::new(),
+            generation: None,
         });
     }
     let input = ZooInput {
@@ -269,6 +328,7 @@ fn load_base(args: &ModelArgs, batch_size: u64, precision: Precision) -> Result<
         graph: zoo::build(&args.model, &input)?,
         source: "zoo",
         checkpoint_layers: Vec::new(),
+        generation: None,
     })
 }
 
@@ -277,19 +337,29 @@ fn load_hf(
     cfg: hf::HfConfig,
     batch_size: u64,
     precision: Precision,
+    generate: Option<Generation>,
     source: &'static str,
 ) -> Result<LoadedModel> {
-    let seq = args.seq_len.ok_or_else(|| {
-        anyhow!(
-            "{}: a Hugging Face model needs --seq-len (the sequence length to simulate)",
-            args.model
-        )
-    })?;
+    let seq = match generate {
+        // checked by `generation`
+        Some(_) => args.prompt_len.unwrap_or_default(),
+        None => args.seq_len.ok_or_else(|| {
+            anyhow!(
+                "{}: a Hugging Face model needs --seq-len (the sequence length to simulate)",
+                args.model
+            )
+        })?,
+    };
     let task = match &args.task {
         None => None,
         Some(t) => Some(HfTask::parse(t).ok_or_else(|| {
             anyhow!("--task {t:?}: expected causal-lm, masked-lm, seq-cls or seq2seq-lm")
         })?),
+    };
+    let attn = match &args.attn_implementation {
+        None => AttnImplementation::Sdpa,
+        Some(a) => AttnImplementation::parse(a)
+            .ok_or_else(|| anyhow!("--attn-implementation {a:?}: expected sdpa or eager"))?,
     };
     let m = hf::build(
         &cfg,
@@ -298,6 +368,8 @@ fn load_hf(
             seq,
             task,
             precision,
+            generate,
+            attn,
             target_seq: args.target_len,
             gradient_checkpointing: args.gradient_checkpointing,
         },
@@ -316,6 +388,7 @@ fn load_hf(
         } else {
             Vec::new()
         },
+        generation: m.generation,
     })
 }
 

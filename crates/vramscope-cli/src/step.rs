@@ -9,7 +9,8 @@ use vramscope_core::Precision;
 /// The step's flags, shared by every command that simulates.
 #[derive(clap::Args, Debug, Clone)]
 pub struct StepArgs {
-    /// train or infer.
+    /// train, infer, or generate (Hugging Face causal LMs: `model.generate` with the KV cache;
+    /// needs --prompt-len and --new-tokens).
     #[arg(long, default_value = "train")]
     pub mode: String,
     /// sgd, sgd-momentum, adam, adamw, adagrad, rmsprop, adam8bit (bitsandbytes), adafactor.
@@ -53,7 +54,8 @@ impl StepArgs {
         let mode = match self.mode.as_str() {
             "train" => Mode::Train,
             "infer" | "inference" | "eval" => Mode::Infer,
-            m => bail!("--mode {m:?}: expected train or infer"),
+            "generate" => Mode::Generate,
+            m => bail!("--mode {m:?}: expected train, infer or generate"),
         };
         let name = self.precision.as_deref().unwrap_or("fp32");
         let precision = Precision::parse(name).ok_or_else(|| {

@@ -27,7 +27,7 @@ pub struct TricksArgs {
 }
 
 /// The zoo model at other batch sizes and a lower resolution.
-pub struct Source<'a>(pub &'a ModelArgs, pub vramscope_core::Precision);
+pub struct Source<'a>(pub &'a ModelArgs, pub &'a vramscope_core::sim::StepConfig);
 
 impl ModelSource for Source<'_> {
     fn build(&self, batch: u64) -> Result<Graph, String> {
@@ -55,14 +55,9 @@ impl ModelSource for Source<'_> {
 /// Runs `vramscope tricks`.
 pub fn run(a: &TricksArgs) -> Result<()> {
     let mut cfg = model::step_config(&a.model, &a.step)?;
-    let loaded = model::load(&a.model, a.model.batch_size, cfg.precision)?;
+    let loaded = model::load(&a.model, a.model.batch_size, &cfg)?;
     loaded.apply_to(&mut cfg);
-    let rows = tricks(
-        &Source(&a.model, cfg.precision),
-        a.model.batch_size,
-        &cfg,
-        a.gpus,
-    )?;
+    let rows = tricks(&Source(&a.model, &cfg), a.model.batch_size, &cfg, a.gpus)?;
     let text = if a.json {
         serde_json::to_string_pretty(&rows).context("serialising the tricks")? + "\n"
     } else {

@@ -62,6 +62,7 @@ impl GraphBuilder {
                 inputs: Vec::new(),
                 outputs: Vec::new(),
                 task: Task::Classification { num_classes: 0 },
+                layer_table: None,
             },
             stack: vec![ModuleId(0)],
             frames: vec![Vec::new()],
@@ -172,6 +173,33 @@ impl GraphBuilder {
         if let Some(top) = self.frames.last_mut() {
             top.extend_from_slice(tensors);
         }
+    }
+
+    /// Keeps `tensors` referenced until the node recorded last (a Python variable rebound, or an
+    /// object dropped, right there: the old `next_token_logits` once the new one exists).
+    pub fn keep_until_now(&mut self, tensors: &[TensorId]) {
+        let end = self.graph.nodes.len() as u32;
+        self.graph.holds.extend(tensors.iter().map(|&t| (t, end)));
+    }
+
+    /// Starts the layer table here: earlier nodes (a generation's own bookkeeping) are simulated
+    /// but not listed.
+    pub fn begin_layer_table(&mut self) {
+        let n = self.graph.nodes.len() as u32;
+        self.graph.layer_table = Some(n..u32::MAX);
+    }
+
+    /// Ends the layer table here: later nodes (a generation's decode steps, which call the same
+    /// modules again) are simulated but not listed.
+    pub fn end_layer_table(&mut self) {
+        let n = self.graph.nodes.len() as u32;
+        let start = self.graph.layer_table.as_ref().map_or(0, |r| r.start);
+        self.graph.layer_table = Some(start..n);
+    }
+
+    /// Number of nodes recorded so far.
+    pub fn node_count(&self) -> usize {
+        self.graph.nodes.len()
     }
 
     /// Registers child module `name` and, inside `f`, its own children and parameters, without

@@ -206,6 +206,10 @@ pub struct Graph {
     pub outputs: Vec<TensorId>,
     /// What the loss is.
     pub task: Task,
+    /// The nodes listed in the layer table (a generation lists its prefill, not its own tensor
+    /// bookkeeping nor the decode steps that call the same modules again); `None` lists every
+    /// node.
+    pub layer_table: Option<std::ops::Range<u32>>,
 }
 
 impl Graph {

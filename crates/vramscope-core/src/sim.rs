@@ -37,6 +37,9 @@ pub enum Mode {
     Train,
     /// `model.eval()` and `torch.no_grad()` forwards.
     Infer,
+    /// `model.generate(...)` under `no_grad` (the graph is the whole generation: prefill and
+    /// decode steps with the KV cache); simulated like [`Mode::Infer`].
+    Generate,
 }
 
 /// What to checkpoint (`torch.utils.checkpoint`, non-reentrant).
@@ -111,11 +114,13 @@ pub enum Category {
     Temporaries,
     /// The batch.
     Inputs,
+    /// The key/value cache a generation keeps across forwards.
+    KvCache,
 }
 
 impl Category {
     /// All categories, in report order.
-    pub const ALL: [Category; 8] = [
+    pub const ALL: [Category; 9] = [
         Category::Parameters,
         Category::Buffers,
         Category::Gradients,
@@ -124,6 +129,7 @@ impl Category {
         Category::Recomputed,
         Category::Temporaries,
         Category::Inputs,
+        Category::KvCache,
     ];
 
     fn index(self) -> usize {
@@ -133,7 +139,7 @@ impl Category {
 
 /// Allocated bytes per category (allocator block sizes).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Breakdown(pub [u64; 8]);
+pub struct Breakdown(pub [u64; 9]);
 
 impl Breakdown {
     /// Bytes of one category.
@@ -796,7 +802,11 @@ impl<'g> Sim<'g> {
             .any(|&r| self.rts[r as usize].requires_grad);
         let records = self.grad_enabled && any_rg && op.differentiable();
         let label = Label::new(op.kind());
-        let cat = self.forward_category();
+        let cat = if op.is_kv_cache() {
+            Category::KvCache
+        } else {
+            self.forward_category()
+        };
         // saved only for the gradient of an input that needs none (a frozen weight): not kept
         let to_save: Vec<Saved> = if records {
             op.saved_for_backward(&ctx)
@@ -1062,6 +1072,11 @@ impl<'g> Sim<'g> {
             let node = &self.g.nodes[n];
             if !self.recomputing
                 && self.layers.is_some()
+                && self
+                    .g
+                    .layer_table
+                    .as_ref()
+                    .is_none_or(|r| r.contains(&(n as u32)))
                 && self.last_layer_module != Some(node.module)
             {
                 self.last_layer_module = Some(node.module);

@@ -55,6 +55,8 @@ fn estimate_hf(name: &str, batch: u64, seq: u64, precision: Precision) -> u64 {
         seq,
         task: None,
         precision,
+        generate: None,
+        attn: hf::AttnImplementation::Sdpa,
         target_seq: None,
         gradient_checkpointing: false,
     };
@@ -72,4 +74,65 @@ fn estimate_hf(name: &str, batch: u64, seq: u64, precision: Precision) -> u64 {
 #[divan::bench(args = [("gpt2", 8, 1024), ("llama-3-8b", 1, 4096), ("llama-3-70b", 1, 4096)])]
 fn transformer_train_amp_bf16(bencher: divan::Bencher, (name, batch, seq): (&str, u64, u64)) {
     bencher.bench(|| estimate_hf(divan::black_box(name), batch, seq, Precision::AmpBf16));
+}
+
+/// `model.generate` with the KV cache (`--mode generate`): prompt, new tokens. Long generations
+/// jump over the middle decode steps (hf/generate.rs), so the cost is the prefill's and about
+/// four decode steps'.
+#[divan::bench(args = [("gpt2", 4, 128, 32), ("llama-3-8b", 4, 512, 256), ("llama-3-70b", 1, 2000, 2000)])]
+fn transformer_generate_bf16(
+    bencher: divan::Bencher,
+    (name, batch, prompt, new_tokens): (&str, u64, u64, u64),
+) {
+    use vramscope_formats::{hf, hf_zoo};
+    let text = hf_zoo::config(name).expect("a built-in config");
+    let cfg = hf::HfConfig::parse(name, text).expect("parses");
+    let input = hf::HfInput {
+        batch,
+        seq: prompt,
+        task: None,
+        precision: Precision::Bf16,
+        generate: Some(hf::Generation { new_tokens }),
+        attn: hf::AttnImplementation::Sdpa,
+        target_seq: None,
+        gradient_checkpointing: false,
+    };
+    let step = StepConfig {
+        mode: Mode::Generate,
+        precision: Precision::Bf16,
+        ..StepConfig::default()
+    };
+    bencher.bench(|| {
+        let m = hf::build(&cfg, divan::black_box(&input)).expect("builds");
+        simulate(&m.graph, &step).expect("simulates").peak_allocated
+    });
+}
+
+/// Building the generation graph alone (the rest of `transformer_generate_bf16` is the
+/// simulation).
+#[divan::bench(args = [("llama-3-70b", 1, 2000, 2000)])]
+fn transformer_generate_graph_only(
+    bencher: divan::Bencher,
+    (name, batch, prompt, new_tokens): (&str, u64, u64, u64),
+) {
+    use vramscope_formats::{hf, hf_zoo};
+    let text = hf_zoo::config(name).expect("a built-in config");
+    let cfg = hf::HfConfig::parse(name, text).expect("parses");
+    let input = hf::HfInput {
+        batch,
+        seq: prompt,
+        task: None,
+        precision: Precision::Bf16,
+        generate: Some(hf::Generation { new_tokens }),
+        attn: hf::AttnImplementation::Sdpa,
+        target_seq: None,
+        gradient_checkpointing: false,
+    };
+    bencher.bench(|| {
+        hf::build(&cfg, divan::black_box(&input))
+            .expect("builds")
+            .graph
+            .nodes
+            .len()
+    });
 }

@@ -15,6 +15,8 @@ fn input() -> HfInput {
         seq: 64,
         task: None,
         precision: Precision::Fp32,
+        generate: None,
+        attn: hf::AttnImplementation::Sdpa,
         target_seq: None,
         gradient_checkpointing: false,
     }

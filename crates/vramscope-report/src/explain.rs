@@ -25,6 +25,7 @@ fn category_name(c: Category) -> &'static str {
         Category::Recomputed => "recomputed activations",
         Category::Temporaries => "temporaries",
         Category::Inputs => "inputs",
+        Category::KvCache => "KV cache",
     }
 }
 

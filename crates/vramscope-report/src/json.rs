@@ -27,6 +27,8 @@ pub struct ReportInput<'a> {
     pub checkpoint: Vec<String>,
     /// The GPU to check against.
     pub gpu: &'a Gpu,
+    /// What a `--mode generate` run covers (`None` otherwise).
+    pub generation: Option<GenerationReport>,
 }
 
 /// `model`.
@@ -108,6 +110,36 @@ pub struct BreakdownInfo {
     pub temporaries: u64,
     /// Inputs.
     pub inputs: u64,
+    /// The key/value cache of a generation (0 otherwise).
+    pub kv_cache: u64,
+}
+
+/// `generation` (`--mode generate` only): `model.generate(input_ids, do_sample=False,
+/// max_new_tokens)` with transformers' default `DynamicCache`.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct GenerationReport {
+    /// Prompt tokens.
+    pub prompt_len: u64,
+    /// New tokens.
+    pub new_tokens: u64,
+    /// Decode forwards (`new_tokens - 1`; the prefill makes the first token).
+    pub decode_steps: u64,
+    /// Decode forwards simulated one by one, op by op.
+    pub simulated_decode_steps: u64,
+    /// Decode steps of which only the cache growth is simulated; 0 when the steps not
+    /// simulated op by op are one jump of the cache to its final length.
+    pub skeleton_decode_steps: u64,
+    /// Positions per simulated cache growth through those steps (1: position by position, as
+    /// the real run; more when the simulation budget is short).
+    pub skeleton_stride: u64,
+    /// Bytes of the KV cache when the generation ends (`prompt_len + new_tokens - 1` positions).
+    pub kv_cache_bytes: u64,
+    /// Bytes the KV cache grows by per token (all layers, keys and values, the whole batch).
+    pub kv_cache_bytes_per_token: u64,
+    /// Dtype of the cached keys.
+    pub kv_key_dtype: &'static str,
+    /// Dtype of the cached values.
+    pub kv_value_dtype: &'static str,
 }
 
 /// `layers[]`.
@@ -187,6 +219,9 @@ pub struct EstimateReport {
     pub gpu: GpuInfo,
     /// Attention kernels chosen.
     pub sdpa_backends: Vec<String>,
+    /// The generation (`--mode generate` only; absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub generation: Option<GenerationReport>,
 }
 
 impl EstimateReport {
@@ -247,6 +282,7 @@ impl EstimateReport {
                 activations: b.get(Category::Activations) + b.get(Category::Recomputed),
                 temporaries: b.get(Category::Temporaries),
                 inputs: b.get(Category::Inputs),
+                kv_cache: b.get(Category::KvCache),
             },
             live_at_peak: sim
                 .live_at_peak
@@ -291,6 +327,7 @@ impl EstimateReport {
                         .unwrap_or_default()
                 })
                 .collect(),
+            generation: input.generation.clone(),
         }
     }
 

@@ -8,5 +8,5 @@ mod table;
 
 pub use explain::render_explain;
 pub use gpu::{find_gpu, Gpu, GPUS};
-pub use json::{EstimateReport, ModelInfo, ReportInput};
+pub use json::{EstimateReport, GenerationReport, ModelInfo, ReportInput};
 pub use table::{human, render_gpus, render_text};

@@ -39,6 +39,9 @@ pub(crate) fn phase_reason(name: &str, delta: i64, r: &EstimateReport) -> String
         "forward" if r.config.mode == vramscope_core::sim::Mode::Infer => {
             "no_grad: only live activations; the previous output is still referenced".into()
         }
+        "forward" if r.config.mode == vramscope_core::sim::Mode::Generate => {
+            "generate(): prefill, then one decode step per token growing the KV cache".into()
+        }
         "forward" if second => {
             "saved activations; the previous output and gradients are still alive".into()
         }
@@ -65,6 +68,7 @@ pub fn render_text(r: &EstimateReport, max_layers: usize) -> String {
         match r.config.mode {
             vramscope_core::sim::Mode::Train => "train",
             vramscope_core::sim::Mode::Infer => "infer",
+            vramscope_core::sim::Mode::Generate => "generate",
         },
         r.config.precision.name(),
         r.config.batch_size,
@@ -72,6 +76,12 @@ pub fn render_text(r: &EstimateReport, max_layers: usize) -> String {
     ));
     if let Some(o) = r.config.optimizer {
         out.push_str(&format!(", optimizer {}", o.name()));
+    }
+    if let Some(g) = &r.generation {
+        out.push_str(&format!(
+            ", {} new tokens after a {}-token prompt",
+            g.new_tokens, g.prompt_len
+        ));
     }
     out.push_str("\n\n");
 
@@ -147,7 +157,11 @@ pub fn render_text(r: &EstimateReport, max_layers: usize) -> String {
         ("activations", b.activations),
         ("temporaries", b.temporaries),
         ("inputs", b.inputs),
+        ("KV cache", b.kv_cache),
     ] {
+        if k == "KV cache" && r.generation.is_none() {
+            continue;
+        }
         t.add_row(vec![Cell::new(k), right(human(v))]);
     }
     t.add_row(vec![
@@ -193,12 +207,50 @@ pub fn render_text(r: &EstimateReport, max_layers: usize) -> String {
                 Cell::new(who),
                 Cell::new(shape(&l.shape)),
                 Cell::new(l.dtype),
-                Cell::new(format!("{:?}", l.category).to_lowercase()),
+                Cell::new(match l.category {
+                    vramscope_core::sim::Category::KvCache => "kv cache".to_string(),
+                    c => format!("{c:?}").to_lowercase(),
+                }),
                 right(human(l.bytes)),
             ]);
         }
         out.push_str(&t.to_string());
         out.push_str("\n\n");
+    }
+
+    if let Some(g) = &r.generation {
+        let dtypes = if g.kv_key_dtype == g.kv_value_dtype {
+            g.kv_key_dtype.to_string()
+        } else {
+            format!("keys {}, values {}", g.kv_key_dtype, g.kv_value_dtype)
+        };
+        out.push_str(&format!(
+            "KV cache: {} at the end ({} positions, {} per token, {dtypes}); ",
+            human(g.kv_cache_bytes),
+            g.prompt_len + g.decode_steps,
+            human(g.kv_cache_bytes_per_token),
+        ));
+        if g.simulated_decode_steps == g.decode_steps {
+            out.push_str(&format!(
+                "prefill and all {} decode steps simulated\n\n",
+                g.decode_steps
+            ));
+        } else if g.skeleton_decode_steps > 0 {
+            let growth = if g.skeleton_stride > 1 {
+                format!("{} positions at a time", g.skeleton_stride)
+            } else {
+                "position by position".to_string()
+            };
+            out.push_str(&format!(
+                "prefill and {} of {} decode steps simulated op by op (the first and the last), the cache growing {growth} in between\n\n",
+                g.simulated_decode_steps, g.decode_steps
+            ));
+        } else {
+            out.push_str(&format!(
+                "prefill and {} of {} decode steps simulated op by op (the first and the last), the cache jumping to its final length in between\n\n",
+                g.simulated_decode_steps, g.decode_steps
+            ));
+        }
     }
 
     let verdict = if r.gpu.fits {

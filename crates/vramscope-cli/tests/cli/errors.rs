@@ -38,7 +38,7 @@ fn bad_precision_optimizer_mode_gpu() {
     );
     fails_with(
         &["estimate", "resnet18", "--mode", "serve"],
-        &["--mode", "train or infer"],
+        &["--mode", "train, infer or generate"],
     );
     fails_with(
         &["estimate", "resnet18", "--gpu", "voodoo5"],
@@ -246,5 +246,95 @@ fn target_len_belongs_to_encoder_decoders() {
             "causal-lm",
         ],
         &["t5", "no causal-lm head"],
+    );
+}
+
+#[test]
+fn bad_generation_flags() {
+    let gen = [
+        "--mode",
+        "generate",
+        "--prompt-len",
+        "16",
+        "--new-tokens",
+        "4",
+    ];
+    let with = |model: &str, extra: &[&str]| {
+        let mut a = vec!["estimate", model];
+        a.extend_from_slice(&gen);
+        a.extend_from_slice(extra);
+        a.iter().map(|s| s.to_string()).collect::<Vec<String>>()
+    };
+    let run = |args: Vec<String>, needles: &[&str]| {
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        fails_with(&argv, needles);
+    };
+    run(
+        with("resnet18", &[]),
+        &["--mode generate needs a Hugging Face causal LM", "resnet18"],
+    );
+    run(
+        with("bert-base-uncased", &[]),
+        &["--mode generate needs a causal LM", "encoder"],
+    );
+    run(
+        with("gpt2", &["--seq-len", "16"]),
+        &["--prompt-len", "instead of --seq-len"],
+    );
+    run(
+        with("gpt2", &["--gradient-checkpointing"]),
+        &["--gradient-checkpointing", "training"],
+    );
+    fails_with(
+        &[
+            "estimate",
+            "gpt2",
+            "--mode",
+            "generate",
+            "--new-tokens",
+            "4",
+        ],
+        &["--mode generate needs --prompt-len"],
+    );
+    fails_with(
+        &[
+            "estimate",
+            "gpt2",
+            "--mode",
+            "generate",
+            "--prompt-len",
+            "4",
+        ],
+        &["--mode generate needs --new-tokens"],
+    );
+    fails_with(
+        &[
+            "estimate",
+            "gpt2",
+            "--mode",
+            "generate",
+            "--prompt-len",
+            "4",
+            "--new-tokens",
+            "0",
+        ],
+        &["--new-tokens must be at least 1"],
+    );
+    fails_with(
+        &["estimate", "gpt2", "--prompt-len", "4", "--new-tokens", "4"],
+        &["add --mode generate"],
+    );
+    fails_with(
+        &[
+            "estimate",
+            "gpt2",
+            "--mode",
+            "generate",
+            "--prompt-len",
+            "1000",
+            "--new-tokens",
+            "100",
+        ],
+        &["--prompt-len 1000 + --new-tokens 100", "n_positions = 1024"],
     );
 }

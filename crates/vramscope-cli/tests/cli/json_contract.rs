@@ -31,6 +31,7 @@ fn contract_fields_exist() {
         "/breakdown_at_peak/activations",
         "/breakdown_at_peak/temporaries",
         "/breakdown_at_peak/inputs",
+        "/breakdown_at_peak/kv_cache",
         "/layers/0/name",
         "/layers/0/op",
         "/layers/0/output_shape",
@@ -391,4 +392,52 @@ fn tricks_checkpoint_every_t5_container() {
             .any(|n| n.starts_with("checkpoint every block")),
         "{names:?}"
     );
+}
+
+/// `--mode generate` adds `generation` (and only then); the KV cache at the peak is its own
+/// category, and the cache at the end is what its shape and dtype say.
+#[test]
+fn generation_fields() {
+    let r = estimate_json(&[
+        "mistral-7b",
+        "--mode",
+        "generate",
+        "--prompt-len",
+        "100",
+        "--new-tokens",
+        "20",
+        "--batch-size",
+        "2",
+        "--precision",
+        "bf16",
+    ]);
+    assert_eq!(r["config"]["mode"], "generate");
+    assert!(r["config"]["optimizer"].is_null());
+    let g = &r["generation"];
+    for f in [
+        "prompt_len",
+        "new_tokens",
+        "decode_steps",
+        "simulated_decode_steps",
+        "skeleton_decode_steps",
+        "skeleton_stride",
+        "kv_cache_bytes",
+        "kv_cache_bytes_per_token",
+        "kv_key_dtype",
+        "kv_value_dtype",
+    ] {
+        assert!(!g[f].is_null(), "generation.{f} missing: {g}");
+    }
+    assert_eq!(g["decode_steps"], 19);
+    assert_eq!(g["simulated_decode_steps"], 19);
+    // 32 layers x (keys + values) x batch 2 x 8 KV heads x 128 dims x 2 bytes, for 119 positions
+    let per_token = 32 * 2 * 2 * 8 * 128 * 2;
+    assert_eq!(g["kv_cache_bytes_per_token"], per_token);
+    assert_eq!(g["kv_cache_bytes"], per_token * 119);
+    assert_eq!(g["kv_key_dtype"], "bfloat16");
+    let kv = r["breakdown_at_peak"]["kv_cache"].as_u64().unwrap();
+    assert!(kv > 0, "{r}");
+    let train = estimate_json(&["gpt2", "--seq-len", "64", "--batch-size", "1"]);
+    assert!(train.get("generation").is_none());
+    assert_eq!(train["breakdown_at_peak"]["kv_cache"], 0);
 }

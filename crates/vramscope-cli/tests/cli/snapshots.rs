@@ -49,6 +49,26 @@ fn json_report_mobilenet_v3_small_amp() {
 }
 
 #[test]
+fn text_report_gpt2_generate() {
+    insta::assert_snapshot!(stdout(&[
+        "estimate",
+        "gpt2",
+        "--mode",
+        "generate",
+        "--prompt-len",
+        "512",
+        "--new-tokens",
+        "64",
+        "--batch-size",
+        "8",
+        "--precision",
+        "bf16",
+        "--layers",
+        "8"
+    ]));
+}
+
+#[test]
 fn error_messages() {
     let text = [
         stderr(&["estimate", "resnet5"]),

@@ -29,6 +29,7 @@ mod dropout_inplace;
 mod elementwise;
 mod group_norm;
 mod gru_cell;
+mod kv_cache;
 mod layer_norm;
 mod linear;
 mod linear_strided;
@@ -36,6 +37,7 @@ mod log_softmax;
 mod lstm_cell;
 mod matmul;
 mod matmul_4bit;
+mod matmul_copy;
 mod matmul_copy_rhs;
 mod max_pool;
 mod mean;
@@ -71,6 +73,7 @@ pub use dropout_inplace::DropoutInplace;
 pub use elementwise::Elementwise;
 pub use group_norm::GroupNorm;
 pub use gru_cell::GruCell;
+pub use kv_cache::KvCacheUpdate;
 pub use layer_norm::LayerNorm;
 pub use linear::Linear;
 pub use linear_strided::LinearStrided;
@@ -78,6 +81,7 @@ pub use log_softmax::LogSoftmax;
 pub use lstm_cell::LstmCell;
 pub use matmul::MatMul;
 pub use matmul_4bit::{FourBitQuant, MatMul4Bit};
+pub use matmul_copy::MatMulCopy;
 pub use matmul_copy_rhs::MatMulCopyRhs;
 pub use max_pool::MaxPool2d;
 pub use mean::Mean;
@@ -375,6 +379,12 @@ pub trait Op: Debug + Send + Sync {
     /// Whether the op makes an autograd node at all (views of non-grad tensors still do).
     fn differentiable(&self) -> bool {
         true
+    }
+
+    /// Whether the outputs are the key/value cache of a generation (reported as their own
+    /// category).
+    fn is_kv_cache(&self) -> bool {
+        false
     }
 
     /// Whether backward computes each input's gradient with the output's shape and dtype (a

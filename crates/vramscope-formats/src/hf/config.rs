@@ -157,6 +157,27 @@ impl HfConfig {
         }
     }
 
+    /// How many token ids a special-token field holds: 0 when missing or null, 1 for an
+    /// integer, n for a list of n integers (Llama 3's `eos_token_id`).
+    pub fn token_ids(&self, key: &str) -> Result<u64, HfError> {
+        match self.get(key) {
+            None => Ok(0),
+            Some(Value::Array(a)) if a.iter().all(|v| v.as_u64().is_some()) => Ok(a.len() as u64),
+            Some(v) if v.as_u64().is_some() => Ok(1),
+            Some(_) => Err(self.err(key, "a token id or a list of token ids")),
+        }
+    }
+
+    /// Whether `key` is present with the value `null` (as opposed to missing, where
+    /// transformers' config class fills in its default).
+    pub fn is_null(&self, key: &str) -> bool {
+        matches!(self.top.get(key), Some(Value::Null))
+            && self
+                .text
+                .as_ref()
+                .is_none_or(|t| matches!(t.get(key), None | Some(Value::Null)))
+    }
+
     /// A list of non-negative integers (`mlp_only_layers`), if present.
     pub fn opt_u64_list(&self, key: &str) -> Result<Option<Vec<u64>>, HfError> {
         match self.get(key) {

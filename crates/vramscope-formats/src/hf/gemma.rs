@@ -30,7 +30,7 @@ use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 use super::layers::{
     activation_fn, add, apply_rotary, attention_mask, attention_output, eager_attention,
     embedding_lookup, gemma_rms_norm, linear, mul, mul_scalar, position_ids, rotary,
-    rotary_with_buffers, sdpa, sdpa_masked, tied_head, view, EagerDTypes, MaskPattern,
+    rotary_with_buffers, sdpa, sdpa_masked, tied_head, view, Eager, EagerFlavor, MaskPattern,
 };
 use super::{build_error, HfConfig, HfError, HfInput};
 
@@ -557,9 +557,11 @@ fn decoder_layer(
         (c.dtype, c.dtype),
         input,
     );
-    let a = b.module("self_attn", &format!("{p}Attention"), &[x], |b| {
+    let (a, weights) = b.module("self_attn", &format!("{p}Attention"), &[x], |b| {
         attention(b, c, x, cos, sin, mask)
     });
+    // eager attention's weights: `hidden_states, _ = self.self_attn(...)` keeps them in `_`
+    b.hold(weights.as_slice());
     if s.flavor.sandwich() {
         // the post-norms read projection outputs (the autocast dtype under autocast) and cast
         // back to it; the residual adds promote
@@ -605,7 +607,8 @@ fn decoder_layer(
     }
 }
 
-/// Self-attention from the normed hidden states `x` to the `o_proj` output.
+/// Self-attention from the normed hidden states `x` to the `o_proj` output, and the attention
+/// weights eager attention returns.
 fn attention(
     b: &mut GraphBuilder,
     c: &Ctx,
@@ -613,7 +616,7 @@ fn attention(
     cos: TensorId,
     sin: TensorId,
     mask: Option<TensorId>,
-) -> TensorId {
+) -> (TensorId, Option<TensorId>) {
     let s = c.s;
     let (bsz, seq, d) = (c.bsz, c.seq, s.head_dim);
     let p = s.flavor.prefix();
@@ -646,27 +649,37 @@ fn attention(
     // query_states / key_states / value_states are locals until the forward returns
     b.hold(&[q, k, v]);
     let half = c.compute.size() == 2;
-    let o = match (s.flavor, mask) {
+    let merged = |b: &mut GraphBuilder, o| {
+        let o = attention_output(b, o, false, half);
+        view(b, "reshape", o, vec![bsz, seq, s.heads * d])
+    };
+    let (o, weights) = match (s.flavor, mask) {
         (Flavor::Gemma2, Some(m)) => {
-            let dtypes = EagerDTypes {
-                score: c.compute,
-                mask: c.dtype,
-                // q * cos: the rotary result promotes to the embeddings' dtype
-                query: c.compute.promote(c.dtype),
+            let e = Eager {
+                flavor: EagerFlavor::Gemma2 {
+                    softcap: s.attn_softcap.is_some(),
+                },
+                dtype: c.dtype,
+                autocast: c.amp.then_some(c.compute),
             };
-            eager_attention(b, q, k, v, m, s.attn_softcap, s.attn_dropout, dtypes)
+            // eager_attention_forward is a function: the repeated k and v it keeps are freed
+            // when it returns
+            let (o, w) = b.frame(|b| eager_attention(b, e, q, k, v, m, s.attn_dropout));
+            (o, Some(w))
         }
         (_, Some(m)) => {
             let o = sdpa_masked(b, q, k, v, m, s.attn_dropout, c.compute);
-            attention_output(b, o, false, half)
+            (merged(b, o), None)
         }
         (_, None) => {
             let o = sdpa(b, q, k, v, s.attn_dropout, true);
-            attention_output(b, o, false, half)
+            (merged(b, o), None)
         }
     };
-    let o = view(b, "reshape", o, vec![bsz, seq, s.heads * d]);
-    linear(b, "o_proj", s.heads * d, s.hidden, s.attn_bias, o)
+    (
+        linear(b, "o_proj", s.heads * d, s.hidden, s.attn_bias, o),
+        weights,
+    )
 }
 
 /// `down_proj(act_fn(gate_proj(x)) * up_proj(x))` with `act_fn` = `GELUTanh`.

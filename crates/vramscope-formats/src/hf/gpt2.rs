@@ -8,11 +8,12 @@ use vramscope_core::ir::Task;
 use vramscope_core::ops::{Aten, Autocast, DTypeRule, LayerNorm, Saved};
 use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
+use super::generate::CausalLm;
 use super::layers::{
-    add, add_scalar, conv1d, dropout, embedding, mul, mul_scalar, packed_sequence_check,
-    position_ids, sdpa, tied_head, view,
+    add, add_scalar, cached_attention, conv1d, dropout, eager_causal_mask, embedding, mul,
+    mul_scalar, packed_sequence_check, position_ids, tied_head, view, Call, Eager, EagerFlavor,
 };
-use super::{build_error, HfConfig, HfError, HfInput};
+use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
 
 struct Spec {
     vocab: u64,
@@ -66,50 +67,107 @@ pub fn build(
     input: &HfInput,
     _dtype: DType,
 ) -> Result<(Graph, Vec<String>), HfError> {
-    let s = spec(cfg)?;
-    if input.seq > s.positions {
-        return Err(HfError::BadInput(format!(
-            "{}: --seq-len {} exceeds n_positions = {}",
-            cfg.path, input.seq, s.positions
-        )));
-    }
-    let (bsz, seq) = (input.batch, input.seq);
+    let m = Model::new(cfg, input)?;
     let mut b = GraphBuilder::new("gpt2", "GPT2LMHeadModel");
-    let ids = b.input(vec![bsz, seq], DType::I64);
-    let (h, wte) = b.module("transformer", "GPT2Model", &[ids], |b| {
-        let (tok, wte) = embedding(b, "wte", s.vocab, s.hidden, ids);
-        let pos = position_ids(b, seq);
-        let pos = view(b, "unsqueeze", pos, vec![1, seq]);
-        let (pe, _) = embedding(b, "wpe", s.positions, s.hidden, pos);
-        let x = add(b, tok, pe);
-        packed_sequence_check(b, bsz, seq);
-        let mut x = dropout(b, "drop", s.embd_pdrop, x);
-        b.module("h", "ModuleList", &[], |b| {
-            for i in 0..s.layers {
-                x = b.module(&i.to_string(), "GPT2Block", &[x], |b| {
-                    block(b, &s, bsz, seq, x)
-                });
-            }
-        });
-        (b.layer("ln_f", LayerNorm::new(s.hidden), &[x]), wte)
-    });
-    let logits = if s.tied {
-        // post_init drops the head's own weight for the embedding's
-        b.tie_at_init(&[vec![s.vocab, s.hidden]], 1, None);
-        tied_head(&mut b, "lm_head", wte, h)
-    } else {
-        super::layers::linear(&mut b, "lm_head", s.hidden, s.vocab, false, h)
-    };
+    let ids = b.input(vec![input.batch, input.seq], DType::I64);
+    let logits = m.forward(&mut b, ids, &mut Call::plain(input.seq));
     let graph = b
-        .finish(&[logits], Task::CausalLm { vocab: s.vocab })
+        .finish(
+            &[logits],
+            Task::CausalLm {
+                vocab: m.spec.vocab,
+            },
+        )
         .map_err(build_error(cfg))?;
-    let layers = (0..s.layers)
-        .map(|i| format!("transformer.h.{i}"))
-        .collect();
-    Ok((graph, layers))
+    Ok((graph, m.checkpoint_layers()))
 }
 
-fn block(b: &mut GraphBuilder, s: &Spec, bsz: u64, seq: u64, input: TensorId) -> TensorId {
+/// GPT-2 ready to record its forward, once or once per generation step.
+pub struct Model {
+    spec: Spec,
+    /// `attn_implementation="eager"`.
+    eager: Option<Eager>,
+}
+
+impl Model {
+    /// Reads the config and checks the input against it.
+    pub fn new(cfg: &HfConfig, input: &HfInput) -> Result<Model, HfError> {
+        let spec = spec(cfg)?;
+        check_positions(cfg, input, "n_positions", spec.positions)?;
+        let eager = (input.attn == AttnImplementation::Eager).then(|| Eager {
+            flavor: EagerFlavor::Gpt2,
+            dtype: input.precision.param_dtype(),
+            autocast: input.precision.autocast_dtype(),
+        });
+        Ok(Model { spec, eager })
+    }
+
+    /// The layers `gradient_checkpointing_enable()` checkpoints.
+    pub fn checkpoint_layers(&self) -> Vec<String> {
+        (0..self.spec.layers)
+            .map(|i| format!("transformer.h.{i}"))
+            .collect()
+    }
+
+    /// Records one call of the model on `ids` (`[B, S]`) and returns the logits.
+    pub fn forward(&self, b: &mut GraphBuilder, ids: TensorId, call: &mut Call) -> TensorId {
+        let s = &self.spec;
+        let bsz = b.shape(ids)[0];
+        let seq = call.seq;
+        let (h, wte) = b.module("transformer", "GPT2Model", &[ids], |b| {
+            let (tok, wte) = embedding(b, "wte", s.vocab, s.hidden, ids);
+            let pos = match call.position_ids {
+                Some(pos) => pos,
+                None => {
+                    let pos = position_ids(b, seq);
+                    view(b, "unsqueeze", pos, vec![1, seq])
+                }
+            };
+            let (pe, _) = embedding(b, "wpe", s.positions, s.hidden, pos);
+            // `inputs_embeds` and `position_embeds` are locals of the forward until it returns
+            b.hold(&[tok, pe]);
+            let x = add(b, tok, pe);
+            if call.cache.is_none() {
+                packed_sequence_check(b, bsz, seq);
+            }
+            if self.eager.is_some() {
+                let mask = eager_causal_mask(b, bsz, seq, x);
+                // `causal_mask` is a local of the forward until it returns
+                b.hold(&[mask]);
+                call.eager_mask = Some(mask);
+            }
+            let mut x = dropout(b, "drop", s.embd_pdrop, x);
+            b.module("h", "ModuleList", &[], |b| {
+                for i in 0..s.layers {
+                    x = b.module(&i.to_string(), "GPT2Block", &[x], |b| {
+                        block(b, s, self.eager, (bsz, seq), x, i as usize, call)
+                    });
+                }
+            });
+            (b.layer("ln_f", LayerNorm::new(s.hidden), &[x]), wte)
+        });
+        let h = call.head_input(b, h);
+        if s.tied {
+            if call.first {
+                // post_init drops the head's own weight for the embedding's
+                b.tie_at_init(&[vec![s.vocab, s.hidden]], 1, None);
+            }
+            tied_head(b, "lm_head", wte, h)
+        } else {
+            super::layers::linear(b, "lm_head", s.hidden, s.vocab, false, h)
+        }
+    }
+}
+
+fn block(
+    b: &mut GraphBuilder,
+    s: &Spec,
+    eager: Option<Eager>,
+    (bsz, seq): (u64, u64),
+    input: TensorId,
+    layer: usize,
+    call: &mut Call,
+) -> TensorId {
     let e = s.hidden;
     let x = b.layer("ln_1", LayerNorm::new(e), &[input]);
     let a = b.module("attn", "GPT2Attention", &[x], |b| {
@@ -132,22 +190,45 @@ fn block(b: &mut GraphBuilder, s: &Spec, bsz: u64, seq: u64, input: TensorId) ->
                 view(b, "transpose", t, vec![bsz, s.heads, seq, d])
             })
             .collect();
-        let o = sdpa(b, heads[0], heads[1], heads[2], s.attn_pdrop, true);
-        // transpose(1, 2).contiguous(): the kernels lay the output out as [B, S, H, D]
-        let o = view(b, "transpose", o, vec![bsz, seq, s.heads, d]);
-        let o = view(b, "reshape", o, vec![bsz, seq, e]);
+        let eager = eager.unwrap_or(Eager {
+            flavor: EagerFlavor::Gpt2,
+            dtype: DType::F32,
+            autocast: None,
+        });
+        let o = cached_attention(
+            b,
+            call,
+            layer,
+            heads[0],
+            heads[1],
+            heads[2],
+            s.attn_pdrop,
+            eager,
+        );
+
         let o = conv1d(b, "c_proj", e, e, o);
         dropout(b, "resid_dropout", s.resid_pdrop, o)
     });
+    // `hidden_states = attn_output + residual`: the LayerNorm output goes when `hidden_states`
+    // is rebound, `attn_output` stays a local until the block returns
+    let ln1 = x;
+    // eager attention's weights: `attn_output, self_attn_weights = self.attn(...)` keeps them
+    if let Some(w) = call.attn_weights.take() {
+        b.hold(&[w]);
+    }
     let x = add(b, a, input);
-    let y = b.layer("ln_2", LayerNorm::new(e), &[x]);
-    let y = b.module("mlp", "GPT2MLP", &[y], |b| {
-        let h = conv1d(b, "c_fc", e, s.inner, y);
+    b.keep_until_now(&[ln1]);
+    b.hold(&[a]);
+    let ln2 = b.layer("ln_2", LayerNorm::new(e), &[x]);
+    let y = b.module("mlp", "GPT2MLP", &[ln2], |b| {
+        let h = conv1d(b, "c_fc", e, s.inner, ln2);
         let h = b.module("act", "NewGELUActivation", &[h], |b| gelu_new(b, h));
         let h = conv1d(b, "c_proj", s.inner, e, h);
         dropout(b, "dropout", s.resid_pdrop, h)
     });
-    add(b, x, y)
+    let out = add(b, x, y);
+    b.keep_until_now(&[ln2]);
+    out
 }
 
 /// `0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * pow(x, 3))))`, op by op (`pow` runs in
@@ -173,4 +254,28 @@ pub(super) fn gelu_new(b: &mut GraphBuilder, x: TensorId) -> TensorId {
     );
     let t = add_scalar(b, t);
     mul(b, half, t)
+}
+
+impl CausalLm for Model {
+    fn forward(&self, b: &mut GraphBuilder, ids: TensorId, call: &mut Call) -> TensorId {
+        Model::forward(self, b, ids, call)
+    }
+
+    fn layers(&self) -> usize {
+        self.spec.layers as usize
+    }
+
+    fn vocab(&self) -> u64 {
+        self.spec.vocab
+    }
+
+    fn kv_width(&self) -> u64 {
+        self.spec.hidden
+    }
+
+    // the projections' output: the autocast dtype, or the model's
+    fn kv_dtypes(&self, param: DType, autocast: Option<DType>) -> (DType, DType) {
+        let d = autocast.unwrap_or(param);
+        (d, d)
+    }
 }

@@ -1,10 +1,13 @@
 //! Pieces shared by the transformers models, each written as the aten calls it issues (checked
 //! against truth traces): embeddings, `Conv1D`, RMSNorm with its float32 upcast, rotary position
-//! embeddings, the position ids and the packed-sequence check every model's mask code runs.
+//! embeddings, the position ids and the packed-sequence check every model's mask code runs, and
+//! the generation pieces: the `DynamicCache`, one forward call's context ([`Call`]) and the
+//! cache-aware attention core.
 
 use vramscope_core::ops::{
     Activation, ActivationKind, Add, Aten, Autocast, Contiguous, DTypeRule, Dropout, GradIn,
-    LayerNorm, Linear, Saved, ScaledDotProductAttention, ScaledDotProductAttentionBias, Slice,
+    KvCacheUpdate, LayerNorm, Linear, MatMul, MatMulCopy, Saved, ScaledDotProductAttention,
+    ScaledDotProductAttentionBias, Slice, Softmax,
 };
 use vramscope_core::{DType, GraphBuilder, TensorId};
 
@@ -342,8 +345,9 @@ fn rms_normalize(b: &mut GraphBuilder, xf: TensorId, hold_variance: bool) -> Ten
     )
 }
 
-/// Rotary embedding (`model.rotary_emb`): `cos` and `sin` `[1, S, D]` in the dtype of `x`, under
-/// `no_grad`, with its `inv_freq` buffers; the float32 frequency temporaries are freed inside.
+/// Rotary embedding (`model.rotary_emb`): `cos` and `sin` `[1, S, D]` (`[B, S, D]` for the
+/// `[B, S]` position ids `generate` passes) in the dtype of `x`, under `no_grad`, with its
+/// `inv_freq` buffers; the float32 frequency temporaries are freed inside.
 pub fn rotary(
     b: &mut GraphBuilder,
     type_name: &str,
@@ -365,15 +369,19 @@ pub fn rotary_with_buffers(
     x: TensorId,
     pos: TensorId,
 ) -> (TensorId, TensorId) {
-    let seq = b.shape(pos)[0];
+    let ps = b.shape(pos).to_vec();
+    let (rows, seq) = match ps.as_slice() {
+        [r, s] => (*r, *s),
+        _ => (1, ps.first().copied().unwrap_or(1)),
+    };
     let f32 = DTypeRule::Fixed(DType::F32);
-    let shape = vec![1, seq, head_dim];
+    let shape = vec![rows, seq, head_dim];
     let mut op = Aten::new("rotary_emb", shape.clone())
         .dtype(DTypeRule::Like(0))
         .buffer(buffers[0], vec![head_dim / 2])
         .buffer(buffers[1], vec![head_dim / 2])
-        .temporary(vec![1, seq, 1], f32)
-        .temporary(vec![1, seq, head_dim / 2], f32)
+        .temporary(vec![rows, seq, 1], f32)
+        .temporary(vec![rows, seq, head_dim / 2], f32)
         .temporary(shape.clone(), f32)
         .temporary(shape.clone(), f32)
         .temporary(shape.clone(), f32)
@@ -399,8 +407,9 @@ pub fn apply_rotary(
     let d = s[3];
     let mut half = s.clone();
     half[3] = d / 2;
-    let cos4 = view(b, "unsqueeze", cos, vec![1, 1, s[2], d]);
-    let sin4 = view(b, "unsqueeze", sin, vec![1, 1, s[2], d]);
+    let rows = b.shape(cos)[0];
+    let cos4 = view(b, "unsqueeze", cos, vec![rows, 1, s[2], d]);
+    let sin4 = view(b, "unsqueeze", sin, vec![rows, 1, s[2], d]);
     let rope_mul = |b: &mut GraphBuilder, x: TensorId, c: TensorId| {
         let mut op = Aten::new("mul", s.clone())
             .saves(vec![Saved::Input(1)])
@@ -675,120 +684,6 @@ fn sdpa_with_mask(
     )
 }
 
-/// The dtypes eager attention's casts depend on (fixed when the graph is built for a precision).
-#[derive(Debug, Clone, Copy)]
-pub struct EagerDTypes {
-    /// The dtype the products run in (the autocast dtype under autocast).
-    pub score: DType,
-    /// The additive mask's dtype (that of `inputs_embeds`).
-    pub mask: DType,
-    /// The dtype of q (the rotary result).
-    pub query: DType,
-}
-
-/// Transformers' `eager_attention_forward` (Gemma2's, with its optional logit soft-capping) on
-/// q `[B, H, L, D]` (the rotary result, laid out `[B, L, H, D]`), k, v `[B, kv, S, D]` and an
-/// additive mask `[B, 1, L, S]`:
-/// `repeat_kv` of k and v; `matmul(q, k.T)` (its reshape copies q: the layout is not `[B·H, L,
-/// D]`); `* scaling`; `/ cap, tanh, * cap`; `+ mask`; `softmax(dim=-1, dtype=float32)` (a float32
-/// copy first when the scores are half); `.to(q.dtype)`; dropout; `matmul(probs, v)`;
-/// `transpose(1, 2).contiguous()`. Returns `[B, L, H, D]`.
-#[allow(clippy::too_many_arguments)]
-pub fn eager_attention(
-    b: &mut GraphBuilder,
-    q: TensorId,
-    k: TensorId,
-    v: TensorId,
-    mask: TensorId,
-    softcap: Option<f64>,
-    dropout_p: f64,
-    dtypes: EagerDTypes,
-) -> TensorId {
-    // a function of its own: key_states / value_states (the repeated k, v) live until it returns
-    b.frame(|b| eager_attention_body(b, q, k, v, mask, softcap, dropout_p, dtypes))
-}
-
-#[allow(clippy::too_many_arguments)]
-fn eager_attention_body(
-    b: &mut GraphBuilder,
-    q: TensorId,
-    k: TensorId,
-    v: TensorId,
-    mask: TensorId,
-    softcap: Option<f64>,
-    dropout_p: f64,
-    dtypes: EagerDTypes,
-) -> TensorId {
-    let EagerDTypes {
-        score: score_dtype,
-        mask: mask_dtype,
-        query: q_dtype,
-    } = dtypes;
-    let qs = b.shape(q).to_vec();
-    let (bsz, heads, l, d) = (qs[0], qs[1], qs[2], qs[3]);
-    let n_rep = heads / b.shape(k)[1].max(1);
-    let k = repeat_kv(b, k, n_rep);
-    let v = repeat_kv(b, v, n_rep);
-    b.hold(&[k, v]);
-    let s = b.shape(k)[2];
-    let kt = view(b, "transpose", k, vec![bsz, heads, d, s]);
-    let scores_shape = vec![bsz, heads, l, s];
-    // matmul: [q's reshape copy, q @ k.T]; BmmBackward0 keeps the copy and k.T, and makes k.T's
-    // gradient before q's
-    let qk = b.op_multi(
-        {
-            let mut op = Aten::new("matmul", qs.clone())
-                .dtype(DTypeRule::Like(0))
-                .autocast(Autocast::LowerPrecision)
-                .saves(vec![Saved::Output(0), Saved::Input(1)])
-                .right_to_left();
-            op.outputs.push((scores_shape.clone(), DTypeRule::Like(0)));
-            op
-        },
-        &[q, kt],
-    );
-    let scores = qk.get(1).copied().unwrap_or(qk[0]);
-    let mut x = mul_scalar(b, scores);
-    if softcap.is_some() {
-        x = b.op(Aten::new("div", scores_shape.clone()), &[x]);
-        x = b.op(
-            Aten::new("tanh", scores_shape.clone()).saves(vec![Saved::Output(0)]),
-            &[x],
-        );
-        x = mul_scalar(b, x);
-    }
-    let x = add(b, x, mask);
-    let x = if score_dtype.promote(mask_dtype) != DType::F32 {
-        to_dtype(b, x, DType::F32)
-    } else {
-        x
-    };
-    let p = b.op(
-        Aten::new("_softmax", scores_shape.clone()).saves(vec![Saved::Output(0)]),
-        &[x],
-    );
-    let p = if q_dtype != DType::F32 {
-        to_dtype(b, p, q_dtype)
-    } else {
-        p
-    };
-    let p = dropout_fn(b, dropout_p, p);
-    let o = b.op(
-        Aten::new("matmul", vec![bsz, heads, l, d])
-            .autocast(Autocast::LowerPrecision)
-            .saves(vec![Saved::Input(0), Saved::Input(1)])
-            .right_to_left(),
-        &[p, v],
-    );
-    b.op(
-        Contiguous {
-            name: "clone",
-            shape: vec![bsz, l, heads, d],
-        },
-        &[o],
-    )
-}
-
 /// `attn_output.transpose(1, 2).contiguous()` after SDPA (`[B, H, S, D]` -> `[B, S, H, D]`).
 /// Mem-efficient attention (float32) always writes its output laid out as `[B, S, H, D]`, so this
 /// is a view; cuDNN and flash attention (half precision) lay the output out like q, so when q is
@@ -892,9 +787,9 @@ pub fn tied_head_bias(
     })
 }
 
-/// Multi-head attention core shared by the encoders and OPT: q, k, v `[B, S, E]` projections are
-/// viewed as `[B, H, S, D]`, attended, and the output (laid out `[B, S, H, D]` by the kernels)
-/// reshaped back to `[B, S, E]`.
+/// Multi-head attention core shared by the encoders: q, k, v `[B, S, E]` projections are viewed
+/// as `[B, H, S, D]`, attended, and the output (laid out `[B, S, H, D]` by the kernels) reshaped
+/// back to `[B, S, E]`.
 pub fn attention_core(
     b: &mut GraphBuilder,
     qkv: [TensorId; 3],
@@ -902,17 +797,390 @@ pub fn attention_core(
     dropout_p: f64,
     causal: bool,
 ) -> TensorId {
-    let s = b.shape(qkv[0]).to_vec();
+    let [q, k, v] = qkv.map(|t| split_heads(b, t, heads));
+    let o = sdpa(b, q, k, v, dropout_p, causal);
+    merge_heads(b, o)
+}
+
+/// [`attention_core`] of a causal decoder (OPT), through the cache when there is one.
+pub fn cached_attention_core(
+    b: &mut GraphBuilder,
+    qkv: [TensorId; 3],
+    heads: u64,
+    dropout_p: f64,
+    (layer, eager): (usize, Eager),
+    call: &mut Call,
+) -> TensorId {
+    let [q, k, v] = qkv.map(|t| split_heads(b, t, heads));
+    cached_attention(b, call, layer, q, k, v, dropout_p, eager)
+}
+
+/// `[B, S, E]` viewed as `[B, H, S, D]` (`view` then `transpose(1, 2)`).
+fn split_heads(b: &mut GraphBuilder, t: TensorId, heads: u64) -> TensorId {
+    let s = b.shape(t).to_vec();
     let (bsz, seq, e) = (s[0], s[1], s[2]);
-    let d = e / heads;
-    let hv: Vec<TensorId> = qkv
-        .iter()
-        .map(|&t| {
-            let t = view(b, "view", t, vec![bsz, seq, heads, d]);
-            view(b, "transpose", t, vec![bsz, heads, seq, d])
-        })
-        .collect();
-    let o = sdpa(b, hv[0], hv[1], hv[2], dropout_p, causal);
+    let t = view(b, "view", t, vec![bsz, seq, heads, e / heads]);
+    view(b, "transpose", t, vec![bsz, heads, seq, e / heads])
+}
+
+/// An attention output `[B, H, S, D]` (laid out `[B, S, H, D]` by the kernels) back to
+/// `[B, S, E]`.
+fn merge_heads(b: &mut GraphBuilder, o: TensorId) -> TensorId {
+    let s = b.shape(o).to_vec();
+    let (bsz, heads, seq, d) = (s[0], s[1], s[2], s[3]);
     let o = view(b, "transpose", o, vec![bsz, seq, heads, d]);
-    view(b, "reshape", o, vec![bsz, seq, e])
+    view(b, "reshape", o, vec![bsz, seq, heads * d])
+}
+
+/// The `DynamicCache` of a generation: per decoder layer, the key and value tensors cached so
+/// far (`[B, H_kv, L, D]`, in the dtype the projections produce, so GQA caches only the KV heads).
+#[derive(Debug, Clone)]
+pub struct KvCache {
+    layers: Vec<Option<(TensorId, TensorId)>>,
+    /// `sliding_window` (Mistral): `DynamicSlidingWindowLayer`s.
+    window: Option<u64>,
+    /// Their window-size tensors, moved to the device at the first update.
+    window_tensors: Vec<TensorId>,
+}
+
+impl KvCache {
+    /// An empty cache for `layers` decoder layers; `window` makes them sliding-window layers
+    /// (only generations that stay inside the window are modelled, see `generate`).
+    pub fn new(layers: usize, window: Option<u64>) -> Self {
+        KvCache {
+            layers: vec![None; layers],
+            window,
+            window_tensors: Vec::new(),
+        }
+    }
+
+    /// `past_key_values.update(key_states, value_states, layer)`. `DynamicLayer.update`:
+    /// `keys = cat([keys, k], -2)`, old keys freed, then the same for the values.
+    /// `DynamicSlidingWindowLayer.update` (inside the window): both concatenations first, then
+    /// the old tensors go as `keys` and `values` are rebound; its first update moves the window
+    /// size to the device. Either way the new states stay referenced by the attention's locals
+    /// until both are cached. Returns the whole cached keys and values.
+    pub fn update(
+        &mut self,
+        b: &mut GraphBuilder,
+        layer: usize,
+        k: TensorId,
+        v: TensorId,
+    ) -> (TensorId, TensorId) {
+        let old = self.layers.get(layer).copied().flatten();
+        if old.is_none() && self.window.is_some() {
+            let op = Aten::new("_to_copy", vec![])
+                .dtype(DTypeRule::Fixed(DType::I64))
+                .not_differentiable();
+            self.window_tensors.push(b.op(op, &[]));
+        }
+        let cat = |first| KvCacheUpdate {
+            first,
+            grow_to: None,
+        };
+        let sliding = self.window.is_some();
+        let (nk, nv) = b.frame(|b| {
+            b.hold(&[k, v]);
+            match old {
+                Some((ok, ov)) => {
+                    if sliding {
+                        b.hold(&[ok, ov]);
+                    }
+                    (b.op(cat(false), &[ok, k]), b.op(cat(false), &[ov, v]))
+                }
+                // the first update concatenates onto empty tensors of the keys' dtype
+                None => (b.op(cat(true), &[k]), b.op(cat(true), &[v, k])),
+            }
+        });
+        if let Some(slot) = self.layers.get_mut(layer) {
+            *slot = Some((nk, nv));
+        }
+        (nk, nv)
+    }
+
+    /// Makes every layer's cache `len` positions long at once, layer by layer (keys, then
+    /// values): the jump over the decode steps a long generation does not simulate one by one.
+    pub fn grow_to(&mut self, b: &mut GraphBuilder, len: u64) {
+        for slot in self.layers.iter_mut() {
+            if let Some((k, v)) = *slot {
+                let grow = KvCacheUpdate {
+                    first: false,
+                    grow_to: Some(len),
+                };
+                let nk = b.op(grow.clone(), &[k]);
+                let nv = b.op(grow, &[v]);
+                *slot = Some((nk, nv));
+            }
+        }
+    }
+
+    /// The cache's tensors: layer by layer, keys before values, then the window sizes.
+    pub fn tensors(&self) -> Vec<TensorId> {
+        self.layers
+            .iter()
+            .flatten()
+            .flat_map(|&(k, v)| [k, v])
+            .chain(self.window_tensors.iter().copied())
+            .collect()
+    }
+}
+
+/// One call of a causal LM's forward: the plain forward of training and inference, or one
+/// forward of `generate` (the prefill, or a decode step on one new token) with its KV cache.
+#[derive(Debug)]
+pub struct Call<'a> {
+    /// Query positions in this call (`--seq-len`, the prompt, or 1).
+    pub seq: u64,
+    /// Positions cached before this call.
+    pub past: u64,
+    /// The `position_ids` `generate` passes in (`[B, seq]`); `None`: the model makes its own.
+    pub position_ids: Option<TensorId>,
+    /// The cache (`use_cache=True`); `None` runs without one.
+    pub cache: Option<&'a mut KvCache>,
+    /// `logits_to_keep=1`: the head runs on the last position only.
+    pub last_logits_only: bool,
+    /// The first call of the model in the graph (construction-time registrations happen once).
+    pub first: bool,
+    /// `attn_implementation="eager"`: the additive causal mask the model's forward made, which
+    /// every layer's explicit attention adds to its scores. `None` runs SDPA.
+    pub eager_mask: Option<TensorId>,
+    /// The attention probabilities the last eager attention returned: the decoder layer keeps
+    /// them in a local (`attn_output, attn_weights = self.attn(...)`) until it returns.
+    pub attn_weights: Option<TensorId>,
+    /// The boolean masks the model's mask code made for SDPA in a plain forward (one per mask
+    /// function it calls; `None` where SDPA runs `is_causal`), which the layers attend with.
+    pub sdpa_masks: Vec<Option<TensorId>>,
+}
+
+impl Call<'_> {
+    /// The plain forward over `seq` positions (no cache, logits for every position).
+    pub fn plain(seq: u64) -> Call<'static> {
+        Call {
+            seq,
+            past: 0,
+            position_ids: None,
+            cache: None,
+            last_logits_only: false,
+            first: true,
+            eager_mask: None,
+            attn_weights: None,
+            sdpa_masks: Vec::new(),
+        }
+    }
+
+    /// `hidden_states[:, -1:, :]` before the head when only the last logits are kept.
+    pub fn head_input(&self, b: &mut GraphBuilder, h: TensorId) -> TensorId {
+        if !self.last_logits_only {
+            return h;
+        }
+        let mut s = b.shape(h).to_vec();
+        if s.len() == 3 {
+            s[1] = 1;
+        }
+        view(b, "slice", h, s)
+    }
+}
+
+/// The attention core of a decoder layer, called inside the attention module: `query_states`
+/// stays referenced until the module returns, `past_key_values.update` runs when there is a
+/// cache, then `F.scaled_dot_product_attention` over the cached keys and values (`is_causal`
+/// only with more than one query, as transformers' `sdpa_attention_forward` decides), or, with
+/// an eager mask, the model family's `eager_attention_forward`. Returns the heads merged back,
+/// `[B, S, H * D]`.
+#[allow(clippy::too_many_arguments)]
+pub fn cached_attention(
+    b: &mut GraphBuilder,
+    call: &mut Call,
+    layer: usize,
+    q: TensorId,
+    k: TensorId,
+    v: TensorId,
+    dropout_p: f64,
+    eager: Eager,
+) -> TensorId {
+    b.hold(&[q]);
+    let (k, v) = match call.cache.as_deref_mut() {
+        Some(c) => c.update(b, layer, k, v),
+        None => {
+            // without a cache `key_states` and `value_states` stay locals too
+            b.hold(&[k, v]);
+            (k, v)
+        }
+    };
+    if let Some(mask) = call.eager_mask {
+        let (o, weights) = eager_attention(b, eager, q, k, v, mask, dropout_p);
+        call.attn_weights = Some(weights);
+        return o;
+    }
+    let causal = b.shape(q)[2] > 1;
+    let o = sdpa(b, q, k, v, dropout_p, causal);
+    merge_heads(b, o)
+}
+
+/// How a family's `eager_attention_forward` runs, and the dtypes it sees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Eager {
+    /// The family's flavour of it.
+    pub flavor: EagerFlavor,
+    /// The model's dtype (pure fp16/bf16 runs add casts around the float32 softmax).
+    pub dtype: DType,
+    /// The autocast dtype, if any.
+    pub autocast: Option<DType>,
+}
+
+/// The `eager_attention_forward`s of the modelled families.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EagerFlavor {
+    /// Gemma2 (which transformers always runs eager): Llama's, with the scores soft-capped
+    /// (`/ cap`, `tanh`, `* cap`) when `attn_logit_softcapping` is set.
+    Gemma2 {
+        /// `attn_logit_softcapping` is set.
+        softcap: bool,
+    },
+    /// GPT-2: q, k, v are strided slices of the packed `c_attn` output (matmul copies q, k and
+    /// v); `softmax` in the scores' dtype, then `.type(value.dtype)`.
+    Gpt2,
+    /// Llama, Mistral, Qwen2: `repeat_kv` copies k and v for GQA, matmul copies the transposed
+    /// keys; `softmax(dtype=float32)`, then `.to(query.dtype)`.
+    Llama,
+}
+
+/// `eager_attention_forward`: `matmul(q, k^T) * scaling + mask`, softmax, dropout,
+/// `matmul(probs, v)`, then `transpose(1, 2).contiguous()`; returns the output `[B, S, H * D]`
+/// and the attention weights it hands back to its caller.
+pub fn eager_attention(
+    b: &mut GraphBuilder,
+    e: Eager,
+    q: TensorId,
+    k: TensorId,
+    v: TensorId,
+    mask: TensorId,
+    dropout_p: f64,
+) -> (TensorId, TensorId) {
+    let qs = b.shape(q).to_vec();
+    let (bsz, heads, sq, d) = (qs[0], qs[1], qs[2], qs[3]);
+    let kv_heads = b.shape(k)[1];
+    let sk = b.shape(k)[2];
+    let (mut k, mut v) = (k, v);
+    let llama_like = e.flavor != EagerFlavor::Gpt2;
+    if llama_like && kv_heads != heads {
+        // repeat_kv: expand + reshape copies (a view for one kv head); backward sums the
+        // repeats into a new tensor
+        k = repeat_kv(b, k, heads / kv_heads);
+        v = repeat_kv(b, v, heads / kv_heads);
+        // the repeated keys and values are locals until the function returns
+        b.hold(&[k, v]);
+    }
+    // matmul(q, k^T): bmm needs merged batch dimensions, so it copies q (laid out [B, S, H, D]
+    // by the slicing or the rotary products) and, unless repeat_kv made them contiguous, the
+    // transposed keys
+    let copy_k = !llama_like || kv_heads == heads || kv_heads == 1;
+    let kt = view(b, "transpose", k, vec![bsz, heads, d, sk]);
+    let outs = b.op_multi(
+        MatMulCopy {
+            lhs: true,
+            rhs: copy_k,
+        },
+        &[q, kt],
+    );
+    let scores = *outs.last().unwrap_or(&q);
+    let mut scores = mul_scalar(b, scores);
+    if e.flavor == (EagerFlavor::Gemma2 { softcap: true }) {
+        // scores / cap, tanh (keeps its output), * cap
+        let shape = b.shape(scores).to_vec();
+        scores = b.op(Aten::new("div", shape.clone()), &[scores]);
+        scores = b.op(
+            Aten::new("tanh", shape).saves(vec![Saved::Output(0)]),
+            &[scores],
+        );
+        scores = mul_scalar(b, scores);
+    }
+    let scores = add(b, scores, mask);
+    let half = e.dtype != DType::F32;
+    let probs = match e.flavor {
+        EagerFlavor::Llama | EagerFlavor::Gemma2 { .. } => {
+            // softmax(dtype=float32): a float32 copy in a pure half run (autocast upcasts by
+            // itself), then `.to(query.dtype)`
+            let x = if half && e.autocast.is_none() {
+                to_dtype(b, scores, DType::F32)
+            } else {
+                scores
+            };
+            let p = b.op(Softmax { dim: 3 }, &[x]);
+            if half && e.autocast.is_none() {
+                to_dtype(b, p, e.dtype)
+            } else {
+                p
+            }
+        }
+        EagerFlavor::Gpt2 => {
+            let p = b.op(Softmax { dim: 3 }, &[scores]);
+            // `.type(value.dtype)`: the autocast dtype of the projections
+            match e.autocast {
+                Some(low) => to_dtype(b, p, low),
+                None => p,
+            }
+        }
+    };
+    let probs = dropout_fn(b, dropout_p, probs);
+    // matmul(probs, v): v is copied unless repeat_kv made it contiguous
+    let o = if copy_k {
+        b.op_multi(
+            MatMulCopy {
+                lhs: false,
+                rhs: true,
+            },
+            &[probs, v],
+        )[1]
+    } else {
+        b.op(MatMul, &[probs, v])
+    };
+    let o = view(b, "transpose", o, vec![bsz, sq, heads, d]);
+    let o = b.op(
+        Contiguous {
+            name: "clone",
+            shape: vec![bsz, sq, heads, d],
+        },
+        &[o],
+    );
+    (view(b, "reshape", o, vec![bsz, sq, heads * d]), probs)
+}
+
+/// The additive causal mask `create_causal_mask` makes for eager attention
+/// (`[B, 1, S, S]`, 0 where allowed and the dtype's minimum elsewhere, in the dtype of `x`): the
+/// index vectors, the `[1, 1, S, S]` boolean mask, then `where`.
+pub fn eager_causal_mask(b: &mut GraphBuilder, bsz: u64, seq: u64, x: TensorId) -> TensorId {
+    let i64 = DTypeRule::Fixed(DType::I64);
+    let int = |b: &mut GraphBuilder, name, shape, rule, inputs: &[TensorId]| {
+        b.op(
+            Aten::new(name, shape).dtype(rule).not_differentiable(),
+            inputs,
+        )
+    };
+    b.frame(|b| {
+        let batch_idx = int(b, "arange", vec![bsz], i64, &[]);
+        let head_idx = int(b, "arange", vec![1], i64, &[]);
+        let a = int(b, "arange", vec![seq], i64, &[]);
+        let q_idx = int(b, "add", vec![seq], i64, &[a]);
+        let a = int(b, "arange", vec![seq], i64, &[]);
+        let kv_idx = int(b, "add", vec![seq], i64, &[a]);
+        let allowed = int(
+            b,
+            "le",
+            vec![1, 1, seq, seq],
+            DTypeRule::Fixed(DType::Bool),
+            &[q_idx, kv_idx],
+        );
+        b.keep_until_now(&[batch_idx, head_idx, q_idx, kv_idx]);
+        let f32 = DTypeRule::Fixed(DType::F32);
+        let zero = int(b, "zeros", vec![], f32, &[]);
+        let min = int(b, "scalar_tensor", vec![], f32, &[]);
+        // `where` in the dtype of the embeddings
+        b.op(
+            Aten::new("where", vec![bsz, 1, seq, seq])
+                .dtype(DTypeRule::Like(3))
+                .not_differentiable(),
+            &[allowed, zero, min, x],
+        )
+    })
 }

@@ -18,17 +18,20 @@
 //! makes the mask additive and keeps it for backward.
 //!
 //! The Mixture-of-Experts decoders (`moe.rs`) reuse the spec, the model around the layers
-//! (`causal_lm`), the attention and the MLP.
+//! (`causal_lm`), the attention and the MLP; `generate.rs` runs the same forward with a KV cache
+//! (Qwen3 and Phi-3 are not measured there, nor with eager attention, and are refused).
 
 use vramscope_core::ir::Task;
 use vramscope_core::ops::{Aten, GradIn, Saved, Slice, View};
 use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
+use super::generate::CausalLm;
 use super::layers::{
-    add, apply_rotary, apply_rotary_sliced, attention_mask, attention_output, dropout, embedding,
-    linear, mul, position_ids, rms_norm, rotary, sdpa, sdpa_masked, tied_head, view, MaskPattern,
+    add, apply_rotary, apply_rotary_sliced, attention_mask, attention_output, cached_attention,
+    dropout, eager_causal_mask, embedding, linear, mul, packed_sequence_check, position_ids,
+    rms_norm, rotary, sdpa, sdpa_masked, tied_head, view, Call, Eager, EagerFlavor, MaskPattern,
 };
-use super::{build_error, HfConfig, HfError, HfInput};
+use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
 
 /// The family member: class names and the places the forwards differ.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,7 +94,9 @@ pub(super) struct Spec {
     pub(super) qk_norm: bool,
     pub(super) tied: bool,
     pub(super) max_positions: Option<u64>,
-    /// The mask each layer attends with.
+    /// Mistral's `sliding_window` (its config class defaults it to 4096; `null` turns it off).
+    pub(super) sliding_window: Option<u64>,
+    /// The SDPA mask each layer attends with in a plain forward.
     masks: Masks,
 }
 
@@ -105,6 +110,14 @@ struct Masks {
     of_layer: Vec<usize>,
 }
 
+/// MistralConfig defaults `sliding_window` to 4096 when the key is missing (`null` turns it off).
+fn mistral_default_window(cfg: &HfConfig, variant: Variant) -> Result<Option<u64>, HfError> {
+    Ok(
+        (variant == Variant::Mistral && !cfg.is_null("sliding_window"))
+            .then_some(cfg.opt_u64(&["sliding_window"])?.unwrap_or(4096)),
+    )
+}
+
 fn masks(cfg: &HfConfig, variant: Variant, layers: u64) -> Result<Masks, HfError> {
     let window = |cfg: &HfConfig| -> Result<Option<u64>, HfError> {
         Ok(cfg.opt_u64(&["sliding_window"])?.filter(|&w| w > 0))
@@ -116,10 +129,12 @@ fn masks(cfg: &HfConfig, variant: Variant, layers: u64) -> Result<Masks, HfError
             of_layer: vec![0; n],
         },
         Variant::Mistral | Variant::Phi3 => Masks {
-            patterns: vec![match window(cfg)? {
-                Some(w) => MaskPattern::SlidingWindow(w),
-                None => MaskPattern::Causal,
-            }],
+            patterns: vec![
+                match mistral_default_window(cfg, variant)?.or(window(cfg)?) {
+                    Some(w) => MaskPattern::SlidingWindow(w),
+                    None => MaskPattern::Causal,
+                },
+            ],
             of_layer: vec![0; n],
         },
         Variant::Qwen2 | Variant::Qwen3 => {
@@ -238,6 +253,7 @@ pub(super) fn spec(cfg: &HfConfig, model_type: &str) -> Result<Spec, HfError> {
         qk_norm: variant == Variant::Qwen3,
         tied: cfg.bool_or("tie_word_embeddings", false)?,
         max_positions: cfg.opt_u64(&["max_position_embeddings"])?,
+        sliding_window: mistral_default_window(cfg, variant)?,
         masks: masks(cfg, variant, layers)?,
     })
 }
@@ -260,42 +276,63 @@ pub fn build(
     input: &HfInput,
     dtype: DType,
 ) -> Result<(Graph, Vec<String>), HfError> {
-    let s = spec(cfg, model_type)?;
-    let p = s.variant.prefix();
-    let autocast = input.precision.autocast_dtype();
+    let m = Model::new(cfg, model_type, input, dtype)?;
+    let (s, p) = (&m.spec, m.prefix);
     let (bsz, seq) = (input.batch, input.seq);
-    // create_causal_mask / create_sliding_window_causal_mask, in the forward's order
-    let masks = |b: &mut GraphBuilder| {
-        s.masks
-            .patterns
-            .iter()
-            .map(|&m| attention_mask(b, bsz, seq, m, None))
-            .collect()
-    };
+    let masks = |b: &mut GraphBuilder| sdpa_masks(b, s, (bsz, seq, m.eager));
+    let autocast = m.autocast;
     causal_lm(
         cfg,
-        &s,
+        s,
         p,
         model_type,
         input,
         &masks,
-        &mut |b, _, x, cos, sin, mask| {
-            decoder_layer(b, &s, p, bsz, seq, dtype, autocast, x, cos, sin, mask)
+        &mut |b, i, x, cos, sin, call| {
+            decoder_layer(b, s, p, dtype, autocast, x, cos, sin, i as usize, call)
         },
     )
 }
 
-/// One decoder layer: `(builder, layer index, hidden states, cos, sin, its attention mask) ->
-/// hidden states`.
-pub(super) type DecoderLayer<'a> = dyn FnMut(&mut GraphBuilder, u64, TensorId, TensorId, TensorId, Option<TensorId>) -> TensorId
-    + 'a;
+/// One decoder layer: `(builder, layer index, hidden states, cos, sin, call) -> hidden states`.
+pub(super) type DecoderLayer<'a> =
+    dyn FnMut(&mut GraphBuilder, u64, TensorId, TensorId, TensorId, &mut Call) -> TensorId + 'a;
+
+/// The masks the model's mask code makes for SDPA (`create_causal_mask` /
+/// `create_sliding_window_causal_mask`, in the forward's order; `None` where SDPA runs
+/// `is_causal`).
+/// With eager attention only their packed-sequence checks are recorded here (the eager mask is
+/// made by the forward).
+fn sdpa_masks(
+    b: &mut GraphBuilder,
+    s: &Spec,
+    (bsz, seq, eager): (u64, u64, bool),
+) -> Vec<Option<TensorId>> {
+    s.masks
+        .patterns
+        .iter()
+        .map(|&m| {
+            if eager {
+                packed_sequence_check(b, bsz, seq);
+                None
+            } else {
+                attention_mask(b, bsz, seq, m, None)
+            }
+        })
+        .collect()
+}
+
+/// The SDPA mask layer `layer` attends with in this call (none with a cache or eager attention).
+fn layer_mask(s: &Spec, call: &Call, layer: usize) -> Option<TensorId> {
+    let k = *s.masks.of_layer.get(layer)?;
+    call.sdpa_masks.get(k).copied().flatten()
+}
 
 /// `{p}ForCausalLM` around `layer`: `model.embed_tokens`, the position ids, what the model's mask
-/// code runs (`masks`, inside `model`'s forward: the masks it returns, `None` where SDPA runs
-/// `is_causal`, are kept until the forward returns; layer `i` gets the one `s` assigns it), the
-/// rotary embedding computed once, `model.layers.{i}` (each a `{p}DecoderLayer` that `layer`
-/// fills), `model.norm` and `lm_head` (tied to `embed_tokens` when the config says so). Returns
-/// the graph and the checkpointed layers.
+/// code runs (`masks`, inside `model`'s forward: the SDPA masks it returns are kept until the
+/// forward returns and handed to the layers through `call`), the rotary embedding computed once,
+/// `model.layers.{i}` (each a `{p}DecoderLayer` that `layer` fills), `model.norm` and `lm_head`
+/// (tied to `embed_tokens` when the config says so). Returns the graph and the checkpointed layers.
 pub(super) fn causal_lm(
     cfg: &HfConfig,
     s: &Spec,
@@ -306,40 +343,75 @@ pub(super) fn causal_lm(
     layer: &mut DecoderLayer,
 ) -> Result<(Graph, Vec<String>), HfError> {
     if let Some(m) = s.max_positions {
-        if input.seq > m {
-            return Err(HfError::BadInput(format!(
-                "{}: --seq-len {} exceeds max_position_embeddings = {m}",
-                cfg.path, input.seq
-            )));
-        }
+        check_positions(cfg, input, "max_position_embeddings", m)?;
     }
     let dtype = input.precision.param_dtype();
     let (bsz, seq) = (input.batch, input.seq);
     let mut b = GraphBuilder::new(model_type, &format!("{p}ForCausalLM"));
     let ids = b.input(vec![bsz, seq], DType::I64);
+    let eager = input.attn == AttnImplementation::Eager;
+    let logits = forward(
+        &mut b,
+        (s, p, dtype, eager),
+        ids,
+        &mut Call::plain(seq),
+        masks,
+        layer,
+    );
+    let graph = b
+        .finish(&[logits], Task::CausalLm { vocab: s.vocab })
+        .map_err(build_error(cfg))?;
+    let layers = (0..s.layers).map(|i| format!("model.layers.{i}")).collect();
+    Ok((graph, layers))
+}
+
+/// One call of `{p}ForCausalLM` on `ids` (the plain forward, or one forward of a generation with
+/// its cache); returns the logits.
+fn forward(
+    b: &mut GraphBuilder,
+    (s, p, dtype, eager): (&Spec, &str, DType, bool),
+    ids: TensorId,
+    call: &mut Call,
+    masks: &dyn Fn(&mut GraphBuilder) -> Vec<Option<TensorId>>,
+    layer: &mut DecoderLayer,
+) -> TensorId {
+    let bsz = b.shape(ids)[0];
+    let seq = call.seq;
     let (h, emb) = b.module("model", &format!("{p}Model"), &[ids], |b| {
         let (x, emb) = embedding(b, "embed_tokens", s.vocab, s.hidden, ids);
-        let pos = position_ids(b, seq);
+        let pos = match call.position_ids {
+            // `generate` passes them (its model inputs keep them)
+            Some(pos) => pos,
+            None => position_ids(b, seq),
+        };
         // inputs_embeds and position_ids are locals of the model's forward until it returns
         b.hold(&[x, pos]);
-        let masks = masks(b);
-        let held: Vec<TensorId> = masks.iter().flatten().copied().collect();
-        b.hold(&held);
+        // the mask code checks for packed sequences only without a cache; the masks it makes
+        // are locals of the forward
+        if call.cache.is_none() {
+            let m = masks(b);
+            let held: Vec<TensorId> = m.iter().flatten().copied().collect();
+            b.hold(&held);
+            call.sdpa_masks = m;
+        }
+        if eager {
+            let mask = eager_causal_mask(b, bsz, seq, x);
+            // `causal_mask` is a local of the forward until it returns
+            b.hold(&[mask]);
+            call.eager_mask = Some(mask);
+        }
         let (cos, sin) = rotary(b, &format!("{p}RotaryEmbedding"), s.rotary_dim, x, pos);
+        // so are `position_embeddings`
+        b.hold(&[cos, sin]);
         let mut x = x;
         b.module("layers", "ModuleList", &[], |b| {
             for i in 0..s.layers {
-                let mask = s
-                    .masks
-                    .of_layer
-                    .get(i as usize)
-                    .and_then(|&k| masks.get(k).copied().flatten());
                 // position_embeddings, the mask and position_ids are arguments too (a checkpoint
                 // keeps them until its backward)
                 let mut args = vec![x, cos, sin, pos];
-                args.extend(mask);
+                args.extend(layer_mask(s, call, i as usize));
                 x = b.module(&i.to_string(), &format!("{p}DecoderLayer"), &args, |b| {
-                    layer(b, i, x, cos, sin, mask)
+                    layer(b, i, x, cos, sin, call)
                 });
             }
         });
@@ -348,18 +420,65 @@ pub(super) fn causal_lm(
             emb,
         )
     });
-    let logits = if s.tied {
-        // post_init drops the head's own weight for the embedding's
-        b.tie_at_init(&[vec![s.vocab, s.hidden]], 1, None);
-        tied_head(&mut b, "lm_head", emb, h)
+    let h = call.head_input(b, h);
+    if s.tied {
+        if call.first {
+            // post_init drops the head's own weight for the embedding's
+            b.tie_at_init(&[vec![s.vocab, s.hidden]], 1, None);
+        }
+        tied_head(b, "lm_head", emb, h)
     } else {
-        linear(&mut b, "lm_head", s.hidden, s.vocab, false, h)
-    };
-    let graph = b
-        .finish(&[logits], Task::CausalLm { vocab: s.vocab })
-        .map_err(build_error(cfg))?;
-    let layers = (0..s.layers).map(|i| format!("model.layers.{i}")).collect();
-    Ok((graph, layers))
+        linear(b, "lm_head", s.hidden, s.vocab, false, h)
+    }
+}
+
+/// A Llama-family model ready to record its forward once per generation step.
+pub struct Model {
+    spec: Spec,
+    prefix: &'static str,
+    dtype: DType,
+    autocast: Option<DType>,
+    eager: bool,
+}
+
+impl Model {
+    /// Reads the config and checks the input against it.
+    pub fn new(
+        cfg: &HfConfig,
+        model_type: &str,
+        input: &HfInput,
+        dtype: DType,
+    ) -> Result<Model, HfError> {
+        let spec = spec(cfg, model_type)?;
+        if let Some(m) = spec.max_positions {
+            check_positions(cfg, input, "max_position_embeddings", m)?;
+        }
+        let eager = input.attn == AttnImplementation::Eager;
+        if matches!(spec.variant, Variant::Qwen3 | Variant::Phi3)
+            && (eager || input.generate.is_some())
+        {
+            return Err(HfError::BadInput(format!(
+                "{}: {model_type} is modelled for training and inference with sdpa; --mode generate and --attn-implementation eager are not measured for it yet",
+                cfg.path
+            )));
+        }
+        if input.generate.is_some() && cfg.bool_or("use_sliding_window", false)? {
+            return Err(HfError::Field {
+                path: cfg.path.clone(),
+                field: "use_sliding_window".into(),
+                expected:
+                    "false for --mode generate (per-layer sliding-window caches are not modelled)"
+                        .into(),
+            });
+        }
+        Ok(Model {
+            prefix: spec.variant.prefix(),
+            spec,
+            dtype,
+            autocast: input.precision.autocast_dtype(),
+            eager,
+        })
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -367,18 +486,21 @@ fn decoder_layer(
     b: &mut GraphBuilder,
     s: &Spec,
     p: &str,
-    bsz: u64,
-    seq: u64,
     dtype: DType,
     autocast: Option<DType>,
     input: TensorId,
     cos: TensorId,
     sin: TensorId,
-    mask: Option<TensorId>,
+    layer: usize,
+    call: &mut Call,
 ) -> TensorId {
     let norm = format!("{p}RMSNorm");
     let x = rms_norm(b, "input_layernorm", &norm, s.hidden, dtype, input);
-    let a = attention(b, s, p, bsz, seq, dtype, autocast, x, cos, sin, mask);
+    let a = attention(b, s, p, (dtype, autocast), x, cos, sin, layer, call);
+    // eager attention's weights: `hidden_states, _ = self.self_attn(...)` keeps them
+    if let Some(w) = call.attn_weights.take() {
+        b.hold(&[w]);
+    }
     let phi3 = s.variant == Variant::Phi3;
     let a = if phi3 {
         dropout(b, "resid_attn_dropout", s.resid_dropout, a)
@@ -409,34 +531,33 @@ fn decoder_layer(
 }
 
 /// `self_attn`: q/k/v projections viewed as heads (with `q_norm` / `k_norm` over each head when
-/// `s.qk_norm`; Phi-3's sliced from one `qkv_proj`), rotary on q and k, SDPA (causal with GQA, or
-/// with `mask` and k, v repeated), `o_proj`.
+/// `s.qk_norm`; Phi-3's sliced from one `qkv_proj`), rotary on q and k, then the attention core
+/// (SDPA with the layer's sliding-window mask and k, v repeated when the model made one, else
+/// [`cached_attention`]: the cache when `call` has one, SDPA (causal, GQA) or eager attention),
+/// `o_proj`.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn attention(
     b: &mut GraphBuilder,
     s: &Spec,
     p: &str,
-    bsz: u64,
-    seq: u64,
-    dtype: DType,
-    autocast: Option<DType>,
+    (dtype, autocast): (DType, Option<DType>),
     x: TensorId,
     cos: TensorId,
     sin: TensorId,
-    mask: Option<TensorId>,
+    layer: usize,
+    call: &mut Call,
 ) -> TensorId {
     // the projections' dtype: what the q/k norms see; their float32 weights promote q and k
     // back to float32, so rotary then runs on float32 q and k
     let proj_dtype = autocast.unwrap_or(dtype);
     let low_precision_qk = autocast.is_some() && !s.qk_norm;
-    // cuDNN / flash attention (half precision) lay their output out like q
-    let half = proj_dtype.size() == 2;
-    let phi3 = s.variant == Variant::Phi3;
+    let xs = b.shape(x).to_vec();
+    let (bsz, seq) = (xs[0], xs[1]);
     b.module("self_attn", &format!("{p}Attention"), &[x], |b| {
         let d = s.head_dim;
         let norm = format!("{p}RMSNorm");
-        // [B, S, heads·D] -> [B, heads, S, D], normalising each head first when s.qk_norm
-        let heads_of = |b: &mut GraphBuilder, t: TensorId, heads: u64, qk_norm: Option<&str>| {
+        let proj = |b: &mut GraphBuilder, name: &str, heads: u64, qk_norm: Option<&str>| {
+            let t = linear(b, name, s.hidden, heads * d, s.qkv_bias, x);
             let t = view(b, "view", t, vec![bsz, seq, heads, d]);
             let t = match qk_norm {
                 Some(n) => rms_norm(b, n, &norm, d, proj_dtype, t),
@@ -449,35 +570,35 @@ pub(super) fn attention(
         } else {
             (None, None)
         };
+        let phi3 = s.variant == Variant::Phi3;
         let (q, k, v) = if phi3 {
             let (qd, kvd) = (s.heads * d, s.kv_heads * d);
             let qkv = linear(b, "qkv_proj", s.hidden, qd + 2 * kvd, false, x);
             // qkv[..., a:b]: a slice each (SliceBackward0 scatters into a zero [B, S, op]
-            // gradient)
-            let slice = |b: &mut GraphBuilder, n: u64| {
-                b.op(
+            // gradient), viewed as heads
+            let heads_of = |b: &mut GraphBuilder, n: u64, heads: u64| {
+                let t = b.op(
                     Slice {
                         shape: vec![bsz, seq, n],
                     },
                     &[qkv],
-                )
+                );
+                let t = view(b, "view", t, vec![bsz, seq, heads, d]);
+                view(b, "transpose", t, vec![bsz, heads, seq, d])
             };
-            let (q, k, v) = (slice(b, qd), slice(b, kvd), slice(b, kvd));
             (
-                heads_of(b, q, s.heads, None),
-                heads_of(b, k, s.kv_heads, None),
-                heads_of(b, v, s.kv_heads, None),
+                heads_of(b, qd, s.heads),
+                heads_of(b, kvd, s.kv_heads),
+                heads_of(b, kvd, s.kv_heads),
             )
         } else {
-            let q = linear(b, "q_proj", s.hidden, s.heads * d, s.qkv_bias, x);
-            let q = heads_of(b, q, s.heads, qn);
-            let k = linear(b, "k_proj", s.hidden, s.kv_heads * d, s.qkv_bias, x);
-            let k = heads_of(b, k, s.kv_heads, kn);
-            let v = linear(b, "v_proj", s.hidden, s.kv_heads * d, s.qkv_bias, x);
-            let v = heads_of(b, v, s.kv_heads, None);
-            (q, k, v)
+            (
+                proj(b, "q_proj", s.heads, qn),
+                proj(b, "k_proj", s.kv_heads, kn),
+                proj(b, "v_proj", s.kv_heads, None),
+            )
         };
-        // apply_rotary_pos_emb(q, k, cos, sin): its arguments live until it returns both
+        // apply_rotary_pos_emb(q, k, ...): the raw q and k stay referenced until both are rotated
         let (q, k) = b.frame(|b| {
             b.hold(&[q, k]);
             if phi3 {
@@ -493,16 +614,28 @@ pub(super) fn attention(
                 )
             }
         });
-        // query_states / key_states / value_states are locals until the forward returns
-        b.hold(&[q, k, v]);
-        let o = match mask {
-            // a materialized mask: k and v repeated to all heads, the mask made additive
-            Some(m) => sdpa_masked(b, q, k, v, m, s.attn_dropout, proj_dtype),
-            None => sdpa(b, q, k, v, s.attn_dropout, true),
+        let mask = layer_mask(s, call, layer);
+        let o = if phi3 || mask.is_some() {
+            // the plain SDPA forward (no cache, no eager attention: Model::new refuses those
+            // for Phi-3); query/key/value_states are locals until the forward returns
+            b.hold(&[q, k, v]);
+            let o = match mask {
+                // a materialized mask: k and v repeated to all heads, the mask made additive
+                Some(m) => sdpa_masked(b, q, k, v, m, s.attn_dropout, proj_dtype),
+                None => sdpa(b, q, k, v, s.attn_dropout, true),
+            };
+            // cuDNN / flash attention lay the output out like q: Phi-3's q is a `cat` result,
+            // contiguous [B, H, S, D], so `.contiguous()` copies in half precision
+            let o = attention_output(b, o, phi3, proj_dtype.size() == 2);
+            view(b, "reshape", o, vec![bsz, seq, s.heads * d])
+        } else {
+            let eager = Eager {
+                flavor: EagerFlavor::Llama,
+                dtype,
+                autocast,
+            };
+            cached_attention(b, call, layer, q, k, v, s.attn_dropout, eager)
         };
-        // Phi-3's q is a `cat` result, contiguous [B, H, S, D]
-        let o = attention_output(b, o, phi3, half);
-        let o = view(b, "reshape", o, vec![bsz, seq, s.heads * d]);
         linear(b, "o_proj", s.heads * d, s.hidden, s.o_bias, o)
     })
 }
@@ -571,4 +704,45 @@ fn fused_mlp(b: &mut GraphBuilder, s: &Spec, y: TensorId) -> TensorId {
     let g = silu_module(b, "activation_fn", gate);
     let m = mul(b, up, g);
     linear(b, "down_proj", s.intermediate, s.hidden, false, m)
+}
+
+impl CausalLm for Model {
+    fn forward(&self, b: &mut GraphBuilder, ids: TensorId, call: &mut Call) -> TensorId {
+        let (s, p, dtype, autocast) = (&self.spec, self.prefix, self.dtype, self.autocast);
+        let (bsz, seq) = (b.shape(ids)[0], b.shape(ids)[1]);
+        let masks = |b: &mut GraphBuilder| sdpa_masks(b, s, (bsz, seq, self.eager));
+        forward(
+            b,
+            (s, p, dtype, self.eager),
+            ids,
+            call,
+            &masks,
+            &mut |b, i, x, cos, sin, call| {
+                decoder_layer(b, s, p, dtype, autocast, x, cos, sin, i as usize, call)
+            },
+        )
+    }
+
+    fn layers(&self) -> usize {
+        self.spec.layers as usize
+    }
+
+    fn vocab(&self) -> u64 {
+        self.spec.vocab
+    }
+
+    fn kv_width(&self) -> u64 {
+        self.spec.kv_heads * self.spec.head_dim
+    }
+
+    // under autocast the rotary products promote the keys to the model's dtype (cos/sin keep
+    // it), and the values are cached in the keys' dtype (the empty cache tensors take it)
+    fn kv_dtypes(&self, param: DType, autocast: Option<DType>) -> (DType, DType) {
+        let d = autocast.map_or(param, |low| DType::promote(low, param));
+        (d, d)
+    }
+
+    fn sliding_window(&self) -> Option<u64> {
+        self.spec.sliding_window
+    }
 }

@@ -18,11 +18,15 @@
 //! FLAN-T5 included) trained on `model(input_ids, labels=labels).loss`.
 //! `Gemma3ForConditionalGeneration` (the vision-language model) is refused with an error that
 //! says how to estimate its language model.
+//! The causal LMs can also be built as a whole `model.generate(...)` with the KV cache
+//! (`generate.rs`: GPT-2, OPT and the Llama family but Qwen3 and Phi-3), and GPT-2 and the Llama
+//! family (Llama, Mistral, Qwen2) with `attn_implementation="eager"` (`layers::eager_attention`).
 
 mod bert;
 mod config;
 mod distilbert;
 mod gemma;
+mod generate;
 mod gpt2;
 pub(crate) mod layers;
 mod llama;
@@ -33,6 +37,7 @@ mod t5;
 use std::path::Path;
 
 pub use config::HfConfig;
+pub use generate::{Generation, GenerationInfo};
 use vramscope_core::{BuildError, DType, Graph, Precision};
 
 /// What the model is trained on (the head and the loss).
@@ -130,6 +135,33 @@ pub struct HfInput {
     /// ([`HfModel::checkpoint_layers`]) it changes some forwards (T5's zero position bias then
     /// requires grad).
     pub gradient_checkpointing: bool,
+    /// `model.generate(..., max_new_tokens)` on a prompt of `seq` tokens instead of one forward
+    /// (causal LMs only).
+    pub generate: Option<Generation>,
+    /// `attn_implementation` (`sdpa`, transformers' default, or `eager`).
+    pub attn: AttnImplementation,
+}
+
+/// `config._attn_implementation`: the attention transformers runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AttnImplementation {
+    /// `F.scaled_dot_product_attention` (fused kernels, no `[B, H, S, S]` scores).
+    #[default]
+    Sdpa,
+    /// `eager_attention_forward`: the `[B, H, S, S]` scores and probabilities materialised, a
+    /// `[B, 1, S, S]` additive mask.
+    Eager,
+}
+
+impl AttnImplementation {
+    /// Parses `sdpa` or `eager`.
+    pub fn parse(s: &str) -> Option<AttnImplementation> {
+        match s {
+            "sdpa" => Some(AttnImplementation::Sdpa),
+            "eager" => Some(AttnImplementation::Eager),
+            _ => None,
+        }
+    }
 }
 
 /// A built model.
@@ -141,6 +173,8 @@ pub struct HfModel {
     pub task: HfTask,
     /// The layers `gradient_checkpointing_enable()` checkpoints (each decoder/encoder layer).
     pub checkpoint_layers: Vec<String>,
+    /// What the graph of a generation covers (`None` for a forward).
+    pub generation: Option<GenerationInfo>,
 }
 
 /// An error reading or building a Hugging Face model.
@@ -301,6 +335,66 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
             cfg.path
         )));
     }
+    if input.attn == AttnImplementation::Eager {
+        // Qwen3 and Phi-3 ride on the Llama family but their eager / cached forwards are not
+        // measured (llama::Model::new refuses them); Gemma2 always runs eager attention
+        if !matches!(family, Family::Gpt2 | Family::Llama) {
+            return Err(HfError::BadInput(format!(
+                "{}: --attn-implementation eager is modelled for gpt2, llama, mistral and qwen2, not {model_type}",
+                cfg.path
+            )));
+        }
+        if input.generate.is_some() {
+            return Err(HfError::BadInput(
+                "--attn-implementation eager with --mode generate is not modelled (the masks of cached forwards); use sdpa".into(),
+            ));
+        }
+    }
+    if let Some(gen) = input.generate {
+        let model: Box<dyn generate::CausalLm> = match family {
+            Family::Gpt2 => Box::new(gpt2::Model::new(cfg, input)?),
+            Family::Opt => Box::new(opt::Model::new(cfg, input)?),
+            Family::Llama => Box::new(llama::Model::new(cfg, &model_type, input, dtype)?),
+            Family::Bert(_) | Family::DistilBert | Family::T5 => {
+                return Err(HfError::BadInput(format!(
+                    "{}: --mode generate needs a causal LM; {model_type} is an encoder or an encoder-decoder (its generate() is not modelled)",
+                    cfg.path
+                )))
+            }
+            Family::Moe => {
+                return Err(HfError::BadInput(format!(
+                    "{}: --mode generate is not modelled yet for the Mixture-of-Experts decoders ({model_type})",
+                    cfg.path
+                )))
+            }
+            Family::Gemma(_) => {
+                return Err(HfError::BadInput(format!(
+                    "{}: --mode generate is not modelled yet for the Gemma decoders ({model_type})",
+                    cfg.path
+                )))
+            }
+        };
+        let class = archs
+            .first()
+            .cloned()
+            .unwrap_or_else(|| format!("{model_type}ForCausalLM"));
+        let (graph, info) = generate::build(
+            cfg,
+            model.as_ref(),
+            &model_type,
+            &class,
+            input.batch,
+            input.seq,
+            gen,
+            input.precision,
+        )?;
+        return Ok(HfModel {
+            graph,
+            task,
+            checkpoint_layers: Vec::new(),
+            generation: Some(info),
+        });
+    }
     let (graph, checkpoint_layers) = match family {
         Family::Gpt2 => gpt2::build(cfg, input, dtype)?,
         Family::Opt => opt::build(cfg, input)?,
@@ -315,7 +409,27 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
         graph,
         task,
         checkpoint_layers,
+        generation: None,
     })
+}
+
+/// Checks that the positions the model sees (`--seq-len`, or the prompt plus the new tokens of
+/// a generation) fit `field` = `max`.
+fn check_positions(cfg: &HfConfig, input: &HfInput, field: &str, max: u64) -> Result<(), HfError> {
+    match input.generate {
+        Some(g) if input.seq + g.new_tokens > max => Err(HfError::BadInput(format!(
+            "{}: --prompt-len {} + --new-tokens {} = {} positions exceed {field} = {max}",
+            cfg.path,
+            input.seq,
+            g.new_tokens,
+            input.seq + g.new_tokens
+        ))),
+        None if input.seq > max => Err(HfError::BadInput(format!(
+            "{}: --seq-len {} exceeds {field} = {max}",
+            cfg.path, input.seq
+        ))),
+        _ => Ok(()),
+    }
 }
 
 enum Family {

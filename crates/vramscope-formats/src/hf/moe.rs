@@ -273,9 +273,9 @@ pub fn build(
         model_type,
         input,
         &masks,
-        &mut |b, i, x, cos, sin, _| {
+        &mut |b, i, x, cos, sin, call| {
             let h = rms_norm(b, "input_layernorm", &norm, s.hidden, dtype, x);
-            let a = attention(b, &s, p, bsz, seq, dtype, autocast, h, cos, sin, None);
+            let a = attention(b, &s, p, (dtype, autocast), h, cos, sin, i as usize, call);
             let x = add(b, x, a);
             let y = rms_norm(b, "post_attention_layernorm", &norm, s.hidden, dtype, x);
             let y = if m.sparse[i as usize] {

@@ -9,11 +9,12 @@ use vramscope_core::ir::Task;
 use vramscope_core::ops::{Aten, DTypeRule, LayerNorm, Linear};
 use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
+use super::generate::CausalLm;
 use super::layers::{
-    activation, activation_kind, add, attention_core, dropout_fn, embedding, layer_norm, linear,
-    mul_scalar, tied_head, view,
+    activation, activation_kind, add, cached_attention_core, dropout_fn, embedding, layer_norm,
+    linear, mul_scalar, tied_head, view, Call, Eager, EagerFlavor,
 };
-use super::{build_error, HfConfig, HfError, HfInput};
+use super::{build_error, check_positions, HfConfig, HfError, HfInput};
 use vramscope_core::ops::ActivationKind;
 
 struct Spec {
@@ -88,62 +89,94 @@ fn spec(cfg: &HfConfig) -> Result<Spec, HfError> {
 /// Builds `OPTForCausalLM`; returns the graph and the checkpointed layers
 /// (`model.decoder.layers.N`).
 pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<(Graph, Vec<String>), HfError> {
-    let s = spec(cfg)?;
-    if input.seq > s.max_positions {
-        return Err(HfError::BadInput(format!(
-            "{}: --seq-len {} exceeds max_position_embeddings = {}",
-            cfg.path, input.seq, s.max_positions
-        )));
-    }
-    let (bsz, seq) = (input.batch, input.seq);
+    let m = Model::new(cfg, input)?;
     let mut b = GraphBuilder::new("opt", "OPTForCausalLM");
-    let ids = b.input(vec![bsz, seq], DType::I64);
-    let (h, emb) = b.module("model", "OPTModel", &[ids], |b| {
-        b.module("decoder", "OPTDecoder", &[ids], |b| decoder(b, &s, ids))
-    });
-    let logits = if s.tied {
-        // post_init drops the head's own weight for the embedding's
-        b.tie_at_init(&[vec![s.vocab, s.proj_dim]], 1, None);
-        tied_head(&mut b, "lm_head", emb, h)
-    } else {
-        linear(&mut b, "lm_head", s.proj_dim, s.vocab, false, h)
-    };
+    let ids = b.input(vec![input.batch, input.seq], DType::I64);
+    let logits = m.forward(&mut b, ids, &mut Call::plain(input.seq));
     let graph = b
-        .finish(&[logits], Task::CausalLm { vocab: s.vocab })
+        .finish(
+            &[logits],
+            Task::CausalLm {
+                vocab: m.spec.vocab,
+            },
+        )
         .map_err(build_error(cfg))?;
-    let layers = (0..s.layers)
-        .map(|i| format!("model.decoder.layers.{i}"))
-        .collect();
-    Ok((graph, layers))
+    Ok((graph, m.checkpoint_layers()))
 }
 
-fn decoder(b: &mut GraphBuilder, s: &Spec, ids: TensorId) -> (TensorId, TensorId) {
+/// OPT ready to record its forward, once or once per generation step.
+pub struct Model {
+    spec: Spec,
+}
+
+impl Model {
+    /// Reads the config and checks the input against it.
+    pub fn new(cfg: &HfConfig, input: &HfInput) -> Result<Model, HfError> {
+        let spec = spec(cfg)?;
+        check_positions(cfg, input, "max_position_embeddings", spec.max_positions)?;
+        Ok(Model { spec })
+    }
+
+    /// The layers `gradient_checkpointing_enable()` checkpoints.
+    pub fn checkpoint_layers(&self) -> Vec<String> {
+        (0..self.spec.layers)
+            .map(|i| format!("model.decoder.layers.{i}"))
+            .collect()
+    }
+
+    /// Records one call of the model on `ids` (`[B, S]`) and returns the logits.
+    pub fn forward(&self, b: &mut GraphBuilder, ids: TensorId, call: &mut Call) -> TensorId {
+        let s = &self.spec;
+        let (h, emb) = b.module("model", "OPTModel", &[ids], |b| {
+            b.module("decoder", "OPTDecoder", &[ids], |b| {
+                decoder(b, s, ids, call)
+            })
+        });
+        if s.tied {
+            if call.first {
+                // post_init drops the head's own weight for the embedding's
+                b.tie_at_init(&[vec![s.vocab, s.proj_dim]], 1, None);
+            }
+            let h = call.head_input(b, h);
+            tied_head(b, "lm_head", emb, h)
+        } else {
+            let h = call.head_input(b, h);
+            linear(b, "lm_head", s.proj_dim, s.vocab, false, h)
+        }
+    }
+}
+
+fn decoder(b: &mut GraphBuilder, s: &Spec, ids: TensorId, call: &mut Call) -> (TensorId, TensorId) {
     let sh = b.shape(ids).to_vec();
     let (bsz, seq) = (sh[0], sh[1]);
     let (tok, emb) = embedding(b, "embed_tokens", s.vocab, s.proj_dim, ids);
-    // position_attention_mask = ones(B, S) (float32); position_ids = (cumsum(mask) * mask - 1).long()
+    // position_attention_mask = ones(B, past + S) (float32); without position_ids from
+    // `generate`: position_ids = (cumsum(mask) * mask - 1).long()
     let f32 = DTypeRule::Fixed(DType::F32);
     let i64 = DTypeRule::Fixed(DType::I64);
-    let int_op = |name, rule| {
-        Aten::new(name, vec![bsz, seq])
+    let int_op = |name, cols, rule| {
+        Aten::new(name, vec![bsz, cols])
             .dtype(rule)
             .not_differentiable()
     };
-    let ones = b.op(int_op("ones", f32), &[]);
-    let pos = b.frame(|b| {
-        let cs = b.op(int_op("cumsum", f32), &[ones]);
-        let m = b.op(int_op("mul", f32), &[cs, ones]);
-        let sub = b.op(int_op("sub", f32), &[m]);
-        // `position_ids` (the cumsum) is rebound only after `.long()`
-        b.hold(&[cs]);
-        b.op(int_op("_to_copy", i64), &[sub])
-    });
+    let ones = b.op(int_op("ones", call.past + seq, f32), &[]);
+    let pos = match call.position_ids {
+        Some(pos) => pos,
+        None => b.frame(|b| {
+            let cs = b.op(int_op("cumsum", seq, f32), &[ones]);
+            let m = b.op(int_op("mul", seq, f32), &[cs, ones]);
+            let sub = b.op(int_op("sub", seq, f32), &[m]);
+            // `position_ids` (the cumsum) is rebound only after `.long()`
+            b.hold(&[cs]);
+            b.op(int_op("_to_copy", seq, i64), &[sub])
+        }),
+    };
     let (pe, _) = b.module(
         "embed_positions",
         "OPTLearnedPositionalEmbedding",
         &[ones, pos],
         |b| {
-            let p2 = b.op(int_op("add", i64), &[pos]);
+            let p2 = b.op(int_op("add", seq, i64), &[pos]);
             let w = b.parameter("weight", vec![s.max_positions + 2, s.hidden]);
             let mut shape = vec![bsz, seq];
             shape.push(s.hidden);
@@ -176,7 +209,7 @@ fn decoder(b: &mut GraphBuilder, s: &Spec, ids: TensorId) -> (TensorId, TensorId
     b.module("layers", "ModuleList", &[], |b| {
         for i in 0..s.layers {
             x = b.module(&i.to_string(), "OPTDecoderLayer", &[x], |b| {
-                layer(b, s, bsz, seq, x)
+                layer(b, s, bsz, seq, x, i as usize, call)
             });
         }
     });
@@ -189,7 +222,15 @@ fn decoder(b: &mut GraphBuilder, s: &Spec, ids: TensorId) -> (TensorId, TensorId
     (x, emb)
 }
 
-fn layer(b: &mut GraphBuilder, s: &Spec, bsz: u64, seq: u64, input: TensorId) -> TensorId {
+fn layer(
+    b: &mut GraphBuilder,
+    s: &Spec,
+    bsz: u64,
+    seq: u64,
+    input: TensorId,
+    index: usize,
+    call: &mut Call,
+) -> TensorId {
     let e = s.hidden;
     // __init__ order: k, v, q, out projections, self_attn_layer_norm, fc1, fc2, final_layer_norm
     b.declare("self_attn", "OPTAttention", |b| {
@@ -211,7 +252,7 @@ fn layer(b: &mut GraphBuilder, s: &Spec, bsz: u64, seq: u64, input: TensorId) ->
         let q = mul_scalar(b, q);
         let k = linear(b, "k_proj", e, e, s.bias, x);
         let v = linear(b, "v_proj", e, e, s.bias, x);
-        let o = attention_core(b, [q, k, v], s.heads, s.attn_dropout, true);
+        let o = cached_attention_core(b, [q, k, v], s.heads, s.attn_dropout, (index, SDPA), call);
         linear(b, "out_proj", e, e, s.bias, o)
     });
     let a = dropout_fn(b, s.dropout, a);
@@ -238,10 +279,41 @@ fn layer(b: &mut GraphBuilder, s: &Spec, bsz: u64, seq: u64, input: TensorId) ->
     }
 }
 
+/// OPT runs SDPA only (eager attention is refused for it in `build`).
+const SDPA: Eager = Eager {
+    flavor: EagerFlavor::Llama,
+    dtype: DType::F32,
+    autocast: None,
+};
+
 fn lin(in_features: u64, out_features: u64, bias: bool) -> Linear {
     Linear {
         in_features,
         out_features,
         bias,
+    }
+}
+
+impl CausalLm for Model {
+    fn forward(&self, b: &mut GraphBuilder, ids: TensorId, call: &mut Call) -> TensorId {
+        Model::forward(self, b, ids, call)
+    }
+
+    fn layers(&self) -> usize {
+        self.spec.layers as usize
+    }
+
+    fn vocab(&self) -> u64 {
+        self.spec.vocab
+    }
+
+    fn kv_width(&self) -> u64 {
+        self.spec.hidden
+    }
+
+    // the projections' output: the autocast dtype, or the model's
+    fn kv_dtypes(&self, param: DType, autocast: Option<DType>) -> (DType, DType) {
+        let d = autocast.unwrap_or(param);
+        (d, d)
     }
 }

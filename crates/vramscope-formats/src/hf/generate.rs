@@ -1,0 +1,661 @@
+//! `model.generate(input_ids, do_sample=False, max_new_tokens=N)` of transformers 5.23 with its
+//! default `DynamicCache`, recorded as one inference graph: `generate`'s own tensor ops (the
+//! special-token tensors, the inferred attention mask and `position_ids`, the stopping-criteria
+//! bookkeeping), the prefill (the model's forward over the prompt, `logits_to_keep=1`), then per
+//! new token `_sample`'s loop body: the float32 copy of the last logits, `argmax`, the
+//! `input_ids` / `position_ids` concatenations, and one decode forward on one token whose
+//! attention concatenates each layer's cache (`torch.cat`, old cache freed after the new one is
+//! made: one layer's keys or values exist twice for a moment). Python's lifetimes are kept:
+//! `outputs` lives until `del outputs`, `next_token_logits` and the model inputs until rebound,
+//! the prompt's `position_ids` and the cache until `generate` returns. The simulator's inference
+//! mode then frees every tensor at its last use, as in the measured program
+//! (`validation/generate_models.py`).
+//!
+//! A long generation is not recorded step by step: when the whole graph would exceed
+//! [`STEP_BUDGET`] nodes, the first [`HEAD_STEPS`] decode steps are recorded op by op, then only
+//! the cache growth of the steps in between (every layer's keys and values, `input_ids`,
+//! `position_ids` concatenated one position further per step, or several positions per growth
+//! when that would exceed [`SKELETON_BUDGET`] nodes, or at once when even one growth would),
+//! then the last [`TAIL_STEPS`] steps op by op. Every tensor alive in those last steps has its
+//! true size, so the peak allocated (reached in the last decode step or in the prefill, as the
+//! cache only grows) and the cache at the end are those of the full run, up to the caching
+//! allocator's unsplit large blocks (a request served by a cached block less than 1 MiB larger
+//! counts whole, and which blocks are cached depends on the history). The recorded growth gives
+//! the allocator the history of the large blocks (the cache tensors) position by position, as
+//! in the real run; what it leaves out are the skipped steps' small transient tensors and, with
+//! a stride or a jump, part of the history, so the reserved memory is then approximate (lower:
+//! the fragmentation of a cache that grows by small steps is what it misses).
+
+use vramscope_core::ir::Task;
+use vramscope_core::ops::{Aten, DTypeRule};
+use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
+
+use super::layers::{view, Call, KvCache};
+use super::{build_error, HfConfig, HfError};
+
+/// Decode steps recorded one by one before a long generation's jump.
+pub const HEAD_STEPS: u64 = 2;
+/// Decode steps recorded one by one after the jump (the last ones).
+pub const TAIL_STEPS: u64 = 2;
+/// Graph nodes up to which every decode step is recorded (a few tens of milliseconds to
+/// simulate).
+pub const STEP_BUDGET: usize = 50_000;
+/// Graph nodes up to which the decode steps not recorded one by one still grow the cache (two
+/// nodes per layer and growth): one position at a time, or several where the budget is short.
+pub const SKELETON_BUDGET: usize = 60_000;
+
+/// `max_new_tokens`: greedy decoding of this many tokens after the prompt (`--seq-len` is the
+/// prompt length).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Generation {
+    /// New tokens (`max_new_tokens`; no sequence stops early at an EOS token).
+    pub new_tokens: u64,
+}
+
+/// What a generation graph covers, for the report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GenerationInfo {
+    /// Prompt tokens (the prefill's length).
+    pub prompt_len: u64,
+    /// New tokens.
+    pub new_tokens: u64,
+    /// Decode forwards of the generation (`new_tokens - 1`: the prefill makes the first token).
+    pub decode_steps: u64,
+    /// Decode forwards recorded one by one (all of them unless the generation is long).
+    pub simulated_decode_steps: u64,
+    /// Decode steps between those whose cache growth alone is recorded; 0 when the cache jumps
+    /// over the skipped steps at once.
+    pub skeleton_decode_steps: u64,
+    /// Positions the cache grows by per recorded growth through the skipped steps (1: position
+    /// by position, as the real run); 0 without skipped steps.
+    pub skeleton_stride: u64,
+    /// Key and value tensors, one pair per decoder layer.
+    pub kv_layers: u64,
+    /// Elements of one layer's keys (or values) per cached position: `batch × KV heads ×
+    /// head_dim`.
+    pub kv_elements_per_position: u64,
+    /// Dtypes of the cached keys and values.
+    pub kv_dtypes: (DType, DType),
+}
+
+impl GenerationInfo {
+    /// Positions cached at the end (`prompt + new_tokens - 1`: the last token is never fed back).
+    pub fn final_positions(&self) -> u64 {
+        self.prompt_len + self.decode_steps
+    }
+
+    /// Bytes of the whole cache per cached position.
+    pub fn kv_bytes_per_position(&self) -> u64 {
+        self.kv_layers
+            * self.kv_elements_per_position
+            * (self.kv_dtypes.0.size() + self.kv_dtypes.1.size())
+    }
+
+    /// Bytes of the cache at the end of the generation.
+    pub fn final_kv_bytes(&self) -> u64 {
+        self.kv_bytes_per_position() * self.final_positions()
+    }
+}
+
+/// A causal LM that can record one call of its forward (the families implement it).
+pub trait CausalLm {
+    /// Records one call on `ids` and returns the logits.
+    fn forward(&self, b: &mut GraphBuilder, ids: TensorId, call: &mut Call) -> TensorId;
+    /// Decoder layers (each has a cache layer).
+    fn layers(&self) -> usize;
+    /// Vocabulary size.
+    fn vocab(&self) -> u64;
+    /// Elements of one layer's cached keys per position and batch row (`KV heads × head_dim`).
+    fn kv_width(&self) -> u64;
+    /// Dtypes of the cached keys and values for a model in `param` dtype run under autocast to
+    /// `autocast` (if any).
+    fn kv_dtypes(&self, param: DType, autocast: Option<DType>) -> (DType, DType);
+    /// `sliding_window` of the attention, if it has one.
+    fn sliding_window(&self) -> Option<u64> {
+        None
+    }
+}
+
+/// The special tokens of the generation config (`GenerationConfig.from_model_config`): each
+/// present one becomes a device tensor in `_prepare_special_tokens`.
+#[derive(Debug, Clone, Copy)]
+struct Tokens {
+    bos: bool,
+    /// Number of EOS ids (a list in Llama 3 configs); 0 when unset.
+    eos: u64,
+    pad: bool,
+}
+
+fn tokens(cfg: &HfConfig) -> Result<Tokens, HfError> {
+    Ok(Tokens {
+        bos: cfg.token_ids("bos_token_id")? > 0,
+        eos: cfg.token_ids("eos_token_id")?,
+        pad: cfg.token_ids("pad_token_id")? > 0,
+    })
+}
+
+/// An integer tensor op of `generate`'s bookkeeping (no autograd, fixed dtype).
+fn int_op(
+    b: &mut GraphBuilder,
+    name: &'static str,
+    shape: Vec<u64>,
+    dtype: DType,
+    inputs: &[TensorId],
+) -> TensorId {
+    b.op(
+        Aten::new(name, shape)
+            .dtype(DTypeRule::Fixed(dtype))
+            .not_differentiable(),
+        inputs,
+    )
+}
+
+/// Builds the graph of `model.generate(input_ids [batch, prompt], max_new_tokens)`.
+#[allow(clippy::too_many_arguments)]
+pub fn build(
+    cfg: &HfConfig,
+    model: &dyn CausalLm,
+    name: &str,
+    class: &str,
+    batch: u64,
+    prompt: u64,
+    gen: Generation,
+    precision: vramscope_core::Precision,
+) -> Result<(Graph, GenerationInfo), HfError> {
+    build_within(
+        cfg,
+        model,
+        name,
+        class,
+        batch,
+        prompt,
+        gen,
+        precision,
+        (STEP_BUDGET, SKELETON_BUDGET),
+    )
+}
+
+/// [`build`] with the node budgets past which decode steps are skipped (recording only their
+/// cache growth), and past which the skipped steps are one jump.
+#[allow(clippy::too_many_arguments)]
+fn build_within(
+    cfg: &HfConfig,
+    model: &dyn CausalLm,
+    name: &str,
+    class: &str,
+    batch: u64,
+    prompt: u64,
+    gen: Generation,
+    precision: vramscope_core::Precision,
+    (budget, skeleton_budget): (usize, usize),
+) -> Result<(Graph, GenerationInfo), HfError> {
+    if gen.new_tokens == 0 {
+        return Err(HfError::BadInput(
+            "--new-tokens must be at least 1".to_string(),
+        ));
+    }
+    let t = tokens(cfg)?;
+    let (i64, bool_) = (DType::I64, DType::Bool);
+    let mut b = GraphBuilder::new(name, class);
+    let ids = b.input(vec![batch, prompt], i64);
+    // tensors `generate` keeps until it returns
+    let mut kept: Vec<TensorId> = Vec::new();
+
+    // _prepare_special_tokens: torch.tensor(bos / eos / pad) on the device
+    for (present, n) in [(t.bos, 0), (t.eos > 0, t.eos), (t.pad, 0)] {
+        if present {
+            let shape = if n > 1 { vec![n] } else { vec![] };
+            kept.push(int_op(&mut b, "lift_fresh", shape, i64, &[]));
+        }
+    }
+    // an unset pad token becomes eos[0] (a view); the sanity checks run on the eos tensor
+    let pad = t.pad || t.eos > 0;
+    let eos_shape = vec![t.eos.max(1)];
+    if t.eos > 0 {
+        for check in ["isin", "lt"] {
+            let m = int_op(&mut b, check, eos_shape.clone(), bool_, &[]);
+            int_op(&mut b, "any", vec![], bool_, &[m]);
+        }
+    }
+    // generate: the right-padding check of a batch (`sum(input_ids[:, -1] == pad) > 0`)
+    if pad && batch > 1 {
+        let eq = int_op(&mut b, "eq", vec![batch], bool_, &[ids]);
+        let sum = int_op(&mut b, "sum", vec![], i64, &[eq]);
+        let gt = int_op(&mut b, "gt", vec![], bool_, &[sum]);
+        kept.push(gt);
+    }
+    // _prepare_attention_mask_for_generation: ones, or the mask inferred from pad tokens
+    let bp = vec![batch, prompt];
+    let ones = int_op(&mut b, "ones", bp.clone(), i64, &[]);
+    let mask = if pad {
+        b.frame(|b| {
+            let isin = int_op(b, "isin", bp.clone(), bool_, &[ids]);
+            let pad_in = int_op(b, "any", vec![], bool_, &[isin]);
+            let not_eos = if t.eos > 0 {
+                let isin = int_op(b, "isin", eos_shape.clone(), bool_, &[]);
+                let any = int_op(b, "any", vec![], bool_, &[isin]);
+                Some(int_op(b, "bitwise_not", vec![], bool_, &[any]))
+            } else {
+                None
+            };
+            let mut can_in = vec![pad_in];
+            can_in.extend(not_eos);
+            let can = int_op(b, "mul", vec![], bool_, &can_in);
+            let ne = int_op(b, "ne", bp.clone(), bool_, &[ids]);
+            let from_pad = int_op(b, "_to_copy", bp.clone(), i64, &[ne]);
+            let a = int_op(b, "mul", bp.clone(), i64, &[from_pad, can]);
+            let not_can = int_op(b, "bitwise_not", vec![], bool_, &[can]);
+            let c = int_op(b, "mul", bp.clone(), i64, &[ones, not_can]);
+            // the function's locals live until it returns
+            b.hold(&[ones, pad_in, can, from_pad]);
+            b.hold(&not_eos.into_iter().collect::<Vec<_>>());
+            int_op(b, "add", bp.clone(), i64, &[a, c])
+        })
+    } else {
+        ones
+    };
+    // _prepare_position_ids_for_generation: mask.cumsum(-1) - 1, masked_fill(mask == 0, 0)
+    let cs = int_op(&mut b, "cumsum", bp.clone(), i64, &[mask]);
+    let sub = int_op(&mut b, "sub", bp.clone(), i64, &[cs]);
+    let eq = int_op(&mut b, "eq", bp.clone(), bool_, &[mask]);
+    let prompt_pos = int_op(&mut b, "masked_fill", bp.clone(), i64, &[sub, eq]);
+    kept.push(prompt_pos);
+    // `(attention_mask == 1).all()`: no padding, the mask is dropped
+    let eq = int_op(&mut b, "eq", bp.clone(), bool_, &[mask]);
+    int_op(&mut b, "all", vec![], bool_, &[eq]);
+    b.keep_until_now(&[mask]);
+    // _get_logits_processor: `(input_ids < 0).any()`
+    let lt = int_op(&mut b, "lt", bp.clone(), bool_, &[ids]);
+    int_op(&mut b, "any", vec![], bool_, &[lt]);
+    // _sample
+    let mut unfinished = int_op(&mut b, "ones", vec![batch], i64, &[]);
+    let window = model.sliding_window();
+    if let Some(w) = window {
+        // past the window, transformers masks the prefill and the decode steps and the cache
+        // keeps only its last `w - 1` positions
+        if prompt + gen.new_tokens > w {
+            return Err(HfError::BadInput(format!(
+                "{}: --prompt-len {prompt} + --new-tokens {} exceeds sliding_window = {w}; generation past the sliding window is not modelled",
+                cfg.path, gen.new_tokens
+            )));
+        }
+    }
+    let mut cache = KvCache::new(model.layers(), window);
+    let vocab = model.vocab();
+    let decode_steps = gen.new_tokens - 1;
+
+    // the prefill: prepare_inputs_for_generation clones input_ids; its model inputs die with
+    // `_prefill`'s frame, right after the forward
+    let clone = int_op(&mut b, "clone", bp.clone(), i64, &[ids]);
+    b.begin_layer_table();
+    let mut call = Call {
+        seq: prompt,
+        past: 0,
+        position_ids: Some(prompt_pos),
+        cache: Some(&mut cache),
+        last_logits_only: true,
+        first: true,
+        eager_mask: None,
+        attn_weights: None,
+        sdpa_masks: Vec::new(),
+    };
+    let mut logits = model.forward(&mut b, clone, &mut call);
+    b.keep_until_now(&[clone]);
+    b.end_layer_table();
+
+    let mut state = Loop {
+        input_ids: ids,
+        position_ids: prompt_pos,
+        len: prompt,
+        next_token_logits: None,
+        next_tokens: None,
+        model_inputs: Vec::new(),
+    };
+    let has_eos = t.eos > 0;
+    state.after_forward(
+        &mut b,
+        logits,
+        batch,
+        vocab,
+        has_eos,
+        &mut unfinished,
+        t.eos,
+    );
+
+    let nodes_before = b.node_count();
+    let mut step = 1;
+    let mut simulated = 0;
+    let mut skeleton_steps = 0;
+    let mut skeleton_stride = 0;
+    while step <= decode_steps {
+        // cached positions before this step: prompt + step - 1
+        let past = prompt + step - 1;
+        let ids1 = int_op(&mut b, "clone", vec![batch, 1], i64, &[state.input_ids]);
+        let pos1 = int_op(&mut b, "clone", vec![batch, 1], i64, &[state.position_ids]);
+        // the previous step's model inputs are rebound
+        b.keep_until_now(&std::mem::take(&mut state.model_inputs));
+        state.model_inputs = vec![ids1, pos1];
+        let mut call = Call {
+            seq: 1,
+            past,
+            position_ids: Some(pos1),
+            cache: Some(&mut cache),
+            last_logits_only: true,
+            first: false,
+            eager_mask: None,
+            attn_weights: None,
+            sdpa_masks: Vec::new(),
+        };
+        logits = model.forward(&mut b, ids1, &mut call);
+        state.after_forward(
+            &mut b,
+            logits,
+            batch,
+            vocab,
+            has_eos,
+            &mut unfinished,
+            t.eos,
+        );
+        simulated += 1;
+        // a long generation: after the first steps, decide whether to jump to its end
+        if step == HEAD_STEPS && decode_steps > HEAD_STEPS + TAIL_STEPS {
+            let per_step = (b.node_count() - nodes_before) / HEAD_STEPS as usize;
+            let total = b.node_count() + per_step * (decode_steps - step) as usize;
+            if total > budget {
+                let resume = decode_steps - TAIL_STEPS + 1;
+                // the skipped steps' cache growth alone: every cache tensor and the ids grow
+                // position by position (the allocator sees the real sequence of large blocks
+                // come and go), or `stride` positions at a time where the budget is short
+                let skipped = resume - step - 1;
+                let per_growth = 2 * model.layers() + 2;
+                let room =
+                    skeleton_budget.saturating_sub(b.node_count() + TAIL_STEPS as usize * per_step);
+                let growths = (room / per_growth) as u64;
+                if growths > 0 {
+                    let stride = skipped.div_ceil(growths).max(1);
+                    let mut s = step;
+                    while s + 1 < resume {
+                        s = (s + stride).min(resume - 1);
+                        state.jump(&mut b, &mut cache, batch, prompt + s);
+                    }
+                    skeleton_steps = skipped;
+                    skeleton_stride = stride;
+                } else {
+                    state.jump(&mut b, &mut cache, batch, prompt + resume - 1);
+                }
+                step = resume;
+                continue;
+            }
+        }
+        step += 1;
+    }
+    // `generate` returns `input_ids`: everything else goes with `_sample`'s and its frames
+    let mut rest = vec![state.position_ids, unfinished];
+    rest.extend(state.model_inputs);
+    rest.extend(state.next_token_logits);
+    rest.extend(state.next_tokens);
+    rest.extend(kept);
+    rest.extend(cache.tensors());
+    b.keep_until_now(&rest);
+    let graph = b
+        .finish(&[state.input_ids], Task::CausalLm { vocab })
+        .map_err(build_error(cfg))?;
+    let autocast = precision.autocast_dtype();
+    let info = GenerationInfo {
+        prompt_len: prompt,
+        new_tokens: gen.new_tokens,
+        decode_steps,
+        simulated_decode_steps: simulated,
+        skeleton_decode_steps: skeleton_steps,
+        skeleton_stride,
+        kv_layers: model.layers() as u64,
+        kv_elements_per_position: batch * model.kv_width(),
+        kv_dtypes: model.kv_dtypes(precision.param_dtype(), autocast),
+    };
+    Ok((graph, info))
+}
+
+/// `_sample`'s variables across loop iterations.
+struct Loop {
+    input_ids: TensorId,
+    position_ids: TensorId,
+    /// Length of `input_ids` (and `position_ids`).
+    len: u64,
+    next_token_logits: Option<TensorId>,
+    next_tokens: Option<TensorId>,
+    model_inputs: Vec<TensorId>,
+}
+
+impl Loop {
+    /// The loop body after a forward: `_update_model_kwargs_for_generation`, the float32 copy
+    /// of the last logits, `argmax`, the padding of finished rows, `input_ids` grown by one,
+    /// the stopping criteria, the stop check and `del outputs`.
+    #[allow(clippy::too_many_arguments)]
+    fn after_forward(
+        &mut self,
+        b: &mut GraphBuilder,
+        logits: TensorId,
+        batch: u64,
+        vocab: u64,
+        has_eos: bool,
+        unfinished: &mut TensorId,
+        eos_ids: u64,
+    ) {
+        let (i64, bool_) = (DType::I64, DType::Bool);
+        let len = self.len + 1;
+        // position_ids = cat([position_ids, arange(1).view(1, -1) + position_ids[..., -1:] + 1])
+        let ar = int_op(b, "arange", vec![1], i64, &[]);
+        let a1 = int_op(b, "add", vec![batch, 1], i64, &[ar, self.position_ids]);
+        let a2 = int_op(b, "add", vec![batch, 1], i64, &[a1]);
+        self.position_ids = int_op(b, "cat", vec![batch, len], i64, &[self.position_ids, a2]);
+        // next_token_logits = outputs.logits[:, -1].to(copy=True, dtype=float32)
+        let last = view(b, "select", logits, vec![batch, vocab]);
+        let ntl = b.op(
+            Aten::new("_to_copy", vec![batch, vocab])
+                .dtype(DTypeRule::Fixed(DType::F32))
+                .not_differentiable(),
+            &[last],
+        );
+        if let Some(old) = self.next_token_logits.replace(ntl) {
+            b.keep_until_now(&[old]);
+        }
+        let am = int_op(b, "argmax", vec![batch], i64, &[ntl]);
+        if let Some(old) = self.next_tokens.take() {
+            b.keep_until_now(&[old]);
+        }
+        // finished rows get the pad token: next * unfinished + pad * (1 - unfinished)
+        let next = if has_eos {
+            let m1 = int_op(b, "mul", vec![batch], i64, &[am, *unfinished]);
+            let r = int_op(b, "rsub", vec![batch], i64, &[*unfinished]);
+            let m2 = int_op(b, "mul", vec![batch], i64, &[r]);
+            let next = int_op(b, "add", vec![batch], i64, &[m1, m2]);
+            // the argmax goes when `next_tokens` is rebound
+            b.keep_until_now(&[am]);
+            next
+        } else {
+            am
+        };
+        self.next_tokens = Some(next);
+        self.input_ids = int_op(b, "cat", vec![batch, len], i64, &[self.input_ids, next]);
+        self.len = len;
+        // unfinished & ~stopping_criteria(input_ids): full(False) | MaxLength's full(...) | EOS
+        let b1 = vec![batch];
+        let init = int_op(b, "full", b1.clone(), bool_, &[]);
+        let max_len = int_op(b, "full", b1.clone(), bool_, &[]);
+        let mut done = int_op(b, "bitwise_or", b1.clone(), bool_, &[init, max_len]);
+        if eos_ids > 0 {
+            let isin = int_op(b, "isin", vec![batch, 1], bool_, &[self.input_ids]);
+            let any = int_op(b, "any", b1.clone(), bool_, &[isin]);
+            done = int_op(b, "bitwise_or", b1.clone(), bool_, &[done, any]);
+        }
+        let not = int_op(b, "bitwise_not", b1.clone(), bool_, &[done]);
+        *unfinished = int_op(b, "bitwise_and", b1, i64, &[*unfinished, not]);
+        // StopCheck: unfinished.max() == 0
+        let mx = int_op(b, "max", vec![], i64, &[*unfinished]);
+        int_op(b, "eq", vec![], bool_, &[mx]);
+        // del outputs
+        b.keep_until_now(&[logits]);
+    }
+
+    /// Jumps every growing tensor to its size before the decode step that caches position
+    /// `past + 1`: each layer's keys and values, then `position_ids` and `input_ids`.
+    fn jump(&mut self, b: &mut GraphBuilder, cache: &mut KvCache, batch: u64, past: u64) {
+        cache.grow_to(b, past);
+        let len = past + 1;
+        self.position_ids = int_op(b, "cat", vec![batch, len], DType::I64, &[self.position_ids]);
+        self.input_ids = int_op(b, "cat", vec![batch, len], DType::I64, &[self.input_ids]);
+        self.len = len;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hf::{llama, HfInput};
+    use vramscope_core::sim::{simulate, Category, Mode, Simulation, StepConfig};
+    use vramscope_core::Precision;
+
+    fn llama_cfg(hidden: u64, kv_heads: u64, layers: u64) -> HfConfig {
+        let text = format!(
+            r#"{{"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": {hidden},
+            "num_attention_heads": 8, "num_key_value_heads": {kv_heads}, "num_hidden_layers": {layers},
+            "intermediate_size": {}, "vocab_size": 1000, "max_position_embeddings": 100000,
+            "bos_token_id": 1, "eos_token_id": 2}}"#,
+            hidden * 3
+        );
+        HfConfig::parse("test.json", &text).expect("parses")
+    }
+
+    fn run(
+        cfg: &HfConfig,
+        batch: u64,
+        prompt: u64,
+        new_tokens: u64,
+        budgets: (usize, usize),
+    ) -> (Simulation, GenerationInfo) {
+        let precision = Precision::Bf16;
+        let gen = Generation { new_tokens };
+        let input = HfInput {
+            batch,
+            seq: prompt,
+            task: None,
+            precision,
+            generate: Some(gen),
+            attn: Default::default(),
+            target_seq: None,
+            gradient_checkpointing: false,
+        };
+        let m = llama::Model::new(cfg, "llama", &input, precision.param_dtype()).expect("model");
+        let (g, info) = build_within(
+            cfg,
+            &m,
+            "llama",
+            "LlamaForCausalLM",
+            batch,
+            prompt,
+            gen,
+            precision,
+            budgets,
+        )
+        .expect("builds");
+        let step = StepConfig {
+            mode: Mode::Generate,
+            precision,
+            ..StepConfig::default()
+        };
+        (simulate(&g, &step).expect("simulates"), info)
+    }
+
+    #[test]
+    fn every_step_is_recorded_within_the_budget() {
+        let (sim, info) = run(
+            &llama_cfg(256, 2, 2),
+            2,
+            32,
+            20,
+            (STEP_BUDGET, SKELETON_BUDGET),
+        );
+        assert_eq!(info.decode_steps, 19);
+        assert_eq!(info.simulated_decode_steps, 19);
+        assert_eq!(info.final_positions(), 51);
+        // 2 layers x (keys + values) x batch 2 x 2 KV heads x 32 dims x bf16
+        assert_eq!(info.kv_bytes_per_position(), 2 * 2 * 2 * 2 * 32 * 2);
+        let peak = sim.breakdown_at_peak.get(Category::KvCache);
+        assert!(peak > 0 && peak <= info.final_kv_bytes() + 4096, "{peak}");
+    }
+
+    /// Skipping decode steps keeps the peak allocated and every phase's end state of the
+    /// step-by-step run: exactly when every cache tensor is a small-pool block, and to within the
+    /// caching allocator's unsplit large blocks (under 1 MiB each) when they are large. Growing
+    /// the cache position by position through the skipped steps keeps the reserved memory close
+    /// (the allocator sees the same large blocks come and go); one jump does not.
+    #[test]
+    fn skipping_decode_steps_keeps_the_peak() {
+        for (hidden, batch, prompt, new_tokens, slack, reserved_slack) in [
+            (256, 2, 40, 60, 0u64, 0.0),
+            (1024, 4, 600, 80, 4 << 20, 0.01),
+            (1024, 16, 8, 200, 4 << 20, 0.03),
+        ] {
+            let cfg = llama_cfg(hidden, 8, 2);
+            let (full, fi) = run(&cfg, batch, prompt, new_tokens, (usize::MAX, 0));
+            let (skel, si) = run(&cfg, batch, prompt, new_tokens, (1, usize::MAX));
+            let (jump, ji) = run(&cfg, batch, prompt, new_tokens, (1, 1));
+            assert_eq!(fi.simulated_decode_steps, new_tokens - 1);
+            for info in [&si, &ji] {
+                assert_eq!(info.simulated_decode_steps, HEAD_STEPS + TAIL_STEPS);
+            }
+            assert_eq!(
+                si.skeleton_decode_steps,
+                new_tokens - 1 - HEAD_STEPS - TAIL_STEPS
+            );
+            assert_eq!(ji.skeleton_decode_steps, 0);
+            eprintln!(
+                "hidden {hidden} batch {batch}: peak allocated {} / {} / {}, reserved {} / {} / {} (step by step / cache growth / jump)",
+                full.peak_allocated,
+                skel.peak_allocated,
+                jump.peak_allocated,
+                full.peak_reserved,
+                skel.peak_reserved,
+                jump.peak_reserved
+            );
+            for s in [&skel, &jump] {
+                assert!(
+                    full.peak_allocated.abs_diff(s.peak_allocated) <= slack,
+                    "hidden {hidden}: peak {} step by step, {} skipping",
+                    full.peak_allocated,
+                    s.peak_allocated
+                );
+                for (a, b) in full.phases.iter().zip(&s.phases) {
+                    assert_eq!(a.name, b.name);
+                    assert_eq!(a.allocated_after, b.allocated_after, "{}", a.name);
+                }
+            }
+            let rel =
+                skel.peak_reserved.abs_diff(full.peak_reserved) as f64 / full.peak_reserved as f64;
+            assert!(
+                rel <= reserved_slack,
+                "hidden {hidden}: reserved off by {rel}"
+            );
+        }
+    }
+
+    #[test]
+    fn sliding_window_generation_past_the_window_is_refused() {
+        let text = r#"{"model_type": "mistral", "hidden_size": 256, "num_attention_heads": 8,
+            "num_key_value_heads": 2, "num_hidden_layers": 2, "intermediate_size": 512,
+            "vocab_size": 1000, "sliding_window": 64, "eos_token_id": 2}"#;
+        let cfg = HfConfig::parse("mistral.json", text).expect("parses");
+        let input = HfInput {
+            batch: 1,
+            seq: 60,
+            task: None,
+            precision: Precision::Fp32,
+            generate: Some(Generation { new_tokens: 10 }),
+            attn: Default::default(),
+            target_seq: None,
+            gradient_checkpointing: false,
+        };
+        let err = crate::hf::build(&cfg, &input).expect_err("past the window");
+        assert!(err.to_string().contains("sliding_window = 64"), "{err}");
+    }
+}

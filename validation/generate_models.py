@@ -1,0 +1,150 @@
+"""`measure.py --model py:validation/generate_models.py:FACTORY --mode infer` models for generation truth.
+
+`generate`: an HF causal LM built from a config.json (random init, `attn_implementation="sdpa"`, as
+measure.py's hf: models, but with the KV cache on) whose inference "forward" is
+`model.generate(input_ids, do_sample=False, max_new_tokens=N)`: transformers 5.23's own
+`GenerationMixin.generate` / `_sample` with its default `DynamicCache`, run unchanged. The batch is
+`input_ids = [B, seq]` random token ids (`seq` is the prompt length P); each iteration's output is
+the `[B, P + N]` sequences tensor.
+
+`generate` needs tensor *values* at a few places, which FakeTensorMode cannot give (it raises
+DataDependentOutputException on `bool(tensor)`). `_ScriptedValues`, a TorchDispatchMode entered
+around `generate`, answers exactly those reads (`aten._local_scalar_dense`, the op behind
+`bool()` / `.item()`) with what a real run on these inputs answers, after the same ops ran:
+  * `_prepare_special_tokens`: whether the pad token is an EOS token and whether an EOS id is
+    negative (warnings only) -> computed from the generation config's ids;
+  * `_get_logits_processor`: whether a prompt id is negative (a -100 dummy) -> False;
+  * `generate`: `(attention_mask == 1).all()` -> True (no padding: the mask is dropped);
+  * `generate`: the right-padding check `sum(input_ids[:, -1] == pad) > 0` -> False;
+  * `StopCheck.__call__`: `unfinished_sequences.max() == 0` -> True exactly when the sequence has
+    reached `max_length` (a run in which no sequence emits EOS early, so all N tokens are made);
+any other value read raises, naming the source line, so a change in transformers cannot be answered
+silently.
+
+`eager`: the same model as measure.py's hf: models (use_cache=False, the plain forward, loss
+`model.loss_function`) but with `attn_implementation="eager"` (measure.py's hf: loader sets sdpa
+after applying --config-overrides, so the override cannot select eager there).
+"""
+import inspect
+import linecache
+import os
+import sys
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from lora_models import _patch_packed_sequence_detection  # noqa: E402
+
+
+def _config(config, layers, attn, overrides=None):
+    import transformers
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = config if os.path.isabs(config) else os.path.join(here, "..", config)
+    cfg = transformers.AutoConfig.from_pretrained(path)
+    if layers:
+        cfg.num_hidden_layers = int(layers)
+        if hasattr(cfg, "n_layer"):
+            cfg.n_layer = int(layers)
+    for k, v in (overrides or {}).items():
+        setattr(cfg, k, v)
+    cfg._attn_implementation = attn
+    return cfg
+
+
+def _source_of(frame):
+    """The source of the expression whose value the frame is reading: the instruction running (a
+    `bool(...)` call) and the one before it (the value an `if` tests), lines joined."""
+    pos = list(frame.f_code.co_positions())
+    i = frame.f_lasti // 2
+    spans = [p for p in (pos[i], pos[i - 1] if i > 0 else pos[i]) if p[0] is not None]
+    first = min(p[0] for p in spans) if spans else frame.f_lineno
+    last = max(p[1] for p in spans) if spans else frame.f_lineno
+    return " ".join(linecache.getline(frame.f_code.co_filename, n).strip() for n in range(first, last + 1))
+
+
+class _ScriptedValues(TorchDispatchMode):
+    """Answers the value reads of `generate` as a real run on these inputs answers them."""
+
+    def __init__(self, max_length):
+        super().__init__()
+        self.max_length = max_length
+        self.answered = []
+
+    def _answer(self):
+        f = inspect.currentframe()
+        while f is not None:
+            code = f.f_code
+            line = _source_of(f)
+            if code.co_filename.endswith(os.path.join("generation", "utils.py")):
+                if code.co_name == "_prepare_special_tokens":
+                    # the token ids are Python constants of the generation config
+                    gc = f.f_locals["generation_config"]
+                    eos = gc.eos_token_id if isinstance(gc.eos_token_id, list) else [gc.eos_token_id]
+                    pad = gc.pad_token_id if gc.pad_token_id is not None else eos[0]
+                    if "torch.isin(eos_token_tensor, pad_token_tensor).any()" in line:
+                        return pad in eos
+                    if "(eos_token_tensor < 0).any()" in line:
+                        return any(e < 0 for e in eos)
+                if code.co_name == "_get_logits_processor" and "(encoder_input_ids < 0).any()" in line:
+                    return False  # the prompt's token ids are all valid (non-negative)
+                if code.co_name == "generate" and "== 1).all()" in line:
+                    return True
+                if code.co_name == "generate" and "has_right_padding" in line:
+                    return False
+                if code.co_name == "__call__" and "unfinished_sequences.max() == 0" in line:
+                    return f.f_locals["length"] >= self.max_length
+                raise RuntimeError(f"generate reads a tensor value at {code.co_filename}:{f.f_lineno}: {line}")
+            f = f.f_back
+        raise RuntimeError("a tensor value is read outside transformers' generation code")
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func in (torch.ops.aten._local_scalar_dense.default, torch.ops.aten.item.default):
+            v = self._answer()
+            self.answered.append(v)
+            return v
+        return func(*args, **(kwargs or {}))
+
+
+def generate(batch, seq, new_tokens=16, config="fixtures/hf/configs/qwen2_small_2l.json", layers=None,
+             overrides=None, **_):
+    import transformers
+    _patch_packed_sequence_detection()
+    cfg = _config(config, layers, "sdpa", overrides)
+    cfg.use_cache = True
+    model = transformers.AutoModelForCausalLM.from_config(cfg)
+    V = cfg.vocab_size
+    n = int(new_tokens)
+
+    def make_batch():
+        ids = torch.randint(0, V, (batch, seq))
+        return ids, ids
+
+    def forward(m, x):
+        with _ScriptedValues(seq + n):
+            out = m.generate(x, do_sample=False, max_new_tokens=n)
+        assert out.shape == (batch, seq + n), out.shape
+        return out
+
+    return model, make_batch, None, forward
+
+
+def eager(batch, seq, config="fixtures/hf/configs/gpt2_medium_2l.json", layers=None, overrides=None, **_):
+    import transformers
+    _patch_packed_sequence_detection()
+    cfg = _config(config, layers, "eager", overrides)
+    cfg.use_cache = False
+    model = transformers.AutoModelForCausalLM.from_config(cfg)
+    V = cfg.vocab_size
+
+    def make_batch():
+        ids = torch.randint(0, V, (batch, seq))
+        return ids, ids
+
+    def forward(m, x):
+        return m(input_ids=x, use_cache=False).logits
+
+    def loss(out, y):
+        return model.loss_function(out, y, vocab_size=V)
+
+    return model, make_batch, loss, forward
