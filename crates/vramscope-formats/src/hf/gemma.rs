@@ -439,7 +439,7 @@ fn model(b: &mut GraphBuilder, c: &Ctx, ids: TensorId) -> (TensorId, TensorId) {
         });
         [full, sliding]
     } else {
-        let r = rotary(b, &format!("{p}RotaryEmbedding"), s.head_dim, x, pos);
+        let r = rotary(b, s.head_dim, x, pos);
         [Some(r), Some(r)]
     };
     let mut x = x;

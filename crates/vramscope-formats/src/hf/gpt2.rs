@@ -5,13 +5,14 @@
 //! to `wte`.
 
 use vramscope_core::ir::Task;
-use vramscope_core::ops::{Aten, Autocast, DTypeRule, LayerNorm, Saved};
+use vramscope_core::ops::{Aten, LayerNorm, Saved};
 use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
 use super::generate::CausalLm;
 use super::layers::{
     add, add_scalar, cached_attention, conv1d, dropout, eager_causal_mask, embedding, mul,
-    mul_scalar, packed_sequence_check, position_ids, tied_head, view, Call, Eager, EagerFlavor,
+    mul_scalar, packed_sequence_check, position_ids, pow_fp32, tied_head, view, Call, Eager,
+    EagerFlavor,
 };
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
 
@@ -236,15 +237,7 @@ fn block(
 pub(super) fn gelu_new(b: &mut GraphBuilder, x: TensorId) -> TensorId {
     let s = b.shape(x).to_vec();
     let half = mul_scalar(b, x);
-    let f32 = DTypeRule::Fixed(DType::F32);
-    let p = b.op(
-        Aten::new("pow", s.clone())
-            .autocast(Autocast::Fp32)
-            .saves(vec![Saved::Input(0)])
-            .backward_temporary(s.clone(), f32)
-            .backward_temporary(s.clone(), f32),
-        &[x],
-    );
+    let p = pow_fp32(b, x);
     let p = mul_scalar(b, p);
     let inner = add(b, x, p);
     let inner = mul_scalar(b, inner);

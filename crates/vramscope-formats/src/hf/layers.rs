@@ -215,6 +215,32 @@ pub fn to_dtype(b: &mut GraphBuilder, x: TensorId, dtype: DType) -> TensorId {
     )
 }
 
+/// `x.to(to)` for an `x` in dtype `from`: `x` itself when the dtypes match (`Tensor.to` returns
+/// `self` without a copy), else a [`to_dtype`] copy. The builder does not track dtypes, so the
+/// caller says what `x` is.
+pub fn cast(b: &mut GraphBuilder, x: TensorId, from: DType, to: DType) -> TensorId {
+    if from == to {
+        x
+    } else {
+        to_dtype(b, x, to)
+    }
+}
+
+/// `x.pow(2)` (or `pow(x, 3)`): runs in float32 under autocast and saves its input; its backward
+/// makes a `pow` and a `mul.Scalar` temporary of the input's size.
+pub fn pow_fp32(b: &mut GraphBuilder, x: TensorId) -> TensorId {
+    let s = b.shape(x).to_vec();
+    let f32 = DTypeRule::Fixed(DType::F32);
+    b.op(
+        Aten::new("pow", s.clone())
+            .autocast(Autocast::Fp32)
+            .saves(vec![Saved::Input(0)])
+            .backward_temporary(s.clone(), f32)
+            .backward_temporary(s, f32),
+        &[x],
+    )
+}
+
 /// `RMSNorm(hidden)` (Llama, Mistral, Qwen2/3, Phi-3): `x.to(float32)`, `variance =
 /// pow(2).mean(-1, keepdim)`, `+ eps`, `rsqrt`, `x * rsqrt`, `.to(input_dtype)`, `weight * h`.
 /// `dtype` is the dtype of `x`; the norm runs over its last dimension.
@@ -229,20 +255,12 @@ pub fn rms_norm(
     b.module(name, type_name, &[x], |b| {
         let w = b.parameter("weight", vec![hidden]);
         let s = b.shape(x).to_vec();
-        let xf = if dtype != DType::F32 {
-            to_dtype(b, x, DType::F32)
-        } else {
-            x
-        };
+        let xf = cast(b, x, dtype, DType::F32);
         // `variance` is a local of the forward: it lives until the module returns
         let h = rms_normalize(b, xf, true);
         // the float32 product is the `hidden_states` local until the module returns
         b.hold(&[h]);
-        let h = if dtype != DType::F32 {
-            to_dtype(b, h, dtype)
-        } else {
-            h
-        };
+        let h = cast(b, h, DType::F32, dtype);
         // weight * h: h's gradient first, then the weight's (a full-size product summed down)
         b.op(
             Aten::new("mul", s.clone())
@@ -270,19 +288,11 @@ pub fn gemma_rms_norm(
     b.module(name, type_name, &[x], |b| {
         let w = b.parameter("weight", vec![dim]);
         let s = b.shape(x).to_vec();
-        let xf = if dtype != DType::F32 {
-            to_dtype(b, x, DType::F32)
-        } else {
-            x
-        };
+        let xf = cast(b, x, dtype, DType::F32);
         // the mean is a temporary of one expression here, freed by the `+ eps`
         let h = rms_normalize(b, xf, false);
         // 1.0 + weight.float(): a [dim] float32 tensor
-        let wf = if weight_dtype != DType::F32 {
-            to_dtype(b, w, DType::F32)
-        } else {
-            w
-        };
+        let wf = cast(b, w, weight_dtype, DType::F32);
         let w1 = add_scalar(b, wf);
         // output * (1 + w): output's gradient first, then the weight's (a full-size product summed
         // down)
@@ -308,40 +318,38 @@ pub fn gemma_rms_norm(
 /// `+ eps` has used it (a temporary of the expression).
 fn rms_normalize(b: &mut GraphBuilder, xf: TensorId, hold_variance: bool) -> TensorId {
     let s = b.shape(xf).to_vec();
-    let mut s1 = s.clone();
+    let r = rms_rsqrt(b, xf, hold_variance);
+    // x * rsqrt: the rsqrt gradient is a full-size product summed down
+    b.op(
+        Aten::new("mul", s.clone())
+            .saves(vec![Saved::Input(0), Saved::Input(1)])
+            .cross_saves(0, 1)
+            .backward_temporary(s, DTypeRule::Fixed(DType::F32)),
+        &[xf, r],
+    )
+}
+
+/// `rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)` on a float32 `x` (a `[..., 1]` tensor): the
+/// part RMSNorm and T5LayerNorm share; `hold_variance` as in [`rms_normalize`].
+pub(super) fn rms_rsqrt(b: &mut GraphBuilder, xf: TensorId, hold_variance: bool) -> TensorId {
+    let mut s1 = b.shape(xf).to_vec();
     if let Some(l) = s1.last_mut() {
         *l = 1;
     }
     let f32 = DTypeRule::Fixed(DType::F32);
-    // pow(2): saves its input; backward pow and mul.Scalar temporaries
-    let p = b.op(
-        Aten::new("pow", s.clone())
-            .autocast(Autocast::Fp32)
-            .saves(vec![Saved::Input(0)])
-            .backward_temporary(s.clone(), f32)
-            .backward_temporary(s.clone(), f32),
-        &[xf],
-    );
+    let p = pow_fp32(b, xf);
     let var = b.op(Aten::new("mean", s1.clone()), &[p]);
     if hold_variance {
         b.hold(&[var]);
     }
     let var = add_scalar(b, var);
-    let r = b.op(
+    b.op(
         Aten::new("rsqrt", s1.clone())
             .autocast(Autocast::Fp32)
             .saves(vec![Saved::Output(0)])
             .backward_temporary(s1.clone(), f32)
             .backward_temporary(s1, f32),
         &[var],
-    );
-    // x * rsqrt: the rsqrt gradient is a full-size product summed down
-    b.op(
-        Aten::new("mul", s.clone())
-            .saves(vec![Saved::Input(0), Saved::Input(1)])
-            .cross_saves(0, 1)
-            .backward_temporary(s, f32),
-        &[xf, r],
     )
 }
 
@@ -350,12 +358,10 @@ fn rms_normalize(b: &mut GraphBuilder, xf: TensorId, hold_variance: bool) -> Ten
 /// `inv_freq` buffers; the float32 frequency temporaries are freed inside.
 pub fn rotary(
     b: &mut GraphBuilder,
-    type_name: &str,
     head_dim: u64,
     x: TensorId,
     pos: TensorId,
 ) -> (TensorId, TensorId) {
-    let _ = type_name;
     rotary_with_buffers(b, ["inv_freq", "original_inv_freq"], head_dim, x, pos)
 }
 

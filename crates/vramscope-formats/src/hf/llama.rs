@@ -400,7 +400,7 @@ fn forward(
             b.hold(&[mask]);
             call.eager_mask = Some(mask);
         }
-        let (cos, sin) = rotary(b, &format!("{p}RotaryEmbedding"), s.rotary_dim, x, pos);
+        let (cos, sin) = rotary(b, s.rotary_dim, x, pos);
         // so are `position_embeddings`
         b.hold(&[cos, sin]);
         let mut x = x;

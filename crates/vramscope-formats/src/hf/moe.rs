@@ -23,7 +23,7 @@ use vramscope_core::ops::{ActivationKind, Alias, Aten, DTypeRule, GradIn, Saved,
 use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
 use super::layers::{
-    activation_fn, add, linear, linear_fn, mul, packed_sequence_check, rms_norm, sdpa_mask,
+    activation_fn, add, cast, linear, linear_fn, mul, packed_sequence_check, rms_norm, sdpa_mask,
     to_dtype, view,
 };
 use super::llama::{attention, causal_lm, mlp, silu_act_fn, spec};
@@ -362,11 +362,7 @@ fn router(b: &mut GraphBuilder, m: &Moe, c: &Ctx, x: TensorId) -> (TensorId, Ten
             let logits = linear_fn(b, x, w);
             // Mixtral's `logits.float()` / Qwen's `softmax(logits, dtype=float)`: a float32 copy of
             // half logits (under autocast, softmax's own float32 cast does it)
-            let src = if c.dtype != DType::F32 {
-                to_dtype(b, logits, DType::F32)
-            } else {
-                logits
-            };
+            let src = cast(b, logits, c.dtype, DType::F32);
             let probs = b.op(Softmax { dim: 1 }, &[src]);
             // TopkBackward keeps the indices and scatters into a zero [T, E]
             let mut topk = Aten::new("topk", vec![t, k])

@@ -27,7 +27,7 @@ use vramscope_core::{DType, Graph, GraphBuilder, Precision, TensorId};
 
 use super::gpt2::gelu_new;
 use super::layers::{
-    add, add_scalar, dropout, embedding, embedding_lookup, linear, mul, mul_scalar, tied_head,
+    add, cast, dropout, embedding, embedding_lookup, linear, mul, mul_scalar, rms_rsqrt, tied_head,
     to_dtype, view,
 };
 use super::{build_error, HfConfig, HfError, HfInput};
@@ -658,42 +658,13 @@ fn sdpa_with_bias(
 /// `x * rsqrt(variance + eps)` (float32), `.to(weight.dtype)` for a half weight, `weight * x`.
 fn t5_layer_norm(b: &mut GraphBuilder, s: &Spec, name: &str, x: TensorId) -> TensorId {
     let d = s.d_model;
-    let half_weight = s.precision.param_dtype() != DType::F32;
-    // the stream is in the parameters' dtype (float32 under autocast)
-    let half_input = s.hidden_dtype() != DType::F32;
     b.module(name, "T5LayerNorm", &[x], |b| {
         let w = b.parameter("weight", vec![d]);
         let sh = b.shape(x).to_vec();
-        let mut s1 = sh.clone();
-        if let Some(l) = s1.last_mut() {
-            *l = 1;
-        }
-        let f32 = DTypeRule::Fixed(DType::F32);
-        let xf = if half_input {
-            to_dtype(b, x, DType::F32)
-        } else {
-            x
-        };
-        let p = b.op(
-            Aten::new("pow", sh.clone())
-                .autocast(Autocast::Fp32)
-                .saves(vec![Saved::Input(0)])
-                .backward_temporary(sh.clone(), f32)
-                .backward_temporary(sh.clone(), f32),
-            &[xf],
-        );
-        let var = b.op(Aten::new("mean", s1.clone()), &[p]);
+        // the stream is in the parameters' dtype (float32 under autocast)
+        let xf = cast(b, x, s.hidden_dtype(), DType::F32);
         // variance is a local until forward returns
-        b.hold(&[var]);
-        let ve = add_scalar(b, var);
-        let r = b.op(
-            Aten::new("rsqrt", s1.clone())
-                .autocast(Autocast::Fp32)
-                .saves(vec![Saved::Output(0)])
-                .backward_temporary(s1.clone(), f32)
-                .backward_temporary(s1.clone(), f32),
-            &[ve],
-        );
+        let r = rms_rsqrt(b, xf, true);
         // hidden_states * rsqrt: the input (not its float32 copy) times float32; MulBackward0
         // makes rsqrt's full-size gradient first (summed to [.., 1]), then the input's
         let h = b.op(
@@ -704,11 +675,7 @@ fn t5_layer_norm(b: &mut GraphBuilder, s: &Spec, name: &str, x: TensorId) -> Ten
                 .grads_like_output(),
             &[x, r],
         );
-        let h = if half_weight {
-            to_dtype(b, h, s.precision.param_dtype())
-        } else {
-            h
-        };
+        let h = cast(b, h, DType::F32, s.precision.param_dtype());
         // weight * hidden_states: h's gradient first, then the weight's full-size one summed
         b.op(
             Aten::new("mul", sh)
