@@ -909,9 +909,8 @@ impl<'g> Sim<'g> {
                             if !st.saved && st.category != Category::Parameters {
                                 st.saved = true;
                                 let bytes = st.bytes;
-                                if let (Some(layers), Some(n)) = (self.layers.as_mut(), graph_node)
+                                if let (Some(layers), Some(_)) = (self.layers.as_mut(), graph_node)
                                 {
-                                    let _ = n;
                                     if let Some(l) = layers.last_mut() {
                                         l.saved_bytes += bytes;
                                     }

@@ -268,31 +268,16 @@ impl Op for Aten {
     }
 
     fn input_grads(&self, ctx: &OpCtx) -> Vec<GradIn> {
-        match &self.grads {
-            Some(g) => ctx
-                .inputs
-                .iter()
-                .enumerate()
-                .map(|(i, t)| {
-                    if t.dtype.is_float() {
-                        g.get(i).copied().unwrap_or(GradIn::None)
-                    } else {
-                        GradIn::None
-                    }
-                })
-                .collect(),
-            None => ctx
-                .inputs
-                .iter()
-                .map(|t| {
-                    if t.dtype.is_float() {
-                        GradIn::New
-                    } else {
-                        GradIn::None
-                    }
-                })
-                .collect(),
-        }
+        // without an explicit list: the trait's default (a new gradient per float input)
+        ctx.inputs
+            .iter()
+            .enumerate()
+            .map(|(i, t)| match (&self.grads, t.dtype.is_float()) {
+                (_, false) => GradIn::None,
+                (None, true) => GradIn::New,
+                (Some(g), true) => g.get(i).copied().unwrap_or(GradIn::None),
+            })
+            .collect()
     }
 
     fn backward_temporaries(&self, ctx: &OpCtx) -> Vec<u64> {

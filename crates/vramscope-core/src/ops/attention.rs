@@ -58,16 +58,7 @@ impl Op for ScaledDotProductAttention {
     }
 
     fn output_shapes(&self, inputs: &[&[u64]]) -> Result<Vec<Shape>, ShapeError> {
-        let q = expect_rank("scaled_dot_product_attention", inputs, 0, 4)?;
-        let k = expect_rank("scaled_dot_product_attention", inputs, 1, 4)?;
-        let v = expect_rank("scaled_dot_product_attention", inputs, 2, 4)?;
-        if q[3] != k[3] || k[2] != v[2] || q[0] != k[0] {
-            return Err(ShapeError::new(
-                "scaled_dot_product_attention",
-                format!("q {q:?}, k {k:?}, v {v:?} do not fit together"),
-            ));
-        }
-        Ok(vec![vec![q[0], q[1], q[2], v[3]]])
+        Ok(vec![sdpa_output_shape(inputs)?])
     }
 
     fn autocast(&self) -> Autocast {
@@ -110,6 +101,22 @@ impl Op for ScaledDotProductAttention {
 
 /// The results a backend's forward returns besides the output, which backward keeps (q, k, v
 /// `[B, H, L, E]` first among `ctx.inputs`).
+/// The output `[B, H, L, Dv]` of attention over q `[B, H, L, D]`, k `[B, Hk, S, D]` and v
+/// `[B, Hk, S, Dv]` (the shape rule every SDPA op shares).
+pub(crate) fn sdpa_output_shape(inputs: &[&[u64]]) -> Result<Shape, ShapeError> {
+    let name = "scaled_dot_product_attention";
+    let q = expect_rank(name, inputs, 0, 4)?;
+    let k = expect_rank(name, inputs, 1, 4)?;
+    let v = expect_rank(name, inputs, 2, 4)?;
+    if q[3] != k[3] || k[2] != v[2] || q[0] != k[0] {
+        return Err(ShapeError::new(
+            name,
+            format!("q {q:?}, k {k:?}, v {v:?} do not fit together"),
+        ));
+    }
+    Ok(vec![q[0], q[1], q[2], v[3]])
+}
+
 pub(crate) fn backend_extras(backend: SdpaBackend, ctx: &OpCtx) -> Vec<TensorMeta> {
     let q = &ctx.inputs[0].shape;
     let (b, h, l) = (q[0], q[1], q[2]);

@@ -50,16 +50,9 @@ impl Op for ScaledDotProductAttentionBias {
 
     fn output_shapes(&self, inputs: &[&[u64]]) -> Result<Vec<Shape>, ShapeError> {
         let name = "scaled_dot_product_attention";
-        let q = expect_rank(name, inputs, 0, 4)?;
-        let k = expect_rank(name, inputs, 1, 4)?;
-        let v = expect_rank(name, inputs, 2, 4)?;
+        let out = super::attention::sdpa_output_shape(inputs)?;
+        let (q, k) = (inputs[0], inputs[1]);
         let m = expect_rank(name, inputs, 3, 4)?;
-        if q[3] != k[3] || k[2] != v[2] || q[0] != k[0] {
-            return Err(ShapeError::new(
-                name,
-                format!("q {q:?}, k {k:?}, v {v:?} do not fit together"),
-            ));
-        }
         if m[0] != q[0] || m[1] != q[1] || m[2] != q[2] || m[3] < k[2] {
             return Err(ShapeError::new(
                 name,
@@ -69,7 +62,7 @@ impl Op for ScaledDotProductAttentionBias {
                 ),
             ));
         }
-        Ok(vec![vec![q[0], q[1], q[2], v[3]]])
+        Ok(vec![out])
     }
 
     fn autocast(&self) -> Autocast {

@@ -25,6 +25,28 @@ impl Linear {
     }
 }
 
+/// The shape rule of a linear map `[..., in] -> [..., out]` (`Linear`, `MatMul4Bit`).
+pub(crate) fn linear_shape(
+    kind: &'static str,
+    s: &[u64],
+    in_features: u64,
+    out_features: u64,
+) -> Result<Vec<Shape>, ShapeError> {
+    match s.last() {
+        Some(&k) if k == in_features => {
+            let mut o = s.to_vec();
+            if let Some(last) = o.last_mut() {
+                *last = out_features;
+            }
+            Ok(vec![o])
+        }
+        _ => Err(ShapeError::new(
+            kind,
+            format!("input has shape {s:?}, expected the last dimension to be {in_features}"),
+        )),
+    }
+}
+
 impl Op for Linear {
     fn kind(&self) -> &'static str {
         "Linear"
@@ -37,23 +59,7 @@ impl Op for Linear {
     }
 
     fn output_shapes(&self, inputs: &[&[u64]]) -> Result<Vec<Shape>, ShapeError> {
-        let s = inputs[0];
-        match s.last() {
-            Some(&k) if k == self.in_features => {
-                let mut o = s.to_vec();
-                if let Some(last) = o.last_mut() {
-                    *last = self.out_features;
-                }
-                Ok(vec![o])
-            }
-            _ => Err(ShapeError::new(
-                "Linear",
-                format!(
-                    "input has shape {s:?}, expected the last dimension to be {}",
-                    self.in_features
-                ),
-            )),
-        }
+        linear_shape("Linear", inputs[0], self.in_features, self.out_features)
     }
 
     fn param_specs(&self) -> Vec<ParamSpec> {

@@ -105,23 +105,7 @@ impl Op for MatMul4Bit {
     }
 
     fn output_shapes(&self, inputs: &[&[u64]]) -> Result<Vec<Shape>, ShapeError> {
-        let s = inputs[0];
-        match s.last() {
-            Some(&k) if k == self.in_features => {
-                let mut o = s.to_vec();
-                if let Some(last) = o.last_mut() {
-                    *last = self.out_features;
-                }
-                Ok(vec![o])
-            }
-            _ => Err(ShapeError::new(
-                "MatMul4Bit",
-                format!(
-                    "input has shape {s:?}, expected the last dimension to be {}",
-                    self.in_features
-                ),
-            )),
-        }
+        super::linear::linear_shape("MatMul4Bit", inputs[0], self.in_features, self.out_features)
     }
 
     fn output_dtypes(&self, inputs: &[DType], n: usize) -> Vec<DType> {
@@ -139,19 +123,6 @@ impl Op for MatMul4Bit {
     // ctx.tensors = (None, B): the packed weight, a parameter
     fn saved_for_backward(&self, _ctx: &OpCtx) -> Vec<Saved> {
         Vec::new()
-    }
-
-    fn input_grads(&self, ctx: &OpCtx) -> Vec<GradIn> {
-        ctx.inputs
-            .iter()
-            .map(|t| {
-                if t.dtype.is_float() {
-                    GradIn::New
-                } else {
-                    GradIn::None
-                }
-            })
-            .collect()
     }
 
     // matmul(grad_output, dequantize_4bit(B, state).to(grad_output.dtype).t())

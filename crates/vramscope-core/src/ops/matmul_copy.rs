@@ -4,7 +4,8 @@
 //! packed `c_attn` output, and the transposed keys of such a layout). Under autocast `matmul`
 //! casts its operands first (right to left) and copies the cast ones, so the copies are this op's
 //! first outputs and the product its last; `BmmBackward0` keeps what `bmm` received: the copies,
-//! or the operands themselves where they needed none.
+//! or the operands themselves where they needed none. Swin's `attn @ v` (`v` a slice of the
+//! permuted qkv projection) copies only the right operand.
 
 use super::*;
 

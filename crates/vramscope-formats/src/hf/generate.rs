@@ -108,8 +108,12 @@ pub trait CausalLm {
     /// Elements of one layer's cached keys per position and batch row (`KV heads × head_dim`).
     fn kv_width(&self) -> u64;
     /// Dtypes of the cached keys and values for a model in `param` dtype run under autocast to
-    /// `autocast` (if any).
-    fn kv_dtypes(&self, param: DType, autocast: Option<DType>) -> (DType, DType);
+    /// `autocast` (if any); by default the projections' output dtype (GPT-2, OPT: nothing between
+    /// the projection and the cache changes it).
+    fn kv_dtypes(&self, param: DType, autocast: Option<DType>) -> (DType, DType) {
+        let d = autocast.unwrap_or(param);
+        (d, d)
+    }
     /// `sliding_window` of the attention, if it has one.
     fn sliding_window(&self) -> Option<u64> {
         None

@@ -310,10 +310,4 @@ impl CausalLm for Model {
     fn kv_width(&self) -> u64 {
         self.spec.hidden
     }
-
-    // the projections' output: the autocast dtype, or the model's
-    fn kv_dtypes(&self, param: DType, autocast: Option<DType>) -> (DType, DType) {
-        let d = autocast.unwrap_or(param);
-        (d, d)
-    }
 }

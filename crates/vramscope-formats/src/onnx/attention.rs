@@ -12,7 +12,7 @@ use vramscope_core::{GraphBuilder, TensorId};
 
 use super::fuse::SdpaFusion;
 use super::layout;
-use super::lower::{attr_i, broadcast_dims, Lowerer, Val, R};
+use super::lower::{attr_i, broadcast_dims, input_name, Lowerer, Val, R};
 use super::proto::NodeProto;
 
 impl Lowerer<'_> {
@@ -166,7 +166,7 @@ impl Lowerer<'_> {
         n: &NodeProto,
         leaf: Option<&str>,
     ) -> R<()> {
-        let inp = |i: usize| n.input.get(i).map(String::as_str).unwrap_or("");
+        let inp = |i: usize| input_name(n, i);
         if !inp(4).is_empty() || !inp(5).is_empty() {
             return Err("past_key / past_value (a KV cache) are not supported".into());
         }
@@ -238,7 +238,7 @@ impl Lowerer<'_> {
         n: &NodeProto,
         leaf: Option<&str>,
     ) -> R<()> {
-        let inp = |i: usize| n.input.get(i).map(String::as_str).unwrap_or("");
+        let inp = |i: usize| input_name(n, i);
         if !inp(4).is_empty() {
             return Err("`past` (a KV cache) is not supported".into());
         }

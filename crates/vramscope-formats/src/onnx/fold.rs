@@ -2,14 +2,14 @@
 //! is evaluated when the graph is built; values are kept for small constants (`consts.rs`).
 
 use super::consts::{self, Konst};
-use super::lower::{attr, attr_i, attr_ints, broadcast_dims, u, Lowerer, R};
+use super::lower::{attr, attr_i, attr_ints, broadcast_dims, input_name, u, Lowerer, R};
 use super::proto::{attribute_proto::AttributeType, NodeProto};
 
 impl Lowerer<'_> {
     /// Constant folding of a node whose inputs are all constants; `None` when the op is not one
     /// that can be folded.
     pub(super) fn fold(&self, n: &NodeProto) -> R<Option<Konst>> {
-        let inp = |i: usize| n.input.get(i).map(String::as_str).unwrap_or("");
+        let inp = |i: usize| input_name(n, i);
         let k = |i: usize| {
             self.konst(inp(i))
                 .ok_or_else(|| format!("input `{}` is not a known constant", inp(i)))

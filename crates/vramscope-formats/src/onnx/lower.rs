@@ -62,6 +62,11 @@ pub struct Lowerer<'a> {
 
 pub(super) type R<T> = Result<T, String>;
 
+/// Input `i` of node `n` (an omitted optional input, or one past the end: `""`).
+pub(super) fn input_name(n: &NodeProto, i: usize) -> &str {
+    n.input.get(i).map(String::as_str).unwrap_or("")
+}
+
 pub(super) fn attr<'n>(n: &'n NodeProto, name: &str) -> Option<&'n super::proto::AttributeProto> {
     n.attribute.iter().find(|a| a.name() == name)
 }
@@ -689,7 +694,7 @@ impl<'a> Lowerer<'a> {
         n: &'a NodeProto,
         leaf: Option<&str>,
     ) -> R<()> {
-        let inp = |i: usize| n.input.get(i).map(String::as_str).unwrap_or("");
+        let inp = |i: usize| input_name(n, i);
         let out0 = n.output.first().map(String::as_str).unwrap_or("");
         let op = n.op_type();
         // constant folding first: every input constant, and weights only reshaped (an LSTM's
@@ -1272,7 +1277,7 @@ impl<'a> Lowerer<'a> {
         n: &NodeProto,
         leaf: Option<&str>,
     ) -> R<()> {
-        let inp = |i: usize| n.input.get(i).map(String::as_str).unwrap_or("");
+        let inp = |i: usize| input_name(n, i);
         let mut x = self.act(b, inp(0))?;
         let w = self.init_dims(inp(1))?;
         let d = w.len().saturating_sub(2);
@@ -1356,7 +1361,7 @@ impl<'a> Lowerer<'a> {
         n: &NodeProto,
         leaf: Option<&str>,
     ) -> R<()> {
-        let inp = |i: usize| n.input.get(i).map(String::as_str).unwrap_or("");
+        let inp = |i: usize| input_name(n, i);
         let out0 = n.output.first().map(String::as_str).unwrap_or("");
         let data_dims = self.dims_of(b, inp(0))?;
         let ax = consts::axis(attr_i(n, "axis", 0), data_dims.len()).ok_or("axis out of range")?;
@@ -1540,7 +1545,7 @@ impl<'a> Lowerer<'a> {
 
     /// The output shape of a `Slice`, and the step of every dim (1 where not sliced).
     pub(super) fn slice_shape(&self, n: &NodeProto, s: &[u64]) -> R<(Vec<u64>, Vec<u64>)> {
-        let inp = |i: usize| n.input.get(i).map(String::as_str).unwrap_or("");
+        let inp = |i: usize| input_name(n, i);
         let starts = self.ints(inp(1), "starts")?;
         let ends = self.ints(inp(2), "ends")?;
         let axes = if inp(3).is_empty() {

@@ -12,7 +12,7 @@
 use vramscope_core::ops::{Aten, Autocast, Cat, DTypeRule, GradIn, GruCell, LstmCell, Saved, View};
 use vramscope_core::{GraphBuilder, TensorId};
 
-use super::lower::{attr, attr_i, Lowerer, Val, R};
+use super::lower::{attr, attr_i, input_name, Lowerer, Val, R};
 use super::proto::NodeProto;
 
 /// What an `LSTM`/`GRU` node asks for.
@@ -34,7 +34,7 @@ impl Lowerer<'_> {
         n: &NodeProto,
         leaf: Option<&str>,
     ) -> R<()> {
-        let inp = |i: usize| n.input.get(i).map(String::as_str).unwrap_or("");
+        let inp = |i: usize| input_name(n, i);
         let lstm = n.op_type() == "LSTM";
         let gates: u64 = if lstm { 4 } else { 3 };
         let hidden = attr_i(n, "hidden_size", 0);
