@@ -4,6 +4,7 @@
 //! `--prompt-len` / `--new-tokens` / `--seq-len` and the model kind).
 
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use anyhow::{anyhow, bail, Context, Result};
 use vramscope_core::sim::{Mode, StepConfig};
@@ -69,6 +70,13 @@ pub struct ModelArgs {
     /// Fine-tuning: LoRA adapters, frozen parameters.
     #[command(flatten)]
     pub finetune: crate::finetune::FinetuneArgs,
+    /// `--weights-dtype from-files`: the checkpoint folder and its headers, read once per command
+    /// (`fit` and `tricks` build the model many times; clones share what was read).
+    #[arg(skip)]
+    pub(crate) checkpoint_headers: OnceLock<(PathBuf, WeightInventory)>,
+    /// Set once the checkpoint's name/dtype warnings have been printed (once per command).
+    #[arg(skip)]
+    pub(crate) checkpoint_warned: OnceLock<()>,
 }
 
 /// Where parameter dtypes come from (`--weights-dtype`).
@@ -88,7 +96,7 @@ pub fn step_config(model: &ModelArgs, step: &StepArgs) -> Result<StepConfig> {
     let mut cfg = step.config()?;
     if model.weights_dtype == WeightsDtype::FromFiles && step.precision.is_none() {
         let (_, inv) = checkpoint(model)?;
-        cfg.precision = match dominant_float_dtype(&inv) {
+        cfg.precision = match dominant_float_dtype(inv) {
             Some(DType::BF16) => Precision::Bf16,
             Some(DType::F16) => Precision::Fp16,
             _ => Precision::Fp32,
@@ -97,8 +105,17 @@ pub fn step_config(model: &ModelArgs, step: &StepArgs) -> Result<StepConfig> {
     Ok(cfg)
 }
 
-/// The folder of a Hugging Face model path and its safetensors inventory (headers only).
-fn checkpoint(args: &ModelArgs) -> Result<(PathBuf, WeightInventory)> {
+/// The folder of a Hugging Face model path and its safetensors inventory (headers only), read on
+/// the first call.
+fn checkpoint(args: &ModelArgs) -> Result<&(PathBuf, WeightInventory)> {
+    if let Some(read) = args.checkpoint_headers.get() {
+        return Ok(read);
+    }
+    let read = read_checkpoint(args)?;
+    Ok(args.checkpoint_headers.get_or_init(|| read))
+}
+
+fn read_checkpoint(args: &ModelArgs) -> Result<(PathBuf, WeightInventory)> {
     let path = Path::new(&args.model);
     if !hf::is_hf_path(&args.model) {
         bail!(
@@ -133,7 +150,7 @@ fn apply_checkpoint_dtypes(
     precision: Precision,
 ) -> Result<()> {
     let (dir, inv) = checkpoint(args)?;
-    let m = apply_file_dtypes(graph, &inv)?;
+    let m = apply_file_dtypes(graph, inv)?;
     let few = |v: &[String]| {
         let mut s = v.iter().take(5).cloned().collect::<Vec<_>>().join(", ");
         if v.len() > 5 {
@@ -148,6 +165,10 @@ fn apply_checkpoint_dtypes(
             few(&graph.params.iter().map(|p| p.name.clone()).collect::<Vec<_>>()),
             few(&inv.tensors.iter().map(|t| t.name.clone()).collect::<Vec<_>>())
         );
+    }
+    // the same warnings for every batch size a search tries: print them once
+    if args.checkpoint_warned.set(()).is_err() {
+        return Ok(());
     }
     if !m.missing.is_empty() {
         eprintln!(
@@ -179,7 +200,7 @@ fn apply_checkpoint_dtypes(
             floats.iter().map(|d| d.name()).collect::<Vec<_>>().join(" and ")
         );
     }
-    if let Some(d) = dominant_float_dtype(&inv).filter(|&d| d != precision.param_dtype()) {
+    if let Some(d) = dominant_float_dtype(inv).filter(|&d| d != precision.param_dtype()) {
         eprintln!(
             "warning: --weights-dtype from-files: the weights are mostly {}, but --precision {} builds the activations' dtype casts for {} parameters",
             d.name(),
