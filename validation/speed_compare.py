@@ -53,15 +53,29 @@ def torchinfo_time(model, batch, image):
     return time.perf_counter() - t
 
 
-def process_only(binary):
-    print("| estimate | process wall (median of 21) | max resident memory |")
-    print("|---|---:|---:|")
-    for args in (["resnet50"], ["vit_l_16"], ["gpt2", "--seq-len", "1024", "-b", "8"]):
-        before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-        t = timed([binary, "estimate", *args, "--json"], 21)
-        rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-        rss_note = f"{rss / 1024:.1f} MiB" if rss > before or before == 0 else f"<= {rss / 1024:.1f} MiB"
-        print(f"| {' '.join(args)} | {t * 1000:.1f} ms | {rss_note} |", flush=True)
+# whole-process cases of --process-only: the zoo, the issue-3 70B command, generations
+PROCESS_CASES = [
+    ["resnet50"],
+    ["vit_l_16"],
+    ["gpt2", "--seq-len", "1024", "-b", "8"],
+    ["llama-3-70b", "--seq-len", "4096", "-b", "1", "--precision", "amp-bf16"],
+    ["gpt2", "--mode", "generate", "--prompt-len", "128", "--new-tokens", "32", "-b", "4", "--precision", "bf16"],
+    ["llama-3-8b", "--mode", "generate", "--prompt-len", "512", "--new-tokens", "256", "-b", "4", "--precision", "bf16"],
+    ["llama-3-70b", "--mode", "generate", "--prompt-len", "2000", "--new-tokens", "2000", "-b", "1", "--precision", "bf16"],
+]
+
+
+def process_only(binary, runs=21):
+    print(f"| estimate | process wall (median of {runs}) | user CPU per run | max resident memory |")
+    print("|---|---:|---:|---:|")
+    for args in PROCESS_CASES:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t = timed([binary, "estimate", *args, "--json"], runs)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        user = (after.ru_utime - before.ru_utime) / runs
+        rss = after.ru_maxrss
+        rss_note = f"{rss / 1024:.1f} MiB" if rss > before.ru_maxrss or before.ru_maxrss == 0 else f"<= {rss / 1024:.1f} MiB"
+        print(f"| {' '.join(args)} | {t * 1000:.1f} ms | {user * 1000:.1f} ms | {rss_note} |", flush=True)
 
 
 def main():
