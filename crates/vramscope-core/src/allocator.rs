@@ -5,8 +5,6 @@
 //! 512 B (small pool) or more than 1 MiB (large pool); coalescing of free neighbours. It turns an
 //! allocation/free stream into `memory_allocated()` and `memory_reserved()`.
 
-use std::collections::BTreeSet;
-
 /// Minimum block size and rounding (512 B).
 pub const MIN_BLOCK: u64 = 512;
 /// Largest request served from the small pool (1 MiB).
@@ -43,12 +41,101 @@ struct Block {
     next: Option<usize>,
 }
 
+/// The cached (free) blocks of one pool. Best fit is the smallest block of at least the requested
+/// size, the lowest address among equal sizes (the order of the allocator's `(size, address)`
+/// block set). Blocks are grouped by size, the sizes sorted; each group is sorted by descending
+/// address, so that the best fit is the group's last entry. A pool holds few distinct sizes but
+/// many blocks of each (a 70B model's layers free hundreds of equal segments), where this is about
+/// twice as fast as a `BTreeSet` of `(size, address, block)`.
+#[derive(Debug, Clone, Default)]
+struct FreePool {
+    /// (block size, [(address, block index)] by descending address), by ascending size; no group
+    /// is empty
+    groups: Vec<(u64, Vec<(u64, usize)>)>,
+    /// emptied groups' vectors, kept for their capacity
+    spare: Vec<Vec<(u64, usize)>>,
+    /// the group used last: runs of frees and allocations of one size are common (a model's
+    /// layers), so it is tried before a search
+    hint: usize,
+}
+
+impl FreePool {
+    /// The group of blocks of `size` bytes, or where it would go.
+    fn group_of(&self, size: u64) -> Result<usize, usize> {
+        match self.groups.get(self.hint) {
+            Some(g) if g.0 == size => Ok(self.hint),
+            _ => self.groups.binary_search_by_key(&size, |g| g.0),
+        }
+    }
+
+    fn insert(&mut self, size: u64, addr: u64, block: usize) {
+        let g = match self.group_of(size) {
+            Ok(g) => g,
+            Err(g) => {
+                let list = self.spare.pop().unwrap_or_default();
+                self.groups.insert(g, (size, list));
+                g
+            }
+        };
+        self.hint = g;
+        // freed blocks are mostly recent, low-address ones: their place is often the end
+        let list = &mut self.groups[g].1;
+        let at = match list.last() {
+            Some(last) if last.0 < addr => list.partition_point(|e| e.0 > addr),
+            _ => list.len(),
+        };
+        if at == list.len() {
+            list.push((addr, block));
+        } else {
+            list.insert(at, (addr, block));
+        }
+    }
+
+    fn remove_at(&mut self, g: usize, at: usize) -> usize {
+        let list = &mut self.groups[g].1;
+        let (_, block) = if at + 1 == list.len() {
+            list.pop().unwrap_or_default()
+        } else {
+            list.remove(at)
+        };
+        if self.groups[g].1.is_empty() {
+            let (_, list) = self.groups.remove(g);
+            self.spare.push(list);
+        }
+        block
+    }
+
+    fn remove(&mut self, size: u64, addr: u64) {
+        if let Ok(g) = self.group_of(size) {
+            let list = &self.groups[g].1;
+            let at = list.partition_point(|e| e.0 > addr);
+            if list.get(at).is_some_and(|e| e.0 == addr) {
+                self.remove_at(g, at);
+            }
+        }
+    }
+
+    /// Removes and returns the best fit for `size` bytes.
+    fn take_best_fit(&mut self, size: u64) -> Option<usize> {
+        let h = self.hint;
+        let fits = |g: usize| self.groups.get(g).is_some_and(|g| g.0 >= size);
+        let g = if fits(h) && (h == 0 || !fits(h - 1)) {
+            h
+        } else {
+            self.groups.partition_point(|g| g.0 < size)
+        };
+        let last = self.groups.get(g)?.1.len() - 1;
+        self.hint = g;
+        Some(self.remove_at(g, last))
+    }
+}
+
 /// The caching allocator's state.
 #[derive(Debug, Clone, Default)]
 pub struct CachingAllocator {
     blocks: Vec<Block>,
-    free_small: BTreeSet<(u64, u64, usize)>,
-    free_large: BTreeSet<(u64, u64, usize)>,
+    free_small: FreePool,
+    free_large: FreePool,
     next_addr: u64,
     allocated: u64,
     reserved: u64,
@@ -85,7 +172,7 @@ impl CachingAllocator {
         self.blocks[b.0].size
     }
 
-    fn pool(&mut self, small: bool) -> &mut BTreeSet<(u64, u64, usize)> {
+    fn pool(&mut self, small: bool) -> &mut FreePool {
         if small {
             &mut self.free_small
         } else {
@@ -99,7 +186,7 @@ impl CachingAllocator {
             self.blocks[i].addr,
             self.blocks[i].small,
         );
-        self.pool(small).insert((size, addr, i));
+        self.pool(small).insert(size, addr, i);
     }
 
     fn remove_free(&mut self, i: usize) {
@@ -108,7 +195,7 @@ impl CachingAllocator {
             self.blocks[i].addr,
             self.blocks[i].small,
         );
-        self.pool(small).remove(&(size, addr, i));
+        self.pool(small).remove(size, addr);
     }
 
     fn new_block(&mut self, b: Block) -> usize {
@@ -128,12 +215,8 @@ impl CachingAllocator {
         }
         let size = round_size(nbytes);
         let small = size <= SMALL_SIZE;
-        let found = self.pool(small).range((size, 0, 0)..).next().copied();
-        let i = match found {
-            Some(key) => {
-                self.pool(small).remove(&key);
-                key.2
-            }
+        let i = match self.pool(small).take_best_fit(size) {
+            Some(i) => i,
             None => {
                 let seg = if small {
                     SMALL_BUFFER
@@ -216,6 +299,50 @@ impl CachingAllocator {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+    use std::collections::BTreeSet;
+
+    proptest! {
+        /// The pool picks what the allocator's ordered set of `(size, address, block)` picks.
+        #[test]
+        fn free_pool_orders_as_a_set_of_size_address(
+            ops in prop::collection::vec((0u8..3, 1u64..12, any::<prop::sample::Index>()), 1..300)
+        ) {
+            let mut pool = FreePool::default();
+            let mut set: BTreeSet<(u64, u64, usize)> = BTreeSet::new();
+            let mut next_addr = 0u64;
+            for (op, size, pick) in ops {
+                match op {
+                    0 => {
+                        // few distinct sizes, unique addresses (as real blocks have)
+                        next_addr += 1 + size % 3;
+                        let block = next_addr as usize * 7;
+                        pool.insert(size * 512, next_addr, block);
+                        set.insert((size * 512, next_addr, block));
+                    }
+                    1 if !set.is_empty() => {
+                        let key = *set.iter().nth(pick.index(set.len())).unwrap();
+                        set.remove(&key);
+                        pool.remove(key.0, key.1);
+                    }
+                    _ => {
+                        let want = size * 512;
+                        let expected = set.range((want, 0, 0)..).next().copied();
+                        if let Some(k) = expected {
+                            set.remove(&k);
+                        }
+                        prop_assert_eq!(pool.take_best_fit(want), expected.map(|k| k.2));
+                    }
+                }
+                let flat: Vec<(u64, u64, usize)> = pool
+                    .groups
+                    .iter()
+                    .flat_map(|(s, list)| list.iter().rev().map(move |&(a, b)| (*s, a, b)))
+                    .collect();
+                prop_assert_eq!(flat, set.iter().copied().collect::<Vec<_>>());
+            }
+        }
+    }
 
     #[test]
     fn rounds_and_pools() {
