@@ -327,6 +327,74 @@ pub enum SimError {
 
 type Rt = u32;
 
+/// A shape in [`Shapes`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ShapeId(u32);
+
+/// Every shape the simulation uses, stored once: runtime tensors, storages and tape entries refer
+/// to their sizes by [`ShapeId`], so copying a tensor's metadata never allocates (cloning small
+/// `Vec<u64>`s was the largest share of an estimate's time). The first entries are the graph's
+/// tensors (`ShapeId(t)` is tensor `t`'s shape), then its parameters (see [`Shapes::param`]).
+#[derive(Debug, Default)]
+struct Shapes {
+    dims: Vec<u64>,
+    spans: Vec<(u32, u32)>,
+    params_from: u32,
+}
+
+impl Shapes {
+    fn for_graph(g: &Graph) -> Self {
+        let mut s = Shapes::default();
+        for t in &g.tensors {
+            s.add(&t.shape);
+        }
+        s.params_from = s.spans.len() as u32;
+        for p in &g.params {
+            s.add(&p.shape);
+        }
+        s
+    }
+
+    fn add(&mut self, shape: &[u64]) -> ShapeId {
+        self.spans
+            .push((self.dims.len() as u32, shape.len() as u32));
+        self.dims.extend_from_slice(shape);
+        ShapeId(self.spans.len() as u32 - 1)
+    }
+
+    /// Whether two tensors have the same dtype and sizes.
+    fn same(&self, a: Meta, b: Meta) -> bool {
+        a.dtype == b.dtype && (a.shape == b.shape || self.get(a.shape) == self.get(b.shape))
+    }
+
+    fn get(&self, id: ShapeId) -> &[u64] {
+        let (start, len) = self.spans[id.0 as usize];
+        &self.dims[start as usize..(start + len) as usize]
+    }
+
+    /// The shape of graph tensor `t`.
+    fn tensor(t: TensorId) -> ShapeId {
+        ShapeId(t.0)
+    }
+
+    /// The shape of parameter `p`.
+    fn param(&self, p: ParamId) -> ShapeId {
+        ShapeId(self.params_from + p.0)
+    }
+
+    /// Exact storage bytes of a tensor.
+    fn bytes(&self, meta: Meta) -> u64 {
+        crate::ir::numel(self.get(meta.shape)) * meta.dtype.size()
+    }
+}
+
+/// Shape and dtype of a runtime tensor (a [`TensorMeta`] whose sizes live in [`Shapes`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Meta {
+    shape: ShapeId,
+    dtype: DType,
+}
+
 #[derive(Debug, Clone)]
 struct Storage {
     bytes: u64,
@@ -335,30 +403,60 @@ struct Storage {
     category: Category,
     label: Label,
     module: Option<ModuleId>,
-    meta: TensorMeta,
+    meta: Meta,
     alive: bool,
     saved: bool,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 struct RtTensor {
     storage: u32,
-    meta: TensorMeta,
+    meta: Meta,
     requires_grad: bool,
     param: Option<ParamId>,
 }
 
-#[derive(Debug, Clone)]
+/// A range of one of the simulation's shared lists (`Sim::tape_inputs`, `Plans::metas`, ...):
+/// tape nodes and op plans keep their lists there instead of in vectors of their own.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Span {
+    start: u32,
+    len: u32,
+}
+
+impl Span {
+    /// The span of the items pushed onto a list since it had `start` items.
+    fn since(start: usize, list_len: usize) -> Self {
+        Span {
+            start: start as u32,
+            len: (list_len - start) as u32,
+        }
+    }
+
+    fn range(self) -> std::ops::Range<usize> {
+        self.start as usize..(self.start + self.len) as usize
+    }
+
+    fn is_empty(self) -> bool {
+        self.len == 0
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
 struct TapeNode {
     label: Label,
     module: Option<ModuleId>,
-    /// rt ids of the inputs (activations then parameters) with their gradient rule
-    inputs: Vec<(Option<Rt>, GradIn, TensorMeta)>,
-    outputs: Vec<Rt>,
-    saved: Vec<u32>,
-    temporaries: Vec<u64>,
-    /// the backward kernel's scratch program (run before the gradients)
-    scratch: Vec<Scratch>,
+    /// rt ids of the inputs (activations then parameters) with their gradient rule, in
+    /// `Sim::tape_inputs`
+    inputs: Span,
+    /// in `Sim::tape_outputs`
+    outputs: Span,
+    /// storages kept for backward, in `Sim::tape_saved`
+    saved: Span,
+    /// backward temporaries (bytes), in `Plans::bytes`
+    temporaries: Span,
+    /// the backward kernel's scratch program (run before the gradients), in `Plans::scratch`
+    scratch: Span,
     /// allocate input gradients last argument first (`mm`: mat2 before mat1)
     grads_right_to_left: bool,
     region: Option<usize>,
@@ -367,6 +465,155 @@ struct TapeNode {
     saves: bool,
     /// gradients are computed like the output, then reduced / cast (`Op::grads_like_output`)
     grads_like_output: bool,
+}
+
+/// Buffers [`Sim::call`] reuses from one op call to the next (taken out of the `Sim` for the call).
+#[derive(Debug, Default)]
+struct CallScratch {
+    eff: Vec<Rt>,
+    eff_params: Vec<Rt>,
+    casts: Vec<Rt>,
+    extras: Vec<u32>,
+    made: Vec<Option<u32>>,
+    /// the storages this call saves for backward (moved onto the tape's shared list)
+    saved: Vec<u32>,
+}
+
+/// What an op's rules answered for one set of runtime inputs (shapes and dtypes after autocast,
+/// whether each requires grad, whether autograd records the call): asked at the first call, reused
+/// by every later call of the same op object with the same inputs (the second iteration,
+/// recomputation, and the layers a front-end recorded once and copied, which share their op
+/// objects). The lists are spans of [`Plans`]' vectors.
+#[derive(Debug, Clone, Copy)]
+struct OpPlan {
+    /// the metadata of the inputs, then of the parameters (in `Plans::keys`)
+    key: Span,
+    n_inputs: u32,
+    records: bool,
+    /// the next plan of the same op object
+    next: Option<u32>,
+    /// in `Plans::metas`
+    outputs: Span,
+    alias: Alias,
+    /// forward extras (or inference extras when not recording), in `Plans::metas`
+    extras: Span,
+    /// in `Plans::bytes`
+    forward_temporaries: Span,
+    /// in `Plans::scratch`
+    forward_scratch: Span,
+    sdpa: Option<SdpaBackend>,
+    /// what autograd saves, each with the input whose gradient alone needs it (in
+    /// `Plans::saved`); empty when not recording
+    saved: Span,
+    /// the gradient rule of each input (in `Plans::grads`)
+    grads: Span,
+    /// in `Plans::bytes`
+    backward_temporaries: Span,
+    /// in `Plans::scratch`
+    backward_scratch: Span,
+}
+
+/// Every [`OpPlan`] of a simulation.
+#[derive(Debug, Default)]
+struct Plans {
+    list: Vec<OpPlan>,
+    /// (metadata, requires grad) of each input, then of each parameter
+    keys: Vec<(Meta, bool)>,
+    metas: Vec<Meta>,
+    bytes: Vec<u64>,
+    scratch: Vec<Scratch>,
+    saved: Vec<(Saved, Option<usize>)>,
+    grads: Vec<GradIn>,
+    /// for each graph node, the first node with the same op object
+    rep_of_node: Vec<u32>,
+    /// for each representative node, its newest plan
+    first: Vec<Option<u32>>,
+    /// `TensorMeta`s for the questions to the ops, whose shape vectors keep their capacity
+    in_metas: Vec<TensorMeta>,
+    p_metas: Vec<TensorMeta>,
+    out_metas: Vec<TensorMeta>,
+    in_rg: Vec<bool>,
+}
+
+impl Plans {
+    fn for_graph(g: &Graph) -> Self {
+        let mut rep: std::collections::HashMap<*const (), u32, PtrHash> =
+            std::collections::HashMap::with_capacity_and_hasher(g.nodes.len(), PtrHash);
+        let rep_of_node = g
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(n, node)| *rep.entry(Arc::as_ptr(&node.op).cast()).or_insert(n as u32))
+            .collect();
+        Plans {
+            rep_of_node,
+            first: vec![None; g.nodes.len()],
+            ..Plans::default()
+        }
+    }
+}
+
+/// Fills the first entries of `buf` with `metas` (reusing their shape vectors); returns how many.
+fn fill_metas(
+    buf: &mut Vec<TensorMeta>,
+    metas: impl Iterator<Item = Meta>,
+    shapes: &Shapes,
+) -> usize {
+    let mut n = 0;
+    for m in metas {
+        let dims = shapes.get(m.shape);
+        match buf.get_mut(n) {
+            Some(t) => {
+                t.shape.clear();
+                t.shape.extend_from_slice(dims);
+                t.dtype = m.dtype;
+            }
+            None => buf.push(TensorMeta::new(dims.to_vec(), m.dtype)),
+        }
+        n += 1;
+    }
+    n
+}
+
+/// Hashes an address (op objects are keyed by theirs): a multiplicative hash is enough.
+#[derive(Debug, Clone, Copy, Default)]
+struct PtrHash;
+
+impl std::hash::BuildHasher for PtrHash {
+    type Hasher = PtrHasher;
+    fn build_hasher(&self) -> PtrHasher {
+        PtrHasher(0)
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct PtrHasher(u64);
+
+impl std::hash::Hasher for PtrHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.0 = (n as u64)
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            .rotate_left(29);
+    }
+}
+
+/// Buffers the backward pass reuses from one tape node to the next.
+#[derive(Debug, Default)]
+struct BackwardScratch {
+    incoming: Vec<Option<u32>>,
+    temps: Vec<u32>,
+    produced: Vec<(Rt, u32)>,
+    /// (index in produced, input index, the input's meta) of gradients made like the output
+    to_cast: Vec<(usize, usize, Meta)>,
+    made_for: Vec<Option<u32>>,
 }
 
 /// A non-parameter leaf that requires grad, with the `.grad` backward gave it.
@@ -397,7 +644,18 @@ struct Sim<'g> {
     alloc: CachingAllocator,
     storages: Vec<Storage>,
     rts: Vec<RtTensor>,
+    shapes: Shapes,
     tape: Vec<TapeNode>,
+    tape_inputs: Vec<(Option<Rt>, GradIn, Meta)>,
+    tape_outputs: Vec<Rt>,
+    tape_saved: Vec<u32>,
+    plans: Plans,
+    /// boxed so that taking it out for a call moves a pointer, not the buffers' headers
+    scratch: Option<Box<CallScratch>>,
+    backward_scratch: BackwardScratch,
+    /// reused by `forward_nodes` for each node's inputs and outputs
+    node_inputs: Vec<Rt>,
+    node_outputs: Vec<Rt>,
     grad_buf: Vec<Option<u32>>,
     param_rt: Vec<Rt>,
     param_grad: Vec<Option<u32>>,
@@ -415,16 +673,21 @@ struct Sim<'g> {
     module_listed: Vec<bool>,
     module_has_children: Vec<bool>,
     last_layer_module: Option<ModuleId>,
+    /// the graph tensor whose shape the last row of the layer table shows (set when the row is
+    /// finished, so that the shape is copied once per row rather than once per op)
+    layer_output: Option<TensorId>,
     scaler_initialised: bool,
     /// which parameters had a `.grad` when the current backward started
     grad_existed_before_backward: Vec<bool>,
     /// the tape entry each graph node recorded in this iteration's forward
     tape_of_node: Vec<Option<usize>>,
     // forward bookkeeping
-    release_after: Vec<Vec<TensorId>>,
+    release_after: ReleaseSchedule,
     region_of_node: Vec<Option<usize>>,
     regions: Vec<Region>,
     autocast_cache: Vec<(ParamId, Rt)>,
+    /// the entry of `autocast_cache` for each parameter, if any
+    autocast_cached: Vec<Option<Rt>>,
     /// the node a running recomputation stops at
     recompute_stop: Option<usize>,
     grad_enabled: bool,
@@ -488,15 +751,21 @@ impl<'g> Sim<'g> {
         for &(sid, a) in &self.trail[..n.min(self.trail.len())] {
             alive[sid as usize] = a;
         }
-        let mut live: Vec<LiveTensor> = alive
+        let mut live: Vec<(u64, usize)> = alive
             .iter()
             .enumerate()
             .filter(|(_, &a)| a)
-            .map(|(i, _)| {
+            .map(|(i, _)| (crate::allocator::round_size(self.storages[i].bytes), i))
+            .collect();
+        // the same order as a stable sort of every live tensor by size, largest first
+        live.sort_by_key(|&(bytes, i)| (std::cmp::Reverse(bytes), i));
+        live.truncate(20);
+        live.into_iter()
+            .map(|(bytes, i)| {
                 let s = &self.storages[i];
                 LiveTensor {
-                    bytes: crate::allocator::round_size(s.bytes),
-                    shape: s.meta.shape.clone(),
+                    bytes,
+                    shape: self.shapes.get(s.meta.shape).to_vec(),
                     dtype: s.meta.dtype,
                     category: s.category,
                     label: s.label,
@@ -506,10 +775,7 @@ impl<'g> Sim<'g> {
                         .unwrap_or_default(),
                 }
             })
-            .collect();
-        live.sort_by_key(|l| std::cmp::Reverse(l.bytes));
-        live.truncate(20);
-        live
+            .collect()
     }
 
     fn record(&mut self, alloc: bool, sid: u32, block: u64) {
@@ -531,15 +797,33 @@ impl<'g> Sim<'g> {
         });
     }
 
+    /// The metadata of a tensor of `shape` and `dtype` (the shape is stored in the arena).
+    fn meta(&mut self, shape: &[u64], dtype: DType) -> Meta {
+        Meta {
+            shape: self.shapes.add(shape),
+            dtype,
+        }
+    }
+
+    /// [`meta`](Self::meta) for a shape that is often the same as `like`'s (optimizer states of a
+    /// parameter): shares `like` when it is.
+    fn meta_like(&mut self, like: ShapeId, shape: &[u64], dtype: DType) -> Meta {
+        if self.shapes.get(like) == shape {
+            Meta { shape: like, dtype }
+        } else {
+            self.meta(shape, dtype)
+        }
+    }
+
     /// Allocates a storage with one reference.
     fn new_storage(
         &mut self,
-        meta: TensorMeta,
+        meta: Meta,
         category: Category,
         label: Label,
         module: Option<ModuleId>,
     ) -> u32 {
-        let bytes = meta.bytes();
+        let bytes = self.shapes.bytes(meta);
         let block = self.alloc.malloc(bytes);
         let bsize = block.map(|b| self.alloc.block_size(b)).unwrap_or(0);
         self.cur_cat.0[category.index()] += bsize;
@@ -563,6 +847,18 @@ impl<'g> Sim<'g> {
             self.record(true, sid, bsize);
         }
         sid
+    }
+
+    /// A storage of `bytes` bytes (a temporary or scratch buffer: a `[bytes]` uint8 tensor).
+    fn new_bytes(
+        &mut self,
+        bytes: u64,
+        category: Category,
+        label: Label,
+        module: Option<ModuleId>,
+    ) -> u32 {
+        let meta = self.meta(&[bytes], DType::U8);
+        self.new_storage(meta, category, label, module)
     }
 
     fn incref(&mut self, sid: u32) {
@@ -589,7 +885,7 @@ impl<'g> Sim<'g> {
         }
     }
 
-    fn new_rt(&mut self, storage: u32, meta: TensorMeta, requires_grad: bool) -> Rt {
+    fn new_rt(&mut self, storage: u32, meta: Meta, requires_grad: bool) -> Rt {
         self.rts.push(RtTensor {
             storage,
             meta,
@@ -603,13 +899,13 @@ impl<'g> Sim<'g> {
     /// A fresh tensor (new storage) held once.
     fn fresh(
         &mut self,
-        meta: TensorMeta,
+        meta: Meta,
         category: Category,
         label: Label,
         module: Option<ModuleId>,
         rg: bool,
     ) -> Rt {
-        let sid = self.new_storage(meta.clone(), category, label, module);
+        let sid = self.new_storage(meta, category, label, module);
         self.new_rt(sid, meta, rg)
     }
 
@@ -634,58 +930,66 @@ impl<'g> Sim<'g> {
         let param = self.rts[r as usize].param;
         if cacheable {
             if let Some(p) = param {
-                if let Some(&(_, c)) = self.autocast_cache.iter().find(|(q, _)| *q == p) {
+                if let Some(c) = self.autocast_cached[p.0 as usize] {
                     self.incref(self.rts[c as usize].storage);
                     return c;
                 }
             }
         }
-        let src = self.rts[r as usize].clone();
-        let meta = TensorMeta::new(src.meta.shape.clone(), dtype);
+        let src = self.rts[r as usize];
+        let meta = Meta {
+            shape: src.meta.shape,
+            dtype,
+        };
         let rg = src.requires_grad && self.grad_enabled;
         let c = self.fresh(
-            meta.clone(),
+            meta,
             self.forward_category(),
             Label::new("autocast cast"),
             module,
             rg,
         );
         if rg && !self.recomputing {
-            let grad = GradIn::New;
+            self.tape_inputs.push((Some(r), GradIn::New, src.meta));
+            self.tape_outputs.push(c);
+            let saved = self.tape_saved.len();
             self.tape.push(TapeNode {
                 label: Label::new("cast"),
                 module,
-                inputs: vec![(Some(r), grad, src.meta.clone())],
-                outputs: vec![c],
-                saved: Vec::new(),
-                temporaries: Vec::new(),
-                scratch: Vec::new(),
+                inputs: Span::since(self.tape_inputs.len() - 1, self.tape_inputs.len()),
+                outputs: Span::since(self.tape_outputs.len() - 1, self.tape_outputs.len()),
+                saved: Span::since(saved, saved),
+                temporaries: Span::default(),
+                scratch: Span::default(),
                 grads_right_to_left: false,
                 region: None,
                 saves: false,
                 grads_like_output: false,
             });
         }
-        if let (true, Some(p), true) = (cacheable, param, self.rts[r as usize].requires_grad) {
+        if let (true, Some(p), true) = (cacheable, param, src.requires_grad) {
             // the cache keeps its own reference until the autocast block exits
             self.incref(self.rts[c as usize].storage);
             self.autocast_cache.push((p, c));
+            self.autocast_cached[p.0 as usize] = Some(c);
         }
         c
     }
 
-    /// Runs a kernel's scratch program; returns what it left allocated.
+    /// Runs a kernel's scratch program (a span of `Plans::scratch`); leaves in `made` what it
+    /// left allocated.
     fn run_scratch(
         &mut self,
-        program: &[Scratch],
+        program: Span,
         category: Category,
         module: Option<ModuleId>,
-    ) -> Vec<u32> {
-        let mut made: Vec<Option<u32>> = Vec::new();
-        for step in program {
-            match *step {
-                Scratch::Alloc { bytes, what } => made.push(Some(self.new_storage(
-                    TensorMeta::new(vec![bytes], DType::U8),
+        made: &mut Vec<Option<u32>>,
+    ) {
+        made.clear();
+        for k in program.range() {
+            match self.plans.scratch[k] {
+                Scratch::Alloc { bytes, what } => made.push(Some(self.new_bytes(
+                    bytes,
                     category,
                     Label::new(what),
                     module,
@@ -697,11 +1001,18 @@ impl<'g> Sim<'g> {
                 }
             }
         }
-        made.into_iter().flatten().collect()
+    }
+
+    /// Releases what [`run_scratch`](Self::run_scratch) left allocated.
+    fn release_scratch(&mut self, made: &mut Vec<Option<u32>>) {
+        for sid in made.drain(..).flatten() {
+            self.decref(sid);
+        }
     }
 
     fn clear_autocast_cache(&mut self) {
-        for (_, c) in std::mem::take(&mut self.autocast_cache) {
+        for (p, c) in std::mem::take(&mut self.autocast_cache) {
+            self.autocast_cached[p.0 as usize] = None;
             self.release_rt(c);
         }
     }
@@ -717,29 +1028,48 @@ impl<'g> Sim<'g> {
         graph_node: Option<usize>,
         region: Option<usize>,
     ) -> Vec<Rt> {
+        let mut outs = Vec::new();
+        self.call_into(op, inputs, params, module, graph_node, region, &mut outs);
+        outs
+    }
+
+    /// [`call`](Self::call) writing the outputs into `outs` (a buffer the caller reuses).
+    #[allow(clippy::too_many_arguments)]
+    fn call_into(
+        &mut self,
+        op: &Arc<dyn Op>,
+        inputs: &[Rt],
+        params: &[ParamId],
+        module: Option<ModuleId>,
+        graph_node: Option<usize>,
+        region: Option<usize>,
+        outs: &mut Vec<Rt>,
+    ) {
+        outs.clear();
         if !self.training && op.identity_in_eval() {
             let r = inputs[0];
             self.incref(self.rts[r as usize].storage);
-            return vec![r];
+            outs.push(r);
+            return;
         }
+        let mut sc = self.scratch.take().unwrap_or_default();
         // 1. autocast
-        let ac = self.cfg.precision.autocast_dtype();
-        let mut eff: Vec<Rt> = inputs.to_vec();
-        let mut eff_params: Vec<Rt> = params.iter().map(|p| self.param_rt[p.0 as usize]).collect();
-        let mut casts: Vec<Rt> = Vec::new();
-        if let Some(low) = ac {
+        sc.eff.clear();
+        sc.eff.extend_from_slice(inputs);
+        sc.eff_params.clear();
+        sc.eff_params
+            .extend(params.iter().map(|p| self.param_rt[p.0 as usize]));
+        sc.casts.clear();
+        if let Some(low) = self.cfg.precision.autocast_dtype() {
             let class = op.autocast();
-            let all: Vec<DType> = eff
-                .iter()
-                .chain(eff_params.iter())
-                .map(|&r| self.rts[r as usize].meta.dtype)
-                .collect();
             let target = match class {
                 Autocast::LowerPrecision => Some(low),
                 Autocast::Fp32 => Some(DType::F32),
-                Autocast::Promote => all
+                Autocast::Promote => sc
+                    .eff
                     .iter()
-                    .copied()
+                    .chain(sc.eff_params.iter())
+                    .map(|&r| self.rts[r as usize].meta.dtype)
                     .filter(|d| d.is_float())
                     .reduce(DType::promote),
                 Autocast::Unlisted => None,
@@ -747,7 +1077,12 @@ impl<'g> Sim<'g> {
             if let Some(t) = target {
                 // the C++ autocast wrappers cast their arguments right to left (GCC's evaluation
                 // order): bias, weight, then the activations, last first (truth traces)
-                for slot in eff_params.iter_mut().rev().chain(eff.iter_mut().rev()) {
+                for slot in sc
+                    .eff_params
+                    .iter_mut()
+                    .rev()
+                    .chain(sc.eff.iter_mut().rev())
+                {
                     let d = self.rts[*slot as usize].meta.dtype;
                     let castable = match class {
                         Autocast::Fp32 => d == DType::F16 || d == DType::BF16,
@@ -756,51 +1091,21 @@ impl<'g> Sim<'g> {
                     if castable && d != t {
                         let cacheable = class == Autocast::LowerPrecision;
                         let c = self.cast(*slot, t, module, cacheable);
-                        casts.push(c);
+                        sc.casts.push(c);
                         *slot = c;
                     }
                 }
             }
         }
-        let in_metas: Vec<TensorMeta> = eff
+        let any_rg = sc
+            .eff
             .iter()
-            .map(|&r| self.rts[r as usize].meta.clone())
-            .collect();
-        let p_metas: Vec<TensorMeta> = eff_params
-            .iter()
-            .map(|&r| self.rts[r as usize].meta.clone())
-            .collect();
-        // 2. outputs
-        let shapes_in: Vec<&[u64]> = in_metas.iter().map(|m| m.shape.as_slice()).collect();
-        let out_shapes = op
-            .output_shapes(&shapes_in)
-            .unwrap_or_else(|_| vec![in_metas[0].shape.clone()]);
-        let mut dts: Vec<DType> = in_metas.iter().map(|m| m.dtype).collect();
-        if dts.is_empty() {
-            dts.push(DType::F32);
-        }
-        let out_dtypes = op.output_dtypes(&dts, out_shapes.len());
-        let out_metas: Vec<TensorMeta> = out_shapes
-            .into_iter()
-            .zip(out_dtypes)
-            .map(|(s, d)| TensorMeta::new(s, d))
-            .collect();
-        let in_rg: Vec<bool> = eff
-            .iter()
-            .map(|&r| self.grad_enabled && self.rts[r as usize].requires_grad)
-            .collect();
-        let ctx = OpCtx {
-            inputs: &in_metas,
-            params: &p_metas,
-            outputs: &out_metas,
-            training: self.training,
-            inputs_require_grad: &in_rg,
-        };
-        let any_rg = eff
-            .iter()
-            .chain(eff_params.iter())
+            .chain(sc.eff_params.iter())
             .any(|&r| self.rts[r as usize].requires_grad);
         let records = self.grad_enabled && any_rg && op.differentiable();
+        // 2. the op's answers for these inputs
+        let pi = self.plan(op, graph_node, &sc, records);
+        let plan = self.plans.list[pi];
         let label = Label::new(op.kind());
         let cat = if op.is_kv_cache() {
             Category::KvCache
@@ -808,37 +1113,40 @@ impl<'g> Sim<'g> {
             self.forward_category()
         };
         // saved only for the gradient of an input that needs none (a frozen weight): not kept
-        let to_save: Vec<Saved> = if records {
-            op.saved_for_backward(&ctx)
-                .into_iter()
-                .filter(|&s| match op.saved_only_for(s) {
-                    Some(k) => {
-                        let r = eff.get(k).or_else(|| eff_params.get(k - eff.len().min(k)));
-                        r.is_some_and(|&r| self.rts[r as usize].requires_grad)
-                    }
-                    None => true,
-                })
-                .collect()
-        } else {
-            Vec::new()
+        let keeps = |s: &Self, only_for: Option<usize>| match only_for {
+            Some(k) => {
+                let r = sc
+                    .eff
+                    .get(k)
+                    .or_else(|| sc.eff_params.get(k - sc.eff.len().min(k)));
+                r.is_some_and(|&r| s.rts[r as usize].requires_grad)
+            }
+            None => true,
         };
+        let mut any_saved = false;
+        let mut saves_only_inputs = true;
+        for j in plan.saved.range() {
+            let (s, only_for) = self.plans.saved[j];
+            if keeps(self, only_for) {
+                any_saved = true;
+                saves_only_inputs &= matches!(s, Saved::Input(_) | Saved::Param(_));
+            }
+        }
         // a recomputation stops when its last saved tensor is packed; inputs are packed before
         // the kernel runs, so then no output is made
         let stop_before_kernel = self.recomputing
             && graph_node.is_some()
             && graph_node == self.recompute_stop
-            && to_save
-                .iter()
-                .all(|s| matches!(s, Saved::Input(_) | Saved::Param(_)));
-        let mut outs = Vec::with_capacity(out_metas.len());
-        let mut extras: Vec<u32> = Vec::new();
+            && saves_only_inputs;
+        sc.extras.clear();
         if !stop_before_kernel {
-            let scratch = self.run_scratch(&op.forward_scratch(&ctx), cat, module);
+            self.run_scratch(plan.forward_scratch, cat, module, &mut sc.made);
             let leaf = op.leaf_requires_grad() && self.grad_enabled;
-            match op.alias_for(&in_metas) {
+            match plan.alias {
                 Alias::None => {
-                    for m in &out_metas {
-                        let r = self.fresh(m.clone(), cat, label, module, records || leaf);
+                    for k in plan.outputs.range() {
+                        let m = self.plans.metas[k];
+                        let r = self.fresh(m, cat, label, module, records || leaf);
                         // a recomputed leaf belongs to the discarded recomputation graph
                         if leaf && !self.recomputing {
                             self.keep_graph_leaf(r);
@@ -847,64 +1155,58 @@ impl<'g> Sim<'g> {
                     }
                 }
                 Alias::View(i) | Alias::InPlace(i) => {
-                    let sid = self.rts[eff[i] as usize].storage;
-                    for m in &out_metas {
+                    let sid = self.rts[sc.eff[i] as usize].storage;
+                    for k in plan.outputs.range() {
+                        let m = self.plans.metas[k];
                         self.incref(sid);
-                        outs.push(self.new_rt(sid, m.clone(), records));
+                        outs.push(self.new_rt(sid, m, records));
                     }
                 }
             }
-            for sid in scratch {
-                self.decref(sid);
-            }
-            if let Some(b) = op.sdpa_backend(&ctx) {
+            self.release_scratch(&mut sc.made);
+            if let Some(b) = plan.sdpa {
                 if !self.sdpa.contains(&b) {
                     self.sdpa.push(b);
                 }
             }
             // 3. extras and temporaries
-            let extras_meta = if records {
-                op.forward_extras(&ctx)
-            } else {
-                op.inference_extras(&ctx)
-            };
-            extras = extras_meta
-                .iter()
-                .map(|m| self.new_storage(m.clone(), cat, label, module))
-                .collect();
-            for t in op.forward_temporaries(&ctx) {
-                let s = self.new_storage(
-                    TensorMeta::new(vec![t], DType::U8),
-                    cat,
-                    Label::new("temporary"),
-                    module,
-                );
+            for k in plan.extras.range() {
+                let meta = self.plans.metas[k];
+                let e = self.new_storage(meta, cat, label, module);
+                sc.extras.push(e);
+            }
+            for k in plan.forward_temporaries.range() {
+                let bytes = self.plans.bytes[k];
+                let s = self.new_bytes(bytes, cat, Label::new("temporary"), module);
                 self.decref(s);
             }
         }
         // 4. autograd
         let keep_saved = records && (region.is_none() || self.recomputing);
-        if let (false, Some(r), Some(n)) = (self.recomputing, region, graph_node) {
-            if !to_save.is_empty() {
-                let last = &mut self.regions[r].last_saving;
-                *last = Some(last.map_or(n, |l| l.max(n)));
-            }
+        if let (false, Some(r), Some(n), true) = (self.recomputing, region, graph_node, any_saved) {
+            let last = &mut self.regions[r].last_saving;
+            *last = Some(last.map_or(n, |l| l.max(n)));
         }
-        let saves = !to_save.is_empty();
         if records || (self.recomputing && graph_node.is_some()) {
-            let mut saved = Vec::new();
+            sc.saved.clear();
             if keep_saved {
-                for s in to_save {
+                for j in plan.saved.range() {
+                    let (s, only_for) = self.plans.saved[j];
+                    if !keeps(self, only_for) {
+                        continue;
+                    }
                     let sid = match s {
-                        Saved::Input(i) => eff.get(i).map(|&r| self.rts[r as usize].storage),
+                        Saved::Input(i) => sc.eff.get(i).map(|&r| self.rts[r as usize].storage),
                         Saved::Output(i) => outs.get(i).map(|&r| self.rts[r as usize].storage),
-                        Saved::Param(i) => eff_params.get(i).map(|&r| self.rts[r as usize].storage),
-                        Saved::Extra(i) => extras.get(i).copied(),
+                        Saved::Param(i) => {
+                            sc.eff_params.get(i).map(|&r| self.rts[r as usize].storage)
+                        }
+                        Saved::Extra(i) => sc.extras.get(i).copied(),
                     };
                     if let Some(sid) = sid {
-                        if !saved.contains(&sid) {
+                        if !sc.saved.contains(&sid) {
                             self.incref(sid);
-                            saved.push(sid);
+                            sc.saved.push(sid);
                             let st = &mut self.storages[sid as usize];
                             if !st.saved && st.category != Category::Parameters {
                                 st.saved = true;
@@ -923,70 +1225,259 @@ impl<'g> Sim<'g> {
             if self.recomputing {
                 // fill the saved tensors of the node recorded in the original forward
                 if let Some(n) = graph_node {
-                    if let Some(t) = self.tape_of_node[n].and_then(|i| self.tape.get_mut(i)) {
-                        t.saved.extend(saved);
-                    } else {
-                        for s in saved {
-                            self.decref(s);
+                    match self.tape_of_node[n].filter(|&i| i < self.tape.len()) {
+                        Some(i) => self.append_saved(i, &sc.saved),
+                        None => {
+                            for k in 0..sc.saved.len() {
+                                self.decref(sc.saved[k]);
+                            }
                         }
                     }
                 }
             } else {
-                let grads = op.input_grads(&ctx);
-                let mut tin = Vec::new();
-                for (i, &r) in eff.iter().enumerate() {
+                let inputs_from = self.tape_inputs.len();
+                for (i, &r) in sc.eff.iter().enumerate() {
                     let rg = self.rts[r as usize].requires_grad;
-                    let gi = grads.get(i).copied().unwrap_or(GradIn::New);
-                    tin.push((
+                    let gi = if i < plan.grads.len as usize {
+                        self.plans.grads[plan.grads.start as usize + i]
+                    } else {
+                        GradIn::New
+                    };
+                    self.tape_inputs.push((
                         rg.then_some(r),
                         if rg { gi } else { NO_GRAD },
-                        in_metas[i].clone(),
+                        self.rts[r as usize].meta,
                     ));
                 }
-                for (j, &r) in eff_params.iter().enumerate() {
+                for &r in &sc.eff_params {
                     let rg = self.rts[r as usize].requires_grad;
-                    tin.push((
+                    self.tape_inputs.push((
                         rg.then_some(r),
                         if rg { GradIn::New } else { NO_GRAD },
-                        p_metas[j].clone(),
+                        self.rts[r as usize].meta,
                     ));
                 }
                 if let Some(n) = graph_node {
                     self.tape_of_node[n] = Some(self.tape.len());
                 }
+                let outputs_from = self.tape_outputs.len();
+                self.tape_outputs.extend_from_slice(outs);
+                let saved_from = self.tape_saved.len();
+                self.tape_saved.extend_from_slice(&sc.saved);
                 self.tape.push(TapeNode {
                     label,
                     module,
-                    inputs: tin,
-                    outputs: outs.clone(),
-                    saved,
-                    temporaries: op.backward_temporaries(&ctx),
-                    scratch: op.backward_scratch(&ctx),
+                    inputs: Span::since(inputs_from, self.tape_inputs.len()),
+                    outputs: Span::since(outputs_from, self.tape_outputs.len()),
+                    saved: Span::since(saved_from, self.tape_saved.len()),
+                    temporaries: plan.backward_temporaries,
+                    scratch: plan.backward_scratch,
                     grads_right_to_left: op.grads_right_to_left(),
                     region,
-                    saves,
+                    saves: any_saved,
                     grads_like_output: op.grads_like_output(),
                 });
             }
         }
         // extras live only through saved references
-        for e in extras {
-            self.decref(e);
+        for k in 0..sc.extras.len() {
+            self.decref(sc.extras[k]);
         }
-        for c in casts {
-            self.release_rt(c);
+        for k in 0..sc.casts.len() {
+            self.release_rt(sc.casts[k]);
         }
-        outs
+        self.scratch = Some(sc);
     }
 
-    fn param_meta(&self, p: ParamId) -> TensorMeta {
+    /// The answers of `op`'s rules for the call whose (autocast) inputs and parameters are in
+    /// `sc.eff` and `sc.eff_params`: the plan of an earlier call of graph node `graph_node`'s op
+    /// object with the same inputs, else a new one (a call outside the graph, of an op that lives
+    /// only for the call, gets a plan of its own).
+    fn plan(
+        &mut self,
+        op: &Arc<dyn Op>,
+        graph_node: Option<usize>,
+        sc: &CallScratch,
+        records: bool,
+    ) -> usize {
+        let rep = graph_node.map(|n| self.plans.rep_of_node[n] as usize);
+        let grad_enabled = self.grad_enabled;
+        let rg = |s: &Self, r: Rt| grad_enabled && s.rts[r as usize].requires_grad;
+        if let Some(rep) = rep {
+            let mut next = self.plans.first[rep];
+            while let Some(pi) = next {
+                let p = &self.plans.list[pi as usize];
+                let key = &self.plans.keys[p.key.range()];
+                let same = p.records == records
+                    && p.n_inputs as usize == sc.eff.len()
+                    && key.len() == sc.eff.len() + sc.eff_params.len()
+                    && sc
+                        .eff
+                        .iter()
+                        .chain(&sc.eff_params)
+                        .zip(key)
+                        .all(|(&r, &(k, krg))| {
+                            krg == rg(self, r) && self.shapes.same(self.rts[r as usize].meta, k)
+                        });
+                if same {
+                    return pi as usize;
+                }
+                next = p.next;
+            }
+        }
+        // ask the op
+        let key_from = self.plans.keys.len();
+        for &r in sc.eff.iter().chain(&sc.eff_params) {
+            let k = (self.rts[r as usize].meta, rg(self, r));
+            self.plans.keys.push(k);
+        }
+        let key = Span::since(key_from, self.plans.keys.len());
+        let mut in_metas = std::mem::take(&mut self.plans.in_metas);
+        let mut p_metas = std::mem::take(&mut self.plans.p_metas);
+        let mut out_metas = std::mem::take(&mut self.plans.out_metas);
+        let mut in_rg = std::mem::take(&mut self.plans.in_rg);
+        let n_in = fill_metas(
+            &mut in_metas,
+            sc.eff.iter().map(|&r| self.rts[r as usize].meta),
+            &self.shapes,
+        );
+        let n_params = fill_metas(
+            &mut p_metas,
+            sc.eff_params.iter().map(|&r| self.rts[r as usize].meta),
+            &self.shapes,
+        );
+        in_rg.clear();
+        in_rg.extend(sc.eff.iter().map(|&r| rg(self, r)));
+        let ins = &in_metas[..n_in];
+        let shapes_in: Vec<&[u64]> = ins.iter().map(|m| m.shape.as_slice()).collect();
+        let out_shapes = op
+            .output_shapes(&shapes_in)
+            .unwrap_or_else(|_| vec![ins[0].shape.clone()]);
+        drop(shapes_in);
+        let mut dts: Vec<DType> = ins.iter().map(|m| m.dtype).collect();
+        if dts.is_empty() {
+            dts.push(DType::F32);
+        }
+        let out_dtypes = op.output_dtypes(&dts, out_shapes.len());
+        // a graph node's outputs usually have the shapes the graph recorded: share those
+        let g = self.g;
+        let graph_outputs = graph_node.map_or(&[][..], |n| g.nodes[n].outputs.as_slice());
+        let outputs_from = self.plans.metas.len();
+        for (k, (shape, &dtype)) in out_shapes.iter().zip(&out_dtypes).enumerate() {
+            let id = match graph_outputs.get(k) {
+                Some(&t) if g.tensor(t).shape == *shape => Shapes::tensor(t),
+                _ => self.shapes.add(shape),
+            };
+            self.plans.metas.push(Meta { shape: id, dtype });
+        }
+        let outputs = Span::since(outputs_from, self.plans.metas.len());
+        let n_out = fill_metas(
+            &mut out_metas,
+            self.plans.metas[outputs.range()].iter().copied(),
+            &self.shapes,
+        );
+        let ctx = OpCtx {
+            inputs: &in_metas[..n_in],
+            params: &p_metas[..n_params],
+            outputs: &out_metas[..n_out],
+            training: self.training,
+            inputs_require_grad: &in_rg,
+        };
+        let alias = op.alias_for(ctx.inputs);
+        let sdpa = op.sdpa_backend(&ctx);
+        let extras_meta = if records {
+            op.forward_extras(&ctx)
+        } else {
+            op.inference_extras(&ctx)
+        };
+        let extras_from = self.plans.metas.len();
+        for m in &extras_meta {
+            let meta = self.meta(&m.shape, m.dtype);
+            self.plans.metas.push(meta);
+        }
+        let extras = Span::since(extras_from, self.plans.metas.len());
+        let from = self.plans.bytes.len();
+        self.plans.bytes.extend(op.forward_temporaries(&ctx));
+        let forward_temporaries = Span::since(from, self.plans.bytes.len());
+        let from = self.plans.scratch.len();
+        self.plans.scratch.extend(op.forward_scratch(&ctx));
+        let forward_scratch = Span::since(from, self.plans.scratch.len());
+        let from = self.plans.saved.len();
+        if records {
+            for s in op.saved_for_backward(&ctx) {
+                self.plans.saved.push((s, op.saved_only_for(s)));
+            }
+        }
+        let saved = Span::since(from, self.plans.saved.len());
+        let (mut grads, mut backward_temporaries, mut backward_scratch) = Default::default();
+        if records {
+            let from = self.plans.grads.len();
+            self.plans.grads.extend(op.input_grads(&ctx));
+            grads = Span::since(from, self.plans.grads.len());
+            let from = self.plans.bytes.len();
+            self.plans.bytes.extend(op.backward_temporaries(&ctx));
+            backward_temporaries = Span::since(from, self.plans.bytes.len());
+            let from = self.plans.scratch.len();
+            self.plans.scratch.extend(op.backward_scratch(&ctx));
+            backward_scratch = Span::since(from, self.plans.scratch.len());
+        }
+        self.plans.in_metas = in_metas;
+        self.plans.p_metas = p_metas;
+        self.plans.out_metas = out_metas;
+        self.plans.in_rg = in_rg;
+        let pi = self.plans.list.len();
+        self.plans.list.push(OpPlan {
+            key,
+            n_inputs: sc.eff.len() as u32,
+            records,
+            next: None,
+            outputs,
+            alias,
+            extras,
+            forward_temporaries,
+            forward_scratch,
+            sdpa,
+            saved,
+            grads,
+            backward_temporaries,
+            backward_scratch,
+        });
+        if let Some(rep) = rep {
+            // newest first: the next call most likely repeats this one
+            self.plans.list[pi].next = self.plans.first[rep];
+            self.plans.first[rep] = Some(pi as u32);
+        }
+        pi
+    }
+
+    /// Adds `saved` to tape node `i`'s saved list (recomputation fills the saved tensors of a
+    /// node recorded without them).
+    fn append_saved(&mut self, i: usize, saved: &[u32]) {
+        if saved.is_empty() {
+            return;
+        }
+        let span = self.tape[i].saved;
+        if span.start as usize + span.len as usize != self.tape_saved.len() {
+            // not at the end of the list: move the node's list there first
+            let start = self.tape_saved.len();
+            self.tape_saved.extend_from_within(span.range());
+            self.tape[i].saved = Span::since(start, self.tape_saved.len());
+        }
+        self.tape_saved.extend_from_slice(saved);
+        self.tape[i].saved.len += saved.len() as u32;
+    }
+
+    fn param_meta(&self, p: ParamId) -> Meta {
         let d = &self.g.params[p.0 as usize];
         let dtype = match d.stored_dtype {
             Some(stored) => stored,
             None if d.dtype.is_float() => self.cfg.precision.param_dtype(),
             None => d.dtype,
         };
-        TensorMeta::new(d.shape.clone(), dtype)
+        Meta {
+            shape: self.shapes.param(p),
+            dtype,
+        }
     }
 
     fn build_model(&mut self) {
@@ -1003,7 +1494,7 @@ impl<'g> Sim<'g> {
                 ParamKind::Parameter => (Category::Parameters, "parameter"),
                 ParamKind::Buffer => (Category::Buffers, "buffer"),
             };
-            let sid = self.new_storage(meta.clone(), cat, Label::new(label), Some(p.module));
+            let sid = self.new_storage(meta, cat, Label::new(label), Some(p.module));
             let rg = p.kind == ParamKind::Parameter && p.trainable && meta.dtype.is_float();
             let r = self.new_rt(sid, meta, rg);
             self.rts[r as usize].param = Some(ParamId(i as u32));
@@ -1036,8 +1527,12 @@ impl<'g> Sim<'g> {
         }
         for (t, slot) in g.init_temporaries.iter().zip(live.iter_mut()) {
             if t.alloc_at == k {
+                let meta = Meta {
+                    shape: self.shapes.add(&t.shape),
+                    dtype: t.dtype.unwrap_or(model_dtype),
+                };
                 *slot = Some(self.new_storage(
-                    TensorMeta::new(t.shape.clone(), t.dtype.unwrap_or(model_dtype)),
+                    meta,
                     Category::Temporaries,
                     Label::new("construction temporary"),
                     Some(t.module),
@@ -1093,6 +1588,7 @@ impl<'g> Sim<'g> {
                 } else {
                     m.type_name.clone()
                 };
+                self.set_layer_output_shape();
                 if let Some(layers) = self.layers.as_mut() {
                     layers.push(LayerStats {
                         name: m.path.clone(),
@@ -1103,25 +1599,26 @@ impl<'g> Sim<'g> {
                     });
                 }
             }
-            let inputs: Vec<Rt> = node
-                .inputs
-                .iter()
-                .filter_map(|t| {
-                    // validate_graph checked that every input is produced before use
-                    env[t.0 as usize]
-                        .or_else(|| self.g.tensor(*t).param.map(|p| self.param_rt[p.0 as usize]))
-                })
-                .collect();
-            let op = node.op.clone();
-            let outs = self.call(
-                &op,
+            let mut inputs = std::mem::take(&mut self.node_inputs);
+            inputs.clear();
+            inputs.extend(node.inputs.iter().filter_map(|t| {
+                // validate_graph checked that every input is produced before use
+                env[t.0 as usize]
+                    .or_else(|| self.g.tensor(*t).param.map(|p| self.param_rt[p.0 as usize]))
+            }));
+            let mut outs = std::mem::take(&mut self.node_outputs);
+            let g = self.g;
+            let node = &g.nodes[n];
+            self.call_into(
+                &node.op,
                 &inputs,
                 &node.params,
                 Some(node.module),
                 Some(n),
                 region,
+                &mut outs,
             );
-            for (t, r) in node.outputs.iter().zip(outs) {
+            for (t, &r) in node.outputs.iter().zip(&outs) {
                 env[t.0 as usize] = Some(r);
                 let hooked =
                     self.grad_enabled && !self.recomputing && self.g.grad_leaves.contains(t);
@@ -1131,19 +1628,31 @@ impl<'g> Sim<'g> {
                     self.keep_graph_leaf(r);
                 }
             }
-            if let Some(layers) = self.layers.as_mut() {
-                if let (Some(l), Some(t)) = (layers.last_mut(), node.outputs.first()) {
-                    l.output_shape = self.g.tensor(*t).shape.clone();
+            self.node_inputs = inputs;
+            self.node_outputs = outs;
+            if self.layers.is_some() {
+                if let Some(&t) = node.outputs.first() {
+                    self.layer_output = Some(t);
                 }
             }
-            for k in 0..self.release_after[n].len() {
-                let i = self.release_after[n][k].0 as usize;
+            for k in self.release_after.range(n) {
+                let i = self.release_after.tensors[k].0 as usize;
                 if hold[i] {
                     continue;
                 }
                 if let Some(r) = env[i].take() {
                     self.release_rt(r);
                 }
+            }
+        }
+        self.set_layer_output_shape();
+    }
+
+    /// Copies the shape of the last listed node's first output into the layer table's last row.
+    fn set_layer_output_shape(&mut self) {
+        if let (Some(layers), Some(t)) = (self.layers.as_mut(), self.layer_output.take()) {
+            if let Some(l) = layers.last_mut() {
+                l.output_shape = self.g.tensor(t).shape.clone();
             }
         }
     }
@@ -1191,7 +1700,7 @@ impl<'g> Sim<'g> {
                         || self.storages[grad_sid as usize].meta.dtype
                             != self.rts[target as usize].meta.dtype
                     {
-                        let meta = self.rts[target as usize].meta.clone();
+                        let meta = self.rts[target as usize].meta;
                         let c = self.new_storage(
                             meta,
                             Category::Gradients,
@@ -1219,7 +1728,7 @@ impl<'g> Sim<'g> {
                 // a parameter used twice in one graph (tied embeddings): the engine sums its
                 // gradients out of place before AccumulateGrad runs (truth traces)
                 Some(old) => {
-                    let meta = self.rts[target as usize].meta.clone();
+                    let meta = self.rts[target as usize].meta;
                     let module = self.storages[old as usize].module;
                     let sum =
                         self.new_storage(meta, Category::Gradients, Label::new("grad"), module);
@@ -1233,7 +1742,7 @@ impl<'g> Sim<'g> {
         match self.grad_buf[target as usize] {
             None => self.grad_buf[target as usize] = Some(grad_sid),
             Some(old) => {
-                let meta = self.rts[target as usize].meta.clone();
+                let meta = self.rts[target as usize].meta;
                 let module = self.storages[old as usize].module;
                 let sum = self.new_storage(
                     meta,
@@ -1251,13 +1760,13 @@ impl<'g> Sim<'g> {
     fn backward(&mut self, loss: Rt) {
         self.grad_existed_before_backward = self.param_grad.iter().map(Option::is_some).collect();
         self.in_backward = true;
-        let root_meta = TensorMeta::new(vec![], self.rts[loss as usize].meta.dtype);
+        let root_meta = self.meta(&[], self.rts[loss as usize].meta.dtype);
         let mut extra_roots = Vec::new();
         if self.cfg.precision.uses_grad_scaler() && !self.scaler_initialised {
             // GradScaler creates _scale and _growth_tracker at its first scale()
             for _ in 0..2 {
                 self.new_storage(
-                    root_meta.clone(),
+                    root_meta,
                     Category::Temporaries,
                     Label::new("GradScaler state"),
                     None,
@@ -1269,7 +1778,7 @@ impl<'g> Sim<'g> {
             // scaler.scale(loss): loss * _scale; the engine seeds the scaled loss, MulBackward
             // hands the loss its gradient
             let scaled = self.new_storage(
-                root_meta.clone(),
+                root_meta,
                 Category::Temporaries,
                 Label::new("scaled loss"),
                 None,
@@ -1277,7 +1786,7 @@ impl<'g> Sim<'g> {
             extra_roots.push(scaled);
         }
         let root = self.new_storage(
-            root_meta.clone(),
+            root_meta,
             Category::Temporaries,
             Label::new("ones_like(loss)"),
             None,
@@ -1294,79 +1803,61 @@ impl<'g> Sim<'g> {
             self.incref(root);
             self.deliver(loss, root);
         }
+        let mut bs = std::mem::take(&mut self.backward_scratch);
+        let mut made = Vec::new();
         let mut i = self.tape.len();
         while i > 0 {
             i -= 1;
+            let node = self.tape[i];
             // a checkpointed region is recomputed when backward first unpacks one of its saved
             // tensors: when a node that saved some runs (it has an incoming gradient)
-            if let (Some(r), true) = (self.tape[i].region, self.tape[i].saves) {
-                let runs = self.tape[i]
-                    .outputs
+            if let (Some(r), true) = (node.region, node.saves) {
+                let runs = self.tape_outputs[node.outputs.range()]
                     .iter()
                     .any(|&o| self.grad_buf[o as usize].is_some());
                 if runs && !self.regions[r].recomputed {
                     self.recompute_region(r);
                 }
             }
-            // each tape node runs once: move its lists out instead of cloning them
-            let t = &mut self.tape[i];
-            let node = TapeNode {
-                label: t.label,
-                module: t.module,
-                inputs: std::mem::take(&mut t.inputs),
-                outputs: std::mem::take(&mut t.outputs),
-                saved: Vec::new(),
-                temporaries: std::mem::take(&mut t.temporaries),
-                scratch: std::mem::take(&mut t.scratch),
-                grads_right_to_left: t.grads_right_to_left,
-                region: t.region,
-                saves: t.saves,
-                grads_like_output: t.grads_like_output,
-            };
-            let incoming: Vec<Option<u32>> = node
-                .outputs
-                .iter()
-                .map(|&o| self.grad_buf[o as usize].take())
-                .collect();
-            if incoming.iter().all(Option::is_none) {
-                for s in std::mem::take(&mut self.tape[i].saved) {
-                    self.decref(s);
-                }
+            bs.incoming.clear();
+            for k in node.outputs.range() {
+                let o = self.tape_outputs[k];
+                bs.incoming.push(self.grad_buf[o as usize].take());
+            }
+            if bs.incoming.iter().all(Option::is_none) {
+                self.release_saved(i);
                 self.finish_region_node(i);
                 continue;
             }
-            let scratch = self.run_scratch(&node.scratch, Category::Temporaries, node.module);
-            let temps: Vec<u32> = node
-                .temporaries
-                .iter()
-                .map(|&b| {
-                    self.new_storage(
-                        TensorMeta::new(vec![b], DType::U8),
-                        Category::Temporaries,
-                        Label::new("backward temporary"),
-                        node.module,
-                    )
-                })
-                .collect();
-            let mut produced: Vec<(Rt, u32)> = Vec::new();
-            // (index in produced, input index, the input's meta) of gradients made like the
-            // output, to be reduced or cast by validate_outputs
-            let mut to_cast: Vec<(usize, usize, TensorMeta)> = Vec::new();
-            let out_meta = node
-                .outputs
-                .first()
-                .map(|&o| self.rts[o as usize].meta.clone());
-            let mut made_for: Vec<Option<u32>> = vec![None; node.inputs.len()];
-            let order: Vec<usize> = if node.grads_right_to_left {
-                (0..node.inputs.len()).rev().collect()
-            } else {
-                (0..node.inputs.len()).collect()
-            };
-            for &k in &order {
-                let (inp, gi, meta) = &node.inputs[k];
-                let Some(target) = *inp else { continue };
+            self.run_scratch(node.scratch, Category::Temporaries, node.module, &mut made);
+            bs.temps.clear();
+            for k in node.temporaries.range() {
+                let bytes = self.plans.bytes[k];
+                let t = self.new_bytes(
+                    bytes,
+                    Category::Temporaries,
+                    Label::new("backward temporary"),
+                    node.module,
+                );
+                bs.temps.push(t);
+            }
+            bs.produced.clear();
+            bs.to_cast.clear();
+            let out_meta = (!node.outputs.is_empty())
+                .then(|| self.rts[self.tape_outputs[node.outputs.start as usize] as usize].meta);
+            bs.made_for.clear();
+            bs.made_for.resize(node.inputs.len as usize, None);
+            let n_inputs = node.inputs.len as usize;
+            for step in 0..n_inputs {
+                let k = if node.grads_right_to_left {
+                    n_inputs - 1 - step
+                } else {
+                    step
+                };
+                let (inp, gi, meta) = self.tape_inputs[node.inputs.start as usize + k];
+                let Some(target) = inp else { continue };
                 let shared = match gi {
-                    GradIn::SameAs(j) => made_for.get(*j).copied().flatten(),
+                    GradIn::SameAs(j) => bs.made_for.get(j).copied().flatten(),
                     _ => None,
                 };
                 let sid = match gi {
@@ -1376,7 +1867,7 @@ impl<'g> Sim<'g> {
                         self.incref(s);
                         s
                     }
-                    GradIn::PassThrough(o) => match incoming.get(*o).copied().flatten() {
+                    GradIn::PassThrough(o) => match bs.incoming.get(o).copied().flatten() {
                         Some(s) => {
                             self.incref(s);
                             s
@@ -1390,39 +1881,34 @@ impl<'g> Sim<'g> {
                             Category::Temporaries
                         };
                         let label = Label::grad_of(node.label.what);
-                        match &out_meta {
-                            Some(m) if node.grads_like_output && m != meta => {
-                                to_cast.push((produced.len(), k, meta.clone()));
-                                let m = m.clone();
+                        match out_meta {
+                            Some(m) if node.grads_like_output && !self.shapes.same(m, meta) => {
+                                bs.to_cast.push((bs.produced.len(), k, meta));
                                 self.new_storage(m, Category::Temporaries, label, node.module)
                             }
-                            _ => self.new_storage(meta.clone(), cat, label, node.module),
+                            _ => self.new_storage(meta, cat, label, node.module),
                         }
                     }
                 };
-                made_for[k] = Some(sid);
-                produced.push((target, sid));
+                bs.made_for[k] = Some(sid);
+                bs.produced.push((target, sid));
             }
-            for t in temps.into_iter().chain(scratch) {
-                self.decref(t);
+            for k in 0..bs.temps.len() {
+                self.decref(bs.temps[k]);
             }
+            self.release_scratch(&mut made);
             // saved tensors of a recomputed region are the node's own unpacked copies, dropped
             // when its backward function returns; other saved tensors are released after the
             // engine is done with the node
-            let saved = std::mem::take(&mut self.tape[i].saved);
-            let saved_after = if node.region.is_some() {
-                for s in saved {
-                    self.decref(s);
-                }
-                Vec::new()
-            } else {
-                saved
-            };
+            if node.region.is_some() {
+                self.release_saved(i);
+            }
             // validate_outputs: in input order, each gradient reduced to its input's shape and
             // cast to its dtype
-            to_cast.sort_by_key(|&(_, input, _)| input);
-            for (k, _, meta) in to_cast {
-                let (target, computed) = produced[k];
+            bs.to_cast.sort_by_key(|&(_, input, _)| input);
+            for c in 0..bs.to_cast.len() {
+                let (k, _, meta) = bs.to_cast[c];
+                let (target, computed) = bs.produced[k];
                 let cat = if self.rts[target as usize].param.is_some() {
                     Category::Gradients
                 } else {
@@ -1431,16 +1917,21 @@ impl<'g> Sim<'g> {
                 let label = Label::new("grad reduced / cast");
                 let fitted = self.new_storage(meta, cat, label, node.module);
                 self.decref(computed);
-                produced[k] = (target, fitted);
+                bs.produced[k] = (target, fitted);
             }
-            for s in incoming.into_iter().flatten().chain(saved_after) {
-                self.decref(s);
+            for k in 0..bs.incoming.len() {
+                if let Some(s) = bs.incoming[k] {
+                    self.decref(s);
+                }
             }
-            for (target, sid) in produced {
+            self.release_saved(i);
+            for k in 0..bs.produced.len() {
+                let (target, sid) = bs.produced[k];
                 self.deliver(target, sid);
             }
             self.finish_region_node(i);
         }
+        self.backward_scratch = bs;
         self.decref(root);
         for s in extra_roots {
             self.decref(s);
@@ -1463,7 +1954,18 @@ impl<'g> Sim<'g> {
             }
         }
         self.tape.clear();
+        self.tape_inputs.clear();
+        self.tape_outputs.clear();
+        self.tape_saved.clear();
         self.in_backward = false;
+    }
+
+    /// Releases tape node `i`'s saved tensors (once: its list is emptied).
+    fn release_saved(&mut self, i: usize) {
+        let span = std::mem::take(&mut self.tape[i].saved);
+        for k in span.range() {
+            self.decref(self.tape_saved[k]);
+        }
     }
 
     /// Keeps `r` as a leaf of this iteration's autograd graph (its AccumulateGrad node holds it).
@@ -1507,14 +2009,17 @@ impl<'g> Sim<'g> {
     /// value=-100)[..., 1:].contiguous()`, then `cross_entropy(logits.view(-1, V), labels.view(-1))`.
     /// The padded labels and the float copy are freed when the loss function returns.
     fn lm_loss(&mut self, logits: Rt, labels: Rt, vocab: u64, causal: bool) -> Rt {
-        let meta = self.rts[logits as usize].meta.clone();
+        let meta = self.rts[logits as usize].meta;
         let upcast = if meta.dtype == DType::F32 {
             self.incref(self.rts[logits as usize].storage);
             logits
         } else {
             self.cast(logits, DType::F32, None, false)
         };
-        let lab_shape = self.rts[labels as usize].meta.shape.clone();
+        let lab_shape = self
+            .shapes
+            .get(self.rts[labels as usize].meta.shape)
+            .to_vec();
         let n = crate::ir::numel(&lab_shape);
         let mut locals = Vec::new();
         let target = if causal {
@@ -1573,17 +2078,17 @@ impl<'g> Sim<'g> {
         let opt = self.cfg.optimizer;
         for (n, shape, dtype) in opt.shared_state() {
             // held for the rest of the run: never released
-            let meta = TensorMeta::new(shape, dtype);
+            let meta = self.meta(&shape, dtype);
             self.new_storage(meta, Category::OptimizerStates, Label::new(n), None);
         }
         for &i in params {
             let meta = self.param_meta(ParamId(i as u32));
             let module = Some(self.g.params[i].module);
-            self.opt_state[i] = opt
-                .state_tensors(&meta.shape, meta.dtype)
+            let states = opt.state_tensors(self.shapes.get(meta.shape), meta.dtype);
+            self.opt_state[i] = states
                 .into_iter()
                 .map(|(n, shape, dtype)| {
-                    let m = TensorMeta::new(shape, dtype);
+                    let m = self.meta_like(meta.shape, &shape, dtype);
                     self.new_storage(m, Category::OptimizerStates, Label::new(n), module)
                 })
                 .collect();
@@ -1600,7 +2105,11 @@ impl<'g> Sim<'g> {
             // scaler.unscale_(opt): inv_scale = _scale.double().reciprocal().float(); found_inf;
             // _amp_foreach_non_finite_check_and_unscale_ works in place; two scalar copies for
             // the per-device bookkeeping, one of which lives until scaler.update()
-            let scalar = |d| TensorMeta::new(vec![], d);
+            let scalar_shape = self.shapes.add(&[]);
+            let scalar = |dtype| Meta {
+                shape: scalar_shape,
+                dtype,
+            };
             let lbl = Label::new("GradScaler");
             let d = self.new_storage(scalar(DType::F64), Category::Temporaries, lbl, None);
             let rcp = self.new_storage(scalar(DType::F64), Category::Temporaries, lbl, None);
@@ -1623,11 +2132,12 @@ impl<'g> Sim<'g> {
                 let meta = self.param_meta(ParamId(i as u32));
                 let module = Some(self.g.params[i].module);
                 let lbl = Label::new("step temporary");
-                let temps: Vec<u32> = opt
-                    .parameter_temporaries(&meta.shape, meta.dtype)
+                let temporaries =
+                    opt.parameter_temporaries(self.shapes.get(meta.shape), meta.dtype);
+                let temps: Vec<u32> = temporaries
                     .into_iter()
                     .map(|(s, d)| {
-                        let m = TensorMeta::new(s, d);
+                        let m = self.meta_like(meta.shape, &s, d);
                         self.new_storage(m, Category::Temporaries, lbl, module)
                     })
                     .collect();
@@ -1659,7 +2169,7 @@ impl<'g> Sim<'g> {
 }
 
 /// Computes, for every node, the graph tensors whose last reference ends after it.
-fn release_schedule(g: &Graph) -> Vec<Vec<TensorId>> {
+fn release_schedule(g: &Graph) -> ReleaseSchedule {
     let n_t = g.tensors.len();
     let mut last: Vec<Option<usize>> = vec![None; n_t];
     for (i, node) in g.nodes.iter().enumerate() {
@@ -1686,7 +2196,9 @@ fn release_schedule(g: &Graph) -> Vec<Vec<TensorId>> {
         let e = end as usize - 1;
         *l = Some(l.map_or(e, |x| x.max(e)));
     }
-    let mut out = vec![Vec::new(); g.nodes.len()];
+    // (node, tensor) pairs, by node, newest tensor first: inner frames return first, and their
+    // locals are the newer tensors
+    let mut pairs: Vec<(u32, TensorId)> = Vec::with_capacity(g.tensors.len());
     for (t, l) in last.iter().enumerate() {
         let td = &g.tensors[t];
         if td.param.is_some()
@@ -1696,14 +2208,35 @@ fn release_schedule(g: &Graph) -> Vec<Vec<TensorId>> {
             continue;
         }
         if let Some(l) = l {
-            out[*l].push(TensorId(t as u32));
+            pairs.push((*l as u32, TensorId(t as u32)));
         }
     }
-    // inner frames return first, and their locals are the newer tensors
-    for v in &mut out {
-        v.sort_by(|a, b| b.cmp(a));
+    pairs.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+    let mut starts = vec![0u32; g.nodes.len() + 1];
+    for &(n, _) in &pairs {
+        starts[n as usize + 1] += 1;
     }
-    out
+    for n in 0..g.nodes.len() {
+        starts[n + 1] += starts[n];
+    }
+    ReleaseSchedule {
+        starts,
+        tensors: pairs.into_iter().map(|(_, t)| t).collect(),
+    }
+}
+
+/// For every node, the graph tensors whose last reference ends after it: node `n`'s are
+/// `tensors[starts[n]..starts[n + 1]]`.
+#[derive(Debug, Default)]
+struct ReleaseSchedule {
+    starts: Vec<u32>,
+    tensors: Vec<TensorId>,
+}
+
+impl ReleaseSchedule {
+    fn range(&self, n: usize) -> std::ops::Range<usize> {
+        self.starts[n] as usize..self.starts[n + 1] as usize
+    }
 }
 
 /// Resolves the checkpoint configuration into node ranges.
@@ -1879,7 +2412,16 @@ fn run(g: &Graph, cfg: &StepConfig) -> Result<Simulation, SimError> {
         alloc: CachingAllocator::new(),
         storages: Vec::new(),
         rts: Vec::new(),
+        shapes: Shapes::for_graph(g),
         tape: Vec::new(),
+        tape_inputs: Vec::new(),
+        tape_outputs: Vec::new(),
+        tape_saved: Vec::new(),
+        plans: Plans::for_graph(g),
+        scratch: None,
+        backward_scratch: BackwardScratch::default(),
+        node_inputs: Vec::new(),
+        node_outputs: Vec::new(),
         grad_buf: Vec::new(),
         param_rt: Vec::new(),
         param_grad: Vec::new(),
@@ -1910,6 +2452,7 @@ fn run(g: &Graph, cfg: &StepConfig) -> Result<Simulation, SimError> {
             v
         },
         last_layer_module: None,
+        layer_output: None,
         tape_of_node: vec![None; g.nodes.len()],
         scaler_initialised: false,
         grad_existed_before_backward: vec![false; g.params.len()],
@@ -1917,6 +2460,7 @@ fn run(g: &Graph, cfg: &StepConfig) -> Result<Simulation, SimError> {
         region_of_node,
         regions,
         autocast_cache: Vec::new(),
+        autocast_cached: vec![None; g.params.len()],
         recompute_stop: None,
         grad_enabled: false,
         training: cfg.mode == Mode::Train,
@@ -1966,18 +2510,17 @@ fn run(g: &Graph, cfg: &StepConfig) -> Result<Simulation, SimError> {
         let mut new_x = Vec::new();
         for &t in &g.inputs {
             let d = g.tensor(t);
-            new_x.push(s.fresh(
-                TensorMeta::new(d.shape.clone(), input_dtype(d.dtype)),
-                Category::Inputs,
-                Label::new("input"),
-                None,
-                false,
-            ));
+            let meta = Meta {
+                shape: Shapes::tensor(t),
+                dtype: input_dtype(d.dtype),
+            };
+            new_x.push(s.fresh(meta, Category::Inputs, Label::new("input"), None, false));
         }
         // a data loader yields labels with the images, in inference too
+        let batch_labels = s.meta(&[batch], DType::I64);
         let new_y = match g.task {
             Task::Classification { .. } => Some(s.fresh(
-                TensorMeta::new(vec![batch], DType::I64),
+                batch_labels,
                 Category::Inputs,
                 Label::new("labels"),
                 None,
@@ -1990,7 +2533,7 @@ fn run(g: &Graph, cfg: &StepConfig) -> Result<Simulation, SimError> {
                     r
                 }
                 None => s.fresh(
-                    TensorMeta::new(vec![batch], DType::I64),
+                    batch_labels,
                     Category::Inputs,
                     Label::new("labels"),
                     None,
@@ -2003,13 +2546,8 @@ fn run(g: &Graph, cfg: &StepConfig) -> Result<Simulation, SimError> {
                     .first()
                     .map(|t| g.tensor(*t).shape.clone())
                     .unwrap_or_else(|| vec![batch]);
-                Some(s.fresh(
-                    TensorMeta::new(shape, DType::I64),
-                    Category::Inputs,
-                    Label::new("labels"),
-                    None,
-                    false,
-                ))
+                let meta = s.meta(&shape, DType::I64);
+                Some(s.fresh(meta, Category::Inputs, Label::new("labels"), None, false))
             }
             // the labels are graph inputs, made with the other inputs above
             Task::LossInForward => None,
@@ -2101,14 +2639,14 @@ fn run(g: &Graph, cfg: &StepConfig) -> Result<Simulation, SimError> {
         .iter()
         .enumerate()
         .filter(|(_, p)| p.kind == ParamKind::Parameter)
-        .map(|(i, _)| s.param_meta(ParamId(i as u32)).bytes())
+        .map(|(i, _)| s.shapes.bytes(s.param_meta(ParamId(i as u32))))
         .sum();
     let buffer_bytes = g
         .params
         .iter()
         .enumerate()
         .filter(|(_, p)| p.kind == ParamKind::Buffer)
-        .map(|(i, _)| s.param_meta(ParamId(i as u32)).bytes())
+        .map(|(i, _)| s.shapes.bytes(s.param_meta(ParamId(i as u32))))
         .sum();
     let optimizer_state_bytes = s
         .opt_state
