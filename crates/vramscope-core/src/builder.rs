@@ -36,9 +36,88 @@ pub struct GraphBuilder {
     stack: Vec<ModuleId>,
     /// Python frames (module calls and plain functions) and the locals they keep referenced
     frames: Vec<Vec<TensorId>>,
-    module_index: std::collections::HashMap<String, ModuleId>,
-    param_index: std::collections::HashMap<String, ParamId>,
+    module_index: PathMap<ModuleId>,
+    param_index: PathMap<ParamId>,
     error: Option<BuildError>,
+    /// [`init_first`](Self::init_first) calls so far (a recorded module call must make none)
+    init_first_calls: u32,
+}
+
+/// Modules or parameters by dotted path.
+type PathMap<V> = std::collections::HashMap<String, V, std::hash::BuildHasherDefault<PathHasher>>;
+
+/// A fast hash for dotted paths (the default SipHash guards against adversarial keys, which
+/// module names are not): eight bytes at a time, multiply and rotate.
+#[derive(Debug, Default, Clone, Copy)]
+struct PathHasher(u64);
+
+impl std::hash::Hasher for PathHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        const K: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            let word = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
+            self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(K);
+        }
+        for &b in chunks.remainder() {
+            self.0 = (self.0.rotate_left(5) ^ u64::from(b)).wrapping_mul(K);
+        }
+    }
+}
+
+/// A run of identical module calls (a transformer's decoder layers), for
+/// [`GraphBuilder::module_repeated`]: what the first call recorded.
+#[derive(Debug, Default)]
+pub struct RepeatedModule {
+    recording: Option<Recording>,
+}
+
+/// What one module call added to the graph, each a contiguous range of ids: the module itself
+/// is the first module, its scope the last scope.
+#[derive(Debug, Clone)]
+struct Recording {
+    inputs: Vec<TensorId>,
+    output: TensorId,
+    type_name: String,
+    modules: std::ops::Range<u32>,
+    params: std::ops::Range<u32>,
+    tensors: std::ops::Range<u32>,
+    nodes: std::ops::Range<u32>,
+    scopes: std::ops::Range<u32>,
+    holds: std::ops::Range<u32>,
+}
+
+/// Sizes of the graph's lists, to see what a call added.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Marks {
+    modules: u32,
+    params: u32,
+    tensors: u32,
+    nodes: u32,
+    scopes: u32,
+    holds: u32,
+    inputs: u32,
+    init_temporaries: u32,
+    init_first_calls: u32,
+    grad_leaves: u32,
+    layer_table: Option<std::ops::Range<u32>>,
+}
+
+thread_local! {
+    static REPLAY_DISABLED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` with [`GraphBuilder::module_repeated`] calling its closure every time instead of
+/// replaying the first call (tests compare the two graphs).
+pub fn without_module_replay<R>(f: impl FnOnce() -> R) -> R {
+    let before = REPLAY_DISABLED.with(|d| d.replace(true));
+    let r = f();
+    REPLAY_DISABLED.with(|d| d.set(before));
+    r
 }
 
 impl GraphBuilder {
@@ -66,9 +145,10 @@ impl GraphBuilder {
             },
             stack: vec![ModuleId(0)],
             frames: vec![Vec::new()],
-            module_index: std::collections::HashMap::from([(String::new(), ModuleId(0))]),
-            param_index: std::collections::HashMap::new(),
+            module_index: PathMap::from_iter([(String::new(), ModuleId(0))]),
+            param_index: PathMap::default(),
             error: None,
+            init_first_calls: 0,
         }
     }
 
@@ -154,6 +234,260 @@ impl GraphBuilder {
             inputs: inputs.to_vec(),
         });
         r
+    }
+
+    /// [`module`](Self::module) for one of a run of calls that record the same program (a
+    /// transformer's identical decoder layers, `f` a function of `inputs` and of tensors shared
+    /// by every call): the first call runs `f` and is recorded in `repeated`; later calls copy the
+    /// recording (child modules and parameters renamed under the new path, nodes sharing the
+    /// first call's ops) instead of running `f` again, which gives the same graph in a fraction of
+    /// the time. A call the recording cannot stand for (inputs given twice, paths that exist
+    /// already) runs `f`.
+    pub fn module_repeated(
+        &mut self,
+        repeated: &mut RepeatedModule,
+        name: &str,
+        type_name: &str,
+        inputs: &[TensorId],
+        f: impl FnOnce(&mut Self) -> TensorId,
+    ) -> TensorId {
+        let replay = !REPLAY_DISABLED.with(|d| d.get()) && self.error.is_none();
+        if let (true, Some(rec)) = (replay, &repeated.recording) {
+            if let Some(out) = self.replay(rec, name, type_name, inputs) {
+                return out;
+            }
+        }
+        let before = self.marks();
+        let is_new = !self.module_index.contains_key(&self.child_path(name));
+        let out = self.module(name, type_name, inputs, f);
+        if repeated.recording.is_none() && is_new && self.error.is_none() {
+            repeated.recording = self.recording(before, inputs, out);
+        }
+        out
+    }
+
+    fn marks(&self) -> Marks {
+        let g = &self.graph;
+        Marks {
+            modules: g.modules.len() as u32,
+            params: g.params.len() as u32,
+            tensors: g.tensors.len() as u32,
+            nodes: g.nodes.len() as u32,
+            scopes: g.scopes.len() as u32,
+            holds: g.holds.len() as u32,
+            inputs: g.inputs.len() as u32,
+            init_temporaries: g.init_temporaries.len() as u32,
+            init_first_calls: self.init_first_calls,
+            grad_leaves: g.grad_leaves.len() as u32,
+            layer_table: g.layer_table.clone(),
+        }
+    }
+
+    /// The recording of the module call made since `before`, if a copy of it renamed is what
+    /// another call would record: everything it made lies inside its own ranges, and it did
+    /// nothing that reaches outside the call (graph inputs, construction temporaries, init
+    /// order changes).
+    fn recording(&self, before: Marks, inputs: &[TensorId], output: TensorId) -> Option<Recording> {
+        let after = self.marks();
+        let g = &self.graph;
+        if (
+            after.inputs,
+            after.init_temporaries,
+            after.init_first_calls,
+            after.grad_leaves,
+            &after.layer_table,
+        ) != (
+            before.inputs,
+            before.init_temporaries,
+            before.init_first_calls,
+            before.grad_leaves,
+            &before.layer_table,
+        ) || after.modules == before.modules
+            || after.scopes == before.scopes
+        {
+            return None;
+        }
+        let rec = Recording {
+            inputs: inputs.to_vec(),
+            output,
+            type_name: g.modules[before.modules as usize].type_name.clone(),
+            modules: before.modules..after.modules,
+            params: before.params..after.params,
+            tensors: before.tensors..after.tensors,
+            nodes: before.nodes..after.nodes,
+            scopes: before.scopes..after.scopes,
+            holds: before.holds..after.holds,
+        };
+        let root = ModuleId(rec.modules.start);
+        let own = &g.scopes[after.scopes as usize - 1];
+        let params_ok = rec.params.clone().all(|p| {
+            let d = &g.params[p as usize];
+            d.init_rank == p && rec.modules.contains(&d.module.0)
+        });
+        let tensors_ok = rec.tensors.clone().all(|t| {
+            let d = &g.tensors[t as usize];
+            d.param.is_none_or(|p| rec.params.contains(&p.0))
+                && d.producer.is_none_or(|n| rec.nodes.contains(&n.0))
+        });
+        let modules_ok = rec.modules.clone().skip(1).all(|m| {
+            g.modules[m as usize]
+                .parent
+                .is_some_and(|p| rec.modules.contains(&p.0))
+        });
+        let ok = own.module == root
+            && (own.first, own.end) == (rec.nodes.start, rec.nodes.end)
+            && params_ok
+            && tensors_ok
+            && modules_ok
+            && !rec.inputs.iter().any(|t| rec.tensors.contains(&t.0));
+        ok.then_some(rec)
+    }
+
+    /// Copies `rec` as a call of child module `name` with `inputs`; `None` (nothing added) when
+    /// the copy would not be what the call records.
+    fn replay(
+        &mut self,
+        rec: &Recording,
+        name: &str,
+        type_name: &str,
+        inputs: &[TensorId],
+    ) -> Option<TensorId> {
+        let distinct = |ts: &[TensorId]| ts.iter().enumerate().all(|(i, t)| !ts[..i].contains(t));
+        if inputs.len() != rec.inputs.len()
+            || !distinct(inputs)
+            || !distinct(&rec.inputs)
+            || type_name != rec.type_name
+        {
+            return None;
+        }
+        let g = &self.graph;
+        let new_root = self.child_path(name);
+        let old_root = &g.modules[rec.modules.start as usize].path;
+        let rename = |old_module: &str, rest: &str| {
+            let mut p = String::with_capacity(
+                new_root.len() + old_module.len() - old_root.len() + rest.len(),
+            );
+            p.push_str(&new_root);
+            p.push_str(&old_module[old_root.len()..]);
+            p.push_str(rest);
+            p
+        };
+        let module_paths: Vec<String> = rec
+            .modules
+            .clone()
+            .map(|m| rename(&g.modules[m as usize].path, ""))
+            .collect();
+        let param_names: Vec<String> = rec
+            .params
+            .clone()
+            .map(|p| {
+                let d = &g.params[p as usize];
+                let mpath = &g.modules[d.module.0 as usize].path;
+                rename(mpath, &d.name[mpath.len()..])
+            })
+            .collect();
+        if module_paths
+            .iter()
+            .any(|p| self.module_index.contains_key(p))
+            || param_names.iter().any(|p| self.param_index.contains_key(p))
+        {
+            return None;
+        }
+        let dm = self.graph.modules.len() as u32 - rec.modules.start;
+        let dp = self.graph.params.len() as u32 - rec.params.start;
+        let dt = self.graph.tensors.len() as u32 - rec.tensors.start;
+        let dn = self.graph.nodes.len() as u32 - rec.nodes.start;
+        let module = |m: ModuleId| {
+            if rec.modules.contains(&m.0) {
+                ModuleId(m.0 + dm)
+            } else {
+                m
+            }
+        };
+        let param = |p: ParamId| {
+            if rec.params.contains(&p.0) {
+                ParamId(p.0 + dp)
+            } else {
+                p
+            }
+        };
+        let tensor = |t: TensorId| {
+            if rec.tensors.contains(&t.0) {
+                TensorId(t.0 + dt)
+            } else if let Some(k) = rec.inputs.iter().position(|&i| i == t) {
+                inputs[k]
+            } else {
+                t
+            }
+        };
+        let parent = self.current();
+        for (m, path) in rec.modules.clone().zip(module_paths) {
+            let d = &self.graph.modules[m as usize];
+            let def = ModuleDef {
+                path,
+                type_name: d.type_name.clone(),
+                parent: if m == rec.modules.start {
+                    Some(parent)
+                } else {
+                    d.parent.map(module)
+                },
+            };
+            self.module_index
+                .insert(def.path.clone(), ModuleId(self.graph.modules.len() as u32));
+            self.graph.modules.push(def);
+        }
+        for (p, name) in rec.params.clone().zip(param_names) {
+            let d = &self.graph.params[p as usize];
+            let id = self.graph.params.len() as u32;
+            let def = ParamDef {
+                name,
+                shape: d.shape.clone(),
+                dtype: d.dtype,
+                stored_dtype: d.stored_dtype,
+                kind: d.kind,
+                trainable: d.trainable,
+                module: module(d.module),
+                init_rank: id,
+            };
+            self.param_index.insert(def.name.clone(), ParamId(id));
+            self.graph.params.push(def);
+        }
+        for t in rec.tensors.clone() {
+            let d = &self.graph.tensors[t as usize];
+            let def = TensorDef {
+                shape: d.shape.clone(),
+                dtype: d.dtype,
+                producer: d.producer.map(|n| NodeId(n.0 + dn)),
+                param: d.param.map(param),
+            };
+            self.graph.tensors.push(def);
+        }
+        for n in rec.nodes.clone() {
+            let d = &self.graph.nodes[n as usize];
+            let node = Node {
+                op: d.op.clone(),
+                module: module(d.module),
+                inputs: d.inputs.iter().map(|&t| tensor(t)).collect(),
+                params: d.params.iter().map(|&p| param(p)).collect(),
+                outputs: d.outputs.iter().map(|&t| tensor(t)).collect(),
+            };
+            self.graph.nodes.push(node);
+        }
+        for sc in rec.scopes.clone() {
+            let d = &self.graph.scopes[sc as usize];
+            let scope = Scope {
+                module: module(d.module),
+                first: d.first + dn,
+                end: d.end + dn,
+                inputs: d.inputs.iter().map(|&t| tensor(t)).collect(),
+            };
+            self.graph.scopes.push(scope);
+        }
+        for h in rec.holds.clone() {
+            let (t, end) = self.graph.holds[h as usize];
+            self.graph.holds.push((tensor(t), end + dn));
+        }
+        Some(tensor(rec.output))
     }
 
     /// A plain Python function call inside the current module (DenseNet's `bn_function`): locals
@@ -289,6 +623,7 @@ impl GraphBuilder {
     /// current module's other parameters (PyTorch allocates in `__init__` order: ResNet's
     /// `_make_layer` builds `downsample` before the block that registers it last).
     pub fn init_first(&mut self, child: &str) {
+        self.init_first_calls += 1;
         let here = self.graph.modules[self.current().0 as usize].path.clone();
         let child_path = self.child_path(child);
         let under = |p: &str, m: &str| p == m || (m.is_empty() || p.starts_with(&format!("{m}.")));
@@ -410,6 +745,7 @@ impl GraphBuilder {
         self.stack.push(id);
         let first = self.graph.nodes.len() as u32;
         let out = self.push(op, inputs, params);
+        let out = self.graph.nodes[out.0 as usize].outputs.clone();
         self.stack.pop();
         self.graph.scopes.push(Scope {
             module: id,
@@ -422,29 +758,37 @@ impl GraphBuilder {
 
     /// Records a functional op (no parameters of its own) in the current module.
     pub fn op(&mut self, op: impl Op + 'static, inputs: &[TensorId]) -> TensorId {
-        self.push(Arc::new(op), inputs, Vec::new())[0]
+        let node = self.push(Arc::new(op), inputs, Vec::new());
+        self.graph.nodes[node.0 as usize].outputs[0]
     }
 
     /// Records a functional op with several outputs (`chunk`).
     pub fn op_multi(&mut self, op: impl Op + 'static, inputs: &[TensorId]) -> Vec<TensorId> {
-        self.push(Arc::new(op), inputs, Vec::new())
+        let node = self.push(Arc::new(op), inputs, Vec::new());
+        self.graph.nodes[node.0 as usize].outputs.clone()
     }
 
-    fn push(
-        &mut self,
-        op: Arc<dyn Op>,
-        inputs: &[TensorId],
-        params: Vec<ParamId>,
-    ) -> Vec<TensorId> {
-        let shapes: Vec<&[u64]> = inputs
-            .iter()
-            .map(|&t| self.graph.tensor(t).shape.as_slice())
-            .collect();
+    /// Records a node (its output tensors are the node's `outputs`, at least one).
+    fn push(&mut self, op: Arc<dyn Op>, inputs: &[TensorId], params: Vec<ParamId>) -> NodeId {
+        let mut shapes_buf: [&[u64]; INLINE_INPUTS] = [&[]; INLINE_INPUTS];
+        let shapes_vec: Vec<&[u64]>;
+        let shapes: &[&[u64]] = if inputs.len() <= INLINE_INPUTS {
+            for (s, &t) in shapes_buf.iter_mut().zip(inputs) {
+                *s = &self.graph.tensor(t).shape;
+            }
+            &shapes_buf[..inputs.len()]
+        } else {
+            shapes_vec = inputs
+                .iter()
+                .map(|&t| self.graph.tensor(t).shape.as_slice())
+                .collect();
+            &shapes_vec
+        };
         let out_shapes = if self.error.is_some() {
             // after the first error keep going with placeholder shapes; finish() reports the error
             vec![shapes.first().map(|s| s.to_vec()).unwrap_or_default()]
         } else {
-            match op.output_shapes(&shapes) {
+            match op.output_shapes(shapes) {
                 Ok(s) => s,
                 Err(e) => {
                     let module = self.graph.modules[self.current().0 as usize].path.clone();
@@ -462,8 +806,16 @@ impl GraphBuilder {
                 self.error = Some(BuildError { module, shape: e });
             }
         }
-        let dtypes: Vec<DType> = inputs.iter().map(|&t| self.graph.tensor(t).dtype).collect();
-        let out_dtypes = op.output_dtypes(&dtypes, out_shapes.len());
+        let out_dtypes = if inputs.len() <= INLINE_INPUTS {
+            let mut dtypes = [DType::F32; INLINE_INPUTS];
+            for (d, &t) in dtypes.iter_mut().zip(inputs) {
+                *d = self.graph.tensor(t).dtype;
+            }
+            op.output_dtypes(&dtypes[..inputs.len()], out_shapes.len())
+        } else {
+            let dtypes: Vec<DType> = inputs.iter().map(|&t| self.graph.tensor(t).dtype).collect();
+            op.output_dtypes(&dtypes, out_shapes.len())
+        };
         let node = NodeId(self.graph.nodes.len() as u32);
         let outputs: Vec<TensorId> = out_shapes
             .into_iter()
@@ -475,9 +827,9 @@ impl GraphBuilder {
             module: self.current(),
             inputs: inputs.to_vec(),
             params,
-            outputs: outputs.clone(),
+            outputs,
         });
-        outputs
+        node
     }
 
     /// Finishes the graph with its outputs and task, or reports the first shape error.
@@ -504,6 +856,9 @@ impl GraphBuilder {
 /// `free_at` of an [`untied_at_init`](GraphBuilder::untied_at_init) temporary until
 /// [`finish`](GraphBuilder::finish) knows the parameter count.
 const UNTIL_BUILT: u32 = u32::MAX;
+
+/// Most ops take at most this many inputs: their shapes and dtypes are passed from the stack.
+const INLINE_INPUTS: usize = 8;
 
 /// The largest tensor the simulator accepts (2^48 bytes = 256 TiB at 8 bytes an element), so that
 /// sums of sizes cannot overflow.

@@ -21,6 +21,7 @@
 //! (`causal_lm`), the attention and the MLP; `generate.rs` runs the same forward with a KV cache
 //! (Qwen3 and Phi-3 are not measured there, nor with eager attention, and are refused).
 
+use vramscope_core::builder::RepeatedModule;
 use vramscope_core::ir::Task;
 use vramscope_core::ops::{Aten, GradIn, Saved, Slice, View};
 use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
@@ -291,6 +292,8 @@ pub fn build(
         &mut |b, i, x, cos, sin, call| {
             decoder_layer(b, s, p, dtype, autocast, x, cos, sin, i as usize, call)
         },
+        // every layer records the same program (a sliding-window mask is an argument)
+        &|_| 0,
     )
 }
 
@@ -341,6 +344,7 @@ pub(super) fn causal_lm(
     input: &HfInput,
     masks: &dyn Fn(&mut GraphBuilder) -> Vec<Option<TensorId>>,
     layer: &mut DecoderLayer,
+    layer_kind: &dyn Fn(u64) -> u64,
 ) -> Result<(Graph, Vec<String>), HfError> {
     if let Some(m) = s.max_positions {
         check_positions(cfg, input, "max_position_embeddings", m)?;
@@ -357,6 +361,7 @@ pub(super) fn causal_lm(
         &mut Call::plain(seq),
         masks,
         layer,
+        Some(layer_kind),
     );
     let graph = b
         .finish(&[logits], Task::CausalLm { vocab: s.vocab })
@@ -374,6 +379,7 @@ fn forward(
     call: &mut Call,
     masks: &dyn Fn(&mut GraphBuilder) -> Vec<Option<TensorId>>,
     layer: &mut DecoderLayer,
+    layer_kind: Option<&dyn Fn(u64) -> u64>,
 ) -> TensorId {
     let bsz = b.shape(ids)[0];
     let seq = call.seq;
@@ -404,15 +410,32 @@ fn forward(
         // so are `position_embeddings`
         b.hold(&[cos, sin]);
         let mut x = x;
+        let class = format!("{p}DecoderLayer");
         b.module("layers", "ModuleList", &[], |b| {
+            // layers of one kind record the same program from their arguments: without a cache
+            // (whose tensors differ per layer) the builder copies the first of each kind
+            let mut recorded: Vec<(u64, RepeatedModule)> = Vec::new();
             for i in 0..s.layers {
                 // position_embeddings, the mask and position_ids are arguments too (a checkpoint
                 // keeps them until its backward)
                 let mut args = vec![x, cos, sin, pos];
                 args.extend(layer_mask(s, call, i as usize));
-                x = b.module(&i.to_string(), &format!("{p}DecoderLayer"), &args, |b| {
-                    layer(b, i, x, cos, sin, call)
-                });
+                let name = i.to_string();
+                let kind = layer_kind.filter(|_| call.cache.is_none()).map(|k| k(i));
+                let f = |b: &mut GraphBuilder| layer(b, i, x, cos, sin, call);
+                x = match kind {
+                    Some(k) => {
+                        let slot = match recorded.iter().position(|(kk, _)| *kk == k) {
+                            Some(j) => j,
+                            None => {
+                                recorded.push((k, RepeatedModule::default()));
+                                recorded.len() - 1
+                            }
+                        };
+                        b.module_repeated(&mut recorded[slot].1, &name, &class, &args, f)
+                    }
+                    None => b.module(&name, &class, &args, f),
+                };
             }
         });
         (
@@ -720,6 +743,7 @@ impl CausalLm for Model {
             &mut |b, i, x, cos, sin, call| {
                 decoder_layer(b, s, p, dtype, autocast, x, cos, sin, i as usize, call)
             },
+            Some(&|_| 0),
         )
     }
 

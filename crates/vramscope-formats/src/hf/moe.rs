@@ -293,6 +293,8 @@ pub fn build(
             };
             add(b, x, y)
         },
+        // sparse and dense layers each record one program
+        &|i| u64::from(m.sparse[i as usize]),
     )
 }
 

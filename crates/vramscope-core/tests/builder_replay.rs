@@ -1,0 +1,92 @@
+//! `GraphBuilder::module_repeated` copies the first call of a run of identical module calls: the
+//! graph must be the one that calling the closure every time records, in every case the copy
+//! covers (parameters, buffers, nested modules, held locals, shared tensors, an input given in
+//! another position) and in the cases where it must fall back to calling the closure.
+
+use vramscope_core::builder::{without_module_replay, RepeatedModule};
+use vramscope_core::ir::Task;
+use vramscope_core::ops::{Aten, Linear, Saved};
+use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
+
+/// A block reading its input `x`, a tensor `shared` made outside the blocks, its own parameters
+/// and buffer, with a held local inside a plain function and a nested module.
+fn block(b: &mut GraphBuilder, x: TensorId, shared: TensorId) -> TensorId {
+    let h = b.layer("fc", Linear::new(4, 4), &[x]);
+    let scale = b.parameter("scale", vec![4]);
+    let _steps = b.buffer("steps", vec![1], Some(DType::I64));
+    let y = b.op(
+        Aten::new("mul", vec![2, 4]).saves(vec![Saved::Input(0), Saved::Input(1)]),
+        &[h, scale],
+    );
+    b.hold(&[h]);
+    let z = b.frame(|b| {
+        let u = b.op(Aten::new("add", vec![2, 4]), &[y, shared]);
+        b.hold(&[u]);
+        u
+    });
+    b.module("inner", "Inner", &[z], |b| {
+        b.op(
+            Aten::new("relu", vec![2, 4]).saves(vec![Saved::Output(0)]),
+            &[z],
+        )
+    })
+}
+
+/// `layers` blocks in a `ModuleList`, after `prepare` (which may declare modules).
+fn model(layers: u32, prepare: impl Fn(&mut GraphBuilder)) -> Graph {
+    let mut b = GraphBuilder::new("m", "M");
+    let x = b.input(vec![2, 4], DType::F32);
+    let shared = b.op(Aten::new("ones", vec![2, 4]), &[x]);
+    prepare(&mut b);
+    let mut rep = RepeatedModule::default();
+    let mut h = x;
+    b.module("layers", "ModuleList", &[], |b| {
+        for i in 0..layers {
+            // the shared tensor is passed first: inputs are matched by position
+            h = b.module_repeated(&mut rep, &i.to_string(), "Block", &[shared, h], |b| {
+                block(b, h, shared)
+            });
+        }
+    });
+    b.finish(&[h], Task::Classification { num_classes: 4 })
+        .expect("builds")
+}
+
+fn assert_same(prepare: impl Fn(&mut GraphBuilder) + Copy) {
+    let replayed = model(4, prepare);
+    let built = without_module_replay(|| model(4, prepare));
+    assert_eq!(format!("{replayed:?}"), format!("{built:?}"));
+    assert_eq!(replayed.modules.len(), 2 + 4 * 3);
+    assert_eq!(replayed.params.len(), 4 * 4);
+}
+
+#[test]
+fn replayed_blocks_equal_built_blocks() {
+    assert_same(|_| {});
+}
+
+#[test]
+fn a_declared_block_is_built_not_replayed() {
+    // `layers.2` exists before it is called: its parameters keep the declared order
+    assert_same(|b| {
+        b.declare("layers", "ModuleList", |b| {
+            b.declare("2", "Block", |b| b.declare_layer("fc", &Linear::new(4, 4)));
+        });
+    });
+}
+
+#[test]
+fn replay_is_what_makes_later_blocks() {
+    // the copies share the first block's op objects; a built graph has its own per block
+    let g = model(3, |_| {});
+    let relu: Vec<_> = g.nodes.iter().filter(|n| n.op.kind() == "relu").collect();
+    assert_eq!(relu.len(), 3);
+    assert!(std::sync::Arc::ptr_eq(&relu[0].op, &relu[2].op));
+    let built = without_module_replay(|| model(3, |_| {}));
+    let relu: Vec<_> = built
+        .nodes
+        .iter()
+        .filter(|n| n.op.kind() == "relu")
+        .collect();
+    assert!(!std::sync::Arc::ptr_eq(&relu[0].op, &relu[2].op));
+}
