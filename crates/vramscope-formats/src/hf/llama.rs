@@ -289,11 +289,13 @@ pub fn build(
         model_type,
         input,
         &masks,
-        &mut |b, i, x, cos, sin, call| {
-            decoder_layer(b, s, p, dtype, autocast, x, cos, sin, i as usize, call)
-        },
-        // every layer records the same program (a sliding-window mask is an argument)
-        &|_| 0,
+        (
+            &mut |b, i, x, cos, sin, call| {
+                decoder_layer(b, s, p, dtype, autocast, x, cos, sin, i as usize, call)
+            },
+            // every layer records the same program (a sliding-window mask is an argument)
+            &|_| 0,
+        ),
     )
 }
 
@@ -343,8 +345,7 @@ pub(super) fn causal_lm(
     model_type: &str,
     input: &HfInput,
     masks: &dyn Fn(&mut GraphBuilder) -> Vec<Option<TensorId>>,
-    layer: &mut DecoderLayer,
-    layer_kind: &dyn Fn(u64) -> u64,
+    (layer, layer_kind): (&mut DecoderLayer, &dyn Fn(u64) -> u64),
 ) -> Result<(Graph, Vec<String>), HfError> {
     if let Some(m) = s.max_positions {
         check_positions(cfg, input, "max_position_embeddings", m)?;

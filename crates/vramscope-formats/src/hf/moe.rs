@@ -273,28 +273,31 @@ pub fn build(
         model_type,
         input,
         &masks,
-        &mut |b, i, x, cos, sin, call| {
-            let h = rms_norm(b, "input_layernorm", &norm, s.hidden, dtype, x);
-            let a = attention(b, &s, p, (dtype, autocast), h, cos, sin, i as usize, call);
-            let x = add(b, x, a);
-            let y = rms_norm(b, "post_attention_layernorm", &norm, s.hidden, dtype, x);
-            let y = if m.sparse[i as usize] {
-                sparse_block(b, &m, &c, y)
-            } else {
-                mlp(
-                    b,
-                    "mlp",
-                    &format!("{p}MLP"),
-                    s.hidden,
-                    s.intermediate,
-                    false,
-                    y,
-                )
-            };
-            add(b, x, y)
-        },
-        // sparse and dense layers each record one program
-        &|i| u64::from(m.sparse[i as usize]),
+        (
+            &mut |b, i, x, cos, sin, call| {
+                let h = rms_norm(b, "input_layernorm", &norm, s.hidden, dtype, x);
+                let a = attention(b, &s, p, (dtype, autocast), h, cos, sin, i as usize, call);
+                let x = add(b, x, a);
+                let y = rms_norm(b, "post_attention_layernorm", &norm, s.hidden, dtype, x);
+                let y = if m.sparse[i as usize] {
+                    sparse_block(b, &m, &c, y)
+                } else {
+                    mlp(
+                        b,
+                        "mlp",
+                        &format!("{p}MLP"),
+                        s.hidden,
+                        s.intermediate,
+                        false,
+                        y,
+                    )
+                };
+                add(b, x, y)
+            },
+            // sparse and dense layers each record one program
+            // sparse and dense layers each record one program
+            &|i| u64::from(m.sparse[i as usize]),
+        ),
     )
 }
 
