@@ -164,7 +164,7 @@ fn every_builtin_config_builds_with_the_reference_parameter_count() {
         assert_eq!(m.graph.parameter_count(), want, "{name}");
         built += 1;
     }
-    assert_eq!(built, 38, "every built-in config builds");
+    assert_eq!(built, 40, "every built-in config builds");
 }
 
 fn t5(text: &str, input: HfInput) -> Result<hf::HfModel, HfError> {
@@ -405,7 +405,7 @@ fn detailed_builtins_have_transformers_parameter_names_shapes_and_modules() {
         assert_eq!(ours, theirs, "{name}: modules");
         checked.push(name.clone());
     }
-    assert_eq!(checked.len(), 11, "{checked:?}");
+    assert_eq!(checked.len(), 13, "{checked:?}");
 }
 
 /// Every MoE fixture config builds with the parameter count transformers gave the truth tool.
