@@ -2,7 +2,8 @@
 //! architecture from `model_type` / `architectures`, and builds the module graph transformers 5.23
 //! builds for it, with its module names (`transformer.h.0.attn.c_attn`,
 //! `model.layers.3.self_attn.q_proj`) and its forward as it runs with `attn_implementation="sdpa"`,
-//! `use_cache=False` and no attention mask, op by op as the truth traces show it.
+//! `use_cache=False` (encoder-decoders: the config's `use_cache`, see `t5.rs`) and no attention
+//! mask, op by op as the truth traces show it.
 //!
 //! Supported: GPT-2 (`gpt2`), OPT (`opt`), the Llama family decoder (`llama`, `mistral`, `qwen2`,
 //! `qwen3`, `phi3`: GQA, `head_dim`, tied embeddings, q/k/v biases, RMSNorm, rotary embeddings,

@@ -1,5 +1,6 @@
 //! T5 (transformers/models/t5/modeling_t5.py, 5.23): `T5ForConditionalGeneration` trained on
-//! `model(input_ids=[B, S], labels=[B, T]).loss`, op by op as the truth traces show it.
+//! `model(input_ids=[B, S], labels=[B, T]).loss`, op by op as the truth traces show it; mT5
+//! (modeling_mt5.py) and UMT5 (modeling_umt5.py) through the same code (see [`Variant`]).
 //!
 //! - Construction: `shared` (`[V, D]`), then each `T5Stack` allocates its own `embed_tokens`
 //!   weight and `lm_head` its own, which `post_init()` drops for `shared` (transformers 5.23 ties
@@ -17,6 +18,14 @@
 //!   float mask (a copy per layer; the decoder's causal `where` first); cross-attention uses a
 //!   zero bias made in its first layer. SDPA with that mask runs mem-efficient attention (dropout,
 //!   or a mask that needs a gradient) or cuDNN attention (half precision otherwise).
+//! - `use_cache` (the config's, default true): the decoder stack fills an `EncoderDecoderCache`
+//!   even in a training forward (its own deep copy of the config decides, so
+//!   `model.config.use_cache = False` after construction does not turn it off; gradient
+//!   checkpointing does). Each decoder attention's keys and values become `cat([empty, k])`
+//!   copies, which attention uses and autograd saves in place of the projections; the cache in
+//!   `out.past_key_values` keeps them past backward, until the next forward returns.
+
+use std::cell::RefCell;
 
 use vramscope_core::ir::Task;
 use vramscope_core::ops::{
@@ -120,6 +129,12 @@ struct Spec {
     precision: Precision,
     /// `gradient_checkpointing_enable()` (T5Attention's flag: the zero bias requires grad).
     gradient_checkpointing: bool,
+    /// The decoder builds an `EncoderDecoderCache` (the config's `use_cache`, which the decoder
+    /// stack reads from its own copy of the config, unless gradient checkpointing turned it off).
+    use_cache: bool,
+    /// The cached key/value tensors (self-attention then cross-attention, layer by layer), which
+    /// `out.past_key_values` keeps.
+    cache: RefCell<Vec<TensorId>>,
 }
 
 impl Spec {
@@ -255,6 +270,10 @@ fn spec(cfg: &HfConfig, variant: Variant, input: &HfInput) -> Result<Spec, HfErr
         scale_decoder_outputs,
         precision: input.precision,
         gradient_checkpointing: input.gradient_checkpointing,
+        // merge_with_config_defaults: `use_cache=True` with gradient checkpointing on (in
+        // training) warns and becomes False
+        use_cache: cfg.bool_or("use_cache", true)? && !input.gradient_checkpointing,
+        cache: RefCell::new(Vec::new()),
     })
 }
 
@@ -307,10 +326,13 @@ pub fn build(
     let flat_labels = view(&mut b, "view", labels, vec![n]);
     let lp = b.op(LogSoftmax { dim: 1 }, &[flat]);
     let loss = b.op(NllLoss, &[lp, flat_labels]);
-    // out = Seq2SeqLMOutput(loss, logits, encoder_last_hidden_state): alive until the next
-    // forward returns
+    // out = Seq2SeqLMOutput(loss, logits, past_key_values, encoder_last_hidden_state): alive
+    // until the next forward returns
+    let mut outputs = vec![loss, logits];
+    outputs.extend(s.cache.borrow().iter().copied());
+    outputs.push(enc);
     let graph = b
-        .finish(&[loss, logits, enc], Task::LossInForward)
+        .finish(&outputs, Task::LossInForward)
         .map_err(build_error(cfg))?;
     let layers = (0..s.enc_layers)
         .map(|i| format!("encoder.block.{i}"))
@@ -385,12 +407,16 @@ fn declare_block(b: &mut GraphBuilder, s: &Spec, decoder: bool, first: bool) {
         b.declare_module("dropout", "Dropout");
     };
     b.declare("0", &s.class("LayerSelfAttention"), |b| {
-        b.declare("SelfAttention", &s.class("Attention"), |b| attention(b, first));
+        b.declare("SelfAttention", &s.class("Attention"), |b| {
+            attention(b, first)
+        });
         norm_and_dropout(b);
     });
     let ff_index = if decoder {
         b.declare("1", &s.class("LayerCrossAttention"), |b| {
-            b.declare("EncDecAttention", &s.class("Attention"), |b| attention(b, false));
+            b.declare("EncDecAttention", &s.class("Attention"), |b| {
+                attention(b, false)
+            });
             norm_and_dropout(b);
         });
         "2"
@@ -595,6 +621,11 @@ fn attention(
     let k4 = heads(b, k, kv_len);
     let v = linear(b, "v", s.d_model, inner, false, src);
     let v4 = heads(b, v, kv_len);
+    let (k4, v4) = if s.use_cache && (causal || kv.is_some()) {
+        cache_update(b, s, k4, v4)
+    } else {
+        (k4, v4)
+    };
     // query_states, key_states, value_states are locals until forward returns
     b.hold(&[q4, k4, v4]);
     let pb = match bias {
@@ -622,6 +653,29 @@ fn attention(
     let o = view(b, "transpose", o, vec![bsz, len, hn, dk]);
     let o = view(b, "reshape", o, vec![bsz, len, inner]);
     (linear(b, "o", inner, s.d_model, false, o), pb)
+}
+
+/// The decoder's `past_key_values.update(key_states, value_states, layer_idx)` on a fresh
+/// `EncoderDecoderCache` (`DynamicLayer.update`'s first call): `keys = cat([empty, k], -2)`, then
+/// the values, each a contiguous copy that attention then reads (and autograd saves) in place of
+/// the projection, whose output is freed once both are cached. The cat passes its gradient
+/// through; the copies stay referenced by the cache.
+fn cache_update(b: &mut GraphBuilder, s: &Spec, k: TensorId, v: TensorId) -> (TensorId, TensorId) {
+    let cached = b.frame(|b| {
+        // key_states and value_states stay referenced until update returns
+        b.hold(&[k, v]);
+        let cat = |b: &mut GraphBuilder, t: TensorId| {
+            let shape = b.shape(t).to_vec();
+            let op = Aten::new("cat", shape)
+                .grads(vec![GradIn::PassThrough(0)])
+                .kv_cache();
+            b.op(op, &[t])
+        };
+        let nk = cat(b, k);
+        (nk, cat(b, v))
+    });
+    s.cache.borrow_mut().extend([cached.0, cached.1]);
+    cached
 }
 
 /// A no-grad integer/float op of the position-bias arithmetic.
@@ -805,9 +859,9 @@ fn t5_layer_norm(b: &mut GraphBuilder, s: &Spec, name: &str, x: TensorId) -> Ten
 fn feed_forward(b: &mut GraphBuilder, s: &Spec, h: TensorId) -> TensorId {
     let normed = t5_layer_norm(b, s, "layer_norm", h);
     let dense = if s.gated {
-        "T5DenseGatedActDense"
+        s.class("DenseGatedActDense")
     } else {
-        "T5DenseActDense"
+        s.class("DenseActDense")
     };
     let f = b.module("DenseReluDense", &dense, &[normed], |b| {
         dense_act_dense(b, s, normed)
