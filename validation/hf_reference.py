@@ -21,7 +21,8 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 DATA = ROOT / "crates" / "vramscope-formats" / "data" / "hf"
 # models small enough to commit every parameter's shape and every module path for
 DETAILED = {"gpt2", "opt-125m", "bert-base-uncased", "llama-3.2-1b", "qwen2.5-0.5b", "t5-small",
-            "mixtral-8x7b", "gemma-2-2b", "gemma-3-1b", "phi-3-mini", "qwen3-0.6b"}
+            "mixtral-8x7b", "gemma-2-2b", "gemma-3-1b", "phi-3-mini", "qwen3-0.6b", "mt5-small",
+            "umt5-small"}
 
 
 def build(cfg: dict):

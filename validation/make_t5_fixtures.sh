@@ -1,23 +1,32 @@
 #!/usr/bin/env bash
-# Measures the T5 truth cases (validation/cases_t5.jsonl, the measured step in
-# validation/t5_models.py) with ../shared/truth and writes fixtures/truth/hf_t5.jsonl: the compact
-# format of compact_results.py plus `model` (the config vramscope reads), `task` and `extra_args`
-# (its flags, e.g. --target-len).
+# Measures the T5-family truth cases with ../shared/truth and writes the compact fixture: the format of
+# compact_results.py plus `model` (the config vramscope reads), `task` and `extra_args` (its flags,
+# e.g. --target-len). The measured step is validation/t5_models.py.
+#   validation/make_t5_fixtures.sh                      # cases_t5.jsonl -> fixtures/truth/hf_t5.jsonl
+#   validation/make_t5_fixtures.sh t5_variants          # cases_t5_variants.jsonl -> hf_t5_variants.jsonl
+#   MEASURE=0 validation/make_t5_fixtures.sh t5_variants   # convert .truth/raw/*_results.jsonl only
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-$HOME/.venvs/truth}
+name=${1:-t5}
+cases=validation/cases_$name.jsonl
+raw=.truth/raw/${name}_results.jsonl
+out=fixtures/truth/hf_$name.jsonl
 mkdir -p .truth/raw
-"$VENV/bin/python" ../shared/truth/run_cases.py validation/cases_t5.jsonl --out .truth/raw/t5_results.jsonl
-python3 validation/compact_results.py .truth/raw/t5_results.jsonl --prefix py: \
-    --order validation/cases_t5.jsonl --out .truth/raw/t5_compact.jsonl
-python3 - <<'PY'
-import json
-cases = {c["name"]: c for c in map(json.loads, open("validation/cases_t5.jsonl"))}
-with open("fixtures/truth/hf_t5.jsonl", "w") as out:
-    for line in open(".truth/raw/t5_compact.jsonl"):
+if [ "${MEASURE:-1}" != 0 ]; then
+  "$VENV/bin/python" ../shared/truth/run_cases.py "$cases" --out "$raw"
+fi
+python3 validation/compact_results.py "$raw" --prefix py: \
+    --order "$cases" --out ".truth/raw/${name}_compact.jsonl"
+python3 - "$cases" ".truth/raw/${name}_compact.jsonl" "$out" <<'PY'
+import json, sys
+cases_path, compact, out_path = sys.argv[1:]
+cases = {c["name"]: c for c in map(json.loads, open(cases_path))}
+with open(out_path, "w") as out:
+    for line in open(compact):
         r = json.loads(line)
         v = cases[r["name"]]["vramscope"]
         r["model"], r["extra_args"], r["task"] = v["config"], v["args"], "seq2seq-lm"
         out.write(json.dumps(r, separators=(",", ":")) + "\n")
 PY
-wc -l fixtures/truth/hf_t5.jsonl
+wc -l "$out"

@@ -1,8 +1,9 @@
 """`measure.py --model py:validation/t5_models.py:t5` -- the T5 training step vramscope models.
 
-`t5`: `T5ForConditionalGeneration` built from a config.json (random init, `attn_implementation="sdpa"`,
-`use_cache=False`, as measure.py builds its hf: models), trained the way transformers' own example
-and the HF Trainer train it:
+`t5`: `T5ForConditionalGeneration` (or the class the config's `architectures` names:
+`MT5ForConditionalGeneration`, `UMT5ForConditionalGeneration`) built from a config.json (random init,
+`attn_implementation="sdpa"`, `use_cache=False`, as measure.py builds its hf: models), trained the way
+transformers' own example and the HF Trainer train it:
 
     input_ids = randint(V, [B, S])            # the encoder's input
     labels    = randint(V, [B, T])            # T = target_len (default: seq)
@@ -21,7 +22,10 @@ evaluation step: loss included).
 kwargs (via --model-kwargs): `config` (a config.json path, relative to the repository root; keys
 starting with `_` are dropped, so the built-in configs under crates/vramscope-formats/data/hf work), `target_len`
 (T, default seq), `layers` (overrides num_layers and num_decoder_layers), `decoder_layers`,
-`overrides` (a dict of other config attributes, e.g. {"dropout_rate": 0.0}).
+`overrides` (a dict of other config attributes, e.g. {"dropout_rate": 0.0}), `use_cache` (default false:
+`config.use_cache = False` and `use_cache=False` in the call; `"config"` leaves the config's value and
+calls `model(input_ids=..., labels=...)` without it, as a plain loop does: the decoder then returns an
+`EncoderDecoderCache` in `out.past_key_values` unless gradient checkpointing turned it off).
 `checkpoint=True` calls `model.gradient_checkpointing_enable()` (every T5Block).
 """
 import json
@@ -31,7 +35,7 @@ import torch
 
 
 def t5(batch, seq, checkpoint=None, config="fixtures/hf/configs/t5_small_2l.json", target_len=None, layers=None,
-       decoder_layers=None, overrides=None, **_):
+       decoder_layers=None, overrides=None, use_cache=False, **_):
     import transformers
     here = os.path.dirname(os.path.abspath(__file__))
     path = config if os.path.isabs(config) else os.path.join(here, "..", config)
@@ -47,8 +51,10 @@ def t5(batch, seq, checkpoint=None, config="fixtures/hf/configs/t5_small_2l.json
     for k, v in (overrides or {}).items():
         setattr(cfg, k, v)
     cfg._attn_implementation = "sdpa"
-    cfg.use_cache = False
-    model = transformers.T5ForConditionalGeneration(cfg)
+    if use_cache != "config":
+        cfg.use_cache = False
+    arch = (d.get("architectures") or ["T5ForConditionalGeneration"])[0]
+    model = getattr(transformers, arch)(cfg)
     if checkpoint:
         model.gradient_checkpointing_enable()
     V, B, S = cfg.vocab_size, batch, seq
@@ -61,6 +67,8 @@ def t5(batch, seq, checkpoint=None, config="fixtures/hf/configs/t5_small_2l.json
 
     def forward(m, x):
         ids, labels = x
+        if use_cache == "config":
+            return m(input_ids=ids, labels=labels)
         return m(input_ids=ids, labels=labels, use_cache=False)
 
     def loss(out, y):

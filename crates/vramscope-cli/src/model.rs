@@ -67,6 +67,13 @@ pub struct ModelArgs {
     /// (the `[B, H, S, S]` scores and probabilities materialised; GPT-2 and the Llama family).
     #[arg(long)]
     pub attn_implementation: Option<String>,
+    /// Encoder-decoder models (T5, mT5, UMT5): the config's `use_cache`, as
+    /// `from_pretrained(..., use_cache=...)` sets it (default: the config's, true when absent).
+    /// With it the decoder's forward fills an `EncoderDecoderCache` that `out.past_key_values`
+    /// keeps until the next forward returns, in training too; gradient checkpointing turns it
+    /// off. Setting `model.config.use_cache` after loading does not reach the decoder stack.
+    #[arg(long)]
+    pub use_cache: Option<bool>,
     /// Fine-tuning: LoRA adapters, frozen parameters.
     #[command(flatten)]
     pub finetune: crate::finetune::FinetuneArgs,
@@ -316,9 +323,10 @@ fn load_base(
         || args.gradient_checkpointing
         || args.attn_implementation.is_some()
         || args.target_len.is_some()
+        || args.use_cache.is_some()
     {
         bail!(
-            "--seq-len, --target-len, --task, --gradient-checkpointing and --attn-implementation apply to Hugging Face models (a built-in transformer, a config.json or a model folder; --seq-len also to ONNX files); `{}` is not one",
+            "--seq-len, --target-len, --task, --gradient-checkpointing, --attn-implementation and --use-cache apply to Hugging Face models (a built-in transformer, a config.json or a model folder; --seq-len also to ONNX files); `{}` is not one",
             args.model
         );
     }
@@ -382,6 +390,10 @@ fn load_hf(
         Some(a) => AttnImplementation::parse(a)
             .ok_or_else(|| anyhow!("--attn-implementation {a:?}: expected sdpa or eager"))?,
     };
+    let cfg = match args.use_cache {
+        Some(u) => cfg.with_value("use_cache", u.into()),
+        None => cfg,
+    };
     let m = hf::build(
         &cfg,
         &HfInput {
@@ -395,6 +407,12 @@ fn load_hf(
             gradient_checkpointing: args.gradient_checkpointing,
         },
     )?;
+    if args.use_cache.is_some() && m.task != HfTask::Seq2SeqLm {
+        bail!(
+            "{}: --use-cache applies to encoder-decoder models (T5, mT5, UMT5); causal LMs and encoders are modelled with use_cache=False, and --mode generate always caches",
+            args.model
+        );
+    }
     let mut graph = m.graph;
     if args.gradient_checkpointing {
         // gradient_checkpointing_enable() also calls enable_input_require_grads(): a forward hook

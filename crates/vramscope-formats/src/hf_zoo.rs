@@ -49,6 +49,8 @@ const CONFIGS: &[(&str, &str)] = &[
     ("t5-small", include_str!("../data/hf/t5-small.json")),
     ("t5-base", include_str!("../data/hf/t5-base.json")),
     ("flan-t5-base", include_str!("../data/hf/flan-t5-base.json")),
+    ("mt5-small", include_str!("../data/hf/mt5-small.json")),
+    ("umt5-small", include_str!("../data/hf/umt5-small.json")),
     ("qwen3-0.6b", include_str!("../data/hf/qwen3-0.6b.json")),
     ("qwen3-8b", include_str!("../data/hf/qwen3-8b.json")),
     ("gemma-3-1b", include_str!("../data/hf/gemma-3-1b.json")),
@@ -85,7 +87,7 @@ mod tests {
             assert!(v["architectures"][0].is_string(), "{name}");
             assert!(v["model_type"].is_string(), "{name}");
         }
-        assert_eq!(names().len(), 38);
+        assert_eq!(names().len(), 40);
         assert!(config("gpt3").is_none());
     }
 

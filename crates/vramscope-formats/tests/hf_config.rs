@@ -164,7 +164,7 @@ fn every_builtin_config_builds_with_the_reference_parameter_count() {
         assert_eq!(m.graph.parameter_count(), want, "{name}");
         built += 1;
     }
-    assert_eq!(built, 38, "every built-in config builds");
+    assert_eq!(built, 40, "every built-in config builds");
 }
 
 fn t5(text: &str, input: HfInput) -> Result<hf::HfModel, HfError> {
@@ -268,8 +268,9 @@ fn t5_v1_1_shapes_follow_d_kv_gating_and_stack_depths() {
 fn t5_inputs_are_input_ids_and_labels_of_their_own_lengths() {
     let path = format!("{}/fixtures/hf/configs/t5_small_2l.json", root());
     let cfg = hf::read_config(&path).unwrap();
+    let no_cache = cfg.clone().with_value("use_cache", false.into());
     let m = hf::build(
-        &cfg,
+        &no_cache,
         &HfInput {
             target_seq: Some(16),
             ..input()
@@ -295,6 +296,45 @@ fn t5_inputs_are_input_ids_and_labels_of_their_own_lengths() {
     // without --target-len the labels are as long as the inputs
     let m = hf::build(&cfg, &input()).unwrap();
     assert_eq!(m.graph.tensor(m.graph.inputs[1]).shape, vec![2, 64]);
+}
+
+/// The config's `use_cache` (absent: true) makes the decoder cache every self- and
+/// cross-attention key and value, which the output keeps; gradient checkpointing turns it off.
+#[test]
+fn t5_use_cache_keeps_the_decoder_keys_and_values_in_the_output() {
+    let path = format!("{}/fixtures/hf/configs/t5_small_2l.json", root());
+    let cfg = hf::read_config(&path).unwrap();
+    let with_target = HfInput {
+        target_seq: Some(16),
+        ..input()
+    };
+    let m = hf::build(&cfg, &with_target).unwrap();
+    let outs: Vec<Vec<u64>> = m
+        .graph
+        .outputs
+        .iter()
+        .map(|t| m.graph.tensor(*t).shape.clone())
+        .collect();
+    // loss, logits, then per decoder layer (2): self-attention keys and values over the 16
+    // targets, cross-attention ones over the 64 inputs (8 heads of 64); the encoder output last
+    let (own, cross) = (vec![2, 8, 16, 64], vec![2, 8, 64, 64]);
+    let mut want = vec![vec![], vec![2, 16, 32128]];
+    for _ in 0..2 {
+        want.extend([own.clone(), own.clone(), cross.clone(), cross.clone()]);
+    }
+    want.push(vec![2, 64, 512]);
+    assert_eq!(outs, want);
+    let ckpt = hf::build(
+        &cfg,
+        &HfInput {
+            gradient_checkpointing: true,
+            ..with_target.clone()
+        },
+    )
+    .unwrap();
+    assert_eq!(ckpt.graph.outputs.len(), 3, "no cache with checkpointing");
+    let off = hf::build(&cfg.with_value("use_cache", false.into()), &with_target).unwrap();
+    assert_eq!(off.graph.outputs.len(), 3);
 }
 
 #[test]
@@ -405,7 +445,7 @@ fn detailed_builtins_have_transformers_parameter_names_shapes_and_modules() {
         assert_eq!(ours, theirs, "{name}: modules");
         checked.push(name.clone());
     }
-    assert_eq!(checked.len(), 11, "{checked:?}");
+    assert_eq!(checked.len(), 13, "{checked:?}");
 }
 
 /// Every MoE fixture config builds with the parameter count transformers gave the truth tool.

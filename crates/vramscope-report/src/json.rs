@@ -110,7 +110,8 @@ pub struct BreakdownInfo {
     pub temporaries: u64,
     /// Inputs.
     pub inputs: u64,
-    /// The key/value cache of a generation (0 otherwise).
+    /// The key/value cache: a generation's, or the `past_key_values` an encoder-decoder's
+    /// forward returns with `use_cache` (0 otherwise).
     pub kv_cache: u64,
 }
 

@@ -237,6 +237,19 @@ fn t5_cases_match_truth() {
     check("hf_t5.jsonl");
 }
 
+/// mT5 and UMT5 (`model_type` `mt5` / `umt5`: the mt5-small and umt5-small shapes cut to 2 encoder
+/// and 3 decoder blocks, and the built-in configs at full depth): fp32, AMP bf16 and fp16, gradient
+/// checkpointing (UMT5's per-layer zero cross-attention bias never requires grad), unaligned
+/// lengths, pure bf16 and fp16 inference; UMT5 computes a position bias in every layer. And the
+/// `*_cache` cases: the config's `use_cache` (true) left on, so the decoder's
+/// `EncoderDecoderCache` copies of every key and value outlive backward in `out.past_key_values`
+/// (off again with gradient checkpointing).
+#[test]
+fn t5_variant_cases_match_truth() {
+    assert_eq!(cases("hf_t5_variants.jsonl").len(), 22);
+    check("hf_t5_variants.jsonl");
+}
+
 /// The models of validation/onnx_models.py (a 2-layer LSTM, a bidirectional GRU, an embedding +
 /// transformer text classifier, 3-D/1-D convolutions), estimated from their ONNX exports
 /// (fixtures/onnx) against the truth tool's measurement of the PyTorch programs.

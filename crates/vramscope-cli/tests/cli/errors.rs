@@ -250,6 +250,18 @@ fn target_len_belongs_to_encoder_decoders() {
 }
 
 #[test]
+fn use_cache_belongs_to_encoder_decoders() {
+    fails_with(
+        &["estimate", "resnet18", "--use-cache", "false"],
+        &["--use-cache", "Hugging Face models", "resnet18"],
+    );
+    fails_with(
+        &["estimate", "gpt2", "--seq-len", "64", "--use-cache", "true"],
+        &["--use-cache", "encoder-decoder", "gpt2"],
+    );
+}
+
+#[test]
 fn bad_generation_flags() {
     let gen = [
         "--mode",

@@ -73,6 +73,8 @@ pub struct Aten {
     pub grads_like_output: bool,
     /// Parameters and buffers its module owns (when used as a leaf module's whole forward).
     pub param_specs: Vec<ParamSpec>,
+    /// Its output is a key/value cache (see [`Op::is_kv_cache`]).
+    pub kv_cache: bool,
 }
 
 impl Aten {
@@ -95,6 +97,7 @@ impl Aten {
             leaf_requires_grad: false,
             grads_like_output: false,
             param_specs: Vec::new(),
+            kv_cache: false,
         }
     }
 
@@ -105,6 +108,13 @@ impl Aten {
             grads: Some(vec![GradIn::PassThrough(0)]),
             ..Aten::new(name, shape)
         }
+    }
+
+    /// Marks the output as a key/value cache (reported in that category): a differentiable
+    /// cache update, such as the first `DynamicLayer.update` of a training forward.
+    pub fn kv_cache(mut self) -> Self {
+        self.kv_cache = true;
+        self
     }
 
     /// Sets the output dtype rule.
@@ -293,6 +303,10 @@ impl Op for Aten {
 
     fn differentiable(&self) -> bool {
         self.differentiable
+    }
+
+    fn is_kv_cache(&self) -> bool {
+        self.kv_cache
     }
 
     fn leaf_requires_grad(&self) -> bool {

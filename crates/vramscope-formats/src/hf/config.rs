@@ -40,6 +40,13 @@ impl HfConfig {
         })
     }
 
+    /// The config with `key` set to `value` at the top level, as `from_pretrained(path,
+    /// key=value)` sets a config attribute before the model is built.
+    pub fn with_value(mut self, key: &str, value: Value) -> HfConfig {
+        self.top.insert(key.to_string(), value);
+        self
+    }
+
     fn get(&self, key: &str) -> Option<&Value> {
         match self.top.get(key) {
             Some(Value::Null) | None => self

@@ -2,7 +2,8 @@
 //! architecture from `model_type` / `architectures`, and builds the module graph transformers 5.23
 //! builds for it, with its module names (`transformer.h.0.attn.c_attn`,
 //! `model.layers.3.self_attn.q_proj`) and its forward as it runs with `attn_implementation="sdpa"`,
-//! `use_cache=False` and no attention mask, op by op as the truth traces show it.
+//! `use_cache=False` (encoder-decoders: the config's `use_cache`, see `t5.rs`) and no attention
+//! mask, op by op as the truth traces show it.
 //!
 //! Supported: GPT-2 (`gpt2`), OPT (`opt`), the Llama family decoder (`llama`, `mistral`, `qwen2`,
 //! `qwen3`, `phi3`: GQA, `head_dim`, tied embeddings, q/k/v biases, RMSNorm, rotary embeddings,
@@ -14,8 +15,9 @@
 //! float32, GELU-tanh MLP, Gemma2/3 sandwich norms and sliding/full layers, Gemma2's eager
 //! attention with logit soft-capping, Gemma3's q/k norms and per-layer-type rotary), all causal
 //! LMs; the encoders BERT (`bert`), RoBERTa (`roberta`) and DistilBERT (`distilbert`) with
-//! masked-LM and sequence-classification heads; and the encoder-decoder T5 (`t5`, T5 v1.1 /
-//! FLAN-T5 included) trained on `model(input_ids, labels=labels).loss`.
+//! masked-LM and sequence-classification heads; and the encoder-decoders T5 (`t5`, T5 v1.1 /
+//! FLAN-T5 included), mT5 (`mt5`) and UMT5 (`umt5`) trained on
+//! `model(input_ids, labels=labels).loss`.
 //! `Gemma3ForConditionalGeneration` (the vision-language model) is refused with an error that
 //! says how to estimate its language model.
 //! The causal LMs can also be built as a whole `model.generate(...)` with the KV cache
@@ -116,6 +118,8 @@ pub const SUPPORTED: &[&str] = &[
     "roberta",
     "distilbert",
     "t5",
+    "mt5",
+    "umt5",
 ];
 
 /// Batch, sequence and how the model is run.
@@ -289,7 +293,7 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
         "bert" => Family::Bert(bert::Flavor::Bert),
         "roberta" => Family::Bert(bert::Flavor::Roberta),
         "distilbert" => Family::DistilBert,
-        "t5" => Family::T5,
+        "t5" | "mt5" | "umt5" => Family::T5,
         // no model_type: the lower-cased class name of `architectures`
         m if m.starts_with("gpt2") => Family::Gpt2,
         m if m.starts_with("opt") => Family::Opt,
@@ -305,7 +309,7 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
         m if m.starts_with("distilbert") => Family::DistilBert,
         m if m.starts_with("roberta") => Family::Bert(bert::Flavor::Roberta),
         m if m.starts_with("bert") => Family::Bert(bert::Flavor::Bert),
-        m if m.starts_with("t5") => Family::T5,
+        m if ["t5", "mt5", "umt5"].iter().any(|f| m.starts_with(f)) => Family::T5,
         _ => {
             return Err(HfError::Unsupported {
                 path: cfg.path.clone(),
@@ -406,7 +410,7 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
         Family::Moe => moe::build(cfg, &model_type, input, dtype)?,
         Family::Bert(f) => bert::build(cfg, f, task, input)?,
         Family::DistilBert => distilbert::build(cfg, task, input)?,
-        Family::T5 => t5::build(cfg, input)?,
+        Family::T5 => t5::build(cfg, &model_type, input)?,
     };
     Ok(HfModel {
         graph,

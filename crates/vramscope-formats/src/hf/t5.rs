@@ -1,5 +1,6 @@
 //! T5 (transformers/models/t5/modeling_t5.py, 5.23): `T5ForConditionalGeneration` trained on
-//! `model(input_ids=[B, S], labels=[B, T]).loss`, op by op as the truth traces show it.
+//! `model(input_ids=[B, S], labels=[B, T]).loss`, op by op as the truth traces show it; mT5
+//! (modeling_mt5.py) and UMT5 (modeling_umt5.py) through the same code (see [`Variant`]).
 //!
 //! - Construction: `shared` (`[V, D]`), then each `T5Stack` allocates its own `embed_tokens`
 //!   weight and `lm_head` its own, which `post_init()` drops for `shared` (transformers 5.23 ties
@@ -17,6 +18,14 @@
 //!   float mask (a copy per layer; the decoder's causal `where` first); cross-attention uses a
 //!   zero bias made in its first layer. SDPA with that mask runs mem-efficient attention (dropout,
 //!   or a mask that needs a gradient) or cuDNN attention (half precision otherwise).
+//! - `use_cache` (the config's, default true): the decoder stack fills an `EncoderDecoderCache`
+//!   even in a training forward (its own deep copy of the config decides, so
+//!   `model.config.use_cache = False` after construction does not turn it off; gradient
+//!   checkpointing does). Each decoder attention's keys and values become `cat([empty, k])`
+//!   copies, which attention uses and autograd saves in place of the projections; the cache in
+//!   `out.past_key_values` keeps them past backward, until the next forward returns.
+
+use std::cell::RefCell;
 
 use vramscope_core::ir::Task;
 use vramscope_core::ops::{
@@ -57,7 +66,52 @@ impl FfAct {
     }
 }
 
+/// Which of transformers' T5 model files builds the model (`model_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Variant {
+    /// `t5` (modeling_t5.py; T5 v1.1 and FLAN-T5 are `t5` configs).
+    T5,
+    /// `mt5` (modeling_mt5.py): T5's modules under `MT5*` names, mT5's config defaults
+    /// (gated-gelu, 250112 tokens, 8 + 8 layers of 6 heads) and no `d_model ** -0.5` rescale
+    /// before `lm_head` in 5.23's forward.
+    Mt5,
+    /// `umt5` (modeling_umt5.py): every self-attention layer owns a `relative_attention_bias` and
+    /// computes its own bias (nothing shared between layers, the cross-attention's zero bias made
+    /// in every decoder layer and never requiring grad), and the rescale before `lm_head` always
+    /// (`tie_word_embeddings` is forced true).
+    Umt5,
+}
+
+impl Variant {
+    /// The variant of a `model_type` (or lower-cased class name) the dispatcher sent here.
+    pub(crate) fn of(model_type: &str) -> Variant {
+        if model_type.starts_with("umt5") {
+            Variant::Umt5
+        } else if model_type.starts_with("mt5") {
+            Variant::Mt5
+        } else {
+            Variant::T5
+        }
+    }
+
+    /// The class-name prefix (`T5Stack`, `MT5Stack`, `UMT5Stack`).
+    fn prefix(self) -> &'static str {
+        match self {
+            Variant::T5 => "T5",
+            Variant::Mt5 => "MT5",
+            Variant::Umt5 => "UMT5",
+        }
+    }
+
+    /// Every self-attention layer computes its own position bias (UMT5), rather than the first
+    /// layer of each stack computing the one the others reuse.
+    fn bias_per_layer(self) -> bool {
+        self == Variant::Umt5
+    }
+}
+
 struct Spec {
+    variant: Variant,
     vocab: u64,
     d_model: u64,
     d_kv: u64,
@@ -75,9 +129,20 @@ struct Spec {
     precision: Precision,
     /// `gradient_checkpointing_enable()` (T5Attention's flag: the zero bias requires grad).
     gradient_checkpointing: bool,
+    /// The decoder builds an `EncoderDecoderCache` (the config's `use_cache`, which the decoder
+    /// stack reads from its own copy of the config, unless gradient checkpointing turned it off).
+    use_cache: bool,
+    /// The cached key/value tensors (self-attention then cross-attention, layer by layer), which
+    /// `out.past_key_values` keeps.
+    cache: RefCell<Vec<TensorId>>,
 }
 
 impl Spec {
+    /// The class name of a module: `Stack` -> `T5Stack` / `MT5Stack` / `UMT5Stack`.
+    fn class(&self, suffix: &str) -> String {
+        format!("{}{suffix}", self.variant.prefix())
+    }
+
     fn inner(&self) -> u64 {
         self.heads * self.d_kv
     }
@@ -106,10 +171,47 @@ fn u64_or(cfg: &HfConfig, keys: &[&str], default: u64) -> Result<u64, HfError> {
     }
 }
 
-fn spec(cfg: &HfConfig, input: &HfInput) -> Result<Spec, HfError> {
-    // T5Config's defaults (the t5-small shape) for fields a config leaves out
-    let enc_layers = u64_or(cfg, &["num_layers", "num_hidden_layers"], 6)?;
-    let proj = cfg.str("feed_forward_proj")?.unwrap_or("relu");
+/// The config class's defaults for the fields a config may leave out: T5Config's (the t5-small
+/// shape) or MT5Config's / UMT5Config's (the mt5-small shape).
+struct Defaults {
+    vocab: u64,
+    d_ff: u64,
+    layers: u64,
+    heads: u64,
+    feed_forward_proj: &'static str,
+    /// MT5Config and UMT5Config default `decoder_start_token_id` to 0; T5Config has none.
+    decoder_start_token_id: Option<u64>,
+}
+
+impl Defaults {
+    fn of(variant: Variant) -> Defaults {
+        match variant {
+            Variant::T5 => Defaults {
+                vocab: 32128,
+                d_ff: 2048,
+                layers: 6,
+                heads: 8,
+                feed_forward_proj: "relu",
+                decoder_start_token_id: None,
+            },
+            Variant::Mt5 | Variant::Umt5 => Defaults {
+                vocab: 250112,
+                d_ff: 1024,
+                layers: 8,
+                heads: 6,
+                feed_forward_proj: "gated-gelu",
+                decoder_start_token_id: Some(0),
+            },
+        }
+    }
+}
+
+fn spec(cfg: &HfConfig, variant: Variant, input: &HfInput) -> Result<Spec, HfError> {
+    let dflt = Defaults::of(variant);
+    let enc_layers = u64_or(cfg, &["num_layers", "num_hidden_layers"], dflt.layers)?;
+    let proj = cfg
+        .str("feed_forward_proj")?
+        .unwrap_or(dflt.feed_forward_proj);
     let parts: Vec<&str> = proj.split('-').collect();
     let (gated, act_name) = match parts.as_slice() {
         [a] => (false, *a),
@@ -136,36 +238,54 @@ fn spec(cfg: &HfConfig, input: &HfInput) -> Result<Spec, HfError> {
         )
     })?;
     // `_shift_right(labels)` reads it and raises without it
-    if cfg.opt_u64(&["decoder_start_token_id"])?.is_none() {
+    if cfg.opt_u64(&["decoder_start_token_id"])?.is_none() && dflt.decoder_start_token_id.is_none()
+    {
         return Err(field_err(
             cfg,
             "decoder_start_token_id",
             "an integer: T5ForConditionalGeneration._shift_right(labels) needs it (T5 checkpoints set 0)",
         ));
     }
+    let scale_decoder_outputs = match variant {
+        // T5Config: `scale_decoder_outputs = tie_word_embeddings is not False`
+        Variant::T5 => cfg.bool_or("tie_word_embeddings", true)?,
+        // MT5ForConditionalGeneration.forward has no rescale
+        Variant::Mt5 => false,
+        // UMT5 rescales when `tie_word_embeddings`, which UMT5Config forces to true
+        Variant::Umt5 => true,
+    };
     Ok(Spec {
-        vocab: u64_or(cfg, &["vocab_size"], 32128)?,
+        variant,
+        vocab: u64_or(cfg, &["vocab_size"], dflt.vocab)?,
         d_model: u64_or(cfg, &["d_model", "hidden_size"], 512)?,
         d_kv: u64_or(cfg, &["d_kv", "head_dim"], 64)?,
-        d_ff: u64_or(cfg, &["d_ff"], 2048)?,
-        heads: u64_or(cfg, &["num_heads", "num_attention_heads"], 8)?,
+        d_ff: u64_or(cfg, &["d_ff"], dflt.d_ff)?,
+        heads: u64_or(cfg, &["num_heads", "num_attention_heads"], dflt.heads)?,
         enc_layers,
         dec_layers: u64_or(cfg, &["num_decoder_layers"], enc_layers)?,
         buckets: u64_or(cfg, &["relative_attention_num_buckets"], 32)?,
         dropout: cfg.f64_or("dropout_rate", 0.1)?,
         gated,
         act,
-        scale_decoder_outputs: cfg.bool_or("tie_word_embeddings", true)?,
+        scale_decoder_outputs,
         precision: input.precision,
         gradient_checkpointing: input.gradient_checkpointing,
+        // merge_with_config_defaults: `use_cache=True` with gradient checkpointing on (in
+        // training) warns and becomes False
+        use_cache: cfg.bool_or("use_cache", true)? && !input.gradient_checkpointing,
+        cache: RefCell::new(Vec::new()),
     })
 }
 
-/// Builds `T5ForConditionalGeneration` for `input_ids` `[B, S]` and `labels` `[B, T]`, `T` =
-/// `input.target_seq` (default `S`). Returns the graph and the checkpointed layers (every
-/// `T5Block`).
-pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<(Graph, Vec<String>), HfError> {
-    let s = spec(cfg, input)?;
+/// Builds `T5ForConditionalGeneration` (`MT5...`, `UMT5...` for those `model_type`s) for
+/// `input_ids` `[B, S]` and `labels` `[B, T]`, `T` = `input.target_seq` (default `S`). Returns the
+/// graph and the checkpointed layers (every `T5Block`).
+pub fn build(
+    cfg: &HfConfig,
+    model_type: &str,
+    input: &HfInput,
+) -> Result<(Graph, Vec<String>), HfError> {
+    let s = spec(cfg, Variant::of(model_type), input)?;
     let (bsz, src) = (input.batch, input.seq);
     let tgt = input.target_seq.unwrap_or(src);
     if tgt == 0 {
@@ -173,11 +293,11 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<(Graph, Vec<String>), Hf
             "--target-len must be positive".to_string(),
         ));
     }
-    let mut b = GraphBuilder::new("t5", "T5ForConditionalGeneration");
+    let mut b = GraphBuilder::new(model_type, &s.class("ForConditionalGeneration"));
     let shared = declare_model(&mut b, &s);
     let ids = b.input(vec![bsz, src], DType::I64);
     let labels = b.input(vec![bsz, tgt], DType::I64);
-    let enc = b.module("encoder", "T5Stack", &[ids], |b| {
+    let enc = b.module("encoder", &s.class("Stack"), &[ids], |b| {
         stack(b, &s, false, s.enc_layers, shared, ids, None)
     });
     // _shift_right: new_zeros, `[..., 1:] = labels[..., :-1].clone()`, `[..., 0] = start`,
@@ -188,7 +308,7 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<(Graph, Vec<String>), Hf
         .temporary(vec![bsz, tgt], DTypeRule::Fixed(DType::Bool))
         .not_differentiable();
     let dec_ids = b.op(shift, &[labels]);
-    let dec = b.module("decoder", "T5Stack", &[dec_ids, enc], |b| {
+    let dec = b.module("decoder", &s.class("Stack"), &[dec_ids, enc], |b| {
         stack(b, &s, true, s.dec_layers, shared, dec_ids, Some(enc))
     });
     // decoder_input_ids and decoder_outputs are locals until forward returns
@@ -206,10 +326,13 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<(Graph, Vec<String>), Hf
     let flat_labels = view(&mut b, "view", labels, vec![n]);
     let lp = b.op(LogSoftmax { dim: 1 }, &[flat]);
     let loss = b.op(NllLoss, &[lp, flat_labels]);
-    // out = Seq2SeqLMOutput(loss, logits, encoder_last_hidden_state): alive until the next
-    // forward returns
+    // out = Seq2SeqLMOutput(loss, logits, past_key_values, encoder_last_hidden_state): alive
+    // until the next forward returns
+    let mut outputs = vec![loss, logits];
+    outputs.extend(s.cache.borrow().iter().copied());
+    outputs.push(enc);
     let graph = b
-        .finish(&[loss, logits, enc], Task::LossInForward)
+        .finish(&outputs, Task::LossInForward)
         .map_err(build_error(cfg))?;
     let layers = (0..s.enc_layers)
         .map(|i| format!("encoder.block.{i}"))
@@ -229,19 +352,19 @@ fn declare_model(b: &mut GraphBuilder, s: &Spec) -> TensorId {
         ("encoder", false, s.enc_layers),
         ("decoder", true, s.dec_layers),
     ] {
-        b.declare(name, "T5Stack", |b| {
+        b.declare(name, &s.class("Stack"), |b| {
             b.declare_module("embed_tokens", "Embedding");
             b.untied_at_init(vec![s.vocab, s.d_model]);
             b.declare("block", "ModuleList", |b| {
                 for i in 0..layers {
-                    b.declare(&i.to_string(), "T5Block", |b| {
+                    b.declare(&i.to_string(), &s.class("Block"), |b| {
                         b.declare("layer", "ModuleList", |b| {
-                            declare_block(b, s, decoder, i == 0)
+                            declare_block(b, s, decoder, i == 0 || s.variant.bias_per_layer())
                         })
                     });
                 }
             });
-            b.declare("final_layer_norm", "T5LayerNorm", |b| {
+            b.declare("final_layer_norm", &s.class("LayerNorm"), |b| {
                 b.parameter("weight", vec![s.d_model])
             });
             b.declare_module("dropout", "Dropout");
@@ -278,31 +401,35 @@ fn declare_block(b: &mut GraphBuilder, s: &Spec, decoder: bool, first: bool) {
         }
     };
     let norm_and_dropout = |b: &mut GraphBuilder| {
-        b.declare("layer_norm", "T5LayerNorm", |b| {
+        b.declare("layer_norm", &s.class("LayerNorm"), |b| {
             b.parameter("weight", vec![s.d_model])
         });
         b.declare_module("dropout", "Dropout");
     };
-    b.declare("0", "T5LayerSelfAttention", |b| {
-        b.declare("SelfAttention", "T5Attention", |b| attention(b, first));
+    b.declare("0", &s.class("LayerSelfAttention"), |b| {
+        b.declare("SelfAttention", &s.class("Attention"), |b| {
+            attention(b, first)
+        });
         norm_and_dropout(b);
     });
     let ff_index = if decoder {
-        b.declare("1", "T5LayerCrossAttention", |b| {
-            b.declare("EncDecAttention", "T5Attention", |b| attention(b, false));
+        b.declare("1", &s.class("LayerCrossAttention"), |b| {
+            b.declare("EncDecAttention", &s.class("Attention"), |b| {
+                attention(b, false)
+            });
             norm_and_dropout(b);
         });
         "2"
     } else {
         "1"
     };
-    b.declare(ff_index, "T5LayerFF", |b| {
+    b.declare(ff_index, &s.class("LayerFF"), |b| {
         let dense = if s.gated {
-            "T5DenseGatedActDense"
+            s.class("DenseGatedActDense")
         } else {
-            "T5DenseActDense"
+            s.class("DenseActDense")
         };
-        b.declare("DenseReluDense", dense, |b| {
+        b.declare("DenseReluDense", &dense, |b| {
             if s.gated {
                 declare_linear(b, "wi_0", s.d_model, s.d_ff);
                 declare_linear(b, "wi_1", s.d_model, s.d_ff);
@@ -354,12 +481,15 @@ fn stack(
             args.extend(self_bias);
             args.extend(enc);
             args.extend(cross_bias);
-            let (nh, sb, cb) = b.module(&i.to_string(), "T5Block", &args, |b| {
+            let (nh, sb, cb) = b.module(&i.to_string(), &s.class("Block"), &args, |b| {
                 block(b, s, decoder, h, self_bias, enc, cross_bias)
             });
             h = nh;
-            self_bias = Some(sb);
-            cross_bias = cb;
+            // UMT5's blocks return only the hidden states: every layer computes its own biases
+            if !s.variant.bias_per_layer() {
+                self_bias = Some(sb);
+                cross_bias = cb;
+            }
         }
     });
     // the shared position biases are locals until the stack returns
@@ -382,7 +512,7 @@ fn block(
     b.module("layer", "ModuleList", &[], |b| {
         let mut args = vec![h];
         args.extend(self_bias);
-        let (h, sb) = b.module("0", "T5LayerSelfAttention", &args, |b| {
+        let (h, sb) = b.module("0", &s.class("LayerSelfAttention"), &args, |b| {
             attention_layer(b, s, "SelfAttention", h, None, self_bias, decoder)
         });
         let h = clamp_fp16(b, s, h);
@@ -390,14 +520,14 @@ fn block(
             Some(e) if decoder => {
                 let mut args = vec![h, e];
                 args.extend(cross_bias);
-                let (h, cb) = b.module("1", "T5LayerCrossAttention", &args, |b| {
+                let (h, cb) = b.module("1", &s.class("LayerCrossAttention"), &args, |b| {
                     attention_layer(b, s, "EncDecAttention", h, Some(e), cross_bias, false)
                 });
                 (clamp_fp16(b, s, h), Some(cb), "2")
             }
             _ => (h, None, "1"),
         };
-        let h = b.module(ff, "T5LayerFF", &[h], |b| feed_forward(b, s, h));
+        let h = b.module(ff, &s.class("LayerFF"), &[h], |b| feed_forward(b, s, h));
         (clamp_fp16(b, s, h), sb, cb)
     })
 }
@@ -458,7 +588,7 @@ fn attention_layer(
     let mut args = vec![normed];
     args.extend(kv);
     args.extend(bias);
-    let (a, pb) = b.module(name, "T5Attention", &args, |b| {
+    let (a, pb) = b.module(name, &s.class("Attention"), &args, |b| {
         attention(b, s, normed, kv, bias, causal)
     });
     // normed_hidden_states and attention_output are locals until the layer returns
@@ -491,6 +621,11 @@ fn attention(
     let k4 = heads(b, k, kv_len);
     let v = linear(b, "v", s.d_model, inner, false, src);
     let v4 = heads(b, v, kv_len);
+    let (k4, v4) = if s.use_cache && (causal || kv.is_some()) {
+        cache_update(b, s, k4, v4)
+    } else {
+        (k4, v4)
+    };
     // query_states, key_states, value_states are locals until forward returns
     b.hold(&[q4, k4, v4]);
     let pb = match bias {
@@ -500,7 +635,8 @@ fn attention(
         // gradient checkpointing on it is a leaf that requires grad
         None => {
             let zeros = Aten::new("zeros", vec![1, hn, len, kv_len]).dtype(DTypeRule::Like(0));
-            let zeros = if s.gradient_checkpointing {
+            // (UMT5Attention has no such flag)
+            let zeros = if s.gradient_checkpointing && s.variant != Variant::Umt5 {
                 zeros.requires_grad_leaf()
             } else {
                 zeros.not_differentiable()
@@ -508,11 +644,38 @@ fn attention(
             b.op(zeros, &[q4])
         }
     };
+    if s.variant.bias_per_layer() {
+        // position_bias is UMT5Attention.forward's own local
+        b.hold(&[pb]);
+    }
     let o = b.frame(|b| sdpa_with_bias(b, s, [q4, k4, v4], pb, causal, kv.is_none()));
     // transpose(1, 2).contiguous() is free (the kernels lay the output out as [B, L, H, D])
     let o = view(b, "transpose", o, vec![bsz, len, hn, dk]);
     let o = view(b, "reshape", o, vec![bsz, len, inner]);
     (linear(b, "o", inner, s.d_model, false, o), pb)
+}
+
+/// The decoder's `past_key_values.update(key_states, value_states, layer_idx)` on a fresh
+/// `EncoderDecoderCache` (`DynamicLayer.update`'s first call): `keys = cat([empty, k], -2)`, then
+/// the values, each a contiguous copy that attention then reads (and autograd saves) in place of
+/// the projection, whose output is freed once both are cached. The cat passes its gradient
+/// through; the copies stay referenced by the cache.
+fn cache_update(b: &mut GraphBuilder, s: &Spec, k: TensorId, v: TensorId) -> (TensorId, TensorId) {
+    let cached = b.frame(|b| {
+        // key_states and value_states stay referenced until update returns
+        b.hold(&[k, v]);
+        let cat = |b: &mut GraphBuilder, t: TensorId| {
+            let shape = b.shape(t).to_vec();
+            let op = Aten::new("cat", shape)
+                .grads(vec![GradIn::PassThrough(0)])
+                .kv_cache();
+            b.op(op, &[t])
+        };
+        let nk = cat(b, k);
+        (nk, cat(b, v))
+    });
+    s.cache.borrow_mut().extend([cached.0, cached.1]);
+    cached
 }
 
 /// A no-grad integer/float op of the position-bias arithmetic.
@@ -553,6 +716,10 @@ fn compute_bias(b: &mut GraphBuilder, s: &Spec, len: u64, kv_len: u64, causal: b
         let mut f = b.op(index_op("_to_copy", sq.clone(), F32), &[position]);
         for name in ["div", "log", "div", "mul"] {
             f = b.op(index_op(name, sq.clone(), F32), &[f]);
+        }
+        if s.variant == Variant::Umt5 {
+            // UMT5 names it: `log_ratio` is a local until the function returns
+            b.hold(&[f]);
         }
         let large = b.op(index_op("_to_copy", sq.clone(), I64), &[f]);
         let large = b.op(index_op("add", sq.clone(), I64), &[large]);
@@ -658,7 +825,7 @@ fn sdpa_with_bias(
 /// `x * rsqrt(variance + eps)` (float32), `.to(weight.dtype)` for a half weight, `weight * x`.
 fn t5_layer_norm(b: &mut GraphBuilder, s: &Spec, name: &str, x: TensorId) -> TensorId {
     let d = s.d_model;
-    b.module(name, "T5LayerNorm", &[x], |b| {
+    b.module(name, &s.class("LayerNorm"), &[x], |b| {
         let w = b.parameter("weight", vec![d]);
         let sh = b.shape(x).to_vec();
         // the stream is in the parameters' dtype (float32 under autocast)
@@ -692,11 +859,11 @@ fn t5_layer_norm(b: &mut GraphBuilder, s: &Spec, name: &str, x: TensorId) -> Ten
 fn feed_forward(b: &mut GraphBuilder, s: &Spec, h: TensorId) -> TensorId {
     let normed = t5_layer_norm(b, s, "layer_norm", h);
     let dense = if s.gated {
-        "T5DenseGatedActDense"
+        s.class("DenseGatedActDense")
     } else {
-        "T5DenseActDense"
+        s.class("DenseActDense")
     };
-    let f = b.module("DenseReluDense", dense, &[normed], |b| {
+    let f = b.module("DenseReluDense", &dense, &[normed], |b| {
         dense_act_dense(b, s, normed)
     });
     // forwarded_states is a local until the layer returns
