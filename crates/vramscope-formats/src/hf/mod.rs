@@ -19,7 +19,7 @@
 //! `Gemma3ForConditionalGeneration` (the vision-language model) is refused with an error that
 //! says how to estimate its language model.
 //! The causal LMs can also be built as a whole `model.generate(...)` with the KV cache
-//! (`generate.rs`: GPT-2, OPT and the Llama family but Qwen3 and Phi-3), and GPT-2 and the Llama
+//! (`generate.rs`: GPT-2, OPT and the Llama family), and GPT-2 and the Llama
 //! family (Llama, Mistral, Qwen2) with `attn_implementation="eager"` (`layers::eager_attention`).
 
 mod bert;
@@ -336,8 +336,8 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
         )));
     }
     if input.attn == AttnImplementation::Eager {
-        // Qwen3 and Phi-3 ride on the Llama family but their eager / cached forwards are not
-        // measured (llama::Model::new refuses them); Gemma2 always runs eager attention
+        // Qwen3 and Phi-3 ride on the Llama family but their eager forwards are not measured
+        // (llama::Model::new refuses them); Gemma2 always runs eager attention
         if !matches!(
             family,
             Family::Gpt2 | Family::Llama | Family::Gemma(gemma::Flavor::Gemma2)
