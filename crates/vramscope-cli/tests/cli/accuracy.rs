@@ -297,12 +297,12 @@ fn generation_cases_match_truth() {
     check_phase_peaks("hf_generate.jsonl");
 }
 
-/// `model.generate` with the KV cache for the other decoder families: Qwen3 (q/k norms) and
-/// Phi-3 (fused projections, partial rotary, a sliding-window cache inside its window); fp32,
-/// AMP bf16, bf16.
+/// `model.generate` with the KV cache for the other decoder families: Qwen3 (q/k norms), Phi-3
+/// (fused projections, partial rotary, a sliding-window cache inside its window), Gemma and
+/// Gemma3 (sliding and full cache layers, up to the window's edge); fp32, AMP bf16, bf16.
 #[test]
 fn family_generation_cases_match_truth() {
-    assert_eq!(cases("hf_generate_families.jsonl").len(), 6);
+    assert_eq!(cases("hf_generate_families.jsonl").len(), 12);
     check_phase_peaks("hf_generate_families.jsonl");
 }
 

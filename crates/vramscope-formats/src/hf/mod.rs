@@ -19,7 +19,8 @@
 //! `Gemma3ForConditionalGeneration` (the vision-language model) is refused with an error that
 //! says how to estimate its language model.
 //! The causal LMs can also be built as a whole `model.generate(...)` with the KV cache
-//! (`generate.rs`: GPT-2, OPT and the Llama family), and GPT-2 and the Llama
+//! (`generate.rs`: GPT-2, OPT, the Llama family, Gemma and Gemma3; Gemma2's eager attention over
+//! a cache is not modelled), and GPT-2 and the Llama
 //! family (Llama, Mistral, Qwen2) with `attn_implementation="eager"` (`layers::eager_attention`).
 
 mod bert;
@@ -370,12 +371,7 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
                     cfg.path
                 )))
             }
-            Family::Gemma(_) => {
-                return Err(HfError::BadInput(format!(
-                    "{}: --mode generate is not modelled yet for the Gemma decoders ({model_type})",
-                    cfg.path
-                )))
-            }
+            Family::Gemma(f) => Box::new(gemma::Model::new(cfg, f, input, dtype)?),
         };
         let class = archs
             .first()
