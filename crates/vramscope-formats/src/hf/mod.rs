@@ -367,7 +367,7 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
             }
             Family::Moe => {
                 return Err(HfError::BadInput(format!(
-                    "{}: --mode generate is not modelled yet for the Mixture-of-Experts decoders ({model_type})",
+                    "{}: --mode generate is not modelled yet for the Mixture-of-Experts decoders ({model_type}): generate runs the experts of its decode steps as batched_mm (every token's expert weights gathered, [tokens x top-k, 2 x intermediate, hidden]), which is not modelled",
                     cfg.path
                 )))
             }
