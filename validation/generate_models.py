@@ -112,7 +112,9 @@ def generate(batch, seq, new_tokens=16, config="fixtures/hf/configs/qwen2_small_
     _patch_packed_sequence_detection()
     cfg = _config(config, layers, "sdpa", overrides)
     cfg.use_cache = True
-    model = transformers.AutoModelForCausalLM.from_config(cfg)
+    # in the measured parameter dtype (measure.py's default dtype), not the config's `torch_dtype`
+    # (Phi-3's and Llama 3.2's configs say bfloat16, which from_config would build in)
+    model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.get_default_dtype())
     V = cfg.vocab_size
     n = int(new_tokens)
 
@@ -134,7 +136,7 @@ def eager(batch, seq, config="fixtures/hf/configs/gpt2_medium_2l.json", layers=N
     _patch_packed_sequence_detection()
     cfg = _config(config, layers, "eager", overrides)
     cfg.use_cache = False
-    model = transformers.AutoModelForCausalLM.from_config(cfg)
+    model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.get_default_dtype())
     V = cfg.vocab_size
 
     def make_batch():

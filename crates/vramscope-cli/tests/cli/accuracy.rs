@@ -310,6 +310,15 @@ fn generation_cases_match_truth() {
     check_phase_peaks("hf_generate.jsonl");
 }
 
+/// `model.generate` with the KV cache for the other decoder families: Qwen3 (q/k norms), Phi-3
+/// (fused projections, partial rotary, a sliding-window cache inside its window), Gemma and
+/// Gemma3 (sliding and full cache layers, up to the window's edge); fp32, AMP bf16, bf16.
+#[test]
+fn family_generation_cases_match_truth() {
+    assert_eq!(cases("hf_generate_families.jsonl").len(), 12);
+    check_phase_peaks("hf_generate_families.jsonl");
+}
+
 /// `--attn-implementation eager` (GPT-2, Qwen2 and Mistral with GQA; training in fp32 and AMP
 /// bf16, inference in fp32 and bf16): the `[B, H, S, S]` scores, the float32 softmax, the
 /// `repeat_kv` and matmul copies, the additive mask, the weights the layers keep.

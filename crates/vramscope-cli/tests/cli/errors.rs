@@ -289,6 +289,12 @@ fn bad_generation_flags() {
         with("bert-base-uncased", &[]),
         &["--mode generate needs a causal LM", "encoder"],
     );
+    // Gemma2 always runs eager attention, whose masks over a cache are not modelled
+    let gemma2 = format!(
+        "{}/../../fixtures/hf/configs/gemma2_2b_2l.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    run(with(&gemma2, &[]), &["--mode generate", "gemma2"]);
     run(
         with("gpt2", &["--seq-len", "16"]),
         &["--prompt-len", "instead of --seq-len"],

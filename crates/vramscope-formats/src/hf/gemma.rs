@@ -19,6 +19,10 @@
 //!   once per layer type. With SDPA, a sliding-window layer gets a boolean mask (and k, v repeated
 //!   to all heads) once the sequence reaches the window.
 //!
+//! The same forward runs each step of a generation (`generate.rs`, [`Model`]): `logits_to_keep`,
+//! the cache's sliding-window layers for Gemma3's sliding layers (inside the window, where SDPA
+//! needs no mask). Gemma2's eager attention over a cache is refused.
+//!
 //! A `gemma3` config (the vision-language `Gemma3Config`) is read through its `text_config` when
 //! its architecture is `Gemma3ForCausalLM`; `Gemma3ForConditionalGeneration` (vision tower,
 //! projector and language model) is refused with an error saying so.
@@ -27,12 +31,14 @@ use vramscope_core::ir::Task;
 use vramscope_core::ops::{ActivationKind, Aten, GradIn, Linear, Saved};
 use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
+use super::generate::CausalLm;
 use super::layers::{
-    activation_fn, add, apply_rotary, attention_mask, attention_output, eager_attention,
-    embedding_lookup, gemma_rms_norm, linear, mul, mul_scalar, position_ids, rotary,
-    rotary_with_buffers, sdpa, sdpa_masked, tied_head, view, Eager, EagerFlavor, MaskPattern,
+    activation_fn, add, apply_rotary, attention_mask, attention_output, cached_attention,
+    eager_attention, embedding_lookup, gemma_rms_norm, linear, mul, mul_scalar, position_ids,
+    rotary, rotary_with_buffers, sdpa, sdpa_masked, tied_head, view, Call, Eager, EagerFlavor,
+    MaskPattern,
 };
-use super::{build_error, HfConfig, HfError, HfInput};
+use super::{build_error, check_positions, HfConfig, HfError, HfInput};
 
 /// Which Gemma generation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,6 +52,14 @@ pub enum Flavor {
 }
 
 impl Flavor {
+    fn model_type(self) -> &'static str {
+        match self {
+            Flavor::Gemma => "gemma",
+            Flavor::Gemma2 => "gemma2",
+            Flavor::Gemma3 => "gemma3_text",
+        }
+    }
+
     fn prefix(self) -> &'static str {
         match self {
             Flavor::Gemma => "Gemma",
@@ -282,7 +296,6 @@ pub fn flavor_of(
 struct Ctx<'a> {
     s: &'a Spec,
     bsz: u64,
-    seq: u64,
     /// The parameter dtype (the residual stream's).
     dtype: DType,
     /// The dtype the projections run in (the autocast dtype under autocast).
@@ -297,58 +310,14 @@ pub fn build(
     input: &HfInput,
     dtype: DType,
 ) -> Result<(Graph, Vec<String>), HfError> {
-    let s = spec(cfg, flavor)?;
-    if input.seq > s.max_positions {
-        return Err(HfError::BadInput(format!(
-            "{}: --seq-len {} exceeds max_position_embeddings = {}",
-            cfg.path, input.seq, s.max_positions
-        )));
-    }
-    let p = flavor.prefix();
-    let autocast = input.precision.autocast_dtype();
-    let c = Ctx {
-        s: &s,
-        bsz: input.batch,
-        seq: input.seq,
-        dtype,
-        compute: autocast.unwrap_or(dtype),
-        amp: autocast.is_some(),
-    };
-    let model_type = match flavor {
-        Flavor::Gemma => "gemma",
-        Flavor::Gemma2 => "gemma2",
-        Flavor::Gemma3 => "gemma3_text",
-    };
-    let model_class = match flavor {
-        Flavor::Gemma3 => "Gemma3TextModel".to_string(),
-        _ => format!("{p}Model"),
-    };
-    let mut b = GraphBuilder::new(model_type, &format!("{p}ForCausalLM"));
-    let ids = b.input(vec![c.bsz, c.seq], DType::I64);
-    let (h, emb) = b.module("model", &model_class, &[ids], |b| model(b, &c, ids));
-    if s.tied {
-        // post_init drops the head's own weight for the embedding's
-        b.tie_at_init(&[vec![s.vocab, s.hidden]], 1, None);
-    }
-    let logits = b.frame(|b| {
-        // `hidden_states` (the last hidden state) is a local of the forward until it returns
-        b.hold(&[h]);
-        let logits = if s.tied {
-            tied_head(b, "lm_head", emb, h)
-        } else {
-            linear(b, "lm_head", s.hidden, s.vocab, false, h)
-        };
-        match s.final_softcap {
-            // logits / cap, tanh (keeps its output), * cap
-            Some(_) => {
-                let shape = b.shape(logits).to_vec();
-                let x = b.op(Aten::new("div", shape.clone()), &[logits]);
-                let x = b.op(Aten::new("tanh", shape).saves(vec![Saved::Output(0)]), &[x]);
-                mul_scalar(b, x)
-            }
-            None => logits,
-        }
-    });
+    let m = Model::new(cfg, flavor, input, dtype)?;
+    let s = &m.spec;
+    let mut b = GraphBuilder::new(
+        flavor.model_type(),
+        &format!("{}ForCausalLM", flavor.prefix()),
+    );
+    let ids = b.input(vec![input.batch, input.seq], DType::I64);
+    let logits = m.forward(&mut b, ids, &mut Call::plain(input.seq));
     let graph = b
         .finish(&[logits], Task::CausalLm { vocab: s.vocab })
         .map_err(build_error(cfg))?;
@@ -358,9 +327,119 @@ pub fn build(
     Ok((graph, layers))
 }
 
-/// The model's forward: returns the final norm's output and the embedding weight.
-fn model(b: &mut GraphBuilder, c: &Ctx, ids: TensorId) -> (TensorId, TensorId) {
+/// A Gemma model ready to record its forward: the plain forward, or once per generation step.
+pub struct Model {
+    spec: Spec,
+    dtype: DType,
+    autocast: Option<DType>,
+}
+
+impl Model {
+    /// Reads the config and checks the input against it.
+    pub fn new(
+        cfg: &HfConfig,
+        flavor: Flavor,
+        input: &HfInput,
+        dtype: DType,
+    ) -> Result<Model, HfError> {
+        let spec = spec(cfg, flavor)?;
+        check_positions(cfg, input, "max_position_embeddings", spec.max_positions)?;
+        if input.generate.is_some() && flavor == Flavor::Gemma2 {
+            return Err(HfError::BadInput(format!(
+                "{}: --mode generate is not modelled yet for gemma2 (its eager attention's masks over a cache)",
+                cfg.path
+            )));
+        }
+        Ok(Model {
+            spec,
+            dtype,
+            autocast: input.precision.autocast_dtype(),
+        })
+    }
+
+    fn ctx(&self, bsz: u64) -> Ctx<'_> {
+        Ctx {
+            s: &self.spec,
+            bsz,
+            dtype: self.dtype,
+            compute: self.autocast.unwrap_or(self.dtype),
+            amp: self.autocast.is_some(),
+        }
+    }
+}
+
+impl CausalLm for Model {
+    /// `Gemma{,2,3}ForCausalLM.forward`: the model, `lm_head` on the last hidden state (its last
+    /// position with `logits_to_keep=1`), the final soft-capping.
+    fn forward(&self, b: &mut GraphBuilder, ids: TensorId, call: &mut Call) -> TensorId {
+        let s = &self.spec;
+        let c = self.ctx(b.shape(ids)[0]);
+        let p = s.flavor.prefix();
+        let model_class = match s.flavor {
+            Flavor::Gemma3 => "Gemma3TextModel".to_string(),
+            _ => format!("{p}Model"),
+        };
+        let (h, emb) = b.module("model", &model_class, &[ids], |b| model(b, &c, ids, call));
+        if s.tied && call.first {
+            // post_init drops the head's own weight for the embedding's
+            b.tie_at_init(&[vec![s.vocab, s.hidden]], 1, None);
+        }
+        b.frame(|b| {
+            // `hidden_states` (the last hidden state) is a local of the forward until it returns
+            b.hold(&[h]);
+            let h = call.head_input(b, h);
+            let logits = if s.tied {
+                tied_head(b, "lm_head", emb, h)
+            } else {
+                linear(b, "lm_head", s.hidden, s.vocab, false, h)
+            };
+            match s.final_softcap {
+                // logits / cap, tanh (keeps its output), * cap
+                Some(_) => {
+                    let shape = b.shape(logits).to_vec();
+                    let x = b.op(Aten::new("div", shape.clone()), &[logits]);
+                    let x = b.op(Aten::new("tanh", shape).saves(vec![Saved::Output(0)]), &[x]);
+                    mul_scalar(b, x)
+                }
+                None => logits,
+            }
+        })
+    }
+
+    fn layers(&self) -> usize {
+        self.spec.layer_types.len()
+    }
+
+    fn vocab(&self) -> u64 {
+        self.spec.vocab
+    }
+
+    fn kv_width(&self) -> u64 {
+        self.spec.kv_heads * self.spec.head_dim
+    }
+
+    // under autocast the rotary products promote the keys to the model's dtype (cos/sin keep
+    // it), and the values are cached in the keys' dtype (the empty cache tensors take it)
+    fn kv_dtypes(&self, param: DType, autocast: Option<DType>) -> (DType, DType) {
+        let d = autocast.map_or(param, |low| DType::promote(low, param));
+        (d, d)
+    }
+
+    // `DynamicCache(config=...)`: a `DynamicSlidingWindowLayer` per sliding layer
+    fn cache_windows(&self) -> Vec<Option<u64>> {
+        self.spec
+            .layer_types
+            .iter()
+            .map(|&t| (t == LayerType::Sliding).then_some(self.spec.sliding_window))
+            .collect()
+    }
+}
+
+/// The model's forward (one call: the plain forward or a generation step): returns the final
+/// norm's output and the embedding weight.
+fn model(b: &mut GraphBuilder, c: &Ctx, ids: TensorId, call: &mut Call) -> (TensorId, TensorId) {
     let s = c.s;
+    let seq = call.seq;
     let p = s.flavor.prefix();
     let (x, emb) = b.module(
         "embed_tokens",
@@ -383,19 +462,32 @@ fn model(b: &mut GraphBuilder, c: &Ctx, ids: TensorId) -> (TensorId, TensorId) {
             (x, w)
         },
     );
-    declare_in_init_order(b, s);
-    let pos = position_ids(b, c.seq);
+    if call.first {
+        declare_in_init_order(b, s);
+    }
+    let pos = match call.position_ids {
+        // `generate` passes them (its model inputs keep them)
+        Some(pos) => pos,
+        None => position_ids(b, seq),
+    };
     // inputs_embeds and position_ids are locals of the model's forward until it returns
     b.hold(&[x, pos]);
     // the masks: one per layer type (Gemma: the causal one); eager (Gemma2) masks are additive
-    // in the embeddings' dtype
+    // in the embeddings' dtype. With a cache (inside the sliding window: Model::new and
+    // `generate` refuse the rest) SDPA runs without one and the mask code skips even the
+    // packed-sequence check
     let eager = (s.flavor == Flavor::Gemma2).then_some(c.dtype);
-    let full_mask = attention_mask(b, c.bsz, c.seq, MaskPattern::Causal, eager);
-    let sliding_mask = if s.flavor.sandwich() {
+    let cached = call.cache.is_some();
+    let full_mask = if cached {
+        None
+    } else {
+        attention_mask(b, c.bsz, seq, MaskPattern::Causal, eager)
+    };
+    let sliding_mask = if s.flavor.sandwich() && !cached {
         attention_mask(
             b,
             c.bsz,
-            c.seq,
+            seq,
             MaskPattern::SlidingWindow(s.sliding_window),
             eager,
         )
@@ -442,6 +534,9 @@ fn model(b: &mut GraphBuilder, c: &Ctx, ids: TensorId) -> (TensorId, TensorId) {
         let r = rotary(b, s.head_dim, x, pos);
         [Some(r), Some(r)]
     };
+    // `position_embeddings` (Gemma3: a dict per layer type) is a local until the forward returns
+    let held: Vec<TensorId> = rope.iter().flatten().flat_map(|&(c, s)| [c, s]).collect();
+    b.hold(&held);
     let mut x = x;
     b.module("layers", "ModuleList", &[], |b| {
         for (i, &t) in s.layer_types.iter().enumerate() {
@@ -455,7 +550,7 @@ fn model(b: &mut GraphBuilder, c: &Ctx, ids: TensorId) -> (TensorId, TensorId) {
             let mut args = vec![x, cos, sin, pos];
             args.extend(mask);
             x = b.module(&i.to_string(), &format!("{p}DecoderLayer"), &args, |b| {
-                decoder_layer(b, c, x, cos, sin, mask)
+                decoder_layer(b, c, (x, i), cos, sin, mask, call)
             });
         }
     });
@@ -541,10 +636,11 @@ fn declare_in_init_order(b: &mut GraphBuilder, s: &Spec) {
 fn decoder_layer(
     b: &mut GraphBuilder,
     c: &Ctx,
-    input: TensorId,
+    (input, layer): (TensorId, usize),
     cos: TensorId,
     sin: TensorId,
     mask: Option<TensorId>,
+    call: &mut Call,
 ) -> TensorId {
     let s = c.s;
     let p = s.flavor.prefix();
@@ -558,7 +654,7 @@ fn decoder_layer(
         input,
     );
     let (a, weights) = b.module("self_attn", &format!("{p}Attention"), &[x], |b| {
-        attention(b, c, x, cos, sin, mask)
+        attention(b, c, (x, layer), cos, sin, mask, call)
     });
     // eager attention's weights: `hidden_states, _ = self.self_attn(...)` keeps them in `_`
     b.hold(weights.as_slice());
@@ -608,17 +704,18 @@ fn decoder_layer(
 }
 
 /// Self-attention from the normed hidden states `x` to the `o_proj` output, and the attention
-/// weights eager attention returns.
+/// weights eager attention returns; through the cache when `call` has one.
 fn attention(
     b: &mut GraphBuilder,
     c: &Ctx,
-    x: TensorId,
+    (x, layer): (TensorId, usize),
     cos: TensorId,
     sin: TensorId,
     mask: Option<TensorId>,
+    call: &mut Call,
 ) -> (TensorId, Option<TensorId>) {
     let s = c.s;
-    let (bsz, seq, d) = (c.bsz, c.seq, s.head_dim);
+    let (bsz, seq, d) = (c.bsz, call.seq, s.head_dim);
     let p = s.flavor.prefix();
     let heads_of = |b: &mut GraphBuilder, name: &str, heads: u64| {
         let t = linear(b, name, s.hidden, heads * d, s.attn_bias, x);
@@ -646,6 +743,19 @@ fn attention(
             apply_rotary(b, k, cos, sin, c.amp),
         )
     });
+    if call.cache.is_some() {
+        // query_states stays a local; key_states / value_states are rebound to the cache's
+        let eager = Eager {
+            flavor: EagerFlavor::Llama,
+            dtype: c.dtype,
+            autocast: c.amp.then_some(c.compute),
+        };
+        let o = cached_attention(b, call, layer, q, k, v, s.attn_dropout, eager);
+        return (
+            linear(b, "o_proj", s.heads * d, s.hidden, s.attn_bias, o),
+            None,
+        );
+    }
     // query_states / key_states / value_states are locals until the forward returns
     b.hold(&[q, k, v]);
     let half = c.compute.size() == 2;

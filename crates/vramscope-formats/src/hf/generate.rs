@@ -118,6 +118,11 @@ pub trait CausalLm {
     fn sliding_window(&self) -> Option<u64> {
         None
     }
+    /// Per decoder layer, the window of its sliding-window cache layer (`None`: a full layer);
+    /// by default [`CausalLm::sliding_window`] on every layer.
+    fn cache_windows(&self) -> Vec<Option<u64>> {
+        vec![self.sliding_window(); self.layers()]
+    }
 }
 
 /// The special tokens of the generation config (`GenerationConfig.from_model_config`): each
@@ -273,8 +278,8 @@ fn build_within(
     int_op(&mut b, "any", vec![], bool_, &[lt]);
     // _sample
     let mut unfinished = int_op(&mut b, "ones", vec![batch], i64, &[]);
-    let window = model.sliding_window();
-    if let Some(w) = window {
+    let windows = model.cache_windows();
+    if let Some(w) = windows.iter().flatten().min().copied() {
         // past the window, transformers masks the prefill and the decode steps and the cache
         // keeps only its last `w - 1` positions
         if prompt + gen.new_tokens > w {
@@ -284,7 +289,7 @@ fn build_within(
             )));
         }
     }
-    let mut cache = KvCache::new(model.layers(), window);
+    let mut cache = KvCache::with_windows(windows);
     let vocab = model.vocab();
     let decode_steps = gen.new_tokens - 1;
 

@@ -843,19 +843,21 @@ fn merge_heads(b: &mut GraphBuilder, o: TensorId) -> TensorId {
 #[derive(Debug, Clone)]
 pub struct KvCache {
     layers: Vec<Option<(TensorId, TensorId)>>,
-    /// `sliding_window` (Mistral): `DynamicSlidingWindowLayer`s.
-    window: Option<u64>,
+    /// Per layer, its `sliding_window` when it is a `DynamicSlidingWindowLayer` (every layer of
+    /// Mistral and Phi-3, Gemma3's sliding layers).
+    windows: Vec<Option<u64>>,
     /// Their window-size tensors, moved to the device at the first update.
     window_tensors: Vec<TensorId>,
 }
 
 impl KvCache {
-    /// An empty cache for `layers` decoder layers; `window` makes them sliding-window layers
-    /// (only generations that stay inside the window are modelled, see `generate`).
-    pub fn new(layers: usize, window: Option<u64>) -> Self {
+    /// An empty cache whose layer `i` is a sliding-window layer when `windows[i]` is set (the
+    /// layer types of the config, as `DynamicCache(config=...)` reads them; only generations
+    /// that stay inside the window are modelled, see `generate`).
+    pub fn with_windows(windows: Vec<Option<u64>>) -> Self {
         KvCache {
-            layers: vec![None; layers],
-            window,
+            layers: vec![None; windows.len()],
+            windows,
             window_tensors: Vec::new(),
         }
     }
@@ -874,7 +876,8 @@ impl KvCache {
         v: TensorId,
     ) -> (TensorId, TensorId) {
         let old = self.layers.get(layer).copied().flatten();
-        if old.is_none() && self.window.is_some() {
+        let sliding = self.windows.get(layer).copied().flatten().is_some();
+        if old.is_none() && sliding {
             let op = Aten::new("_to_copy", vec![])
                 .dtype(DTypeRule::Fixed(DType::I64))
                 .not_differentiable();
@@ -884,7 +887,6 @@ impl KvCache {
             first,
             grow_to: None,
         };
-        let sliding = self.window.is_some();
         let (nk, nv) = b.frame(|b| {
             b.hold(&[k, v]);
             match old {

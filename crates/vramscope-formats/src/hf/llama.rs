@@ -19,7 +19,8 @@
 //!
 //! The Mixture-of-Experts decoders (`moe.rs`) reuse the spec, the model around the layers
 //! (`causal_lm`), the attention and the MLP; `generate.rs` runs the same forward with a KV cache
-//! (Qwen3 and Phi-3 are not measured there, nor with eager attention, and are refused).
+//! (Phi-3's sliding-window cache layers too, inside the window). Qwen3 and Phi-3 are not measured
+//! with eager attention and are refused there (`mod.rs`).
 
 use vramscope_core::builder::RepeatedModule;
 use vramscope_core::ir::Task;
@@ -254,7 +255,11 @@ pub(super) fn spec(cfg: &HfConfig, model_type: &str) -> Result<Spec, HfError> {
         qk_norm: variant == Variant::Qwen3,
         tied: cfg.bool_or("tie_word_embeddings", false)?,
         max_positions: cfg.opt_u64(&["max_position_embeddings"])?,
-        sliding_window: mistral_default_window(cfg, variant)?,
+        sliding_window: match variant {
+            // Phi3Config has no default window; a set one makes every cache layer sliding
+            Variant::Phi3 => cfg.opt_u64(&["sliding_window"])?.filter(|&w| w > 0),
+            _ => mistral_default_window(cfg, variant)?,
+        },
         masks: masks(cfg, variant, layers)?,
     })
 }
@@ -478,11 +483,9 @@ impl Model {
             check_positions(cfg, input, "max_position_embeddings", m)?;
         }
         let eager = input.attn == AttnImplementation::Eager;
-        if matches!(spec.variant, Variant::Qwen3 | Variant::Phi3)
-            && (eager || input.generate.is_some())
-        {
+        if matches!(spec.variant, Variant::Qwen3 | Variant::Phi3) && eager {
             return Err(HfError::BadInput(format!(
-                "{}: {model_type} is modelled for training and inference with sdpa; --mode generate and --attn-implementation eager are not measured for it yet",
+                "{}: {model_type} is modelled with sdpa; --attn-implementation eager is not measured for it yet",
                 cfg.path
             )));
         }
@@ -639,9 +642,22 @@ pub(super) fn attention(
             }
         });
         let mask = layer_mask(s, call, layer);
-        let o = if phi3 || mask.is_some() {
-            // the plain SDPA forward (no cache, no eager attention: Model::new refuses those
-            // for Phi-3); query/key/value_states are locals until the forward returns
+        let o = if phi3 && call.cache.is_some() {
+            // a generation's forward: q stays referenced, the cache update, then SDPA on the
+            // cached keys and values (causal only with more than one query); the output is
+            // laid out like Phi-3's `cat`-made q, which `.contiguous()` copies in half precision
+            // (one query: already contiguous). `qkv` is a local until the forward returns (v,
+            // a view of it, stands for it)
+            b.hold(&[v, q]);
+            let (k, v) = match call.cache.as_deref_mut() {
+                Some(c) => c.update(b, layer, k, v),
+                None => (k, v),
+            };
+            let o = sdpa(b, q, k, v, s.attn_dropout, seq > 1);
+            let o = attention_output(b, o, seq > 1, proj_dtype.size() == 2);
+            view(b, "reshape", o, vec![bsz, seq, s.heads * d])
+        } else if (phi3 && call.eager_mask.is_none()) || mask.is_some() {
+            // the plain SDPA forward; query/key/value_states are locals until the forward returns
             b.hold(&[q, k, v]);
             let o = match mask {
                 // a materialized mask: k and v repeated to all heads, the mask made additive

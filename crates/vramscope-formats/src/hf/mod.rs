@@ -21,7 +21,8 @@
 //! `Gemma3ForConditionalGeneration` (the vision-language model) is refused with an error that
 //! says how to estimate its language model.
 //! The causal LMs can also be built as a whole `model.generate(...)` with the KV cache
-//! (`generate.rs`: GPT-2, OPT and the Llama family but Qwen3 and Phi-3), and GPT-2 and the Llama
+//! (`generate.rs`: GPT-2, OPT, the Llama family, Gemma and Gemma3; Gemma2's eager attention over
+//! a cache is not modelled), and GPT-2 and the Llama
 //! family (Llama, Mistral, Qwen2) with `attn_implementation="eager"` (`layers::eager_attention`).
 
 mod bert;
@@ -340,8 +341,8 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
         )));
     }
     if input.attn == AttnImplementation::Eager {
-        // Qwen3 and Phi-3 ride on the Llama family but their eager / cached forwards are not
-        // measured (llama::Model::new refuses them); Gemma2 always runs eager attention
+        // Qwen3 and Phi-3 ride on the Llama family but their eager forwards are not measured
+        // (llama::Model::new refuses them); Gemma2 always runs eager attention
         if !matches!(
             family,
             Family::Gpt2 | Family::Llama | Family::Gemma(gemma::Flavor::Gemma2)
@@ -370,16 +371,11 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
             }
             Family::Moe => {
                 return Err(HfError::BadInput(format!(
-                    "{}: --mode generate is not modelled yet for the Mixture-of-Experts decoders ({model_type})",
+                    "{}: --mode generate is not modelled yet for the Mixture-of-Experts decoders ({model_type}): generate runs the experts of its decode steps as batched_mm (every token's expert weights gathered, [tokens x top-k, 2 x intermediate, hidden]), which is not modelled",
                     cfg.path
                 )))
             }
-            Family::Gemma(_) => {
-                return Err(HfError::BadInput(format!(
-                    "{}: --mode generate is not modelled yet for the Gemma decoders ({model_type})",
-                    cfg.path
-                )))
-            }
+            Family::Gemma(f) => Box::new(gemma::Model::new(cfg, f, input, dtype)?),
         };
         let class = archs
             .first()
