@@ -148,6 +148,8 @@ impl CachingAllocator {
     pub fn new() -> Self {
         CachingAllocator {
             next_addr: 1 << 40,
+            // a large model's step splits a few thousand blocks
+            blocks: Vec::with_capacity(4096),
             ..Default::default()
         }
     }

@@ -74,6 +74,19 @@ impl std::hash::Hasher for PathHasher {
 #[derive(Debug, Default)]
 pub struct RepeatedModule {
     recording: Option<Recording>,
+    /// how many calls the run makes, if known: the graph's lists are sized for the copies once
+    /// the first call is recorded (instead of growing copy by copy)
+    calls: Option<u32>,
+}
+
+impl RepeatedModule {
+    /// A run of `calls` calls (a model's layer count).
+    pub fn with_calls(calls: u32) -> Self {
+        RepeatedModule {
+            recording: None,
+            calls: Some(calls),
+        }
+    }
 }
 
 /// What one module call added to the graph, each a contiguous range of ids: the module itself
@@ -262,6 +275,16 @@ impl GraphBuilder {
         let out = self.module(name, type_name, inputs, f);
         if repeated.recording.is_none() && is_new && self.error.is_none() {
             repeated.recording = self.recording(before, inputs, out);
+            if let (Some(rec), Some(calls)) = (&repeated.recording, repeated.calls) {
+                let copies = calls.saturating_sub(1) as usize;
+                let g = &mut self.graph;
+                g.modules.reserve(copies * rec.modules.len());
+                g.params.reserve(copies * rec.params.len());
+                g.tensors.reserve(copies * rec.tensors.len());
+                g.nodes.reserve(copies * rec.nodes.len());
+                g.scopes.reserve(copies * rec.scopes.len());
+                g.holds.reserve(copies * rec.holds.len());
+            }
         }
         out
     }

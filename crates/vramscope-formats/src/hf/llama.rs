@@ -434,7 +434,7 @@ fn forward(
                         let slot = match recorded.iter().position(|(kk, _)| *kk == k) {
                             Some(j) => j,
                             None => {
-                                recorded.push((k, RepeatedModule::default()));
+                                recorded.push((k, RepeatedModule::with_calls(s.layers as u32)));
                                 recorded.len() - 1
                             }
                         };
