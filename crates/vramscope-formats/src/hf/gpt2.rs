@@ -4,6 +4,7 @@
 //! `gelu_new` written out as its pointwise ops, `c_proj`, `dropout`), `ln_f`, and an `lm_head` tied
 //! to `wte`.
 
+use vramscope_core::builder::RepeatedModule;
 use vramscope_core::ir::Task;
 use vramscope_core::ops::{Aten, LayerNorm, Saved};
 use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
@@ -139,10 +140,20 @@ impl Model {
             }
             let mut x = dropout(b, "drop", s.embd_pdrop, x);
             b.module("h", "ModuleList", &[], |b| {
+                // every block records the same program: without a cache (whose tensors differ
+                // per block) the builder copies the first
+                let mut blocks = RepeatedModule::with_calls(s.layers as u32);
                 for i in 0..s.layers {
-                    x = b.module(&i.to_string(), "GPT2Block", &[x], |b| {
+                    let name = i.to_string();
+                    let replay = call.cache.is_none();
+                    let f = |b: &mut GraphBuilder| {
                         block(b, s, self.eager, (bsz, seq), x, i as usize, call)
-                    });
+                    };
+                    x = if replay {
+                        b.module_repeated(&mut blocks, &name, "GPT2Block", &[x], f)
+                    } else {
+                        b.module(&name, "GPT2Block", &[x], f)
+                    };
                 }
             });
             (b.layer("ln_f", LayerNorm::new(s.hidden), &[x]), wte)

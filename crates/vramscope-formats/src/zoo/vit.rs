@@ -22,6 +22,7 @@
 //! copies it ([`ViewStridedGrad`], [`AttentionHeadsView`] in fp32); each `select` makes a
 //! full-size zero tensor and the three are summed.
 
+use vramscope_core::builder::RepeatedModule;
 use vramscope_core::ops::{
     ActivationKind, Add, AttentionHeadsMerge, AttentionHeadsView, Cat, Contiguous, Conv2d,
     LayerNorm, Linear, LinearStrided, ScaledDotProductAttention, Select, View, ViewStridedGrad,
@@ -102,8 +103,11 @@ pub fn vit(b: &mut GraphBuilder, x: TensorId, input: &ZooInput, v: Variant) -> T
         x = dropout(b, "dropout", 0.0, x);
         x = b.module("layers", "Sequential", &[x], |b| {
             let mut x = x;
+            // every block records the same program: the builder copies the first
+            let mut blocks = RepeatedModule::with_calls(s.layers as u32);
             for i in 0..s.layers {
-                x = b.module(&format!("encoder_layer_{i}"), "EncoderBlock", &[x], |b| {
+                let name = format!("encoder_layer_{i}");
+                x = b.module_repeated(&mut blocks, &name, "EncoderBlock", &[x], |b| {
                     encoder_block(b, x, &s, n, seq)
                 });
             }
