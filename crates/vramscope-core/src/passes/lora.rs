@@ -2,7 +2,10 @@
 //!
 //! [`apply_lora`] does what PEFT 0.21's `get_peft_model(model, LoraConfig(r, lora_alpha,
 //! lora_dropout, target_modules))` does to the module tree: every parameter of the base model is
-//! frozen, and each target `nn.Linear` is replaced by a LoRA layer holding the original as
+//! frozen, and each target `nn.Linear` (or transformers' `Conv1D`, GPT-2's projections with their
+//! `[in, out]` weight, which PEFT wraps in the same `lora.Linear` with `fan_in_fan_out=True`: the
+//! flag only transposes the weight delta when merging, the forward is the same) is replaced by a
+//! LoRA layer holding the original as
 //! `base_layer` plus `lora_dropout.default` (`nn.Identity` for p = 0), `lora_A.default` (in → r,
 //! no bias) and `lora_B.default` (r → out, no bias), whose forward is
 //! `result = base_layer(x); result = result + lora_B(lora_A(dropout(x))) * scaling`.
@@ -21,7 +24,7 @@ use crate::ir::{Graph, ModuleDef, ModuleId, Node, NodeId, ParamDef, ParamId, Par
 use crate::ir::{TensorDef, TensorId};
 use crate::ops::{Add, Aten, DTypeRule, Dropout, GradIn, Linear, MulScalar, Op, ToDtype};
 
-use super::load_4bit::FOUR_BIT_LINEAR;
+use super::load_4bit::{convertible, CONV1D, FOUR_BIT_LINEAR};
 
 /// What `LoraConfig` PEFT is given.
 #[derive(Debug, Clone, PartialEq)]
@@ -32,8 +35,8 @@ pub struct LoraConfig {
     pub alpha: f64,
     /// `lora_dropout` (PEFT's default 0.0: `nn.Identity`).
     pub dropout: f64,
-    /// `target_modules`: names of the `nn.Linear` modules to adapt (the last component of their
-    /// path, `q_proj`), or full paths.
+    /// `target_modules`: names of the `nn.Linear` (or `Conv1D`) modules to adapt (the last
+    /// component of their path, `q_proj`), or full paths.
     pub targets: Vec<String>,
     /// Whether the step runs under `torch.autocast`: PEFT's LoRA layer around a 4-bit
     /// `Linear4bit` casts its input to the adapters' float32, and their output back, only
@@ -60,12 +63,12 @@ impl LoraConfig {
 /// An error of a graph pass: a bad option, named as the user gave it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PassError {
-    /// `--lora-targets` names no `nn.Linear` of the model.
-    #[error("--lora-targets {targets}: no nn.Linear module of the model matches; its Linear modules are named: {available}")]
+    /// `--lora-targets` names no `nn.Linear` (or `Conv1D`) of the model.
+    #[error("--lora-targets {targets}: no nn.Linear or Conv1D module of the model matches; its Linear / Conv1D modules are named: {available}")]
     NoLoraTarget {
         /// The targets given.
         targets: String,
-        /// The distinct last path components of the model's Linear modules.
+        /// The distinct last path components of the model's Linear and Conv1D modules.
         available: String,
     },
     /// A bad rank or dropout.
@@ -115,7 +118,8 @@ fn last_component(path: &str) -> &str {
     path.rsplit('.').next().unwrap_or(path)
 }
 
-/// Injects LoRA adapters into the target `nn.Linear` modules of `g` and freezes the base model.
+/// Injects LoRA adapters into the target `nn.Linear` / `Conv1D` modules of `g` and freezes the
+/// base model.
 pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
     if cfg.rank == 0 {
         return Err(PassError::BadOption(
@@ -128,7 +132,9 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
             cfg.dropout
         )));
     }
-    let is_linear = |m: &ModuleDef| m.type_name == "Linear" || m.type_name == FOUR_BIT_LINEAR;
+    let is_linear = |m: &ModuleDef| {
+        matches!(m.type_name.as_str(), "Linear" | FOUR_BIT_LINEAR | CONV1D)
+    };
     let is_target = |m: ModuleId| {
         let md = &g.modules[m.0 as usize];
         is_linear(md)
@@ -138,7 +144,8 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
                 .any(|t| t == &md.path || t == last_component(&md.path))
     };
     // target calls, marked at their last node: the whole forward of a target leaf module (one
-    // Linear op, or a Linear4bit's cast / MatMul4Bit / cast), with the input it was called on
+    // Linear op, a Conv1D's addmm, or a Linear4bit's cast / MatMul4Bit / cast), with the input it
+    // was called on
     let mut targets: Vec<Option<TensorId>> = vec![None; g.nodes.len()];
     for s in &g.scopes {
         let (first, end) = (s.first as usize, s.end as usize);
@@ -147,8 +154,11 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
         }
         let nodes = &g.nodes[first..end];
         let whole = nodes.iter().all(|n| n.module == s.module)
-            && nodes.iter().any(|n| !n.params.is_empty())
-            && (end - first > 1 || nodes[0].op.kind() == "Linear");
+            && if end - first > 1 {
+                nodes.iter().any(|n| !n.params.is_empty())
+            } else {
+                convertible(g, &nodes[0]).is_some()
+            };
         if let (true, Some(&x)) = (whole, s.inputs.first()) {
             targets[end - 1] = Some(x);
         }
