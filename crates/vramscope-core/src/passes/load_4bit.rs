@@ -501,6 +501,7 @@ mod tests {
             dropout: 0.0,
             targets: vec!["q_proj".into()],
             autocast: false,
+            param_dtype: DType::BF16,
         };
         let g = apply_lora(&g, &lora).expect("lora");
         let a = param(&g, "block.q_proj.lora_A.default.weight");

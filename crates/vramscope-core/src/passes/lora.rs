@@ -42,6 +42,10 @@ pub struct LoraConfig {
     /// `Linear4bit` casts its input to the adapters' float32, and their output back, only
     /// without it.
     pub autocast: bool,
+    /// The dtype the model's parameters are created in (`Precision::param_dtype`): the adapters'
+    /// dtype, which PEFT casts each adapted layer's input to (`lora_A.weight.dtype`). 4-bit layers'
+    /// adapters are float32 whatever this is.
+    pub param_dtype: DType,
 }
 
 impl LoraConfig {
@@ -186,6 +190,8 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
     let mut subst: Vec<TensorId> = (0..g.tensors.len() as u32).map(TensorId).collect();
     let mut new_scopes: Vec<Scope> = Vec::new();
     let mut adapted: Vec<ModuleId> = Vec::new();
+    // locals of the LoRA layers' forwards, in the new node numbering
+    let mut new_holds: Vec<(TensorId, u32)> = Vec::new();
     for (i, node) in g.nodes.iter().enumerate() {
         new_index.push(out.nodes.len() as u32);
         let mut n = node.clone();
@@ -249,55 +255,37 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
         } else {
             base_out
         };
-        let mut cur = if convert {
-            push_node(
-                &mut out,
-                lora_mod,
-                Arc::new(ToDtype::fixed(DType::F32)),
-                vec![x],
-                Vec::new(),
-            )
+        // the module tree as PEFT's `update_layer` builds it: lora_dropout, lora_A, lora_B
+        let dropout_dict = add_module(
+            &mut out,
+            &format!("{path}.lora_dropout"),
+            "ModuleDict",
+            Some(lora_mod),
+        );
+        let dropout_type = if cfg.dropout > 0.0 {
+            "Dropout"
         } else {
-            x
+            "Identity"
         };
-        if cfg.dropout > 0.0 {
+        let dropout_mod = add_module(
+            &mut out,
+            &format!("{path}.lora_dropout.default"),
+            dropout_type,
+            Some(dropout_dict),
+        );
+        let mut adapter = |name: &str, i: u64, o: u64| {
             let dict = add_module(
                 &mut out,
-                &format!("{path}.lora_dropout"),
+                &format!("{path}.{name}"),
                 "ModuleDict",
                 Some(lora_mod),
             );
-            let dm = add_module(
+            let lm = add_module(
                 &mut out,
-                &format!("{path}.lora_dropout.default"),
-                "Dropout",
+                &format!("{path}.{name}.default"),
+                "Linear",
                 Some(dict),
             );
-            cur = push_leaf(
-                &mut out,
-                &mut new_scopes,
-                dm,
-                Arc::new(Dropout { p: cfg.dropout }),
-                cur,
-                Vec::new(),
-            );
-        } else {
-            let dict = add_module(
-                &mut out,
-                &format!("{path}.lora_dropout"),
-                "ModuleDict",
-                Some(lora_mod),
-            );
-            add_module(
-                &mut out,
-                &format!("{path}.lora_dropout.default"),
-                "Identity",
-                Some(dict),
-            );
-        }
-        let lin = |out: &mut Graph, scopes: &mut Vec<Scope>, name: &str, i: u64, o: u64, cur| {
-            let dict = add_module(out, &format!("{path}.{name}"), "ModuleDict", Some(lora_mod));
-            let lm = add_module(out, &format!("{path}.{name}.default"), "Linear", Some(dict));
             let pid = ParamId(out.params.len() as u32);
             out.params.push(ParamDef {
                 name: format!("{path}.{name}.default.weight"),
@@ -314,10 +302,59 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
                 out_features: o,
                 bias: false,
             };
-            push_leaf(out, scopes, lm, Arc::new(op), cur, vec![pid])
+            (lm, pid, op)
         };
-        let a = lin(&mut out, &mut new_scopes, "lora_A", in_f, cfg.rank, cur);
-        let bo = lin(&mut out, &mut new_scopes, "lora_B", cfg.rank, out_f, a);
+        let (a_mod, a_weight, a_op) = adapter("lora_A", in_f, cfg.rank);
+        let (b_mod, b_weight, b_op) = adapter("lora_B", cfg.rank, out_f);
+        let cast = if convert {
+            push_node(
+                &mut out,
+                lora_mod,
+                Arc::new(ToDtype::fixed(DType::F32)),
+                vec![x],
+                Vec::new(),
+            )
+        } else if four_bit {
+            x
+        } else {
+            // `x = self._cast_input_dtype(x, lora_A.weight.dtype)`: a copy when they differ (under
+            // autocast, an input an earlier low-precision op made: the attention output, an MLP
+            // activation), `x` itself when they agree
+            push_node(
+                &mut out,
+                lora_mod,
+                Arc::new(ToDtype::fixed(cfg.param_dtype)),
+                vec![x],
+                Vec::new(),
+            )
+        };
+        let mut cur = cast;
+        if cfg.dropout > 0.0 {
+            cur = push_leaf(
+                &mut out,
+                &mut new_scopes,
+                dropout_mod,
+                Arc::new(Dropout { p: cfg.dropout }),
+                cur,
+                Vec::new(),
+            );
+        }
+        let a = push_leaf(
+            &mut out,
+            &mut new_scopes,
+            a_mod,
+            Arc::new(a_op),
+            cur,
+            vec![a_weight],
+        );
+        let bo = push_leaf(
+            &mut out,
+            &mut new_scopes,
+            b_mod,
+            Arc::new(b_op),
+            a,
+            vec![b_weight],
+        );
         let mut scaled = push_node(
             &mut out,
             lora_mod,
@@ -348,6 +385,11 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
             end: out.nodes.len() as u32,
             inputs: vec![x],
         });
+        // the cast input is the local `x` until forward returns (a dropout after it does not
+        // free it)
+        if cast != x {
+            new_holds.push((cast, out.nodes.len() as u32));
+        }
     }
     new_index.push(out.nodes.len() as u32);
     let map = |k: u32| new_index[k as usize];
@@ -382,6 +424,7 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
         };
         h.0 = subst[h.0 .0 as usize];
     }
+    out.holds.extend(new_holds);
     for t in out.outputs.iter_mut() {
         *t = subst[t.0 as usize];
     }
@@ -491,6 +534,7 @@ mod tests {
             dropout: 0.0,
             targets: targets.iter().map(|s| s.to_string()).collect(),
             autocast: false,
+            param_dtype: DType::F32,
         }
     }
 
