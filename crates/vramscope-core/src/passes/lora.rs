@@ -136,9 +136,8 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
             cfg.dropout
         )));
     }
-    let is_linear = |m: &ModuleDef| {
-        matches!(m.type_name.as_str(), "Linear" | FOUR_BIT_LINEAR | CONV1D)
-    };
+    let is_linear =
+        |m: &ModuleDef| matches!(m.type_name.as_str(), "Linear" | FOUR_BIT_LINEAR | CONV1D);
     let is_target = |m: ModuleId| {
         let md = &g.modules[m.0 as usize];
         is_linear(md)
@@ -590,6 +589,83 @@ mod tests {
             .find(|l| l.name == "block.o_proj")
             .expect("o");
         assert_eq!(o.saved_bytes, 16 * 16 * 4);
+    }
+
+    /// GPT-2's `c_attn`: transformers' `Conv1D`, `addmm(bias, x, weight)` with weight `[in, out]`
+    fn gpt2_block() -> Graph {
+        let mut b = GraphBuilder::new("gpt2", "GPT2LMHeadModel");
+        let x = b.input(vec![2, 8, 16], DType::F32);
+        let y = b.module("c_attn", CONV1D, &[x], |b| {
+            let w = b.parameter("weight", vec![16, 48]);
+            let bias = b.parameter("bias", vec![48]);
+            let op = Aten::new("addmm", vec![2, 8, 48])
+                .autocast(crate::ops::Autocast::LowerPrecision)
+                .saves(vec![
+                    crate::ops::Saved::Input(1),
+                    crate::ops::Saved::Input(2),
+                ])
+                .cross_saves(1, 2);
+            b.op(op, &[bias, x, w])
+        });
+        let y = b.layer("lm_head", Linear::new(48, 4), &[y]);
+        b.finish(&[y], Task::Classification { num_classes: 4 })
+            .expect("gpt2 block")
+    }
+
+    #[test]
+    fn conv1d_layers_are_adapted_with_their_in_out_features() {
+        let g = apply_lora(&gpt2_block(), &cfg(&["c_attn"])).expect("lora");
+        let shape = |name: &str| {
+            g.params
+                .iter()
+                .find(|p| p.name == name)
+                .map(|p| p.shape.clone())
+                .unwrap_or_else(|| panic!("no {name}"))
+        };
+        // the Conv1D weight stays [in, out]; the adapters are nn.Linear (in -> r -> out)
+        assert_eq!(shape("c_attn.base_layer.weight"), vec![16, 48]);
+        assert_eq!(shape("c_attn.lora_A.default.weight"), vec![2, 16]);
+        assert_eq!(shape("c_attn.lora_B.default.weight"), vec![48, 2]);
+        assert_eq!(g.trainable_parameter_count(), 2 * 16 + 48 * 2);
+        let m = g.find_module("c_attn").expect("lora layer");
+        assert_eq!(g.modules[m.0 as usize].type_name, "lora.Linear");
+        // lm_head reads the LoRA sum
+        let head = g
+            .nodes
+            .iter()
+            .find(|n| g.module_path(n.module) == "lm_head")
+            .expect("lm_head");
+        let producer = g.tensor(head.inputs[0]).producer.expect("produced");
+        assert_eq!(g.nodes[producer.0 as usize].op.kind(), "add");
+    }
+
+    #[test]
+    fn adapters_cast_their_input_to_their_dtype_as_a_forward_local() {
+        // c_attn's output (bf16 under autocast) feeds lm_head: adapting lm_head copies it to the
+        // float32 adapters' dtype (a view when it already is), a local of the LoRA forward
+        let mut c = cfg(&["lm_head"]);
+        c.autocast = true;
+        let g = apply_lora(&gpt2_block(), &c).expect("lora");
+        let m = g.find_module("lm_head").expect("lora layer");
+        let kinds: Vec<&str> = g
+            .nodes
+            .iter()
+            .filter(|n| n.module == m)
+            .map(|n| n.op.kind())
+            .collect();
+        assert_eq!(kinds, ["_to_copy", "mul", "add"]);
+        let cast = g
+            .nodes
+            .iter()
+            .find(|n| n.module == m)
+            .map(|n| n.outputs[0])
+            .expect("cast");
+        assert!(g.holds.iter().any(|h| h.0 == cast));
+        let step = StepConfig {
+            precision: crate::dtype::Precision::AmpBf16,
+            ..StepConfig::default()
+        };
+        simulate(&g, &step).expect("simulate");
     }
 
     #[test]
