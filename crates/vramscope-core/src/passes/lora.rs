@@ -57,7 +57,7 @@ impl LoraConfig {
             "opt" => &["q_proj", "v_proj"],
             "bert" | "roberta" => &["query", "value"],
             "distilbert" => &["q_lin", "v_lin"],
-            "t5" => &["q", "v"],
+            "t5" | "mt5" => &["q", "v"],
             _ => &["q_proj", "v_proj"],
         };
         t.iter().map(|s| s.to_string()).collect()
