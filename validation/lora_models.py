@@ -4,11 +4,13 @@
 hf: models) with LoRA applied by hand exactly as PEFT 0.21's `get_peft_model(LoraConfig(r,
 lora_alpha, lora_dropout, target_modules))` does it (PEFT itself cannot run under FakeTensorMode: it
 moves adapters with `.to(device)`, which fails to swap fake parameters): every parameter frozen, each
-target `nn.Linear` replaced by a `LoraLinear` holding `base_layer`, `lora_dropout.default`
+target `nn.Linear` (or transformers' `Conv1D`, GPT-2's projections, weight `[in, out]`, which PEFT wraps in
+the same `lora.Linear` with `fan_in_fan_out=True`: the forward below is unchanged, the flag only
+transposes the weight delta when merging) replaced by a `LoraLinear` holding `base_layer`, `lora_dropout.default`
 (`nn.Identity` for p = 0), `lora_A.default` (in -> r, no bias), `lora_B.default` (r -> out, no bias),
 forward `result = base_layer(x); result = result + lora_B(lora_A(dropout(x))) * scaling` (the code
 of peft/tuners/lora/layer.py `Linear.forward`). Default targets: PEFT's for llama/mistral/qwen2
-(`q_proj`, `v_proj`). The loss is `model.loss_function` on the logits, as for hf: models.
+(`q_proj`, `v_proj`), for gpt2 (`c_attn`). The loss is `model.loss_function` on the logits, as for hf: models.
 
 `freeze`: the same model without adapters, with `requires_grad_(False)` on every parameter whose name
 contains one of `patterns` (comma-separated).
@@ -65,8 +67,13 @@ class LoraLinear(torch.nn.Module):
         nn = torch.nn
         self.base_layer = base
         self.lora_dropout = nn.ModuleDict({"default": nn.Dropout(dropout) if dropout > 0 else nn.Identity()})
-        self.lora_A = nn.ModuleDict({"default": nn.Linear(base.in_features, r, bias=False)})
-        self.lora_B = nn.ModuleDict({"default": nn.Linear(r, base.out_features, bias=False)})
+        # peft.tuners.tuners_utils._get_in_out_features: a Conv1D's weight is [in, out]
+        if isinstance(base, torch.nn.Linear):
+            in_features, out_features = base.in_features, base.out_features
+        else:
+            in_features, out_features = base.weight.shape
+        self.lora_A = nn.ModuleDict({"default": nn.Linear(in_features, r, bias=False)})
+        self.lora_B = nn.ModuleDict({"default": nn.Linear(r, out_features, bias=False)})
         self.scaling = {"default": alpha / r}
 
     def forward(self, x):
@@ -80,20 +87,26 @@ class LoraLinear(torch.nn.Module):
 
 
 def apply_lora(model, r, alpha, dropout, targets):
+    from transformers.pytorch_utils import Conv1D
     for p in model.parameters():
         p.requires_grad_(False)
     for name, mod in list(model.named_modules()):
         for cname, child in list(mod.named_children()):
-            if cname in targets and isinstance(child, torch.nn.Linear):
+            if cname in targets and isinstance(child, (torch.nn.Linear, Conv1D)):
                 setattr(mod, cname, LoraLinear(child, r, alpha, dropout))
     return model
 
 
 def lora(batch, seq, config="fixtures/hf/configs/qwen2_small_2l.json", layers=None, r=8, alpha=8, dropout=0.0,
-         targets=None, **_):
+         targets=None, checkpoint=False, **_):
     base, cfg = _model(config, layers, seq)
-    tg = targets.split(",") if targets else ["q_proj", "v_proj"]
+    default = {"gpt2": ["c_attn"]}.get(cfg.model_type, ["q_proj", "v_proj"])
+    tg = targets.split(",") if targets else default
     model = apply_lora(base, int(r), alpha, float(dropout), tg)
+    if checkpoint:
+        # as qlora_models.py: gradient_checkpointing_enable() with its default kwargs, after the
+        # adapters are in
+        model.gradient_checkpointing_enable()
     make_batch, V = _batch_and_loss(cfg, batch, seq)
 
     def forward(m, x):

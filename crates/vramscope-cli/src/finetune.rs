@@ -77,6 +77,7 @@ impl FinetuneArgs {
                     dropout: self.lora_dropout,
                     targets,
                     autocast: precision.autocast_dtype().is_some(),
+                    param_dtype: precision.param_dtype(),
                 };
                 Ok(apply_lora(&graph, &cfg)?)
             }

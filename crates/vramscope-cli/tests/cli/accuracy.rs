@@ -208,6 +208,15 @@ fn lora_and_freeze_cases_match_truth() {
     check("hf_lora.jsonl");
 }
 
+/// LoRA on GPT-2's `Conv1D` projections (PEFT's `lora.Linear` with `fan_in_fan_out`): the default
+/// `c_attn` target and `c_attn,c_proj,c_fc`, fp32 / AMP bf16 / AMP fp16 / pure bf16, dropout,
+/// gradient checkpointing; AMP adapters on a bf16 input copy it to float32 first.
+#[test]
+fn gpt2_lora_cases_match_truth() {
+    assert_eq!(cases("hf_lora_gpt2.jsonl").len(), 7);
+    check("hf_lora_gpt2.jsonl");
+}
+
 /// QLoRA and 4-bit loading (bitsandbytes' NF4 storage and `MatMul4Bit` rewritten with plain torch
 /// ops, see validation/qlora_models.py): Qwen2, Mistral, a tied Llama 3.2 and GPT-2 (Conv1D) cut to 2-4 layers,
 /// pure bf16 / AMP bf16 / AMP fp16 / fp32, double quantization, all-linear targets, dropout,

@@ -250,6 +250,35 @@ fn builtin_transformers_by_name() {
     }
 }
 
+/// `--lora R` on GPT-2, whose projections are transformers' `Conv1D` (weight `[in, out]`): PEFT's
+/// default target `c_attn`, and `--lora-targets` naming the other Conv1D layers.
+#[test]
+fn lora_adapts_gpt2_conv1d_layers() {
+    let base = ["gpt2", "--batch-size", "8", "--seq-len", "1024"];
+    let r = estimate_json(&[&base[..], &["--lora", "8"]].concat());
+    // 12 blocks, c_attn 768 -> 2304: lora_A [8, 768] + lora_B [2304, 8]
+    let adapters = 12 * (8 * 768 + 2304 * 8);
+    assert_eq!(r["model"]["trainable_parameters"], adapters);
+    assert_eq!(r["model"]["parameters"], 124439808 + adapters);
+    let layers: Vec<&str> = r["layers"]
+        .as_array()
+        .expect("layers")
+        .iter()
+        .filter_map(|l| l["name"].as_str())
+        .collect();
+    assert!(layers.contains(&"transformer.h.0.attn.c_attn.base_layer"));
+    assert!(layers.contains(&"transformer.h.11.attn.c_attn.lora_B.default"));
+    let all = [
+        &base[..],
+        &["--lora", "8", "--lora-targets", "c_attn,c_proj,c_fc"],
+    ]
+    .concat();
+    let r = estimate_json(&all);
+    // c_attn, attn.c_proj (768 -> 768), mlp.c_fc (768 -> 3072), mlp.c_proj (3072 -> 768)
+    let per_block = 8 * (768 + 2304) + 8 * (768 + 768) + 2 * 8 * (768 + 3072);
+    assert_eq!(r["model"]["trainable_parameters"], 12 * per_block);
+}
+
 /// `fit --search seq-len`: the longest sequence that fits, checked against `estimate`.
 #[test]
 fn fit_searches_the_sequence_length_of_a_transformer() {

@@ -63,8 +63,11 @@ impl FourBitConfig {
     }
 }
 
-/// A linear layer to quantize: its node, weight and bias.
-struct Convert {
+/// The module class of transformers' `Conv1D` (GPT-2's projections, weight `[in, out]`).
+pub const CONV1D: &str = "Conv1D";
+
+/// A linear layer to quantize (or to adapt with LoRA): its node, weight and bias.
+pub(super) struct Convert {
     weight: ParamId,
     bias: Option<ParamId>,
     in_features: u64,
@@ -78,7 +81,7 @@ struct Convert {
 /// The layer a node is the whole forward of, if 4-bit loading converts it: an `nn.Linear`
 /// (`Linear` op with its weight and bias), or GPT-2's `Conv1D` (`addmm(bias, x, weight)` with
 /// weight `[in, out]`).
-fn convertible(g: &Graph, node: &crate::ir::Node) -> Option<Convert> {
+pub(super) fn convertible(g: &Graph, node: &crate::ir::Node) -> Option<Convert> {
     let md = &g.modules[node.module.0 as usize];
     match (node.op.kind(), md.type_name.as_str()) {
         ("Linear", "Linear") => {
@@ -95,7 +98,7 @@ fn convertible(g: &Graph, node: &crate::ir::Node) -> Option<Convert> {
                 transposed: false,
             })
         }
-        ("addmm", "Conv1D") if node.inputs.len() == 3 => {
+        ("addmm", CONV1D) if node.inputs.len() == 3 => {
             let param = |i: usize| g.tensors[node.inputs[i].0 as usize].param;
             let weight = param(2)?;
             let [in_features, out_features] = g.param(weight).shape[..] else {
@@ -498,6 +501,7 @@ mod tests {
             dropout: 0.0,
             targets: vec!["q_proj".into()],
             autocast: false,
+            param_dtype: DType::BF16,
         };
         let g = apply_lora(&g, &lora).expect("lora");
         let a = param(&g, "block.q_proj.lora_A.default.weight");

@@ -2,7 +2,10 @@
 //!
 //! [`apply_lora`] does what PEFT 0.21's `get_peft_model(model, LoraConfig(r, lora_alpha,
 //! lora_dropout, target_modules))` does to the module tree: every parameter of the base model is
-//! frozen, and each target `nn.Linear` is replaced by a LoRA layer holding the original as
+//! frozen, and each target `nn.Linear` (or transformers' `Conv1D`, GPT-2's projections with their
+//! `[in, out]` weight, which PEFT wraps in the same `lora.Linear` with `fan_in_fan_out=True`: the
+//! flag only transposes the weight delta when merging, the forward is the same) is replaced by a
+//! LoRA layer holding the original as
 //! `base_layer` plus `lora_dropout.default` (`nn.Identity` for p = 0), `lora_A.default` (in → r,
 //! no bias) and `lora_B.default` (r → out, no bias), whose forward is
 //! `result = base_layer(x); result = result + lora_B(lora_A(dropout(x))) * scaling`.
@@ -21,7 +24,7 @@ use crate::ir::{Graph, ModuleDef, ModuleId, Node, NodeId, ParamDef, ParamId, Par
 use crate::ir::{TensorDef, TensorId};
 use crate::ops::{Add, Aten, DTypeRule, Dropout, GradIn, Linear, MulScalar, Op, ToDtype};
 
-use super::load_4bit::FOUR_BIT_LINEAR;
+use super::load_4bit::{convertible, CONV1D, FOUR_BIT_LINEAR};
 
 /// What `LoraConfig` PEFT is given.
 #[derive(Debug, Clone, PartialEq)]
@@ -32,13 +35,17 @@ pub struct LoraConfig {
     pub alpha: f64,
     /// `lora_dropout` (PEFT's default 0.0: `nn.Identity`).
     pub dropout: f64,
-    /// `target_modules`: names of the `nn.Linear` modules to adapt (the last component of their
-    /// path, `q_proj`), or full paths.
+    /// `target_modules`: names of the `nn.Linear` (or `Conv1D`) modules to adapt (the last
+    /// component of their path, `q_proj`), or full paths.
     pub targets: Vec<String>,
     /// Whether the step runs under `torch.autocast`: PEFT's LoRA layer around a 4-bit
     /// `Linear4bit` casts its input to the adapters' float32, and their output back, only
     /// without it.
     pub autocast: bool,
+    /// The dtype the model's parameters are created in (`Precision::param_dtype`): the adapters'
+    /// dtype, which PEFT casts each adapted layer's input to (`lora_A.weight.dtype`). 4-bit layers'
+    /// adapters are float32 whatever this is.
+    pub param_dtype: DType,
 }
 
 impl LoraConfig {
@@ -50,7 +57,7 @@ impl LoraConfig {
             "opt" => &["q_proj", "v_proj"],
             "bert" | "roberta" => &["query", "value"],
             "distilbert" => &["q_lin", "v_lin"],
-            "t5" => &["q", "v"],
+            "t5" | "mt5" => &["q", "v"],
             _ => &["q_proj", "v_proj"],
         };
         t.iter().map(|s| s.to_string()).collect()
@@ -60,12 +67,12 @@ impl LoraConfig {
 /// An error of a graph pass: a bad option, named as the user gave it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PassError {
-    /// `--lora-targets` names no `nn.Linear` of the model.
-    #[error("--lora-targets {targets}: no nn.Linear module of the model matches; its Linear modules are named: {available}")]
+    /// `--lora-targets` names no `nn.Linear` (or `Conv1D`) of the model.
+    #[error("--lora-targets {targets}: no nn.Linear or Conv1D module of the model matches; its Linear / Conv1D modules are named: {available}")]
     NoLoraTarget {
         /// The targets given.
         targets: String,
-        /// The distinct last path components of the model's Linear modules.
+        /// The distinct last path components of the model's Linear and Conv1D modules.
         available: String,
     },
     /// A bad rank or dropout.
@@ -115,7 +122,8 @@ fn last_component(path: &str) -> &str {
     path.rsplit('.').next().unwrap_or(path)
 }
 
-/// Injects LoRA adapters into the target `nn.Linear` modules of `g` and freezes the base model.
+/// Injects LoRA adapters into the target `nn.Linear` / `Conv1D` modules of `g` and freezes the
+/// base model.
 pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
     if cfg.rank == 0 {
         return Err(PassError::BadOption(
@@ -128,7 +136,8 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
             cfg.dropout
         )));
     }
-    let is_linear = |m: &ModuleDef| m.type_name == "Linear" || m.type_name == FOUR_BIT_LINEAR;
+    let is_linear =
+        |m: &ModuleDef| matches!(m.type_name.as_str(), "Linear" | FOUR_BIT_LINEAR | CONV1D);
     let is_target = |m: ModuleId| {
         let md = &g.modules[m.0 as usize];
         is_linear(md)
@@ -138,7 +147,8 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
                 .any(|t| t == &md.path || t == last_component(&md.path))
     };
     // target calls, marked at their last node: the whole forward of a target leaf module (one
-    // Linear op, or a Linear4bit's cast / MatMul4Bit / cast), with the input it was called on
+    // Linear op, a Conv1D's addmm, or a Linear4bit's cast / MatMul4Bit / cast), with the input it
+    // was called on
     let mut targets: Vec<Option<TensorId>> = vec![None; g.nodes.len()];
     for s in &g.scopes {
         let (first, end) = (s.first as usize, s.end as usize);
@@ -147,8 +157,11 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
         }
         let nodes = &g.nodes[first..end];
         let whole = nodes.iter().all(|n| n.module == s.module)
-            && nodes.iter().any(|n| !n.params.is_empty())
-            && (end - first > 1 || nodes[0].op.kind() == "Linear");
+            && if end - first > 1 {
+                nodes.iter().any(|n| !n.params.is_empty())
+            } else {
+                convertible(g, &nodes[0]).is_some()
+            };
         if let (true, Some(&x)) = (whole, s.inputs.first()) {
             targets[end - 1] = Some(x);
         }
@@ -176,6 +189,8 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
     let mut subst: Vec<TensorId> = (0..g.tensors.len() as u32).map(TensorId).collect();
     let mut new_scopes: Vec<Scope> = Vec::new();
     let mut adapted: Vec<ModuleId> = Vec::new();
+    // locals of the LoRA layers' forwards, in the new node numbering
+    let mut new_holds: Vec<(TensorId, u32)> = Vec::new();
     for (i, node) in g.nodes.iter().enumerate() {
         new_index.push(out.nodes.len() as u32);
         let mut n = node.clone();
@@ -239,55 +254,37 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
         } else {
             base_out
         };
-        let mut cur = if convert {
-            push_node(
-                &mut out,
-                lora_mod,
-                Arc::new(ToDtype::fixed(DType::F32)),
-                vec![x],
-                Vec::new(),
-            )
+        // the module tree as PEFT's `update_layer` builds it: lora_dropout, lora_A, lora_B
+        let dropout_dict = add_module(
+            &mut out,
+            &format!("{path}.lora_dropout"),
+            "ModuleDict",
+            Some(lora_mod),
+        );
+        let dropout_type = if cfg.dropout > 0.0 {
+            "Dropout"
         } else {
-            x
+            "Identity"
         };
-        if cfg.dropout > 0.0 {
+        let dropout_mod = add_module(
+            &mut out,
+            &format!("{path}.lora_dropout.default"),
+            dropout_type,
+            Some(dropout_dict),
+        );
+        let mut adapter = |name: &str, i: u64, o: u64| {
             let dict = add_module(
                 &mut out,
-                &format!("{path}.lora_dropout"),
+                &format!("{path}.{name}"),
                 "ModuleDict",
                 Some(lora_mod),
             );
-            let dm = add_module(
+            let lm = add_module(
                 &mut out,
-                &format!("{path}.lora_dropout.default"),
-                "Dropout",
+                &format!("{path}.{name}.default"),
+                "Linear",
                 Some(dict),
             );
-            cur = push_leaf(
-                &mut out,
-                &mut new_scopes,
-                dm,
-                Arc::new(Dropout { p: cfg.dropout }),
-                cur,
-                Vec::new(),
-            );
-        } else {
-            let dict = add_module(
-                &mut out,
-                &format!("{path}.lora_dropout"),
-                "ModuleDict",
-                Some(lora_mod),
-            );
-            add_module(
-                &mut out,
-                &format!("{path}.lora_dropout.default"),
-                "Identity",
-                Some(dict),
-            );
-        }
-        let lin = |out: &mut Graph, scopes: &mut Vec<Scope>, name: &str, i: u64, o: u64, cur| {
-            let dict = add_module(out, &format!("{path}.{name}"), "ModuleDict", Some(lora_mod));
-            let lm = add_module(out, &format!("{path}.{name}.default"), "Linear", Some(dict));
             let pid = ParamId(out.params.len() as u32);
             out.params.push(ParamDef {
                 name: format!("{path}.{name}.default.weight"),
@@ -304,10 +301,59 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
                 out_features: o,
                 bias: false,
             };
-            push_leaf(out, scopes, lm, Arc::new(op), cur, vec![pid])
+            (lm, pid, op)
         };
-        let a = lin(&mut out, &mut new_scopes, "lora_A", in_f, cfg.rank, cur);
-        let bo = lin(&mut out, &mut new_scopes, "lora_B", cfg.rank, out_f, a);
+        let (a_mod, a_weight, a_op) = adapter("lora_A", in_f, cfg.rank);
+        let (b_mod, b_weight, b_op) = adapter("lora_B", cfg.rank, out_f);
+        let cast = if convert {
+            push_node(
+                &mut out,
+                lora_mod,
+                Arc::new(ToDtype::fixed(DType::F32)),
+                vec![x],
+                Vec::new(),
+            )
+        } else if four_bit {
+            x
+        } else {
+            // `x = self._cast_input_dtype(x, lora_A.weight.dtype)`: a copy when they differ (under
+            // autocast, an input an earlier low-precision op made: the attention output, an MLP
+            // activation), `x` itself when they agree
+            push_node(
+                &mut out,
+                lora_mod,
+                Arc::new(ToDtype::fixed(cfg.param_dtype)),
+                vec![x],
+                Vec::new(),
+            )
+        };
+        let mut cur = cast;
+        if cfg.dropout > 0.0 {
+            cur = push_leaf(
+                &mut out,
+                &mut new_scopes,
+                dropout_mod,
+                Arc::new(Dropout { p: cfg.dropout }),
+                cur,
+                Vec::new(),
+            );
+        }
+        let a = push_leaf(
+            &mut out,
+            &mut new_scopes,
+            a_mod,
+            Arc::new(a_op),
+            cur,
+            vec![a_weight],
+        );
+        let bo = push_leaf(
+            &mut out,
+            &mut new_scopes,
+            b_mod,
+            Arc::new(b_op),
+            a,
+            vec![b_weight],
+        );
         let mut scaled = push_node(
             &mut out,
             lora_mod,
@@ -338,6 +384,11 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
             end: out.nodes.len() as u32,
             inputs: vec![x],
         });
+        // the cast input is the local `x` until forward returns (a dropout after it does not
+        // free it)
+        if cast != x {
+            new_holds.push((cast, out.nodes.len() as u32));
+        }
     }
     new_index.push(out.nodes.len() as u32);
     let map = |k: u32| new_index[k as usize];
@@ -372,6 +423,7 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
         };
         h.0 = subst[h.0 .0 as usize];
     }
+    out.holds.extend(new_holds);
     for t in out.outputs.iter_mut() {
         *t = subst[t.0 as usize];
     }
@@ -481,6 +533,7 @@ mod tests {
             dropout: 0.0,
             targets: targets.iter().map(|s| s.to_string()).collect(),
             autocast: false,
+            param_dtype: DType::F32,
         }
     }
 
@@ -536,6 +589,83 @@ mod tests {
             .find(|l| l.name == "block.o_proj")
             .expect("o");
         assert_eq!(o.saved_bytes, 16 * 16 * 4);
+    }
+
+    /// GPT-2's `c_attn`: transformers' `Conv1D`, `addmm(bias, x, weight)` with weight `[in, out]`
+    fn gpt2_block() -> Graph {
+        let mut b = GraphBuilder::new("gpt2", "GPT2LMHeadModel");
+        let x = b.input(vec![2, 8, 16], DType::F32);
+        let y = b.module("c_attn", CONV1D, &[x], |b| {
+            let w = b.parameter("weight", vec![16, 48]);
+            let bias = b.parameter("bias", vec![48]);
+            let op = Aten::new("addmm", vec![2, 8, 48])
+                .autocast(crate::ops::Autocast::LowerPrecision)
+                .saves(vec![
+                    crate::ops::Saved::Input(1),
+                    crate::ops::Saved::Input(2),
+                ])
+                .cross_saves(1, 2);
+            b.op(op, &[bias, x, w])
+        });
+        let y = b.layer("lm_head", Linear::new(48, 4), &[y]);
+        b.finish(&[y], Task::Classification { num_classes: 4 })
+            .expect("gpt2 block")
+    }
+
+    #[test]
+    fn conv1d_layers_are_adapted_with_their_in_out_features() {
+        let g = apply_lora(&gpt2_block(), &cfg(&["c_attn"])).expect("lora");
+        let shape = |name: &str| {
+            g.params
+                .iter()
+                .find(|p| p.name == name)
+                .map(|p| p.shape.clone())
+                .unwrap_or_else(|| panic!("no {name}"))
+        };
+        // the Conv1D weight stays [in, out]; the adapters are nn.Linear (in -> r -> out)
+        assert_eq!(shape("c_attn.base_layer.weight"), vec![16, 48]);
+        assert_eq!(shape("c_attn.lora_A.default.weight"), vec![2, 16]);
+        assert_eq!(shape("c_attn.lora_B.default.weight"), vec![48, 2]);
+        assert_eq!(g.trainable_parameter_count(), 2 * 16 + 48 * 2);
+        let m = g.find_module("c_attn").expect("lora layer");
+        assert_eq!(g.modules[m.0 as usize].type_name, "lora.Linear");
+        // lm_head reads the LoRA sum
+        let head = g
+            .nodes
+            .iter()
+            .find(|n| g.module_path(n.module) == "lm_head")
+            .expect("lm_head");
+        let producer = g.tensor(head.inputs[0]).producer.expect("produced");
+        assert_eq!(g.nodes[producer.0 as usize].op.kind(), "add");
+    }
+
+    #[test]
+    fn adapters_cast_their_input_to_their_dtype_as_a_forward_local() {
+        // c_attn's output (bf16 under autocast) feeds lm_head: adapting lm_head copies it to the
+        // float32 adapters' dtype (a view when it already is), a local of the LoRA forward
+        let mut c = cfg(&["lm_head"]);
+        c.autocast = true;
+        let g = apply_lora(&gpt2_block(), &c).expect("lora");
+        let m = g.find_module("lm_head").expect("lora layer");
+        let kinds: Vec<&str> = g
+            .nodes
+            .iter()
+            .filter(|n| n.module == m)
+            .map(|n| n.op.kind())
+            .collect();
+        assert_eq!(kinds, ["_to_copy", "mul", "add"]);
+        let cast = g
+            .nodes
+            .iter()
+            .find(|n| n.module == m)
+            .map(|n| n.outputs[0])
+            .expect("cast");
+        assert!(g.holds.iter().any(|h| h.0 == cast));
+        let step = StepConfig {
+            precision: crate::dtype::Precision::AmpBf16,
+            ..StepConfig::default()
+        };
+        simulate(&g, &step).expect("simulate");
     }
 
     #[test]
