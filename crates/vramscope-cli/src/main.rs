@@ -16,11 +16,6 @@ mod step;
 mod tricks;
 mod watch;
 
-// An estimate makes tens of thousands of small allocations (graph nodes, op answers); mimalloc
-// serves them in a fraction of glibc's time (docs/performance.md: about 10% of a 70B estimate).
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// How much GPU memory a model takes, where it goes, and what fits.
 #[derive(Parser, Debug)]
 #[command(name = "vramscope", version, about)]

@@ -7,10 +7,6 @@ use vramscope_core::sim::{simulate, Mode, StepConfig};
 use vramscope_core::Precision;
 use vramscope_formats::zoo::{self, ZooInput};
 
-// the CLI's allocator (crates/vramscope-cli/src/main.rs), so that the numbers are the command's
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() {
     divan::main();
 }

@@ -13,10 +13,6 @@
 
 use std::time::Instant;
 
-// the CLI's allocator (crates/vramscope-cli/src/main.rs)
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 use vramscope_core::optim::Optimizer;
 use vramscope_core::sim::{simulate, Mode, StepConfig};
 use vramscope_core::Precision;
