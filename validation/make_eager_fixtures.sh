@@ -6,12 +6,4 @@
 # config vramscope reads, and `extra_args`: --attn-implementation eager).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VENV=${VENV:-$HOME/.venvs/truth}
-mkdir -p .truth/raw
-"$VENV/bin/python" ../shared/truth/run_cases.py validation/cases_eager.jsonl \
-    --out .truth/raw/eager_results.jsonl --jobs 2
-python3 validation/compact_results.py .truth/raw/eager_results.jsonl --prefix py: \
-    --order validation/cases_eager.jsonl --out .truth/raw/eager_compact.jsonl
-python3 validation/vramscope_fixture.py validation/cases_eager.jsonl .truth/raw/eager_compact.jsonl \
-    fixtures/truth/hf_eager.jsonl
-wc -l fixtures/truth/hf_eager.jsonl
+exec validation/make_py_fixtures.sh eager causal-lm --jobs 2

@@ -6,12 +6,4 @@
 # no `seq`, `extra_args` --prompt-len / --new-tokens). A few minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VENV=${VENV:-$HOME/.venvs/truth}
-mkdir -p .truth/raw
-"$VENV/bin/python" ../shared/truth/run_cases.py validation/cases_generate_families.jsonl \
-    --out .truth/raw/generate_families_results.jsonl --jobs 2 --timeout 3600
-python3 validation/compact_results.py .truth/raw/generate_families_results.jsonl --prefix py: \
-    --order validation/cases_generate_families.jsonl --out .truth/raw/generate_families_compact.jsonl
-python3 validation/vramscope_fixture.py validation/cases_generate_families.jsonl \
-    .truth/raw/generate_families_compact.jsonl fixtures/truth/hf_generate_families.jsonl
-wc -l fixtures/truth/hf_generate_families.jsonl
+exec validation/make_py_fixtures.sh generate_families causal-lm --jobs 2 --timeout 3600

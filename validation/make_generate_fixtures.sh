@@ -6,12 +6,4 @@
 # --new-tokens). The long case (1500 new tokens) takes tens of minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VENV=${VENV:-$HOME/.venvs/truth}
-mkdir -p .truth/raw
-"$VENV/bin/python" ../shared/truth/run_cases.py validation/cases_generate.jsonl \
-    --out .truth/raw/generate_results.jsonl --jobs 2 --timeout 3600
-python3 validation/compact_results.py .truth/raw/generate_results.jsonl --prefix py: \
-    --order validation/cases_generate.jsonl --out .truth/raw/generate_compact.jsonl
-python3 validation/vramscope_fixture.py validation/cases_generate.jsonl .truth/raw/generate_compact.jsonl \
-    fixtures/truth/hf_generate.jsonl
-wc -l fixtures/truth/hf_generate.jsonl
+exec validation/make_py_fixtures.sh generate causal-lm --jobs 2 --timeout 3600

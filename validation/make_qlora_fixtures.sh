@@ -6,18 +6,4 @@
 # vramscope reads) and `extra_args` (its flags).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VENV=${VENV:-$HOME/.venvs/truth}
-mkdir -p .truth/raw
-"$VENV/bin/python" ../shared/truth/run_cases.py validation/cases_qlora.jsonl --out .truth/raw/qlora_results.jsonl
-python3 validation/compact_results.py .truth/raw/qlora_results.jsonl --prefix py: --out .truth/raw/qlora_compact.jsonl
-python3 - <<'PY'
-import json
-cases = {c["name"]: c for c in map(json.loads, open("validation/cases_qlora.jsonl"))}
-with open("fixtures/truth/hf_qlora.jsonl", "w") as out:
-    for line in open(".truth/raw/qlora_compact.jsonl"):
-        r = json.loads(line)
-        v = cases[r["name"]]["vramscope"]
-        r["model"], r["extra_args"], r["task"] = v["config"], v["args"], "causal-lm"
-        out.write(json.dumps(r, separators=(",", ":")) + "\n")
-PY
-wc -l fixtures/truth/hf_qlora.jsonl
+exec validation/make_py_fixtures.sh qlora causal-lm

@@ -7,26 +7,4 @@
 #   MEASURE=0 validation/make_t5_fixtures.sh t5_variants   # convert .truth/raw/*_results.jsonl only
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VENV=${VENV:-$HOME/.venvs/truth}
-name=${1:-t5}
-cases=validation/cases_$name.jsonl
-raw=.truth/raw/${name}_results.jsonl
-out=fixtures/truth/hf_$name.jsonl
-mkdir -p .truth/raw
-if [ "${MEASURE:-1}" != 0 ]; then
-  "$VENV/bin/python" ../shared/truth/run_cases.py "$cases" --out "$raw"
-fi
-python3 validation/compact_results.py "$raw" --prefix py: \
-    --order "$cases" --out ".truth/raw/${name}_compact.jsonl"
-python3 - "$cases" ".truth/raw/${name}_compact.jsonl" "$out" <<'PY'
-import json, sys
-cases_path, compact, out_path = sys.argv[1:]
-cases = {c["name"]: c for c in map(json.loads, open(cases_path))}
-with open(out_path, "w") as out:
-    for line in open(compact):
-        r = json.loads(line)
-        v = cases[r["name"]]["vramscope"]
-        r["model"], r["extra_args"], r["task"] = v["config"], v["args"], "seq2seq-lm"
-        out.write(json.dumps(r, separators=(",", ":")) + "\n")
-PY
-wc -l "$out"
+exec validation/make_py_fixtures.sh "${1:-t5}" seq2seq-lm

@@ -4,23 +4,29 @@
 (`args`, stored as `extra_args`) and optionally its `mode` (`generate`: the record's `seq` is the
 prompt, passed as --prompt-len by `args`, so `seq` is dropped).
 
-Usage: python3 validation/vramscope_fixture.py CASES.jsonl COMPACT.jsonl OUT.jsonl
+Usage: python3 validation/vramscope_fixture.py CASES.jsonl COMPACT.jsonl OUT.jsonl [--task TASK]
+(TASK: vramscope's --task, `causal-lm` by default, `seq2seq-lm` for T5)
 """
+import argparse
 import json
-import sys
 
 
 def main():
-    cases_path, compact_path, out_path = sys.argv[1:4]
-    cases = {c["name"]: c for c in map(json.loads, open(cases_path))}
-    with open(out_path, "w") as out:
-        for line in open(compact_path):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("cases")
+    ap.add_argument("compact")
+    ap.add_argument("out")
+    ap.add_argument("--task", default="causal-lm")
+    args = ap.parse_args()
+    cases = {c["name"]: c for c in map(json.loads, open(args.cases))}
+    with open(args.out, "w") as out:
+        for line in open(args.compact):
             r = json.loads(line)
             v = cases[r["name"]]["vramscope"]
-            r["model"], r["extra_args"], r["task"] = v["config"], v["args"], "causal-lm"
+            r["model"], r["extra_args"], r["task"] = v["config"], v["args"], args.task
             if v.get("mode"):
                 r["mode"] = v["mode"]
-            if r["mode"] == "generate":
+            if r.get("mode") == "generate":
                 r["seq"] = None
             out.write(json.dumps(r, separators=(",", ":")) + "\n")
 
