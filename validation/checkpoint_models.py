@@ -14,7 +14,7 @@ import torch
 import torch.nn as nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lora_models import _batch_and_loss, _patch_packed_sequence_detection  # noqa: E402
+from lora_models import _patch_packed_sequence_detection, causal_lm_step  # noqa: E402
 
 DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64,
           "I64": torch.int64, "I32": torch.int32, "U8": torch.uint8, "BOOL": torch.bool}
@@ -57,12 +57,4 @@ def from_files(batch, seq, folder="fixtures/weights/llama-mixed", **_):
         for k, b in list(m._buffers.items()):
             if b is not None:
                 m._buffers[k] = torch.empty(b.shape, dtype=b.dtype)
-    make_batch, V = _batch_and_loss(cfg, batch, seq)
-
-    def forward(mm, x):
-        return mm(input_ids=x, use_cache=False).logits
-
-    def loss(out, y):
-        return model.loss_function(out, y, vocab_size=V)
-
-    return model, make_batch, loss, forward
+    return causal_lm_step(model, model, cfg, batch, seq)

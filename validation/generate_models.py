@@ -34,7 +34,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lora_models import _patch_packed_sequence_detection  # noqa: E402
+from lora_models import _patch_packed_sequence_detection, causal_lm_step  # noqa: E402
 
 
 def _config(config, layers, attn, overrides=None):
@@ -137,16 +137,4 @@ def eager(batch, seq, config="fixtures/hf/configs/gpt2_medium_2l.json", layers=N
     cfg = _config(config, layers, "eager", overrides)
     cfg.use_cache = False
     model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.get_default_dtype())
-    V = cfg.vocab_size
-
-    def make_batch():
-        ids = torch.randint(0, V, (batch, seq))
-        return ids, ids
-
-    def forward(m, x):
-        return m(input_ids=x, use_cache=False).logits
-
-    def loss(out, y):
-        return model.loss_function(out, y, vocab_size=V)
-
-    return model, make_batch, loss, forward
+    return causal_lm_step(model, model, cfg, batch, seq)

@@ -11,10 +11,9 @@ attention, and measure.py's `hf:` route (which forces `sdpa`) cannot build them 
 import os
 import sys
 
-import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lora_models import _patch_packed_sequence_detection  # noqa: E402  (measure.py loads this file by path)
+from lora_models import _patch_packed_sequence_detection, causal_lm_step  # noqa: E402  (measure.py loads this file by path)
 
 
 def causal_lm(batch, seq, checkpoint=False, config="fixtures/hf/configs/gemma2_2b_2l.json", attn="eager", **_):
@@ -29,16 +28,4 @@ def causal_lm(batch, seq, checkpoint=False, config="fixtures/hf/configs/gemma2_2
     model = cls(cfg)
     if checkpoint:
         model.gradient_checkpointing_enable()
-    V = cfg.vocab_size
-
-    def make_batch():
-        ids = torch.randint(0, V, (batch, seq))
-        return ids, ids
-
-    def forward(m, x):
-        return m(input_ids=x, use_cache=False).logits
-
-    def loss(out, y):
-        return model.loss_function(out, y, vocab_size=V)
-
-    return model, make_batch, loss, forward
+    return causal_lm_step(model, model, cfg, batch, seq)

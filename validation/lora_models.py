@@ -51,14 +51,23 @@ def _model(config, layers, seq):
     return model, cfg
 
 
-def _batch_and_loss(cfg, batch, seq):
+def causal_lm_step(model, loss_model, cfg, batch, seq):
+    """The `py:` factory result of a causal-LM training step, as for hf: models: `labels =
+    input_ids`, `logits = model(input_ids, use_cache=False).logits`, then `loss_model.loss_function`
+    on them (outside the forward; for a wrapped model, the base model's)."""
     V = cfg.vocab_size
 
     def make_batch():
         ids = torch.randint(0, V, (batch, seq))
         return ids, ids
 
-    return make_batch, V
+    def forward(m, x):
+        return m(input_ids=x, use_cache=False).logits
+
+    def loss(out, y):
+        return loss_model.loss_function(out, y, vocab_size=V)
+
+    return model, make_batch, loss, forward
 
 
 class LoraLinear(torch.nn.Module):
@@ -107,15 +116,7 @@ def lora(batch, seq, config="fixtures/hf/configs/qwen2_small_2l.json", layers=No
         # as qlora_models.py: gradient_checkpointing_enable() with its default kwargs, after the
         # adapters are in
         model.gradient_checkpointing_enable()
-    make_batch, V = _batch_and_loss(cfg, batch, seq)
-
-    def forward(m, x):
-        return m(input_ids=x, use_cache=False).logits
-
-    def loss(out, y):
-        return base.loss_function(out, y, vocab_size=V)
-
-    return model, make_batch, loss, forward
+    return causal_lm_step(model, base, cfg, batch, seq)
 
 
 def freeze(batch, seq, config="fixtures/hf/configs/qwen2_small_2l.json", layers=None, patterns="embed_tokens", **_):
@@ -124,12 +125,4 @@ def freeze(batch, seq, config="fixtures/hf/configs/qwen2_small_2l.json", layers=
     for n, p in model.named_parameters():
         if any(s in n for s in pats):
             p.requires_grad_(False)
-    make_batch, V = _batch_and_loss(cfg, batch, seq)
-
-    def forward(m, x):
-        return m(input_ids=x, use_cache=False).logits
-
-    def loss(out, y):
-        return model.loss_function(out, y, vocab_size=V)
-
-    return model, make_batch, loss, forward
+    return causal_lm_step(model, model, cfg, batch, seq)

@@ -53,7 +53,7 @@ import torch
 import torch.nn as nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lora_models import _batch_and_loss, _patch_packed_sequence_detection  # noqa: E402
+from lora_models import _patch_packed_sequence_detection, causal_lm_step  # noqa: E402
 
 BLOCKSIZE = 64
 NESTED_BLOCKSIZE = 256
@@ -280,12 +280,4 @@ def qlora(batch, seq, config="fixtures/hf/configs/qwen2_small_2l.json", layers=N
                     setattr(mod, cname, LoraLinear4bit(child, int(r), alpha, float(dropout)))
     if checkpoint:
         model.gradient_checkpointing_enable()
-    make_batch, V = _batch_and_loss(cfg, batch, seq)
-
-    def forward(m, x):
-        return m(input_ids=x, use_cache=False).logits
-
-    def loss(out, y):
-        return model.loss_function(out, y, vocab_size=V)
-
-    return model, make_batch, loss, forward
+    return causal_lm_step(model, model, cfg, batch, seq)
