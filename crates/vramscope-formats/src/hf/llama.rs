@@ -296,7 +296,16 @@ pub fn build(
         &masks,
         (
             &mut |b, i, x, cos, sin, call| {
-                decoder_layer(b, s, p, dtype, autocast, x, cos, sin, i as usize, call)
+                decoder_layer(
+                    b,
+                    s,
+                    p,
+                    (dtype, autocast),
+                    x,
+                    (cos, sin),
+                    (i as usize, call),
+                    &mut |b, y| feed_forward(b, s, p, y),
+                )
             },
             // every layer records the same program (a sliding-window mask is an argument)
             &|_| 0,
@@ -508,18 +517,22 @@ impl Model {
     }
 }
 
+/// The feed-forward a decoder layer runs on the `post_attention_layernorm` output: the family's
+/// MLP ([`feed_forward`]), or a Mixture-of-Experts layer's sparse block.
+pub(super) type FeedForward<'a> = dyn FnMut(&mut GraphBuilder, TensorId) -> TensorId + 'a;
+
+/// One `{p}DecoderLayer`: `input_layernorm`, `self_attn`, the residual add,
+/// `post_attention_layernorm`, `ffn`, the residual add (Phi-3: with its residual dropouts).
 #[allow(clippy::too_many_arguments)]
-fn decoder_layer(
+pub(super) fn decoder_layer(
     b: &mut GraphBuilder,
     s: &Spec,
     p: &str,
-    dtype: DType,
-    autocast: Option<DType>,
+    (dtype, autocast): (DType, Option<DType>),
     input: TensorId,
-    cos: TensorId,
-    sin: TensorId,
-    layer: usize,
-    call: &mut Call,
+    (cos, sin): (TensorId, TensorId),
+    (layer, call): (usize, &mut Call),
+    ffn: &mut FeedForward,
 ) -> TensorId {
     let norm = format!("{p}RMSNorm");
     let x = rms_norm(b, "input_layernorm", &norm, s.hidden, dtype, input);
@@ -536,7 +549,18 @@ fn decoder_layer(
     };
     let x = add(b, input, a);
     let y = rms_norm(b, "post_attention_layernorm", &norm, s.hidden, dtype, x);
+    let y = ffn(b, y);
     let y = if phi3 {
+        dropout(b, "resid_mlp_dropout", s.resid_dropout, y)
+    } else {
+        y
+    };
+    add(b, x, y)
+}
+
+/// The family's `mlp` module: SiLU-gated (Phi-3: with the fused `gate_up_proj`).
+fn feed_forward(b: &mut GraphBuilder, s: &Spec, p: &str, y: TensorId) -> TensorId {
+    if s.variant == Variant::Phi3 {
         b.module("mlp", &format!("{p}MLP"), &[y], |b| fused_mlp(b, s, y))
     } else {
         mlp(
@@ -548,13 +572,7 @@ fn decoder_layer(
             s.mlp_bias,
             y,
         )
-    };
-    let y = if phi3 {
-        dropout(b, "resid_mlp_dropout", s.resid_dropout, y)
-    } else {
-        y
-    };
-    add(b, x, y)
+    }
 }
 
 /// `self_attn`: q/k/v projections viewed as heads (with `q_norm` / `k_norm` over each head when
@@ -758,7 +776,16 @@ impl CausalLm for Model {
             call,
             &masks,
             &mut |b, i, x, cos, sin, call| {
-                decoder_layer(b, s, p, dtype, autocast, x, cos, sin, i as usize, call)
+                decoder_layer(
+                    b,
+                    s,
+                    p,
+                    (dtype, autocast),
+                    x,
+                    (cos, sin),
+                    (i as usize, call),
+                    &mut |b, y| feed_forward(b, s, p, y),
+                )
             },
             Some(&|_| 0),
         )

@@ -23,10 +23,10 @@ use vramscope_core::ops::{ActivationKind, Alias, Aten, DTypeRule, GradIn, Saved,
 use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
 use super::layers::{
-    activation_fn, add, cast, linear, linear_fn, mul, packed_sequence_check, rms_norm, sdpa_mask,
-    to_dtype, view,
+    activation_fn, add, cast, linear, linear_fn, mul, packed_sequence_check, sdpa_mask, to_dtype,
+    view,
 };
-use super::llama::{attention, causal_lm, mlp, silu_act_fn, spec};
+use super::llama::{causal_lm, decoder_layer, mlp, silu_act_fn, spec};
 use super::{HfConfig, HfError, HfInput};
 
 /// Which MoE family a `model_type` names.
@@ -265,7 +265,6 @@ pub fn build(
         // no layer attends with a mask (a window the sequence reaches is refused above)
         vec![None]
     };
-    let norm = format!("{p}RMSNorm");
     causal_lm(
         cfg,
         &s,
@@ -275,26 +274,32 @@ pub fn build(
         &masks,
         (
             &mut |b, i, x, cos, sin, call| {
-                let h = rms_norm(b, "input_layernorm", &norm, s.hidden, dtype, x);
-                let a = attention(b, &s, p, (dtype, autocast), h, cos, sin, i as usize, call);
-                let x = add(b, x, a);
-                let y = rms_norm(b, "post_attention_layernorm", &norm, s.hidden, dtype, x);
-                let y = if m.sparse[i as usize] {
-                    sparse_block(b, &m, &c, y)
-                } else {
-                    mlp(
-                        b,
-                        "mlp",
-                        &format!("{p}MLP"),
-                        s.hidden,
-                        s.intermediate,
-                        false,
-                        y,
-                    )
-                };
-                add(b, x, y)
+                let sparse = m.sparse[i as usize];
+                decoder_layer(
+                    b,
+                    &s,
+                    p,
+                    (dtype, autocast),
+                    x,
+                    (cos, sin),
+                    (i as usize, call),
+                    &mut |b, y| {
+                        if sparse {
+                            sparse_block(b, &m, &c, y)
+                        } else {
+                            mlp(
+                                b,
+                                "mlp",
+                                &format!("{p}MLP"),
+                                s.hidden,
+                                s.intermediate,
+                                false,
+                                y,
+                            )
+                        }
+                    },
+                )
             },
-            // sparse and dense layers each record one program
             // sparse and dense layers each record one program
             &|i| u64::from(m.sparse[i as usize]),
         ),
