@@ -418,11 +418,8 @@ impl CausalLm for Model {
         self.spec.kv_heads * self.spec.head_dim
     }
 
-    // under autocast the rotary products promote the keys to the model's dtype (cos/sin keep
-    // it), and the values are cached in the keys' dtype (the empty cache tensors take it)
     fn kv_dtypes(&self, param: DType, autocast: Option<DType>) -> (DType, DType) {
-        let d = autocast.map_or(param, |low| DType::promote(low, param));
-        (d, d)
+        super::generate::rotary_kv_dtypes(param, autocast)
     }
 
     // `DynamicCache(config=...)`: a `DynamicSlidingWindowLayer` per sliding layer

@@ -159,6 +159,14 @@ fn int_op(
     )
 }
 
+/// [`CausalLm::kv_dtypes`] of the rotary families (Llama, Gemma): under autocast the rotary
+/// products promote the keys to the model's dtype (cos/sin keep it), and the values are cached in
+/// the keys' dtype (the empty cache tensors take it).
+pub(super) fn rotary_kv_dtypes(param: DType, autocast: Option<DType>) -> (DType, DType) {
+    let d = autocast.map_or(param, |low| DType::promote(low, param));
+    (d, d)
+}
+
 /// Builds the graph of `model.generate(input_ids [batch, prompt], max_new_tokens)`.
 #[allow(clippy::too_many_arguments)]
 pub fn build(
