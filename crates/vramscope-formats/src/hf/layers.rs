@@ -229,12 +229,18 @@ pub fn cast(b: &mut GraphBuilder, x: TensorId, from: DType, to: DType) -> Tensor
 /// `x.pow(2)` (or `pow(x, 3)`): runs in float32 under autocast and saves its input; its backward
 /// makes a `pow` and a `mul.Scalar` temporary of the input's size.
 pub fn pow_fp32(b: &mut GraphBuilder, x: TensorId) -> TensorId {
+    fp32_pointwise(b, "pow", Saved::Input(0), x)
+}
+
+/// A pointwise op on the autocast float32 list (`pow`, `rsqrt`) that saves `saved` and whose
+/// backward makes two float32 temporaries of its size.
+fn fp32_pointwise(b: &mut GraphBuilder, name: &'static str, saved: Saved, x: TensorId) -> TensorId {
     let s = b.shape(x).to_vec();
     let f32 = DTypeRule::Fixed(DType::F32);
     b.op(
-        Aten::new("pow", s.clone())
+        Aten::new(name, s.clone())
             .autocast(Autocast::Fp32)
-            .saves(vec![Saved::Input(0)])
+            .saves(vec![saved])
             .backward_temporary(s.clone(), f32)
             .backward_temporary(s, f32),
         &[x],
@@ -336,21 +342,13 @@ pub(super) fn rms_rsqrt(b: &mut GraphBuilder, xf: TensorId, hold_variance: bool)
     if let Some(l) = s1.last_mut() {
         *l = 1;
     }
-    let f32 = DTypeRule::Fixed(DType::F32);
     let p = pow_fp32(b, xf);
-    let var = b.op(Aten::new("mean", s1.clone()), &[p]);
+    let var = b.op(Aten::new("mean", s1), &[p]);
     if hold_variance {
         b.hold(&[var]);
     }
     let var = add_scalar(b, var);
-    b.op(
-        Aten::new("rsqrt", s1.clone())
-            .autocast(Autocast::Fp32)
-            .saves(vec![Saved::Output(0)])
-            .backward_temporary(s1.clone(), f32)
-            .backward_temporary(s1, f32),
-        &[var],
-    )
+    fp32_pointwise(b, "rsqrt", Saved::Output(0), var)
 }
 
 /// Rotary embedding (`model.rotary_emb`): `cos` and `sin` `[1, S, D]` (`[B, S, D]` for the
