@@ -475,6 +475,9 @@ struct CallScratch {
     casts: Vec<Rt>,
     extras: Vec<u32>,
     made: Vec<Option<u32>>,
+    /// what autograd keeps for backward (the plan's saved list less what only a frozen input's
+    /// gradient would need)
+    kept: Vec<Saved>,
     /// the storages this call saves for backward (moved onto the tape's shared list)
     saved: Vec<u32>,
 }
@@ -1117,26 +1120,27 @@ impl<'g> Sim<'g> {
         } else {
             self.forward_category()
         };
-        // saved only for the gradient of an input that needs none (a frozen weight): not kept
-        let keeps = |s: &Self, only_for: Option<usize>| match only_for {
-            Some(k) => {
+        // what autograd saves; saved only for the gradient of an input that needs none (a frozen
+        // weight): not kept
+        sc.kept.clear();
+        for j in plan.saved.range() {
+            let (s, only_for) = self.plans.saved[j];
+            let kept = only_for.is_none_or(|k| {
                 let r = sc
                     .eff
                     .get(k)
                     .or_else(|| sc.eff_params.get(k - sc.eff.len().min(k)));
-                r.is_some_and(|&r| s.rts[r as usize].requires_grad)
-            }
-            None => true,
-        };
-        let mut any_saved = false;
-        let mut saves_only_inputs = true;
-        for j in plan.saved.range() {
-            let (s, only_for) = self.plans.saved[j];
-            if keeps(self, only_for) {
-                any_saved = true;
-                saves_only_inputs &= matches!(s, Saved::Input(_) | Saved::Param(_));
+                r.is_some_and(|&r| self.rts[r as usize].requires_grad)
+            });
+            if kept {
+                sc.kept.push(s);
             }
         }
+        let any_saved = !sc.kept.is_empty();
+        let saves_only_inputs = sc
+            .kept
+            .iter()
+            .all(|s| matches!(s, Saved::Input(_) | Saved::Param(_)));
         // a recomputation stops when its last saved tensor is packed; inputs are packed before
         // the kernel runs, so then no output is made
         let stop_before_kernel = self.recomputing
@@ -1195,12 +1199,8 @@ impl<'g> Sim<'g> {
         if records || (self.recomputing && graph_node.is_some()) {
             sc.saved.clear();
             if keep_saved {
-                for j in plan.saved.range() {
-                    let (s, only_for) = self.plans.saved[j];
-                    if !keeps(self, only_for) {
-                        continue;
-                    }
-                    let sid = match s {
+                for k in 0..sc.kept.len() {
+                    let sid = match sc.kept[k] {
                         Saved::Input(i) => sc.eff.get(i).map(|&r| self.rts[r as usize].storage),
                         Saved::Output(i) => outs.get(i).map(|&r| self.rts[r as usize].storage),
                         Saved::Param(i) => {
