@@ -46,7 +46,17 @@ fn infer(bencher: divan::Bencher, name: &str) {
     bencher.bench(|| estimate(divan::black_box(name), Mode::Infer, Precision::Fp32));
 }
 
-fn estimate_hf(name: &str, batch: u64, seq: u64, precision: Precision) -> u64 {
+/// A built-in config and the input of one of the transformer benches (sdpa, no task override).
+fn hf_case(
+    name: &str,
+    batch: u64,
+    seq: u64,
+    precision: Precision,
+    new_tokens: Option<u64>,
+) -> (
+    vramscope_formats::hf::HfConfig,
+    vramscope_formats::hf::HfInput,
+) {
     use vramscope_formats::{hf, hf_zoo};
     let text = hf_zoo::config(name).expect("a built-in config");
     let cfg = hf::HfConfig::parse(name, text).expect("parses");
@@ -55,12 +65,17 @@ fn estimate_hf(name: &str, batch: u64, seq: u64, precision: Precision) -> u64 {
         seq,
         task: None,
         precision,
-        generate: None,
+        generate: new_tokens.map(|new_tokens| hf::Generation { new_tokens }),
         attn: hf::AttnImplementation::Sdpa,
         target_seq: None,
         gradient_checkpointing: false,
     };
-    let m = hf::build(&cfg, &input).expect("builds");
+    (cfg, input)
+}
+
+fn estimate_hf(name: &str, batch: u64, seq: u64, precision: Precision) -> u64 {
+    let (cfg, input) = hf_case(name, batch, seq, precision, None);
+    let m = vramscope_formats::hf::build(&cfg, &input).expect("builds");
     let step = StepConfig {
         mode: Mode::Train,
         precision,
@@ -84,19 +99,8 @@ fn transformer_generate_bf16(
     bencher: divan::Bencher,
     (name, batch, prompt, new_tokens): (&str, u64, u64, u64),
 ) {
-    use vramscope_formats::{hf, hf_zoo};
-    let text = hf_zoo::config(name).expect("a built-in config");
-    let cfg = hf::HfConfig::parse(name, text).expect("parses");
-    let input = hf::HfInput {
-        batch,
-        seq: prompt,
-        task: None,
-        precision: Precision::Bf16,
-        generate: Some(hf::Generation { new_tokens }),
-        attn: hf::AttnImplementation::Sdpa,
-        target_seq: None,
-        gradient_checkpointing: false,
-    };
+    use vramscope_formats::hf;
+    let (cfg, input) = hf_case(name, batch, prompt, Precision::Bf16, Some(new_tokens));
     let step = StepConfig {
         mode: Mode::Generate,
         precision: Precision::Bf16,
@@ -115,19 +119,8 @@ fn transformer_generate_graph_only(
     bencher: divan::Bencher,
     (name, batch, prompt, new_tokens): (&str, u64, u64, u64),
 ) {
-    use vramscope_formats::{hf, hf_zoo};
-    let text = hf_zoo::config(name).expect("a built-in config");
-    let cfg = hf::HfConfig::parse(name, text).expect("parses");
-    let input = hf::HfInput {
-        batch,
-        seq: prompt,
-        task: None,
-        precision: Precision::Bf16,
-        generate: Some(hf::Generation { new_tokens }),
-        attn: hf::AttnImplementation::Sdpa,
-        target_seq: None,
-        gradient_checkpointing: false,
-    };
+    use vramscope_formats::hf;
+    let (cfg, input) = hf_case(name, batch, prompt, Precision::Bf16, Some(new_tokens));
     bencher.bench(|| {
         hf::build(&cfg, divan::black_box(&input))
             .expect("builds")
