@@ -286,7 +286,6 @@ pub fn build(
     let (s, p) = (&m.spec, m.prefix);
     let (bsz, seq) = (input.batch, input.seq);
     let masks = |b: &mut GraphBuilder| sdpa_masks(b, s, (bsz, seq, m.eager));
-    let autocast = m.autocast;
     causal_lm(
         cfg,
         s,
@@ -295,18 +294,7 @@ pub fn build(
         input,
         &masks,
         (
-            &mut |b, i, x, cos, sin, call| {
-                decoder_layer(
-                    b,
-                    s,
-                    p,
-                    (dtype, autocast),
-                    x,
-                    (cos, sin),
-                    (i as usize, call),
-                    &mut |b, y| feed_forward(b, s, p, y),
-                )
-            },
+            &mut |b, i, x, cos, sin, call| m.layer(b, i, x, (cos, sin), call),
             // every layer records the same program (a sliding-window mask is an argument)
             &|_| 0,
         ),
@@ -764,9 +752,33 @@ fn fused_mlp(b: &mut GraphBuilder, s: &Spec, y: TensorId) -> TensorId {
     linear(b, "down_proj", s.intermediate, s.hidden, false, m)
 }
 
+impl Model {
+    /// Decoder layer `i` (`model.layers.{i}`) on `x`.
+    fn layer(
+        &self,
+        b: &mut GraphBuilder,
+        i: u64,
+        x: TensorId,
+        cos_sin: (TensorId, TensorId),
+        call: &mut Call,
+    ) -> TensorId {
+        let (s, p) = (&self.spec, self.prefix);
+        decoder_layer(
+            b,
+            s,
+            p,
+            (self.dtype, self.autocast),
+            x,
+            cos_sin,
+            (i as usize, call),
+            &mut |b, y| feed_forward(b, s, p, y),
+        )
+    }
+}
+
 impl CausalLm for Model {
     fn forward(&self, b: &mut GraphBuilder, ids: TensorId, call: &mut Call) -> TensorId {
-        let (s, p, dtype, autocast) = (&self.spec, self.prefix, self.dtype, self.autocast);
+        let (s, p, dtype) = (&self.spec, self.prefix, self.dtype);
         let (bsz, seq) = (b.shape(ids)[0], b.shape(ids)[1]);
         let masks = |b: &mut GraphBuilder| sdpa_masks(b, s, (bsz, seq, self.eager));
         forward(
@@ -775,18 +787,7 @@ impl CausalLm for Model {
             ids,
             call,
             &masks,
-            &mut |b, i, x, cos, sin, call| {
-                decoder_layer(
-                    b,
-                    s,
-                    p,
-                    (dtype, autocast),
-                    x,
-                    (cos, sin),
-                    (i as usize, call),
-                    &mut |b, y| feed_forward(b, s, p, y),
-                )
-            },
+            &mut |b, i, x, cos, sin, call| self.layer(b, i, x, (cos, sin), call),
             Some(&|_| 0),
         )
     }
