@@ -7,7 +7,7 @@ use std::sync::Arc;
 use crate::dtype::DType;
 use crate::ir::{
     Graph, InitTemporary, ModuleDef, ModuleId, Node, NodeId, ParamDef, ParamId, ParamKind, Scope,
-    Shape, Task, TensorDef, TensorId,
+    Shape, Task, TensorDef, TensorId, TensorList,
 };
 use crate::ops::{Op, ShapeError};
 
@@ -768,7 +768,7 @@ impl GraphBuilder {
         self.stack.push(id);
         let first = self.graph.nodes.len() as u32;
         let out = self.push(op, inputs, params);
-        let out = self.graph.nodes[out.0 as usize].outputs.clone();
+        let out = self.graph.nodes[out.0 as usize].outputs.to_vec();
         self.stack.pop();
         self.graph.scopes.push(Scope {
             module: id,
@@ -788,7 +788,7 @@ impl GraphBuilder {
     /// Records a functional op with several outputs (`chunk`).
     pub fn op_multi(&mut self, op: impl Op + 'static, inputs: &[TensorId]) -> Vec<TensorId> {
         let node = self.push(Arc::new(op), inputs, Vec::new());
-        self.graph.nodes[node.0 as usize].outputs.clone()
+        self.graph.nodes[node.0 as usize].outputs.to_vec()
     }
 
     /// Records a node (its output tensors are the node's `outputs`, at least one).
@@ -840,7 +840,7 @@ impl GraphBuilder {
             op.output_dtypes(&dtypes, out_shapes.len())
         };
         let node = NodeId(self.graph.nodes.len() as u32);
-        let outputs: Vec<TensorId> = out_shapes
+        let outputs: TensorList = out_shapes
             .into_iter()
             .zip(out_dtypes)
             .map(|(s, d)| self.new_tensor(s, d, Some(node)))
@@ -848,8 +848,8 @@ impl GraphBuilder {
         self.graph.nodes.push(Node {
             op,
             module: self.current(),
-            inputs: inputs.to_vec(),
-            params,
+            inputs: inputs.into(),
+            params: params.into(),
             outputs,
         });
         node

@@ -6,6 +6,8 @@
 
 use std::sync::Arc;
 
+use smallvec::SmallVec;
+
 use crate::dtype::DType;
 use crate::ops::Op;
 
@@ -99,6 +101,13 @@ pub struct ModuleDef {
     pub parent: Option<ModuleId>,
 }
 
+/// A node's activation inputs or outputs: held inline up to four (nearly every op), so that a
+/// large model's graph is not thousands of tiny heap allocations.
+pub type TensorList = SmallVec<[TensorId; 4]>;
+
+/// The parameters and buffers a node reads, inline up to two.
+pub type ParamList = SmallVec<[ParamId; 2]>;
+
 /// One op call of the forward program.
 #[derive(Debug, Clone)]
 pub struct Node {
@@ -107,11 +116,11 @@ pub struct Node {
     /// The innermost module whose forward issued it.
     pub module: ModuleId,
     /// Activation inputs.
-    pub inputs: Vec<TensorId>,
+    pub inputs: TensorList,
     /// Parameters and buffers it reads.
-    pub params: Vec<ParamId>,
+    pub params: ParamList,
     /// Outputs.
-    pub outputs: Vec<TensorId>,
+    pub outputs: TensorList,
 }
 
 /// A span of nodes that a module call covers, and the tensors that call kept referenced until it

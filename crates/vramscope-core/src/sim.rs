@@ -2201,33 +2201,35 @@ fn release_schedule(g: &Graph) -> ReleaseSchedule {
         let e = end as usize - 1;
         *l = Some(l.map_or(e, |x| x.max(e)));
     }
-    // (node, tensor) pairs, by node, newest tensor first: inner frames return first, and their
-    // locals are the newer tensors
-    let mut pairs: Vec<(u32, TensorId)> = Vec::with_capacity(g.tensors.len());
-    for (t, l) in last.iter().enumerate() {
+    // by node, newest tensor first (inner frames return first, and their locals are the newer
+    // tensors): a counting sort, filled from the newest tensor down
+    let released = |t: usize| {
         let td = &g.tensors[t];
-        if td.param.is_some()
-            || g.inputs.contains(&TensorId(t as u32))
-            || g.outputs.contains(&TensorId(t as u32))
-        {
-            continue;
-        }
-        if let Some(l) = l {
-            pairs.push((*l as u32, TensorId(t as u32)));
-        }
-    }
-    pairs.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+        let id = TensorId(t as u32);
+        td.param.is_none() && !g.inputs.contains(&id) && !g.outputs.contains(&id)
+    };
     let mut starts = vec![0u32; g.nodes.len() + 1];
-    for &(n, _) in &pairs {
-        starts[n as usize + 1] += 1;
+    for (t, l) in last.iter().enumerate() {
+        if let Some(l) = *l {
+            if released(t) {
+                starts[l + 1] += 1;
+            }
+        }
     }
     for n in 0..g.nodes.len() {
         starts[n + 1] += starts[n];
     }
-    ReleaseSchedule {
-        starts,
-        tensors: pairs.into_iter().map(|(_, t)| t).collect(),
+    let mut fill = starts.clone();
+    let mut tensors = vec![TensorId(0); starts[g.nodes.len()] as usize];
+    for (t, l) in last.iter().enumerate().rev() {
+        if let Some(l) = *l {
+            if released(t) {
+                tensors[fill[l] as usize] = TensorId(t as u32);
+                fill[l] += 1;
+            }
+        }
     }
+    ReleaseSchedule { starts, tensors }
 }
 
 /// For every node, the graph tensors whose last reference ends after it: node `n`'s are

@@ -479,9 +479,9 @@ pub(super) fn push_node(
     g.nodes.push(Node {
         op,
         module,
-        inputs,
-        params,
-        outputs: vec![t],
+        inputs: inputs.into(),
+        params: params.into(),
+        outputs: [t].into_iter().collect(),
     });
     t
 }
