@@ -187,7 +187,7 @@ impl GraphBuilder {
 
     fn new_tensor(&mut self, shape: Shape, dtype: DType, producer: Option<NodeId>) -> TensorId {
         self.graph.tensors.push(TensorDef {
-            shape,
+            shape: shape.into(),
             dtype,
             producer,
             param: None,
@@ -723,7 +723,7 @@ impl GraphBuilder {
         let init_rank = self.graph.params.len() as u32;
         self.graph.params.push(ParamDef {
             name: full,
-            shape,
+            shape: shape.into(),
             dtype,
             stored_dtype: None,
             kind,

@@ -14,6 +14,10 @@ use crate::ops::Op;
 /// A tensor shape (sizes only; every tensor the IR creates is contiguous unless it is a view).
 pub type Shape = Vec<u64>;
 
+/// The sizes of a graph tensor or parameter: inline up to four dimensions (nearly every tensor),
+/// so that building and dropping a large model's graph is not one heap allocation per tensor.
+pub type Dims = SmallVec<[u64; 4]>;
+
 /// Number of elements of a shape.
 pub fn numel(shape: &[u64]) -> u64 {
     shape.iter().product()
@@ -39,7 +43,7 @@ pub struct NodeId(pub u32);
 #[derive(Debug, Clone)]
 pub struct TensorDef {
     /// Sizes.
-    pub shape: Shape,
+    pub shape: Dims,
     /// Element type in an fp32 run (precision passes decide the runtime dtype).
     pub dtype: DType,
     /// The node that produced it; `None` for graph inputs and parameters.
@@ -63,7 +67,7 @@ pub struct ParamDef {
     /// Full dotted name, e.g. `layer1.0.conv1.weight`.
     pub name: String,
     /// Sizes.
-    pub shape: Shape,
+    pub shape: Dims,
     /// Element type when the model is built in fp32 (`num_batches_tracked` stays int64).
     pub dtype: DType,
     /// The dtype the tensor is held in whatever the step's precision: a 4-bit weight's uint8

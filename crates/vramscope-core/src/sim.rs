@@ -1370,7 +1370,7 @@ impl<'g> Sim<'g> {
         let outputs_from = self.plans.metas.len();
         for (k, (shape, &dtype)) in out_shapes.iter().zip(&out_dtypes).enumerate() {
             let id = match graph_outputs.get(k) {
-                Some(&t) if g.tensor(t).shape == *shape => Shapes::tensor(t),
+                Some(&t) if g.tensor(t).shape[..] == shape[..] => Shapes::tensor(t),
                 _ => self.shapes.add(shape),
             };
             self.plans.metas.push(Meta { shape: id, dtype });
@@ -1657,7 +1657,7 @@ impl<'g> Sim<'g> {
     fn set_layer_output_shape(&mut self) {
         if let (Some(layers), Some(t)) = (self.layers.as_mut(), self.layer_output.take()) {
             if let Some(l) = layers.last_mut() {
-                l.output_shape = self.g.tensor(t).shape.clone();
+                l.output_shape = self.g.tensor(t).shape.to_vec();
             }
         }
     }
@@ -2558,7 +2558,7 @@ fn run(g: &Graph, cfg: &StepConfig) -> Result<Simulation, SimError> {
                     .inputs
                     .first()
                     .map(|t| g.tensor(*t).shape.clone())
-                    .unwrap_or_else(|| vec![batch]);
+                    .unwrap_or_else(|| [batch].into_iter().collect());
                 let meta = s.meta(&shape, DType::I64);
                 Some(s.fresh(meta, Category::Inputs, Label::new("labels"), None, false))
             }

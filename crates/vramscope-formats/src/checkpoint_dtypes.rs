@@ -93,7 +93,7 @@ pub fn apply_file_dtypes(
             }
             continue;
         };
-        if t.shape != p.shape {
+        if t.shape[..] != p.shape[..] {
             return Err(WeightsError::invalid(
                 &t.file,
                 format!("tensor `{}`", t.name),

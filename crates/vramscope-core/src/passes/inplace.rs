@@ -19,7 +19,7 @@ pub fn inplace_activations(g: &Graph) -> (Graph, usize) {
     }
     let meta = |t: &TensorId| {
         let d = g.tensor(*t);
-        TensorMeta::new(d.shape.clone(), d.dtype)
+        TensorMeta::new(d.shape.to_vec(), d.dtype)
     };
     let mut out = g.clone();
     let mut flipped = 0;
@@ -50,7 +50,7 @@ pub fn inplace_activations(g: &Graph) -> (Graph, usize) {
             .iter()
             .map(|p| {
                 let d = g.param(*p);
-                TensorMeta::new(d.shape.clone(), d.dtype)
+                TensorMeta::new(d.shape.to_vec(), d.dtype)
             })
             .collect();
         let outputs: Vec<TensorMeta> = prod.outputs.iter().map(meta).collect();

@@ -212,7 +212,7 @@ pub fn load_in_4bit(g: &Graph, cfg: &FourBitConfig) -> Result<Graph, PassError> 
         let mut inputs = vec![xc];
         if let Some(b) = c.bias {
             out.tensors.push(TensorDef {
-                shape: vec![c.out_features],
+                shape: [c.out_features].into_iter().collect(),
                 dtype: DType::F32,
                 producer: None,
                 param: Some(b),
@@ -283,7 +283,7 @@ fn reorder_loading(g: &mut Graph, quantized: &[Option<(ModuleId, bool)>], cfg: &
         let blocks = FourBitQuant::blocks(n);
         let start = loaded.len() as u32;
         let mut group_temps = vec![InitTemporary {
-            shape: shape.clone(),
+            shape: shape.to_vec(),
             dtype: Some(cfg.load_dtype),
             alloc_at: start,
             free_at: 0,
@@ -318,7 +318,7 @@ fn reorder_loading(g: &mut Graph, quantized: &[Option<(ModuleId, bool)>], cfg: &
             match t {
                 None => {
                     let p = &mut g.params[pid.0 as usize];
-                    p.shape = FourBitQuant::packed_shape(n);
+                    p.shape = FourBitQuant::packed_shape(n).into();
                     p.dtype = DType::U8;
                     p.stored_dtype = Some(DType::U8);
                     p.trainable = false;
@@ -347,7 +347,7 @@ fn reorder_loading(g: &mut Graph, quantized: &[Option<(ModuleId, bool)>], cfg: &
                     let id = ParamId(g.params.len() as u32);
                     g.params.push(ParamDef {
                         name: pname,
-                        shape,
+                        shape: shape.into(),
                         dtype,
                         stored_dtype: Some(dtype),
                         kind: ParamKind::Buffer,

@@ -241,7 +241,7 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
         let convert = four_bit && !cfg.autocast;
         let result = if four_bit {
             let shape = g.tensors[base_out.0 as usize].shape.clone();
-            let clone = Aten::new("clone", shape)
+            let clone = Aten::new("clone", shape.to_vec())
                 .dtype(DTypeRule::Like(0))
                 .grads(vec![GradIn::PassThrough(0)]);
             push_node(
@@ -288,7 +288,7 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
             let pid = ParamId(out.params.len() as u32);
             out.params.push(ParamDef {
                 name: format!("{path}.{name}.default.weight"),
-                shape: vec![o, i],
+                shape: [o, i].into_iter().collect(),
                 dtype: DType::F32,
                 stored_dtype: adapters_dtype,
                 kind: ParamKind::Parameter,
@@ -470,7 +470,7 @@ pub(super) fn push_node(
     let dtype = op.output_dtypes(&dtypes, 1)[0];
     let node = NodeId(g.nodes.len() as u32);
     g.tensors.push(TensorDef {
-        shape,
+        shape: shape.into(),
         dtype,
         producer: Some(node),
         param: None,
