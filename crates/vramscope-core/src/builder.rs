@@ -4,6 +4,8 @@
 
 use std::sync::Arc;
 
+use smallvec::SmallVec;
+
 use crate::dtype::DType;
 use crate::ir::{
     Graph, InitTemporary, ModuleDef, ModuleId, Node, NodeId, ParamDef, ParamId, ParamKind, Scope,
@@ -36,15 +38,67 @@ pub struct GraphBuilder {
     stack: Vec<ModuleId>,
     /// Python frames (module calls and plain functions) and the locals they keep referenced
     frames: Vec<Vec<TensorId>>,
-    module_index: PathMap<ModuleId>,
-    param_index: PathMap<ParamId>,
+    module_index: PathIndex,
+    param_index: PathIndex,
     error: Option<BuildError>,
     /// [`init_first`](Self::init_first) calls so far (a recorded module call must make none)
     init_first_calls: u32,
 }
 
-/// Modules or parameters by dotted path.
-type PathMap<V> = std::collections::HashMap<String, V, std::hash::BuildHasherDefault<PathHasher>>;
+/// Module or parameter indices by the hash of their dotted path. The paths themselves live in the
+/// graph (`ModuleDef::path`, `ParamDef::name`), so a large model's build does not copy every one
+/// into the index; a lookup compares the candidates' paths (distinct paths rarely share a hash).
+#[derive(Debug, Default)]
+struct PathIndex(
+    std::collections::HashMap<u64, SmallVec<[u32; 1]>, std::hash::BuildHasherDefault<KeyHasher>>,
+);
+
+impl PathIndex {
+    fn hash(path: &str) -> u64 {
+        use std::hash::Hasher;
+        let mut h = PathHasher::default();
+        h.write(path.as_bytes());
+        h.finish()
+    }
+
+    /// The index whose path (`path_of(index)`) is `path`.
+    fn get<'a>(&self, path: &str, path_of: impl Fn(u32) -> &'a str) -> Option<u32> {
+        let ids = self.0.get(&Self::hash(path))?;
+        ids.iter().copied().find(|&i| path_of(i) == path)
+    }
+
+    /// An index holding the root module (`""`, index 0).
+    fn of_root() -> Self {
+        let mut index = Self::default();
+        index.insert("", 0);
+        index
+    }
+
+    /// Adds `id` under `path` (not in the index yet).
+    fn insert(&mut self, path: &str, id: u32) {
+        self.0.entry(Self::hash(path)).or_default().push(id);
+    }
+}
+
+/// The hasher of [`PathIndex`]'s keys, which are hashes already.
+#[derive(Debug, Default, Clone, Copy)]
+struct KeyHasher(u64);
+
+impl std::hash::Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8) | u64::from(b);
+        }
+    }
+
+    fn write_u64(&mut self, key: u64) {
+        self.0 = key;
+    }
+}
 
 /// A fast hash for dotted paths (the default SipHash guards against adversarial keys, which
 /// module names are not): eight bytes at a time, multiply and rotate.
@@ -95,7 +149,7 @@ impl RepeatedModule {
 struct Recording {
     inputs: Vec<TensorId>,
     output: TensorId,
-    type_name: String,
+    type_name: Arc<str>,
     modules: std::ops::Range<u32>,
     params: std::ops::Range<u32>,
     tensors: std::ops::Range<u32>,
@@ -143,7 +197,7 @@ impl GraphBuilder {
                 params: Vec::new(),
                 modules: vec![ModuleDef {
                     path: String::new(),
-                    type_name: root_type.to_string(),
+                    type_name: root_type.into(),
                     parent: None,
                 }],
                 nodes: Vec::new(),
@@ -158,8 +212,8 @@ impl GraphBuilder {
             },
             stack: vec![ModuleId(0)],
             frames: vec![Vec::new()],
-            module_index: PathMap::from_iter([(String::new(), ModuleId(0))]),
-            param_index: PathMap::default(),
+            module_index: PathIndex::of_root(),
+            param_index: PathIndex::default(),
             error: None,
             init_first_calls: 0,
         }
@@ -212,14 +266,15 @@ impl GraphBuilder {
     /// Finds or registers the child module `name` of the current module.
     fn child(&mut self, name: &str, type_name: &str) -> (ModuleId, bool) {
         let path = self.child_path(name);
-        if let Some(&id) = self.module_index.get(&path) {
-            return (id, false);
+        let modules = &self.graph.modules;
+        if let Some(id) = self.module_index.get(&path, |i| &modules[i as usize].path) {
+            return (ModuleId(id), false);
         }
         let id = ModuleId(self.graph.modules.len() as u32);
-        self.module_index.insert(path.clone(), id);
+        self.module_index.insert(&path, id.0);
         self.graph.modules.push(ModuleDef {
             path,
-            type_name: type_name.to_string(),
+            type_name: type_name.into(),
             parent: Some(self.current()),
         });
         (id, true)
@@ -244,7 +299,7 @@ impl GraphBuilder {
             module: id,
             first,
             end,
-            inputs: inputs.to_vec(),
+            inputs: inputs.into(),
         });
         r
     }
@@ -271,7 +326,11 @@ impl GraphBuilder {
             }
         }
         let before = self.marks();
-        let is_new = !self.module_index.contains_key(&self.child_path(name));
+        let modules = &self.graph.modules;
+        let is_new = self
+            .module_index
+            .get(&self.child_path(name), |i| &modules[i as usize].path)
+            .is_none();
         let out = self.module(name, type_name, inputs, f);
         if repeated.recording.is_none() && is_new && self.error.is_none() {
             repeated.recording = self.recording(before, inputs, out);
@@ -379,7 +438,7 @@ impl GraphBuilder {
         if inputs.len() != rec.inputs.len()
             || !distinct(inputs)
             || !distinct(&rec.inputs)
-            || type_name != rec.type_name
+            || type_name != &*rec.type_name
         {
             return None;
         }
@@ -409,10 +468,14 @@ impl GraphBuilder {
                 rename(mpath, &d.name[mpath.len()..])
             })
             .collect();
+        let module_path = |i: u32| g.modules[i as usize].path.as_str();
+        let param_name = |i: u32| g.params[i as usize].name.as_str();
         if module_paths
             .iter()
-            .any(|p| self.module_index.contains_key(p))
-            || param_names.iter().any(|p| self.param_index.contains_key(p))
+            .any(|p| self.module_index.get(p, module_path).is_some())
+            || param_names
+                .iter()
+                .any(|p| self.param_index.get(p, param_name).is_some())
         {
             return None;
         }
@@ -456,7 +519,7 @@ impl GraphBuilder {
                 },
             };
             self.module_index
-                .insert(def.path.clone(), ModuleId(self.graph.modules.len() as u32));
+                .insert(&def.path, self.graph.modules.len() as u32);
             self.graph.modules.push(def);
         }
         for (p, name) in rec.params.clone().zip(param_names) {
@@ -472,7 +535,7 @@ impl GraphBuilder {
                 module: module(d.module),
                 init_rank: id,
             };
-            self.param_index.insert(def.name.clone(), ParamId(id));
+            self.param_index.insert(&def.name, id);
             self.graph.params.push(def);
         }
         for t in rec.tensors.clone() {
@@ -715,11 +778,12 @@ impl GraphBuilder {
         } else {
             format!("{mpath}.{name}")
         };
-        if let Some(&i) = self.param_index.get(&full) {
-            return i;
+        let params = &self.graph.params;
+        if let Some(i) = self.param_index.get(&full, |i| &params[i as usize].name) {
+            return ParamId(i);
         }
         self.param_index
-            .insert(full.clone(), ParamId(self.graph.params.len() as u32));
+            .insert(&full, self.graph.params.len() as u32);
         let init_rank = self.graph.params.len() as u32;
         self.graph.params.push(ParamDef {
             name: full,
@@ -774,7 +838,7 @@ impl GraphBuilder {
             module: id,
             first,
             end: first + 1,
-            inputs: inputs.to_vec(),
+            inputs: inputs.into(),
         });
         out
     }

@@ -99,8 +99,8 @@ impl ParamDef {
 pub struct ModuleDef {
     /// Dotted path (`""` for the root).
     pub path: String,
-    /// Class name (`Conv2d`, `Bottleneck`).
-    pub type_name: String,
+    /// Class name (`Conv2d`, `Bottleneck`); shared by a model's many modules of one class.
+    pub type_name: Arc<str>,
     /// The containing module.
     pub parent: Option<ModuleId>,
 }
@@ -138,7 +138,7 @@ pub struct Scope {
     /// One past the last node of the call.
     pub end: u32,
     /// Tensors passed in.
-    pub inputs: Vec<TensorId>,
+    pub inputs: TensorList,
 }
 
 /// A tensor model construction allocates and frees (see [`Graph::init_temporaries`]). Positions

@@ -1591,7 +1591,7 @@ impl<'g> Sim<'g> {
                 let op = if self.module_has_children[mi] {
                     node.op.kind().to_string()
                 } else {
-                    m.type_name.clone()
+                    m.type_name.to_string()
                 };
                 self.set_layer_output_shape();
                 if let Some(layers) = self.layers.as_mut() {
@@ -2293,7 +2293,7 @@ fn checkpoint_regions(g: &Graph, specs: &[Checkpoint]) -> Result<Vec<Region>, Si
                         available: available(),
                     })?;
                 for s in g.scopes.iter().filter(|s| s.module == m) {
-                    push(s.first, s.end, s.inputs.clone());
+                    push(s.first, s.end, s.inputs.to_vec());
                 }
             }
             Checkpoint::Sequential { module, segments } => {
@@ -2333,7 +2333,7 @@ fn checkpoint_regions(g: &Graph, specs: &[Checkpoint]) -> Result<Vec<Region>, Si
                     push(
                         children[a].first,
                         children[b - 1].end,
-                        children[a].inputs.clone(),
+                        children[a].inputs.to_vec(),
                     );
                 }
             }

@@ -83,7 +83,7 @@ pub(super) struct Convert {
 /// weight `[in, out]`).
 pub(super) fn convertible(g: &Graph, node: &crate::ir::Node) -> Option<Convert> {
     let md = &g.modules[node.module.0 as usize];
-    match (node.op.kind(), md.type_name.as_str()) {
+    match (node.op.kind(), &*md.type_name) {
         ("Linear", "Linear") => {
             let weight = *node.params.first()?;
             let [out_features, in_features] = g.param(weight).shape[..] else {
@@ -206,7 +206,7 @@ pub fn load_in_4bit(g: &Graph, cfg: &FourBitConfig) -> Result<Graph, PassError> 
         let m = n.module;
         let x = n.inputs[c.x_input];
         quantized[c.weight.0 as usize] = Some((m, c.transposed));
-        out.modules[m.0 as usize].type_name = FOUR_BIT_LINEAR.to_string();
+        out.modules[m.0 as usize].type_name = FOUR_BIT_LINEAR.into();
         let to_compute = || Arc::new(ToDtype::fixed(cfg.compute_dtype));
         let xc = push_node(&mut out, m, to_compute(), vec![x], Vec::new());
         let mut inputs = vec![xc];
@@ -432,7 +432,7 @@ mod tests {
         assert_eq!(param(&g, "lm_head.weight").stored_dtype, None);
         assert_eq!(param(&g, "block.q_proj.bias").stored_dtype, None);
         let q = g.find_module("block.q_proj").expect("q_proj");
-        assert_eq!(g.modules[q.0 as usize].type_name, FOUR_BIT_LINEAR);
+        assert_eq!(&*g.modules[q.0 as usize].type_name, FOUR_BIT_LINEAR);
         let kinds: Vec<&str> = g
             .nodes
             .iter()
@@ -543,7 +543,7 @@ mod tests {
         let g = load_in_4bit(&g, &cfg(false)).expect("4-bit");
         assert_eq!(param(&g, "c_attn.weight").shape, vec![64 * 192 / 2, 1]);
         let m = g.find_module("c_attn").expect("c_attn");
-        assert_eq!(g.modules[m.0 as usize].type_name, FOUR_BIT_LINEAR);
+        assert_eq!(&*g.modules[m.0 as usize].type_name, FOUR_BIT_LINEAR);
         // the loaded [64, 192] weight and its transposed contiguous copy
         let shapes: Vec<Vec<u64>> = g.init_temporaries.iter().map(|t| t.shape.clone()).collect();
         assert!(shapes.contains(&vec![64, 192]) && shapes.contains(&vec![192, 64]));

@@ -136,8 +136,7 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
             cfg.dropout
         )));
     }
-    let is_linear =
-        |m: &ModuleDef| matches!(m.type_name.as_str(), "Linear" | FOUR_BIT_LINEAR | CONV1D);
+    let is_linear = |m: &ModuleDef| matches!(&*m.type_name, "Linear" | FOUR_BIT_LINEAR | CONV1D);
     let is_target = |m: ModuleId| {
         let md = &g.modules[m.0 as usize];
         is_linear(md)
@@ -208,7 +207,7 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
         let m = n.module;
         let x = subst[x.0 as usize];
         let base_out = n.outputs[0];
-        let four_bit = g.modules[m.0 as usize].type_name == FOUR_BIT_LINEAR;
+        let four_bit = &*g.modules[m.0 as usize].type_name == FOUR_BIT_LINEAR;
         let (in_f, out_f) = {
             let last = |t: TensorId| g.tensors[t.0 as usize].shape.last().copied();
             (last(x).unwrap_or(0), last(base_out).unwrap_or(0))
@@ -382,7 +381,7 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
             module: lora_mod,
             first,
             end: out.nodes.len() as u32,
-            inputs: vec![x],
+            inputs: [x].into_iter().collect(),
         });
         // the cast input is the local `x` until forward returns (a dropout after it does not
         // free it)
@@ -439,7 +438,7 @@ pub(super) fn add_module(
 ) -> ModuleId {
     g.modules.push(ModuleDef {
         path: path.to_string(),
-        type_name: type_name.to_string(),
+        type_name: type_name.into(),
         parent,
     });
     ModuleId(g.modules.len() as u32 - 1)
@@ -501,7 +500,7 @@ fn push_leaf(
         module,
         first,
         end: first + 1,
-        inputs: vec![x],
+        inputs: [x].into_iter().collect(),
     });
     t
 }
@@ -628,7 +627,7 @@ mod tests {
         assert_eq!(shape("c_attn.lora_B.default.weight"), vec![48, 2]);
         assert_eq!(g.trainable_parameter_count(), 2 * 16 + 48 * 2);
         let m = g.find_module("c_attn").expect("lora layer");
-        assert_eq!(g.modules[m.0 as usize].type_name, "lora.Linear");
+        assert_eq!(&*g.modules[m.0 as usize].type_name, "lora.Linear");
         // lm_head reads the LoRA sum
         let head = g
             .nodes
