@@ -7,12 +7,17 @@
 use serde::Serialize;
 
 use crate::dtype::DType;
-use crate::ir::{numel, Shape};
+use smallvec::{smallvec, SmallVec};
+
+use crate::ir::{numel, Dims, Shape};
 
 /// bitsandbytes quantises blocks of 256 values, each with an fp32 absmax.
 pub const BNB_BLOCK: u64 = 256;
 /// bitsandbytes keeps fp32 states for parameters smaller than this (`min_8bit_size`).
 pub const BNB_MIN_8BIT_SIZE: u64 = 4096;
+
+/// A parameter's optimizer state tensors: (name, sizes, dtype), in creation order.
+pub type StateTensors = SmallVec<[(&'static str, Dims, DType); 4]>;
 
 /// An optimizer with PyTorch's defaults.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -117,34 +122,36 @@ impl Optimizer {
         }
     }
 
-    /// The state tensors of one parameter of `shape` and `dtype`, in creation order.
-    pub fn state_tensors(self, shape: &[u64], dtype: DType) -> Vec<(&'static str, Shape, DType)> {
+    /// The state tensors of one parameter of `shape` and `dtype`, in creation order (held inline:
+    /// a large model asks this for every one of its parameters).
+    pub fn state_tensors(self, shape: &[u64], dtype: DType) -> StateTensors {
+        let dims = || Dims::from_slice(shape);
         match self {
             Optimizer::Adam8bit if numel(shape) >= BNB_MIN_8BIT_SIZE => {
                 let blocks = numel(shape).div_ceil(BNB_BLOCK);
-                vec![
-                    ("state1", shape.to_vec(), DType::U8),
-                    ("state2", shape.to_vec(), DType::U8),
-                    ("absmax1", vec![blocks], DType::F32),
-                    ("absmax2", vec![blocks], DType::F32),
+                smallvec![
+                    ("state1", dims(), DType::U8),
+                    ("state2", dims(), DType::U8),
+                    ("absmax1", smallvec![blocks], DType::F32),
+                    ("absmax2", smallvec![blocks], DType::F32),
                 ]
             }
-            Optimizer::Adam8bit => vec![
-                ("state1", shape.to_vec(), DType::F32),
-                ("state2", shape.to_vec(), DType::F32),
+            Optimizer::Adam8bit => smallvec![
+                ("state1", dims(), DType::F32),
+                ("state2", dims(), DType::F32),
             ],
             Optimizer::Adafactor if shape.len() >= 2 => {
                 let n = shape.len();
-                let (mut row, mut col) = (shape.to_vec(), shape.to_vec());
+                let (mut row, mut col) = (dims(), dims());
                 row[n - 1] = 1;
                 col[n - 2] = 1;
-                vec![("row_var", row, dtype), ("col_var", col, dtype)]
+                smallvec![("row_var", row, dtype), ("col_var", col, dtype)]
             }
-            Optimizer::Adafactor => vec![("variance", shape.to_vec(), dtype)],
+            Optimizer::Adafactor => smallvec![("variance", dims(), dtype)],
             _ => self
                 .state_names()
                 .iter()
-                .map(|&n| (n, shape.to_vec(), dtype))
+                .map(|&n| (n, dims(), dtype))
                 .collect(),
         }
     }

@@ -19,6 +19,7 @@
 use std::sync::Arc;
 
 use serde::Serialize;
+use smallvec::SmallVec;
 
 use crate::allocator::{BlockId, CachingAllocator};
 use crate::dtype::{DType, Precision};
@@ -338,7 +339,8 @@ struct ShapeId(u32);
 #[derive(Debug, Default)]
 struct Shapes {
     dims: Vec<u64>,
-    spans: Vec<(u32, u32)>,
+    /// (first dimension in `dims`, number of dimensions, number of elements)
+    spans: Vec<(u32, u32, u64)>,
     params_from: u32,
 }
 
@@ -356,8 +358,11 @@ impl Shapes {
     }
 
     fn add(&mut self, shape: &[u64]) -> ShapeId {
-        self.spans
-            .push((self.dims.len() as u32, shape.len() as u32));
+        self.spans.push((
+            self.dims.len() as u32,
+            shape.len() as u32,
+            crate::ir::numel(shape),
+        ));
         self.dims.extend_from_slice(shape);
         ShapeId(self.spans.len() as u32 - 1)
     }
@@ -368,7 +373,7 @@ impl Shapes {
     }
 
     fn get(&self, id: ShapeId) -> &[u64] {
-        let (start, len) = self.spans[id.0 as usize];
+        let (start, len, _) = self.spans[id.0 as usize];
         &self.dims[start as usize..(start + len) as usize]
     }
 
@@ -384,7 +389,7 @@ impl Shapes {
 
     /// Exact storage bytes of a tensor.
     fn bytes(&self, meta: Meta) -> u64 {
-        crate::ir::numel(self.get(meta.shape)) * meta.dtype.size()
+        self.spans[meta.shape.0 as usize].2 * meta.dtype.size()
     }
 }
 
@@ -662,7 +667,7 @@ struct Sim<'g> {
     grad_buf: Vec<Option<u32>>,
     param_rt: Vec<Rt>,
     param_grad: Vec<Option<u32>>,
-    opt_state: Vec<Vec<u32>>,
+    opt_state: Vec<SmallVec<[u32; 2]>>,
     phases: Vec<PhaseStats>,
     cur_cat: Breakdown,
     peak_allocated: u64,
@@ -2438,7 +2443,7 @@ fn run(g: &Graph, cfg: &StepConfig) -> Result<Simulation, SimError> {
         grad_buf: Vec::with_capacity(storages / 2),
         param_rt: Vec::new(),
         param_grad: Vec::new(),
-        opt_state: vec![Vec::new(); g.params.len()],
+        opt_state: vec![SmallVec::new(); g.params.len()],
         phases: Vec::new(),
         cur_cat: Breakdown::default(),
         peak_allocated: 0,
