@@ -43,17 +43,18 @@ struct Block {
 
 /// The cached (free) blocks of one pool. Best fit is the smallest block of at least the requested
 /// size, the lowest address among equal sizes (the order of the allocator's `(size, address)`
-/// block set). Blocks are grouped by size, the sizes sorted; each group is sorted by descending
-/// address, so that the best fit is the group's last entry. A pool holds few distinct sizes but
-/// many blocks of each (a 70B model's layers free hundreds of equal segments), where this is about
-/// twice as fast as a `BTreeSet` of `(size, address, block)`.
+/// block set). Blocks are grouped by size; each group is sorted by descending address, so that the
+/// best fit is the group's last entry. A group stays when it empties (a model frees and reuses the
+/// same few sizes over and over, and a run meets a few hundred sizes at most), and a bit set marks
+/// the non-empty ones, so that the best fit's group is a binary search and a bit scan.
 #[derive(Debug, Clone, Default)]
 struct FreePool {
-    /// (block size, [(address, block index)] by descending address), by ascending size; no group
-    /// is empty
-    groups: Vec<(u64, Vec<(u64, usize)>)>,
-    /// emptied groups' vectors, kept for their capacity
-    spare: Vec<Vec<(u64, usize)>>,
+    /// every block size the pool has held, ascending
+    sizes: Vec<u64>,
+    /// the free blocks of `sizes[i]`: (address, block index) by descending address
+    lists: Vec<Vec<(u64, usize)>>,
+    /// bit `i` is set when `lists[i]` is not empty
+    nonempty: Vec<u64>,
     /// the group used last: runs of frees and allocations of one size are common (a model's
     /// layers), so it is tried before a search
     hint: usize,
@@ -62,9 +63,47 @@ struct FreePool {
 impl FreePool {
     /// The group of blocks of `size` bytes, or where it would go.
     fn group_of(&self, size: u64) -> Result<usize, usize> {
-        match self.groups.get(self.hint) {
-            Some(g) if g.0 == size => Ok(self.hint),
-            _ => self.groups.binary_search_by_key(&size, |g| g.0),
+        match self.sizes.get(self.hint) {
+            Some(&s) if s == size => Ok(self.hint),
+            _ => self.sizes.binary_search(&size),
+        }
+    }
+
+    fn mark(&mut self, g: usize, nonempty: bool) {
+        let (w, bit) = (g / 64, 1u64 << (g % 64));
+        if nonempty {
+            self.nonempty[w] |= bit;
+        } else {
+            self.nonempty[w] &= !bit;
+        }
+    }
+
+    /// Adds an empty group for `size` at position `g`, moving the later groups' bits up by one.
+    fn new_group(&mut self, g: usize, size: u64) {
+        self.sizes.insert(g, size);
+        self.lists.insert(g, Vec::new());
+        if self.sizes.len() > self.nonempty.len() * 64 {
+            self.nonempty.push(0);
+        }
+        let w = g / 64;
+        for k in (w + 1..self.nonempty.len()).rev() {
+            self.nonempty[k] = (self.nonempty[k] << 1) | (self.nonempty[k - 1] >> 63);
+        }
+        let below = (1u64 << (g % 64)) - 1;
+        let x = self.nonempty[w];
+        self.nonempty[w] = (x & below) | ((x & !below) << 1);
+    }
+
+    /// The first non-empty group at or after `g`.
+    fn first_nonempty_from(&self, g: usize) -> Option<usize> {
+        let mut w = g / 64;
+        let mut bits = self.nonempty.get(w)? & (!0u64 << (g % 64));
+        loop {
+            if bits != 0 {
+                return Some(w * 64 + bits.trailing_zeros() as usize);
+            }
+            w += 1;
+            bits = *self.nonempty.get(w)?;
         }
     }
 
@@ -72,14 +111,13 @@ impl FreePool {
         let g = match self.group_of(size) {
             Ok(g) => g,
             Err(g) => {
-                let list = self.spare.pop().unwrap_or_default();
-                self.groups.insert(g, (size, list));
+                self.new_group(g, size);
                 g
             }
         };
         self.hint = g;
         // freed blocks are mostly recent, low-address ones: their place is often the end
-        let list = &mut self.groups[g].1;
+        let list = &mut self.lists[g];
         let at = match list.last() {
             Some(last) if last.0 < addr => list.partition_point(|e| e.0 > addr),
             _ => list.len(),
@@ -89,25 +127,25 @@ impl FreePool {
         } else {
             list.insert(at, (addr, block));
         }
+        self.mark(g, true);
     }
 
     fn remove_at(&mut self, g: usize, at: usize) -> usize {
-        let list = &mut self.groups[g].1;
+        let list = &mut self.lists[g];
         let (_, block) = if at + 1 == list.len() {
             list.pop().unwrap_or_default()
         } else {
             list.remove(at)
         };
-        if self.groups[g].1.is_empty() {
-            let (_, list) = self.groups.remove(g);
-            self.spare.push(list);
+        if list.is_empty() {
+            self.mark(g, false);
         }
         block
     }
 
     fn remove(&mut self, size: u64, addr: u64) {
         if let Ok(g) = self.group_of(size) {
-            let list = &self.groups[g].1;
+            let list = &self.lists[g];
             let at = list.partition_point(|e| e.0 > addr);
             if list.get(at).is_some_and(|e| e.0 == addr) {
                 self.remove_at(g, at);
@@ -118,13 +156,14 @@ impl FreePool {
     /// Removes and returns the best fit for `size` bytes.
     fn take_best_fit(&mut self, size: u64) -> Option<usize> {
         let h = self.hint;
-        let fits = |g: usize| self.groups.get(g).is_some_and(|g| g.0 >= size);
-        let g = if fits(h) && (h == 0 || !fits(h - 1)) {
+        let at_least = |g: usize| self.sizes.get(g).is_some_and(|&s| s >= size);
+        let first = if at_least(h) && (h == 0 || !at_least(h - 1)) {
             h
         } else {
-            self.groups.partition_point(|g| g.0 < size)
+            self.sizes.partition_point(|&s| s < size)
         };
-        let last = self.groups.get(g)?.1.len() - 1;
+        let g = self.first_nonempty_from(first)?;
+        let last = self.lists[g].len() - 1;
         self.hint = g;
         Some(self.remove_at(g, last))
     }
@@ -308,7 +347,7 @@ mod tests {
         /// The pool picks what the allocator's ordered set of `(size, address, block)` picks.
         #[test]
         fn free_pool_orders_as_a_set_of_size_address(
-            ops in prop::collection::vec((0u8..3, 1u64..12, any::<prop::sample::Index>()), 1..300)
+            ops in prop::collection::vec((0u8..3, 1u64..200, any::<prop::sample::Index>()), 1..600)
         ) {
             let mut pool = FreePool::default();
             let mut set: BTreeSet<(u64, u64, usize)> = BTreeSet::new();
@@ -337,11 +376,16 @@ mod tests {
                     }
                 }
                 let flat: Vec<(u64, u64, usize)> = pool
-                    .groups
+                    .sizes
                     .iter()
+                    .zip(&pool.lists)
                     .flat_map(|(s, list)| list.iter().rev().map(move |&(a, b)| (*s, a, b)))
                     .collect();
                 prop_assert_eq!(flat, set.iter().copied().collect::<Vec<_>>());
+                prop_assert!(pool.sizes.windows(2).all(|w| w[0] < w[1]));
+                for (g, list) in pool.lists.iter().enumerate() {
+                    prop_assert_eq!(pool.nonempty[g / 64] >> (g % 64) & 1 == 1, !list.is_empty());
+                }
             }
         }
     }

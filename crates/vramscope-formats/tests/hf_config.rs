@@ -75,7 +75,7 @@ fn module_names_follow_transformers() {
         .iter()
         .find(|p| p.name == "model.layers.0.self_attn.k_proj.weight")
         .unwrap();
-    assert_eq!(k.shape, vec![256, 1024], "GQA: 4 kv heads of 64");
+    assert_eq!(k.shape.to_vec(), vec![256, 1024], "GQA: 4 kv heads of 64");
 
     let cfg = hf::read_config(&format!("{}/fixtures/hf/configs/gpt2_medium.json", root())).unwrap();
     let m = hf::build(&cfg, &input()).unwrap();
@@ -85,7 +85,11 @@ fn module_names_follow_transformers() {
         .iter()
         .find(|p| p.name == "transformer.h.0.attn.c_attn.weight")
         .unwrap();
-    assert_eq!(c_attn.shape, vec![1024, 3072], "Conv1D stores [in, out]");
+    assert_eq!(
+        c_attn.shape.to_vec(),
+        vec![1024, 3072],
+        "Conv1D stores [in, out]"
+    );
     assert!(
         !m.graph.params.iter().any(|p| p.name == "lm_head.weight"),
         "tied to wte"
@@ -189,7 +193,7 @@ fn t5_small_names_parameters_and_modules_as_transformers_does() {
         .graph
         .params
         .iter()
-        .map(|p| (p.name.clone(), p.shape.clone()))
+        .map(|p| (p.name.clone(), p.shape.to_vec()))
         .collect();
     ours.sort();
     let want: Vec<(String, Vec<u64>)> = entry["named_parameters"]
@@ -229,7 +233,7 @@ fn t5_v1_1_shapes_follow_d_kv_gating_and_stack_depths() {
             .find(|p| p.name == n)
             .unwrap_or_else(|| panic!("{n} missing"))
             .shape
-            .clone()
+            .to_vec()
     };
     // 6 heads of 64: q/k/v project 512 -> 384, o back
     assert_eq!(
@@ -281,7 +285,7 @@ fn t5_inputs_are_input_ids_and_labels_of_their_own_lengths() {
         .graph
         .inputs
         .iter()
-        .map(|t| m.graph.tensor(*t).shape.clone())
+        .map(|t| m.graph.tensor(*t).shape.to_vec())
         .collect();
     assert_eq!(shapes, vec![vec![2, 64], vec![2, 16]]);
     // outputs: the loss (computed in forward), the logits, the encoder's last hidden state
@@ -289,13 +293,16 @@ fn t5_inputs_are_input_ids_and_labels_of_their_own_lengths() {
         .graph
         .outputs
         .iter()
-        .map(|t| m.graph.tensor(*t).shape.clone())
+        .map(|t| m.graph.tensor(*t).shape.to_vec())
         .collect();
     assert_eq!(outs, vec![vec![], vec![2, 16, 32128], vec![2, 64, 512]]);
     assert_eq!(m.graph.task, vramscope_core::ir::Task::LossInForward);
     // without --target-len the labels are as long as the inputs
     let m = hf::build(&cfg, &input()).unwrap();
-    assert_eq!(m.graph.tensor(m.graph.inputs[1]).shape, vec![2, 64]);
+    assert_eq!(
+        m.graph.tensor(m.graph.inputs[1]).shape.to_vec(),
+        vec![2, 64]
+    );
 }
 
 /// The config's `use_cache` (absent: true) makes the decoder cache every self- and
@@ -313,7 +320,7 @@ fn t5_use_cache_keeps_the_decoder_keys_and_values_in_the_output() {
         .graph
         .outputs
         .iter()
-        .map(|t| m.graph.tensor(*t).shape.clone())
+        .map(|t| m.graph.tensor(*t).shape.to_vec())
         .collect();
     // loss, logits, then per decoder layer (2): self-attention keys and values over the 16
     // targets, cross-attention ones over the 64 inputs (8 heads of 64); the encoder output last
@@ -424,7 +431,7 @@ fn detailed_builtins_have_transformers_parameter_names_shapes_and_modules() {
             .params
             .iter()
             .filter(|p| p.kind == vramscope_core::ir::ParamKind::Parameter)
-            .map(|p| (p.name.as_str(), p.shape.clone()))
+            .map(|p| (p.name.as_str(), p.shape.to_vec()))
             .collect();
         let theirs: std::collections::BTreeMap<&str, Vec<u64>> = want
             .iter()
@@ -485,7 +492,7 @@ fn qwen2_moe_sparse_layers_follow_the_config() {
             .params
             .iter()
             .find(|p| p.name == n)
-            .map(|p| p.shape.clone())
+            .map(|p| p.shape.to_vec())
             .unwrap_or_else(|| panic!("{n} missing"))
     };
     assert_eq!(shape("model.layers.1.mlp.gate.weight"), vec![4, 64]);

@@ -314,14 +314,14 @@ fn exported_attention_gelu_and_embeddings_are_single_kernels() {
     assert_eq!(count("embedding"), 2);
     assert_eq!(count("softmax"), 0);
     assert_eq!(count("erf"), 0);
-    assert_eq!(g.tensor(g.inputs[0]).shape, [3, 40]);
+    assert_eq!(g.tensor(g.inputs[0]).shape[..], [3, 40]);
     assert!(param_names(&g).contains(&"pos.weight".to_string()));
     let sdpa = g
         .nodes
         .iter()
         .find(|n| n.op.kind() == "scaled_dot_product_attention")
         .unwrap();
-    assert_eq!(g.tensor(sdpa.outputs[0]).shape, [3, 4, 40, 32]);
+    assert_eq!(g.tensor(sdpa.outputs[0]).shape[..], [3, 4, 40, 32]);
 }
 
 /// com.microsoft::Attention (packed QKV projection) and the opset-23 Attention op.

@@ -72,7 +72,7 @@ fn modules(g: &Graph) -> BTreeSet<(String, String, u64)> {
                 .filter(|p| p.module.0 as usize == i && p.kind == ParamKind::Parameter)
                 .map(|p| p.numel())
                 .sum();
-            (m.path.clone(), m.type_name.clone(), direct)
+            (m.path.clone(), m.type_name.to_string(), direct)
         })
         .collect()
 }

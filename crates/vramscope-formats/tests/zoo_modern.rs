@@ -72,7 +72,7 @@ fn modules_parameters_and_buffers_equal_torchvision() {
         let ours: BTreeSet<(String, String)> = g
             .modules
             .iter()
-            .map(|m| (m.path.clone(), m.type_name.clone()))
+            .map(|m| (m.path.clone(), m.type_name.to_string()))
             .collect();
         let theirs: BTreeSet<(String, String)> = r["modules"]
             .as_array()
@@ -116,7 +116,7 @@ fn modules_parameters_and_buffers_equal_torchvision() {
             g.params
                 .iter()
                 .filter(|p| p.kind == kind)
-                .map(|p| (p.name.clone(), p.shape.clone()))
+                .map(|p| (p.name.clone(), p.shape.to_vec()))
                 .collect()
         };
         let listed = |key: &str| -> BTreeSet<(String, Vec<u64>)> {

@@ -420,10 +420,13 @@ mod tests {
     fn linear_layers_but_the_head_become_packed_uint8_with_their_quant_state() {
         let g = load_in_4bit(&tiny(), &cfg(false)).expect("4-bit");
         let w = param(&g, "block.q_proj.weight");
-        assert_eq!(w.shape, vec![64 * 64 / 2, 1]);
+        assert_eq!(w.shape.to_vec(), vec![64 * 64 / 2, 1]);
         assert_eq!(w.stored_dtype, Some(DType::U8));
         assert!(!w.trainable);
-        assert_eq!(param(&g, "block.q_proj.weight.absmax").shape, vec![64]);
+        assert_eq!(
+            param(&g, "block.q_proj.weight.absmax").shape.to_vec(),
+            vec![64]
+        );
         assert_eq!(
             param(&g, "block.q_proj.weight.quant_map").stored_dtype,
             Some(DType::F32)
@@ -446,16 +449,23 @@ mod tests {
     fn double_quantization_compresses_the_scales() {
         let g = load_in_4bit(&tiny(), &cfg(true)).expect("4-bit");
         let absmax = param(&g, "block.q_proj.weight.absmax");
-        assert_eq!((absmax.shape.clone(), absmax.dtype), (vec![64], DType::U8));
+        assert_eq!((absmax.shape.to_vec(), absmax.dtype), (vec![64], DType::U8));
         assert_eq!(
-            param(&g, "block.q_proj.weight.nested_absmax").shape,
+            param(&g, "block.q_proj.weight.nested_absmax")
+                .shape
+                .to_vec(),
             vec![1]
         );
         assert_eq!(
-            param(&g, "block.q_proj.weight.nested_quant_map").shape,
+            param(&g, "block.q_proj.weight.nested_quant_map")
+                .shape
+                .to_vec(),
             vec![256]
         );
-        assert_eq!(param(&g, "bitsandbytes.name2qmap.dynamic").shape, vec![256]);
+        assert_eq!(
+            param(&g, "bitsandbytes.name2qmap.dynamic").shape.to_vec(),
+            vec![256]
+        );
         // quantize-on-load: the loaded bf16 weight, the float32 scales, absmax - offset, and
         // get_4bit_type's abs/max, all gone once the model is loaded
         let shapes: Vec<(Vec<u64>, Option<DType>)> = g
@@ -541,7 +551,10 @@ mod tests {
             .finish(&[y], Task::Classification { num_classes: 10 })
             .expect("graph");
         let g = load_in_4bit(&g, &cfg(false)).expect("4-bit");
-        assert_eq!(param(&g, "c_attn.weight").shape, vec![64 * 192 / 2, 1]);
+        assert_eq!(
+            param(&g, "c_attn.weight").shape.to_vec(),
+            vec![64 * 192 / 2, 1]
+        );
         let m = g.find_module("c_attn").expect("c_attn");
         assert_eq!(&*g.modules[m.0 as usize].type_name, FOUR_BIT_LINEAR);
         // the loaded [64, 192] weight and its transposed contiguous copy

@@ -618,7 +618,7 @@ mod tests {
             g.params
                 .iter()
                 .find(|p| p.name == name)
-                .map(|p| p.shape.clone())
+                .map(|p| p.shape.to_vec())
                 .unwrap_or_else(|| panic!("no {name}"))
         };
         // the Conv1D weight stays [in, out]; the adapters are nn.Linear (in -> r -> out)
