@@ -411,6 +411,9 @@ struct Storage {
     meta: Meta,
     alive: bool,
     saved: bool,
+    /// the block events before its allocation and before its free (`u32::MAX`: not freed)
+    allocated_at: u32,
+    freed_at: u32,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -676,7 +679,8 @@ struct Sim<'g> {
     peak_cat: Breakdown,
     events: Vec<Event>,
     /// (storage, allocated?) for every block event, to rebuild what is alive at the peak
-    trail: Vec<(u32, bool)>,
+    /// block events (allocations and frees) so far
+    block_events: u32,
     module_params: Vec<u64>,
     module_listed: Vec<bool>,
     module_has_children: Vec<bool>,
@@ -746,7 +750,7 @@ impl<'g> Sim<'g> {
         p.reserved_after = r;
         if a > self.peak_allocated {
             self.peak_allocated = a;
-            self.peak_event = self.trail.len() as u64;
+            self.peak_event = u64::from(self.block_events);
             self.peak_phase = ph;
             self.peak_cat = self.cur_cat;
         }
@@ -755,14 +759,12 @@ impl<'g> Sim<'g> {
 
     /// The largest tensors alive after the first `n` block events.
     fn live_after(&self, n: usize) -> Vec<LiveTensor> {
-        let mut alive = vec![false; self.storages.len()];
-        for &(sid, a) in &self.trail[..n.min(self.trail.len())] {
-            alive[sid as usize] = a;
-        }
-        let mut live: Vec<(u64, usize)> = alive
+        let n = u32::try_from(n).unwrap_or(u32::MAX);
+        let mut live: Vec<(u64, usize)> = self
+            .storages
             .iter()
             .enumerate()
-            .filter(|(_, &a)| a)
+            .filter(|(_, s)| s.block.is_some() && s.allocated_at < n && s.freed_at >= n)
             .map(|(i, _)| (crate::allocator::round_size(self.storages[i].bytes), i))
             .collect();
         // the same order as a stable sort of every live tensor by size, largest first (the keys
@@ -852,10 +854,12 @@ impl<'g> Sim<'g> {
             meta,
             alive: true,
             saved: false,
+            allocated_at: self.block_events,
+            freed_at: u32::MAX,
         });
         let sid = self.storages.len() as u32 - 1;
         if block.is_some() {
-            self.trail.push((sid, true));
+            self.block_events += 1;
             self.bump();
             self.record(true, sid, bsize);
         }
@@ -891,7 +895,8 @@ impl<'g> Sim<'g> {
                 self.cur_cat.0[cat.index()] -= size;
                 let ph = self.phases.len() - 1;
                 self.phases[ph].freed_bytes += size;
-                self.trail.push((sid, false));
+                self.storages[sid as usize].freed_at = self.block_events;
+                self.block_events += 1;
                 self.bump();
                 self.record(false, sid, size);
             }
@@ -2451,7 +2456,7 @@ fn run(g: &Graph, cfg: &StepConfig) -> Result<Simulation, SimError> {
         peak_phase: 0,
         peak_cat: Breakdown::default(),
         events: Vec::new(),
-        trail: Vec::with_capacity(2 * storages),
+        block_events: 0,
         module_params: {
             let mut v = vec![0; g.modules.len()];
             for p in g.params.iter().filter(|p| p.kind == ParamKind::Parameter) {
