@@ -47,7 +47,7 @@ struct Block {
 /// best fit is the group's last entry. A group stays when it empties (a model frees and reuses the
 /// same few sizes over and over, and a run meets a few hundred sizes at most), and a bit set marks
 /// the non-empty ones, so that the best fit's group is a binary search and a bit scan.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 struct FreePool {
     /// every block size the pool has held, ascending
     sizes: Vec<u64>,
@@ -58,15 +58,65 @@ struct FreePool {
     /// the group used last: runs of frees and allocations of one size are common (a model's
     /// layers), so it is tried before a search
     hint: usize,
+    /// recently looked-up groups, by a hash of their size (checked against `sizes` before use:
+    /// a new group moves the later ones): most lookups are of a size met before, and a binary
+    /// search over a few hundred sizes is a chain of dependent loads
+    recent: [u32; RECENT],
+}
+
+/// Entries of [`FreePool::recent`].
+const RECENT: usize = 64;
+
+/// The slot of `size` in [`FreePool::recent`] (sizes are multiples of 512).
+fn recent_slot(size: u64) -> usize {
+    ((size >> 9).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as usize
+}
+
+/// In a list sorted by descending address, the first position whose address is at most `addr`.
+/// Searched from the end, where freed (recent, low-address) blocks mostly go: steps of 1, 2, 4, ...
+/// back from the end, then a binary search within the last step.
+fn position_from_end(list: &[(u64, usize)], addr: u64) -> usize {
+    let mut hi = list.len();
+    let mut step = 1;
+    while step <= hi {
+        let i = hi - step;
+        if list[i].0 > addr {
+            return i + 1 + list[i + 1..hi].partition_point(|e| e.0 > addr);
+        }
+        hi = i;
+        step *= 2;
+    }
+    list[..hi].partition_point(|e| e.0 > addr)
+}
+
+impl Default for FreePool {
+    fn default() -> Self {
+        FreePool {
+            sizes: Vec::new(),
+            lists: Vec::new(),
+            nonempty: Vec::new(),
+            hint: 0,
+            recent: [0; RECENT],
+        }
+    }
 }
 
 impl FreePool {
     /// The group of blocks of `size` bytes, or where it would go.
-    fn group_of(&self, size: u64) -> Result<usize, usize> {
-        match self.sizes.get(self.hint) {
-            Some(&s) if s == size => Ok(self.hint),
-            _ => self.sizes.binary_search(&size),
+    fn group_of(&mut self, size: u64) -> Result<usize, usize> {
+        if self.sizes.get(self.hint) == Some(&size) {
+            return Ok(self.hint);
         }
+        let slot = recent_slot(size);
+        let g = self.recent[slot] as usize;
+        if self.sizes.get(g) == Some(&size) {
+            return Ok(g);
+        }
+        let found = self.sizes.binary_search(&size);
+        if let Ok(g) = found {
+            self.recent[slot] = g as u32;
+        }
+        found
     }
 
     fn mark(&mut self, g: usize, nonempty: bool) {
@@ -118,10 +168,7 @@ impl FreePool {
         self.hint = g;
         // freed blocks are mostly recent, low-address ones: their place is often the end
         let list = &mut self.lists[g];
-        let at = match list.last() {
-            Some(last) if last.0 < addr => list.partition_point(|e| e.0 > addr),
-            _ => list.len(),
-        };
+        let at = position_from_end(list, addr);
         if at == list.len() {
             list.push((addr, block));
         } else {
@@ -146,7 +193,7 @@ impl FreePool {
     fn remove(&mut self, size: u64, addr: u64) {
         if let Ok(g) = self.group_of(size) {
             let list = &self.lists[g];
-            let at = list.partition_point(|e| e.0 > addr);
+            let at = position_from_end(list, addr);
             if list.get(at).is_some_and(|e| e.0 == addr) {
                 self.remove_at(g, at);
             }
@@ -155,12 +202,9 @@ impl FreePool {
 
     /// Removes and returns the best fit for `size` bytes.
     fn take_best_fit(&mut self, size: u64) -> Option<usize> {
-        let h = self.hint;
-        let at_least = |g: usize| self.sizes.get(g).is_some_and(|&s| s >= size);
-        let first = if at_least(h) && (h == 0 || !at_least(h - 1)) {
-            h
-        } else {
-            self.sizes.partition_point(|&s| s < size)
+        // the first group of at least `size` bytes: where a group of exactly `size` is or would go
+        let first = match self.group_of(size) {
+            Ok(g) | Err(g) => g,
         };
         let g = self.first_nonempty_from(first)?;
         let last = self.lists[g].len() - 1;
