@@ -29,7 +29,7 @@ pub fn round_size(n: u64) -> u64 {
 
 /// A handle to an allocated block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BlockId(usize);
+pub struct BlockId(u32);
 
 #[derive(Debug, Clone)]
 struct Block {
@@ -37,8 +37,9 @@ struct Block {
     size: u64,
     allocated: bool,
     small: bool,
-    prev: Option<usize>,
-    next: Option<usize>,
+    // u32 links keep a block at 40 bytes: the best fit's block is a likely cache miss
+    prev: Option<u32>,
+    next: Option<u32>,
 }
 
 /// The cached (free) blocks of one pool. Best fit is the smallest block of at least the requested
@@ -254,7 +255,7 @@ impl CachingAllocator {
 
     /// The size of an allocated block.
     pub fn block_size(&self, b: BlockId) -> u64 {
-        self.blocks[b.0].size
+        self.blocks[b.0 as usize].size
     }
 
     fn pool(&mut self, small: bool) -> &mut FreePool {
@@ -332,27 +333,28 @@ impl CachingAllocator {
                 size: remaining,
                 allocated: false,
                 small,
-                prev: Some(i),
+                prev: Some(i as u32),
                 next,
             });
             if let Some(n) = next {
-                self.blocks[n].prev = Some(r);
+                self.blocks[n as usize].prev = Some(r as u32);
             }
-            self.blocks[i].next = Some(r);
+            self.blocks[i].next = Some(r as u32);
             self.blocks[i].size = size;
             self.insert_free(r);
         }
         self.blocks[i].allocated = true;
         self.allocated += self.blocks[i].size;
-        Some(BlockId(i))
+        Some(BlockId(i as u32))
     }
 
     /// Returns a block to the cache, merging it with free neighbours.
     pub fn free(&mut self, b: BlockId) {
-        let i = b.0;
+        let i = b.0 as usize;
         self.blocks[i].allocated = false;
         self.allocated -= self.blocks[i].size;
         if let Some(p) = self.blocks[i].prev {
+            let p = p as usize;
             if !self.blocks[p].allocated {
                 self.remove_free(p);
                 self.blocks[i].addr = self.blocks[p].addr;
@@ -360,19 +362,20 @@ impl CachingAllocator {
                 let pp = self.blocks[p].prev;
                 self.blocks[i].prev = pp;
                 if let Some(pp) = pp {
-                    self.blocks[pp].next = Some(i);
+                    self.blocks[pp as usize].next = Some(i as u32);
                 }
                 self.recycled.push(p);
             }
         }
         if let Some(n) = self.blocks[i].next {
+            let n = n as usize;
             if !self.blocks[n].allocated {
                 self.remove_free(n);
                 self.blocks[i].size += self.blocks[n].size;
                 let nn = self.blocks[n].next;
                 self.blocks[i].next = nn;
                 if let Some(nn) = nn {
-                    self.blocks[nn].prev = Some(i);
+                    self.blocks[nn as usize].prev = Some(i as u32);
                 }
                 self.recycled.push(n);
             }
