@@ -343,6 +343,8 @@ impl GraphBuilder {
                 g.nodes.reserve(copies * rec.nodes.len());
                 g.scopes.reserve(copies * rec.scopes.len());
                 g.holds.reserve(copies * rec.holds.len());
+                self.module_index.0.reserve(copies * rec.modules.len());
+                self.param_index.0.reserve(copies * rec.params.len());
             }
         }
         out

@@ -411,9 +411,6 @@ struct Storage {
     meta: Meta,
     alive: bool,
     saved: bool,
-    /// the block events before its allocation and before its free (`u32::MAX`: not freed)
-    allocated_at: u32,
-    freed_at: u32,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -681,6 +678,9 @@ struct Sim<'g> {
     /// (storage, allocated?) for every block event, to rebuild what is alive at the peak
     /// block events (allocations and frees) so far
     block_events: u32,
+    /// per storage, the block events before its allocation and before its free (`u32::MAX`: no
+    /// block, not freed): the live-at-peak list scans these rather than the larger storages
+    lifetimes: Vec<(u32, u32)>,
     module_params: Vec<u64>,
     module_listed: Vec<bool>,
     module_has_children: Vec<bool>,
@@ -761,10 +761,10 @@ impl<'g> Sim<'g> {
     fn live_after(&self, n: usize) -> Vec<LiveTensor> {
         let n = u32::try_from(n).unwrap_or(u32::MAX);
         let mut live: Vec<(u64, usize)> = self
-            .storages
+            .lifetimes
             .iter()
             .enumerate()
-            .filter(|(_, s)| s.block.is_some() && s.allocated_at < n && s.freed_at >= n)
+            .filter(|(_, &(allocated_at, freed_at))| allocated_at < n && freed_at >= n)
             .map(|(i, _)| (crate::allocator::round_size(self.storages[i].bytes), i))
             .collect();
         // the same order as a stable sort of every live tensor by size, largest first (the keys
@@ -854,14 +854,15 @@ impl<'g> Sim<'g> {
             meta,
             alive: true,
             saved: false,
-            allocated_at: self.block_events,
-            freed_at: u32::MAX,
         });
         let sid = self.storages.len() as u32 - 1;
         if block.is_some() {
+            self.lifetimes.push((self.block_events, u32::MAX));
             self.block_events += 1;
             self.bump();
             self.record(true, sid, bsize);
+        } else {
+            self.lifetimes.push((u32::MAX, u32::MAX));
         }
         sid
     }
@@ -895,7 +896,7 @@ impl<'g> Sim<'g> {
                 self.cur_cat.0[cat.index()] -= size;
                 let ph = self.phases.len() - 1;
                 self.phases[ph].freed_bytes += size;
-                self.storages[sid as usize].freed_at = self.block_events;
+                self.lifetimes[sid as usize].1 = self.block_events;
                 self.block_events += 1;
                 self.bump();
                 self.record(false, sid, size);
@@ -2457,6 +2458,7 @@ fn run(g: &Graph, cfg: &StepConfig) -> Result<Simulation, SimError> {
         peak_cat: Breakdown::default(),
         events: Vec::new(),
         block_events: 0,
+        lifetimes: Vec::with_capacity(storages),
         module_params: {
             let mut v = vec![0; g.modules.len()];
             for p in g.params.iter().filter(|p| p.kind == ParamKind::Parameter) {
@@ -2489,7 +2491,7 @@ fn run(g: &Graph, cfg: &StepConfig) -> Result<Simulation, SimError> {
         training: cfg.mode == Mode::Train,
         in_backward: false,
         recomputing: false,
-        layers: Some(Vec::with_capacity(g.modules.len())),
+        layers: Some(Vec::with_capacity(g.modules.len() + g.scopes.len())),
         sdpa: Vec::new(),
         gradient_bytes: 0,
         peak_event: 0,
