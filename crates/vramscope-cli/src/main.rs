@@ -49,6 +49,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    vramscope_core::heap::keep_freed_memory();
     let cli = Cli::parse();
     let result = match &cli.command {
         Command::Estimate(a) => estimate::run(a),

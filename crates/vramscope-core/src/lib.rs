@@ -1,10 +1,11 @@
 //! vramscope-core: the graph IR, the op library, the training-step simulator and the model of
-//! PyTorch's CUDA caching allocator. No I/O happens here.
+//! PyTorch's CUDA caching allocator. No I/O happens here (`heap` only tunes the C allocator).
 #![deny(missing_docs)]
 
 pub mod allocator;
 pub mod builder;
 pub mod dtype;
+pub mod heap;
 pub mod ir;
 pub mod ops;
 pub mod optim;
