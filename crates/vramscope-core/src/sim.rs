@@ -2163,7 +2163,7 @@ impl<'g> Sim<'g> {
             }
         }
         let lists = opt.step_temporary_lists();
-        let mut temps = Vec::new();
+        let mut temps = Vec::with_capacity(lists as usize * trainable.len());
         for _ in 0..lists {
             for &i in &trainable {
                 let meta = self.param_meta(ParamId(i as u32));
@@ -2437,9 +2437,10 @@ fn run(g: &Graph, cfg: &StepConfig) -> Result<Simulation, SimError> {
         rts: Vec::with_capacity(storages / 2),
         shapes: Shapes::for_graph(g),
         // autocast casts of the parameters add a tape node each
-        tape: Vec::with_capacity(g.nodes.len() + g.params.len() + 16),
+        // a tape node per recorded op and per autocast cast (up to one per op)
+        tape: Vec::with_capacity(2 * g.nodes.len() + g.params.len() + 16),
         tape_inputs: Vec::with_capacity(3 * g.nodes.len() + g.params.len() + 16),
-        tape_outputs: Vec::with_capacity(g.nodes.len() + g.params.len() + 16),
+        tape_outputs: Vec::with_capacity(2 * g.nodes.len() + g.params.len() + 16),
         tape_saved: Vec::with_capacity(2 * g.nodes.len() + 16),
         plans: Plans::for_graph(g),
         scratch: None,
