@@ -3,7 +3,9 @@
 //! passes of `vramscope_core::passes`.
 
 use anyhow::{bail, Result};
-use vramscope_core::passes::{apply_lora, freeze, load_in_4bit, FourBitConfig, LoraConfig};
+use vramscope_core::passes::{
+    apply_lora, freeze, load_in_4bit, FourBitConfig, LoraConfig, PassError,
+};
 use vramscope_core::{Graph, Precision};
 
 /// What is trained.
@@ -13,7 +15,8 @@ pub struct FinetuneArgs {
     #[arg(long, value_name = "R")]
     pub lora: Option<u64>,
     /// LoRA target modules (names of nn.Linear modules, comma-separated; default: PEFT's for the
-    /// model type, e.g. q_proj,v_proj for Llama/Mistral/Qwen2).
+    /// model type, e.g. q_proj,v_proj for Llama/Mistral/Qwen2, else the attention's projections,
+    /// qkv_proj for Phi-3).
     #[arg(long, value_delimiter = ',')]
     pub lora_targets: Vec<String>,
     /// `lora_alpha` (PEFT's default 8; no effect on memory).
@@ -66,7 +69,8 @@ impl FinetuneArgs {
         }
         match self.lora.or(self.qlora) {
             Some(rank) => {
-                let targets = if self.lora_targets.is_empty() {
+                let defaults = self.lora_targets.is_empty();
+                let targets = if defaults {
                     LoraConfig::default_targets(&graph.name)
                 } else {
                     self.lora_targets.clone()
@@ -79,7 +83,15 @@ impl FinetuneArgs {
                     autocast: precision.autocast_dtype().is_some(),
                     param_dtype: precision.param_dtype(),
                 };
-                Ok(apply_lora(&graph, &cfg)?)
+                match apply_lora(&graph, &cfg) {
+                    Err(PassError::NoLoraTarget { targets, available }) if defaults => bail!(
+                        "--lora: the default targets for model type `{}` ({targets}) match no \
+                         nn.Linear or Conv1D module; name them with --lora-targets (its Linear / \
+                         Conv1D modules are named: {available})",
+                        graph.name
+                    ),
+                    result => Ok(result?),
+                }
             }
             None if !self.lora_targets.is_empty() => {
                 bail!("--lora-targets needs --lora R or --qlora R (the adapter rank)")

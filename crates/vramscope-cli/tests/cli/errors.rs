@@ -168,6 +168,17 @@ fn bad_lora_and_freeze_flags() {
         &["estimate", cfg, "--seq-len", "64", "--lora", "0"],
         &["--lora", "positive"],
     );
+    // the default targets (no --lora-targets) matching nothing: said as such, with the names
+    fails_with(
+        &["estimate", "resnet50", "--lora", "8"],
+        &[
+            "default targets",
+            "`resnet50`",
+            "q_proj,v_proj",
+            "--lora-targets",
+            "fc",
+        ],
+    );
     fails_with(
         &["estimate", cfg, "--seq-len", "64", "--freeze", "encoder"],
         &["--freeze encoder", "model.embed_tokens.weight"],

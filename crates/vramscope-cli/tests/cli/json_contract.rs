@@ -279,6 +279,32 @@ fn lora_adapts_gpt2_conv1d_layers() {
     assert_eq!(r["model"]["trainable_parameters"], 12 * per_block);
 }
 
+/// `--lora R` on Phi-3, which PEFT has no default targets for: the attention's fused `qkv_proj`.
+#[test]
+fn lora_defaults_to_phi3_fused_qkv_projection() {
+    let cfg = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../fixtures/hf/configs/phi3_mini_2l.json"
+    );
+    let r = estimate_json(&[cfg, "--seq-len", "64", "--lora", "8"]);
+    // 2 layers, qkv_proj 3072 -> 3 x 3072: lora_A [8, 3072] + lora_B [9216, 8]
+    assert_eq!(r["model"]["trainable_parameters"], 2 * 8 * (3072 + 9216));
+    let adapted: Vec<&str> = r["layers"]
+        .as_array()
+        .expect("layers")
+        .iter()
+        .filter_map(|l| l["name"].as_str())
+        .filter(|n| n.contains(".lora_A."))
+        .collect();
+    assert_eq!(
+        adapted,
+        [
+            "model.layers.0.self_attn.qkv_proj.lora_A.default",
+            "model.layers.1.self_attn.qkv_proj.lora_A.default"
+        ]
+    );
+}
+
 /// `fit --search seq-len`: the longest sequence that fits, checked against `estimate`.
 #[test]
 fn fit_searches_the_sequence_length_of_a_transformer() {

@@ -49,15 +49,19 @@ pub struct LoraConfig {
 }
 
 impl LoraConfig {
-    /// PEFT's default target modules for a transformers `model_type`
-    /// (`TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING`).
+    /// The default target modules for a transformers `model_type`: PEFT's
+    /// (`TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING`: the query and value projections)
+    /// where it has an entry. PEFT has none for `distilbert`, `phi3` and `umt5` and asks for
+    /// `target_modules`; their attention's projections stand in: DistilBERT's `q_lin` and `v_lin`,
+    /// Phi-3's fused `qkv_proj`, UMT5's `q` and `v` (as for T5).
     pub fn default_targets(model_type: &str) -> Vec<String> {
         let t: &[&str] = match model_type {
             "gpt2" => &["c_attn"],
             "opt" => &["q_proj", "v_proj"],
             "bert" | "roberta" => &["query", "value"],
             "distilbert" => &["q_lin", "v_lin"],
-            "t5" | "mt5" => &["q", "v"],
+            "t5" | "mt5" | "umt5" => &["q", "v"],
+            "phi3" => &["qkv_proj"],
             _ => &["q_proj", "v_proj"],
         };
         t.iter().map(|s| s.to_string()).collect()
