@@ -106,12 +106,30 @@ def apply_lora(model, r, alpha, dropout, targets):
     return model
 
 
+def upcast_adapters(model):
+    """PEFT's `get_peft_model(..., autocast_adapter_dtype=True)` (the default): `_cast_adapter_dtype`
+    walks `model.modules()` and, in each LoRA layer, `lora_A` then `lora_B`, sets
+    `param.data = param.data.to(torch.float32)` for a bfloat16 / float16 adapter weight."""
+    for m in model.modules():
+        if isinstance(m, LoraLinear):
+            for sub in (m.lora_A, m.lora_B):
+                for p in sub["default"].parameters():
+                    if p.dtype in (torch.float16, torch.bfloat16):
+                        p.data = p.data.to(torch.float32)
+    return model
+
+
 def lora(batch, seq, config="fixtures/hf/configs/qwen2_small_2l.json", layers=None, r=8, alpha=8, dropout=0.0,
-         targets=None, checkpoint=False, **_):
+         targets=None, checkpoint=False, upcast=False, **_):
+    """`upcast`: the adapters of a model built in bfloat16 / float16 upcast to float32, as PEFT's
+    `get_peft_model` does by default (with `param_dtype` bf16: the base model loaded in bf16, then
+    `get_peft_model`); without it they keep the model's dtype (`autocast_adapter_dtype=False`)."""
     base, cfg = _model(config, layers, seq)
     default = {"gpt2": ["c_attn"]}.get(cfg.model_type, ["q_proj", "v_proj"])
     tg = targets.split(",") if targets else default
     model = apply_lora(base, int(r), alpha, float(dropout), tg)
+    if upcast:
+        upcast_adapters(model)
     if checkpoint:
         # as qlora_models.py: gradient_checkpointing_enable() with its default kwargs, after the
         # adapters are in

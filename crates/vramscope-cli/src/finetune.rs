@@ -25,6 +25,11 @@ pub struct FinetuneArgs {
     /// `lora_dropout` (PEFT's default 0.0: no dropout module runs).
     #[arg(long, default_value_t = 0.0)]
     pub lora_dropout: f64,
+    /// Keep the LoRA adapters of a bf16 / fp16 model in its dtype (`get_peft_model(...,
+    /// autocast_adapter_dtype=False)`). By default they are float32, as PEFT makes them, and each
+    /// adapted layer computes them from a float32 copy of its input.
+    #[arg(long)]
+    pub no_autocast_adapter_dtype: bool,
     /// Freeze every parameter whose name contains PATTERN (`requires_grad_(False)`), comma-separated.
     #[arg(long, value_delimiter = ',', value_name = "PATTERN")]
     pub freeze: Vec<String>,
@@ -49,6 +54,7 @@ impl FinetuneArgs {
         self.lora.is_some()
             || !self.freeze.is_empty()
             || !self.lora_targets.is_empty()
+            || self.no_autocast_adapter_dtype
             || self.qlora.is_some()
             || self.load_in_4bit
             || self.double_quant
@@ -82,6 +88,7 @@ impl FinetuneArgs {
                     targets,
                     autocast: precision.autocast_dtype().is_some(),
                     param_dtype: precision.param_dtype(),
+                    upcast_adapters: !self.no_autocast_adapter_dtype,
                 };
                 match apply_lora(&graph, &cfg) {
                     Err(PassError::NoLoraTarget { targets, available }) if defaults => bail!(
@@ -95,6 +102,9 @@ impl FinetuneArgs {
             }
             None if !self.lora_targets.is_empty() => {
                 bail!("--lora-targets needs --lora R or --qlora R (the adapter rank)")
+            }
+            None if self.no_autocast_adapter_dtype => {
+                bail!("--no-autocast-adapter-dtype needs --lora R or --qlora R (the adapter rank)")
             }
             None => Ok(graph),
         }

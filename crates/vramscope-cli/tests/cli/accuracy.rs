@@ -217,6 +217,16 @@ fn gpt2_lora_cases_match_truth() {
     check("hf_lora_gpt2.jsonl");
 }
 
+/// LoRA on a model built in bf16, with PEFT's default `autocast_adapter_dtype=True`: float32
+/// adapters, each adapted layer's input copied to float32, the sum with the base output float32
+/// and cast back (validation/lora_models.py `upcast`): Mistral's q,v and all seven projections,
+/// Qwen2 with dropout, GPT-2's Conv1D.
+#[test]
+fn lora_upcast_adapter_cases_match_truth() {
+    assert_eq!(cases("hf_lora_upcast.jsonl").len(), 4);
+    check("hf_lora_upcast.jsonl");
+}
+
 /// QLoRA and 4-bit loading (bitsandbytes' NF4 storage and `MatMul4Bit` rewritten with plain torch
 /// ops, see validation/qlora_models.py): Qwen2, Mistral, a tied Llama 3.2 and GPT-2 (Conv1D) cut to 2-4 layers,
 /// pure bf16 / AMP bf16 / AMP fp16 / fp32, double quantization, all-linear targets, dropout,

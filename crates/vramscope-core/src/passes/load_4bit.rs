@@ -512,6 +512,7 @@ mod tests {
             targets: vec!["q_proj".into()],
             autocast: false,
             param_dtype: DType::BF16,
+            upcast_adapters: true,
         };
         let g = apply_lora(&g, &lora).expect("lora");
         let a = param(&g, "block.q_proj.lora_A.default.weight");

@@ -43,12 +43,23 @@ pub struct LoraConfig {
     /// without it.
     pub autocast: bool,
     /// The dtype the model's parameters are created in (`Precision::param_dtype`): the adapters'
-    /// dtype, which PEFT casts each adapted layer's input to (`lora_A.weight.dtype`). 4-bit layers'
-    /// adapters are float32 whatever this is.
+    /// dtype unless they are upcast, which PEFT casts each adapted layer's input to
+    /// (`lora_A.weight.dtype`). 4-bit layers' adapters are float32 whatever this is.
     pub param_dtype: DType,
+    /// `get_peft_model(..., autocast_adapter_dtype=True)`, PEFT's default: the adapters of a
+    /// bfloat16 / float16 model are float32. Each adapted layer then casts its input to float32,
+    /// runs the adapters in float32, adds their output to the base layer's (the sum is float32)
+    /// and casts the sum back (`result.to(torch_result_dtype)`).
+    pub upcast_adapters: bool,
 }
 
 impl LoraConfig {
+    /// The dtype the (non-4-bit) adapters are held in, when it is not the model's.
+    fn upcast_dtype(&self) -> Option<DType> {
+        (self.upcast_adapters && matches!(self.param_dtype, DType::BF16 | DType::F16))
+            .then_some(DType::F32)
+    }
+
     /// The default target modules for a transformers `model_type`: PEFT's
     /// (`TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING`: the query and value projections)
     /// where it has an entry. PEFT has none for `distilbert`, `phi3` and `umt5` and asks for
@@ -240,7 +251,8 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
         }
         // peft.tuners.lora.bnb.Linear4bit: `result = result.clone()` (a defensive copy), and
         // without autocast `x.to(lora_A.weight.dtype)` (float32) and `output.to(result.dtype)`
-        let adapters_dtype = four_bit.then_some(DType::F32);
+        let upcast = if four_bit { None } else { cfg.upcast_dtype() };
+        let adapters_dtype = if four_bit { Some(DType::F32) } else { upcast };
         let convert = four_bit && !cfg.autocast;
         let result = if four_bit {
             let shape = g.tensors[base_out.0 as usize].shape.clone();
@@ -325,7 +337,7 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
             push_node(
                 &mut out,
                 lora_mod,
-                Arc::new(ToDtype::fixed(cfg.param_dtype)),
+                Arc::new(ToDtype::fixed(upcast.unwrap_or(cfg.param_dtype))),
                 vec![x],
                 Vec::new(),
             )
@@ -373,13 +385,24 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
                 Vec::new(),
             );
         }
-        let sum = push_node(
+        let mut sum = push_node(
             &mut out,
             lora_mod,
             Arc::new(Add { inplace: false }),
             vec![result, scaled],
             Vec::new(),
         );
+        if upcast.is_some() {
+            // the low-precision result plus the float32 adapters' output is float32:
+            // `result = result.to(torch_result_dtype)`
+            sum = push_node(
+                &mut out,
+                lora_mod,
+                Arc::new(ToDtype::fixed(cfg.param_dtype)),
+                vec![sum],
+                Vec::new(),
+            );
+        }
         subst[base_out.0 as usize] = sum;
         new_scopes.push(Scope {
             module: lora_mod,
@@ -537,7 +560,38 @@ mod tests {
             targets: targets.iter().map(|s| s.to_string()).collect(),
             autocast: false,
             param_dtype: DType::F32,
+            upcast_adapters: true,
         }
+    }
+
+    /// PEFT's `autocast_adapter_dtype`: a bf16 model's adapters are float32, and the layer ends
+    /// with a cast of the float32 sum back to bf16; without it they follow the model.
+    #[test]
+    fn adapters_of_a_bf16_model_are_upcast_unless_asked_not_to() {
+        let bf16 = LoraConfig {
+            param_dtype: DType::BF16,
+            ..cfg(&["q_proj"])
+        };
+        let up = apply_lora(&tiny(), &bf16).expect("lora");
+        let a = up
+            .params
+            .iter()
+            .find(|p| p.name == "block.q_proj.lora_A.default.weight")
+            .expect("lora_A");
+        assert_eq!(a.stored_dtype, Some(DType::F32));
+        let kept = LoraConfig {
+            upcast_adapters: false,
+            ..bf16
+        };
+        let same = apply_lora(&tiny(), &kept).expect("lora");
+        let a = same
+            .params
+            .iter()
+            .find(|p| p.name == "block.q_proj.lora_A.default.weight")
+            .expect("lora_A");
+        assert_eq!(a.stored_dtype, None);
+        // the upcast layer has one node more: `result.to(torch_result_dtype)`
+        assert_eq!(up.nodes.len(), same.nodes.len() + 1);
     }
 
     #[test]
