@@ -894,11 +894,15 @@ impl<'g> Sim<'g> {
                 let cat = s.category;
                 self.alloc.free(b);
                 self.cur_cat.0[cat.index()] -= size;
+                // a free lowers `allocated` and leaves `reserved` as it was: no peak to update
+                let (allocated, reserved) = (self.alloc.allocated(), self.alloc.reserved());
                 let ph = self.phases.len() - 1;
-                self.phases[ph].freed_bytes += size;
+                let p = &mut self.phases[ph];
+                p.freed_bytes += size;
+                p.allocated_after = allocated;
+                p.reserved_after = reserved;
                 self.lifetimes[sid as usize].1 = self.block_events;
                 self.block_events += 1;
-                self.bump();
                 self.record(false, sid, size);
             }
         }
