@@ -673,9 +673,7 @@ struct Sim<'g> {
     peak_allocated: u64,
     peak_reserved: u64,
     peak_phase: usize,
-    peak_cat: Breakdown,
     events: Vec<Event>,
-    /// (storage, allocated?) for every block event, to rebuild what is alive at the peak
     /// block events (allocations and frees) so far
     block_events: u32,
     /// per storage, the block events before its allocation and before its free (`u32::MAX`: no
@@ -751,8 +749,8 @@ impl<'g> Sim<'g> {
         if a > self.peak_allocated {
             self.peak_allocated = a;
             self.peak_event = u64::from(self.block_events);
+            // the phase's peak moved too, at this same event: its breakdown is the overall one
             self.peak_phase = ph;
-            self.peak_cat = self.cur_cat;
         }
         self.peak_reserved = self.peak_reserved.max(r);
     }
@@ -2460,7 +2458,6 @@ fn run(g: &Graph, cfg: &StepConfig) -> Result<Simulation, SimError> {
         peak_allocated: 0,
         peak_reserved: 0,
         peak_phase: 0,
-        peak_cat: Breakdown::default(),
         events: Vec::new(),
         block_events: 0,
         lifetimes: Vec::with_capacity(storages),
@@ -2689,7 +2686,10 @@ fn run(g: &Graph, cfg: &StepConfig) -> Result<Simulation, SimError> {
         peak_allocated: s.peak_allocated,
         peak_reserved: s.peak_reserved,
         peak_phase: s.peak_phase,
-        breakdown_at_peak: s.peak_cat,
+        breakdown_at_peak: s
+            .phases
+            .get(s.peak_phase)
+            .map_or_else(Breakdown::default, |p| p.breakdown_at_peak),
         live_at_peak: s.live_after(s.peak_event as usize),
         layers: std::mem::take(&mut s.first_layers),
         events: std::mem::take(&mut s.events),
