@@ -536,6 +536,8 @@ struct Plans {
     rep_of_node: Vec<u32>,
     /// for each representative node, its newest plan
     first: Vec<Option<u32>>,
+    /// for each representative node, its op's fixed answers (asked once, not per call)
+    info: Vec<OpInfo>,
     /// `TensorMeta`s for the questions to the ops, whose shape vectors keep their capacity
     in_metas: Vec<TensorMeta>,
     p_metas: Vec<TensorMeta>,
@@ -547,16 +549,73 @@ impl Plans {
     fn for_graph(g: &Graph) -> Self {
         let mut rep: std::collections::HashMap<*const (), u32, PtrHash> =
             std::collections::HashMap::with_capacity_and_hasher(g.nodes.len(), PtrHash);
-        let rep_of_node = g
+        let rep_of_node: Vec<u32> = g
             .nodes
             .iter()
             .enumerate()
             .map(|(n, node)| *rep.entry(Arc::as_ptr(&node.op).cast()).or_insert(n as u32))
             .collect();
+        let info = g
+            .nodes
+            .iter()
+            .zip(&rep_of_node)
+            .enumerate()
+            .map(|(n, (node, &r))| {
+                if r as usize == n {
+                    OpInfo::of(&*node.op)
+                } else {
+                    OpInfo::default()
+                }
+            })
+            .collect();
         Plans {
             rep_of_node,
             first: vec![None; g.nodes.len()],
+            info,
             ..Plans::default()
+        }
+    }
+}
+
+/// What `call_into` asks an op whatever its inputs (the `Op` trait's constant answers).
+#[derive(Debug, Clone, Copy)]
+struct OpInfo {
+    kind: &'static str,
+    autocast: Autocast,
+    identity_in_eval: bool,
+    differentiable: bool,
+    is_kv_cache: bool,
+    leaf_requires_grad: bool,
+    grads_right_to_left: bool,
+    grads_like_output: bool,
+}
+
+impl Default for OpInfo {
+    fn default() -> Self {
+        OpInfo {
+            kind: "",
+            autocast: Autocast::Unlisted,
+            identity_in_eval: false,
+            differentiable: false,
+            is_kv_cache: false,
+            leaf_requires_grad: false,
+            grads_right_to_left: false,
+            grads_like_output: false,
+        }
+    }
+}
+
+impl OpInfo {
+    fn of(op: &dyn Op) -> Self {
+        OpInfo {
+            kind: op.kind(),
+            autocast: op.autocast(),
+            identity_in_eval: op.identity_in_eval(),
+            differentiable: op.differentiable(),
+            is_kv_cache: op.is_kv_cache(),
+            leaf_requires_grad: op.leaf_requires_grad(),
+            grads_right_to_left: op.grads_right_to_left(),
+            grads_like_output: op.grads_like_output(),
         }
     }
 }
@@ -1067,7 +1126,11 @@ impl<'g> Sim<'g> {
         outs: &mut Vec<Rt>,
     ) {
         outs.clear();
-        if !self.training && op.identity_in_eval() {
+        let info = match graph_node {
+            Some(n) => self.plans.info[self.plans.rep_of_node[n] as usize],
+            None => OpInfo::of(&**op),
+        };
+        if !self.training && info.identity_in_eval {
             let r = inputs[0];
             self.incref(self.rts[r as usize].storage);
             outs.push(r);
@@ -1082,7 +1145,7 @@ impl<'g> Sim<'g> {
             .extend(params.iter().map(|p| self.param_rt[p.0 as usize]));
         sc.casts.clear();
         if let Some(low) = self.cfg.precision.autocast_dtype() {
-            let class = op.autocast();
+            let class = info.autocast;
             let target = match class {
                 Autocast::LowerPrecision => Some(low),
                 Autocast::Fp32 => Some(DType::F32),
@@ -1123,12 +1186,12 @@ impl<'g> Sim<'g> {
             .iter()
             .chain(sc.eff_params.iter())
             .any(|&r| self.rts[r as usize].requires_grad);
-        let records = self.grad_enabled && any_rg && op.differentiable();
+        let records = self.grad_enabled && any_rg && info.differentiable;
         // 2. the op's answers for these inputs
         let pi = self.plan(op, graph_node, &sc, records);
         let plan = self.plans.list[pi];
-        let label = Label::new(op.kind());
-        let cat = if op.is_kv_cache() {
+        let label = Label::new(info.kind);
+        let cat = if info.is_kv_cache {
             Category::KvCache
         } else {
             self.forward_category()
@@ -1163,7 +1226,7 @@ impl<'g> Sim<'g> {
         sc.extras.clear();
         if !stop_before_kernel {
             self.run_scratch(plan.forward_scratch, cat, module, &mut sc.made);
-            let leaf = op.leaf_requires_grad() && self.grad_enabled;
+            let leaf = info.leaf_requires_grad && self.grad_enabled;
             match plan.alias {
                 Alias::None => {
                     for k in plan.outputs.range() {
@@ -1290,10 +1353,10 @@ impl<'g> Sim<'g> {
                     saved: Span::since(saved_from, self.tape_saved.len()),
                     temporaries: plan.backward_temporaries,
                     scratch: plan.backward_scratch,
-                    grads_right_to_left: op.grads_right_to_left(),
+                    grads_right_to_left: info.grads_right_to_left,
                     region,
                     saves: any_saved,
-                    grads_like_output: op.grads_like_output(),
+                    grads_like_output: info.grads_like_output,
                 });
             }
         }
