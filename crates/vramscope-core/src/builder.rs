@@ -336,13 +336,16 @@ impl GraphBuilder {
             repeated.recording = self.recording(before, inputs, out);
             if let (Some(rec), Some(calls)) = (&repeated.recording, repeated.calls) {
                 let copies = calls.saturating_sub(1) as usize;
+                // plus room for what follows the layers (a final norm, the head, the loss), so
+                // that the lists are not copied to grow by a few entries
+                const TAIL: usize = 256;
                 let g = &mut self.graph;
-                g.modules.reserve(copies * rec.modules.len());
-                g.params.reserve(copies * rec.params.len());
-                g.tensors.reserve(copies * rec.tensors.len());
-                g.nodes.reserve(copies * rec.nodes.len());
-                g.scopes.reserve(copies * rec.scopes.len());
-                g.holds.reserve(copies * rec.holds.len());
+                g.modules.reserve(copies * rec.modules.len() + TAIL);
+                g.params.reserve(copies * rec.params.len() + TAIL);
+                g.tensors.reserve(copies * rec.tensors.len() + TAIL);
+                g.nodes.reserve(copies * rec.nodes.len() + TAIL);
+                g.scopes.reserve(copies * rec.scopes.len() + TAIL);
+                g.holds.reserve(copies * rec.holds.len() + TAIL);
                 self.module_index.0.reserve(copies * rec.modules.len());
                 self.param_index.0.reserve(copies * rec.params.len());
             }
