@@ -230,10 +230,16 @@ pub struct CachingAllocator {
 impl CachingAllocator {
     /// An empty allocator.
     pub fn new() -> Self {
+        // a large model's step splits a few thousand blocks
+        Self::with_block_capacity(4096)
+    }
+
+    /// An empty allocator with room for `blocks` blocks (segments and the pieces they are split
+    /// into) before its list grows.
+    pub fn with_block_capacity(blocks: usize) -> Self {
         CachingAllocator {
             next_addr: 1 << 40,
-            // a large model's step splits a few thousand blocks
-            blocks: Vec::with_capacity(4096),
+            blocks: Vec::with_capacity(blocks),
             ..Default::default()
         }
     }

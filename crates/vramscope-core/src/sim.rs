@@ -346,7 +346,15 @@ struct Shapes {
 
 impl Shapes {
     fn for_graph(g: &Graph) -> Self {
-        let mut s = Shapes::default();
+        // room for the shapes the run adds (casts, temporaries, scratch buffers, optimizer
+        // states: a few per node), so that the arena is not copied as it grows
+        let preloaded = g.tensors.len() + g.params.len();
+        let extra = 4 * g.nodes.len() + 2 * g.params.len() + 64;
+        let mut s = Shapes {
+            dims: Vec::with_capacity(4 * (preloaded + extra)),
+            spans: Vec::with_capacity(preloaded + extra),
+            params_from: 0,
+        };
         for t in &g.tensors {
             s.add(&t.shape);
         }
@@ -2510,7 +2518,8 @@ fn run(g: &Graph, cfg: &StepConfig) -> Result<Simulation, SimError> {
     let mut s = Sim {
         g,
         cfg,
-        alloc: CachingAllocator::new(),
+        // blocks: a segment or a split remainder per allocation at most, and far fewer live
+        alloc: CachingAllocator::with_block_capacity(4 * g.params.len() + 2 * g.nodes.len() + 1024),
         storages: Vec::with_capacity(storages),
         rts: Vec::with_capacity(storages / 2),
         shapes: Shapes::for_graph(g),
