@@ -6,6 +6,8 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
+use crate::fasthash::{path_hash, IntMap};
+
 use crate::dtype::DType;
 use crate::ir::{
     Graph, InitTemporary, ModuleDef, ModuleId, Node, NodeId, ParamDef, ParamId, ParamKind, Scope,
@@ -49,21 +51,12 @@ pub struct GraphBuilder {
 /// graph (`ModuleDef::path`, `ParamDef::name`), so a large model's build does not copy every one
 /// into the index; a lookup compares the candidates' paths (distinct paths rarely share a hash).
 #[derive(Debug, Default)]
-struct PathIndex(
-    std::collections::HashMap<u64, SmallVec<[u32; 1]>, std::hash::BuildHasherDefault<KeyHasher>>,
-);
+struct PathIndex(IntMap<u64, SmallVec<[u32; 1]>>);
 
 impl PathIndex {
-    fn hash(path: &str) -> u64 {
-        use std::hash::Hasher;
-        let mut h = PathHasher::default();
-        h.write(path.as_bytes());
-        h.finish()
-    }
-
     /// The index whose path (`path_of(index)`) is `path`.
     fn get<'a>(&self, path: &str, path_of: impl Fn(u32) -> &'a str) -> Option<u32> {
-        let ids = self.0.get(&Self::hash(path))?;
+        let ids = self.0.get(&path_hash(path))?;
         ids.iter().copied().find(|&i| path_of(i) == path)
     }
 
@@ -76,50 +69,7 @@ impl PathIndex {
 
     /// Adds `id` under `path` (not in the index yet).
     fn insert(&mut self, path: &str, id: u32) {
-        self.0.entry(Self::hash(path)).or_default().push(id);
-    }
-}
-
-/// The hasher of [`PathIndex`]'s keys, which are hashes already.
-#[derive(Debug, Default, Clone, Copy)]
-struct KeyHasher(u64);
-
-impl std::hash::Hasher for KeyHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 << 8) | u64::from(b);
-        }
-    }
-
-    fn write_u64(&mut self, key: u64) {
-        self.0 = key;
-    }
-}
-
-/// A fast hash for dotted paths (the default SipHash guards against adversarial keys, which
-/// module names are not): eight bytes at a time, multiply and rotate.
-#[derive(Debug, Default, Clone, Copy)]
-struct PathHasher(u64);
-
-impl std::hash::Hasher for PathHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        const K: u64 = 0x51_7c_c1_b7_27_22_0a_95;
-        let mut chunks = bytes.chunks_exact(8);
-        for c in &mut chunks {
-            let word = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
-            self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(K);
-        }
-        for &b in chunks.remainder() {
-            self.0 = (self.0.rotate_left(5) ^ u64::from(b)).wrapping_mul(K);
-        }
+        self.0.entry(path_hash(path)).or_default().push(id);
     }
 }
 

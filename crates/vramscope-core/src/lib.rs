@@ -5,6 +5,7 @@
 pub mod allocator;
 pub mod builder;
 pub mod dtype;
+mod fasthash;
 pub mod heap;
 pub mod ir;
 pub mod ops;

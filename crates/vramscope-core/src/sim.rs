@@ -23,6 +23,7 @@ use smallvec::SmallVec;
 
 use crate::allocator::{BlockId, CachingAllocator};
 use crate::dtype::{DType, Precision};
+use crate::fasthash::IntMap;
 use crate::ir::{Graph, ModuleId, ParamId, ParamKind, Shape, Task, TensorId};
 use crate::ops::{
     Alias, Autocast, GradIn, LogSoftmax, NllLoss, Op, OpCtx, Saved, Scratch, SdpaBackend,
@@ -561,13 +562,17 @@ struct Plans {
 
 impl Plans {
     fn for_graph(g: &Graph) -> Self {
-        let mut rep: std::collections::HashMap<*const (), u32, PtrHash> =
-            std::collections::HashMap::with_capacity_and_hasher(g.nodes.len(), PtrHash);
+        // op objects by address
+        let mut rep: IntMap<usize, u32> =
+            IntMap::with_capacity_and_hasher(g.nodes.len(), Default::default());
         let rep_of_node: Vec<u32> = g
             .nodes
             .iter()
             .enumerate()
-            .map(|(n, node)| *rep.entry(Arc::as_ptr(&node.op).cast()).or_insert(n as u32))
+            .map(|(n, node)| {
+                let addr = Arc::as_ptr(&node.op).cast::<()>() as usize;
+                *rep.entry(addr).or_insert(n as u32)
+            })
             .collect();
         let info = g
             .nodes
@@ -654,36 +659,6 @@ fn fill_metas(
         n += 1;
     }
     n
-}
-
-/// Hashes an address (op objects are keyed by theirs): a multiplicative hash is enough.
-#[derive(Debug, Clone, Copy, Default)]
-struct PtrHash;
-
-impl std::hash::BuildHasher for PtrHash {
-    type Hasher = PtrHasher;
-    fn build_hasher(&self) -> PtrHasher {
-        PtrHasher(0)
-    }
-}
-
-#[derive(Debug, Clone, Copy)]
-struct PtrHasher(u64);
-
-impl std::hash::Hasher for PtrHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-    fn write_usize(&mut self, n: usize) {
-        self.0 = (n as u64)
-            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-            .rotate_left(29);
-    }
 }
 
 /// Buffers the backward pass reuses from one tape node to the next.
