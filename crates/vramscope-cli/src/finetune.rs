@@ -3,9 +3,7 @@
 //! passes of `vramscope_core::passes`.
 
 use anyhow::{bail, Result};
-use vramscope_core::passes::{
-    apply_lora, freeze, load_in_4bit, FourBitConfig, LoraConfig, PassError,
-};
+use vramscope_core::passes::{apply_lora, freeze, load_in_4bit, FourBitConfig, LoraConfig};
 use vramscope_core::{Graph, Precision};
 
 /// What is trained.
@@ -75,30 +73,16 @@ impl FinetuneArgs {
         }
         match self.lora.or(self.qlora) {
             Some(rank) => {
-                let defaults = self.lora_targets.is_empty();
-                let targets = if defaults {
-                    LoraConfig::default_targets(&graph.name)
-                } else {
-                    self.lora_targets.clone()
-                };
                 let cfg = LoraConfig {
                     rank,
                     alpha: self.lora_alpha,
                     dropout: self.lora_dropout,
-                    targets,
+                    targets: (!self.lora_targets.is_empty()).then(|| self.lora_targets.clone()),
                     autocast: precision.autocast_dtype().is_some(),
                     param_dtype: precision.param_dtype(),
                     upcast_adapters: !self.no_autocast_adapter_dtype,
                 };
-                match apply_lora(&graph, &cfg) {
-                    Err(PassError::NoLoraTarget { targets, available }) if defaults => bail!(
-                        "--lora: the default targets for model type `{}` ({targets}) match no \
-                         nn.Linear or Conv1D module; name them with --lora-targets (its Linear / \
-                         Conv1D modules are named: {available})",
-                        graph.name
-                    ),
-                    result => Ok(result?),
-                }
+                Ok(apply_lora(&graph, &cfg)?)
             }
             None if !self.lora_targets.is_empty() => {
                 bail!("--lora-targets needs --lora R or --qlora R (the adapter rank)")

@@ -509,7 +509,7 @@ mod tests {
             rank: 4,
             alpha: 8.0,
             dropout: 0.0,
-            targets: vec!["q_proj".into()],
+            targets: Some(vec!["q_proj".into()]),
             autocast: false,
             param_dtype: DType::BF16,
             upcast_adapters: true,

@@ -36,8 +36,9 @@ pub struct LoraConfig {
     /// `lora_dropout` (PEFT's default 0.0: `nn.Identity`).
     pub dropout: f64,
     /// `target_modules`: names of the `nn.Linear` (or `Conv1D`) modules to adapt (the last
-    /// component of their path, `q_proj`), or full paths.
-    pub targets: Vec<String>,
+    /// component of their path, `q_proj`), or full paths; `None`: the defaults for the graph's
+    /// model type ([`default_targets`](Self::default_targets) of `Graph::name`).
+    pub targets: Option<Vec<String>>,
     /// Whether the step runs under `torch.autocast`: PEFT's LoRA layer around a 4-bit
     /// `Linear4bit` casts its input to the adapters' float32, and their output back, only
     /// without it.
@@ -86,6 +87,16 @@ pub enum PassError {
     #[error("--lora-targets {targets}: no nn.Linear or Conv1D module of the model matches; its Linear / Conv1D modules are named: {available}")]
     NoLoraTarget {
         /// The targets given.
+        targets: String,
+        /// The distinct last path components of the model's Linear and Conv1D modules.
+        available: String,
+    },
+    /// The default targets of the model type name no `nn.Linear` (or `Conv1D`) of the model.
+    #[error("--lora: the default targets for model type `{model_type}` ({targets}) match no nn.Linear or Conv1D module; name them with --lora-targets (its Linear / Conv1D modules are named: {available})")]
+    NoDefaultLoraTarget {
+        /// The graph's model type.
+        model_type: String,
+        /// The default targets.
         targets: String,
         /// The distinct last path components of the model's Linear and Conv1D modules.
         available: String,
@@ -151,12 +162,19 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
             cfg.dropout
         )));
     }
+    let defaults;
+    let wanted = match &cfg.targets {
+        Some(t) => t,
+        None => {
+            defaults = LoraConfig::default_targets(&g.name);
+            &defaults
+        }
+    };
     let is_linear = |m: &ModuleDef| matches!(&*m.type_name, "Linear" | FOUR_BIT_LINEAR | CONV1D);
     let is_target = |m: ModuleId| {
         let md = &g.modules[m.0 as usize];
         is_linear(md)
-            && cfg
-                .targets
+            && wanted
                 .iter()
                 .any(|t| t == &md.path || t == last_component(&md.path))
     };
@@ -189,9 +207,14 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
             .collect();
         names.sort_unstable();
         names.dedup();
-        return Err(PassError::NoLoraTarget {
-            targets: cfg.targets.join(","),
-            available: names.join(", "),
+        let (targets, available) = (wanted.join(","), names.join(", "));
+        return Err(match cfg.targets {
+            Some(_) => PassError::NoLoraTarget { targets, available },
+            None => PassError::NoDefaultLoraTarget {
+                model_type: g.name.clone(),
+                targets,
+                available,
+            },
         });
     }
     let mut out = g.clone();
@@ -557,7 +580,7 @@ mod tests {
             rank: 2,
             alpha: 8.0,
             dropout: 0.0,
-            targets: targets.iter().map(|s| s.to_string()).collect(),
+            targets: Some(targets.iter().map(|s| s.to_string()).collect()),
             autocast: false,
             param_dtype: DType::F32,
             upcast_adapters: true,
