@@ -5,6 +5,14 @@
 use vramscope_core::Precision;
 use vramscope_formats::hf::{self, HfConfig, HfError, HfInput, HfTask};
 
+/// The sizes of `tensors`.
+fn sizes_of(g: &vramscope_core::Graph, tensors: &[vramscope_core::TensorId]) -> Vec<Vec<u64>> {
+    tensors
+        .iter()
+        .map(|&t| g.tensor(t).shape.to_vec())
+        .collect()
+}
+
 fn root() -> String {
     format!("{}/../..", env!("CARGO_MANIFEST_DIR"))
 }
@@ -281,20 +289,10 @@ fn t5_inputs_are_input_ids_and_labels_of_their_own_lengths() {
         },
     )
     .unwrap();
-    let shapes: Vec<Vec<u64>> = m
-        .graph
-        .inputs
-        .iter()
-        .map(|t| m.graph.tensor(*t).shape.to_vec())
-        .collect();
+    let shapes = sizes_of(&m.graph, &m.graph.inputs);
     assert_eq!(shapes, vec![vec![2, 64], vec![2, 16]]);
     // outputs: the loss (computed in forward), the logits, the encoder's last hidden state
-    let outs: Vec<Vec<u64>> = m
-        .graph
-        .outputs
-        .iter()
-        .map(|t| m.graph.tensor(*t).shape.to_vec())
-        .collect();
+    let outs = sizes_of(&m.graph, &m.graph.outputs);
     assert_eq!(outs, vec![vec![], vec![2, 16, 32128], vec![2, 64, 512]]);
     assert_eq!(m.graph.task, vramscope_core::ir::Task::LossInForward);
     // without --target-len the labels are as long as the inputs
@@ -316,12 +314,7 @@ fn t5_use_cache_keeps_the_decoder_keys_and_values_in_the_output() {
         ..input()
     };
     let m = hf::build(&cfg, &with_target).unwrap();
-    let outs: Vec<Vec<u64>> = m
-        .graph
-        .outputs
-        .iter()
-        .map(|t| m.graph.tensor(*t).shape.to_vec())
-        .collect();
+    let outs = sizes_of(&m.graph, &m.graph.outputs);
     // loss, logits, then per decoder layer (2): self-attention keys and values over the 16
     // targets, cross-attention ones over the 64 inputs (8 heads of 64); the encoder output last
     let (own, cross) = (vec![2, 8, 16, 64], vec![2, 8, 64, 64]);

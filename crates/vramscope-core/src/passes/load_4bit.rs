@@ -389,6 +389,7 @@ mod tests {
     use super::*;
     use crate::ir::Task;
     use crate::ops::Linear;
+    use crate::passes::test_util::{op_kinds, param};
     use crate::passes::{apply_lora, LoraConfig};
     use crate::sim::{simulate, Mode, StepConfig};
     use crate::GraphBuilder;
@@ -407,13 +408,6 @@ mod tests {
 
     fn cfg(double_quant: bool) -> FourBitConfig {
         FourBitConfig::for_precision(Precision::Bf16, double_quant)
-    }
-
-    fn param<'a>(g: &'a Graph, name: &str) -> &'a ParamDef {
-        g.params
-            .iter()
-            .find(|p| p.name == name)
-            .unwrap_or_else(|| panic!("no {name}"))
     }
 
     #[test]
@@ -436,12 +430,7 @@ mod tests {
         assert_eq!(param(&g, "block.q_proj.bias").stored_dtype, None);
         let q = g.find_module("block.q_proj").expect("q_proj");
         assert_eq!(&*g.modules[q.0 as usize].type_name, FOUR_BIT_LINEAR);
-        let kinds: Vec<&str> = g
-            .nodes
-            .iter()
-            .filter(|n| n.module == q)
-            .map(|n| n.op.kind())
-            .collect();
+        let kinds = op_kinds(&g, q);
         assert_eq!(kinds, ["_to_copy", "_to_copy", "MatMul4Bit", "_to_copy"]);
     }
 
@@ -519,12 +508,7 @@ mod tests {
         assert_eq!(a.stored_dtype, Some(DType::F32));
         assert!(a.trainable);
         let m = g.find_module("block.q_proj").expect("lora layer");
-        let kinds: Vec<&str> = g
-            .nodes
-            .iter()
-            .filter(|n| n.module == m)
-            .map(|n| n.op.kind())
-            .collect();
+        let kinds = op_kinds(&g, m);
         // result.clone(), x.to(float32), lora_B(...) * scaling, .to(result.dtype), +
         assert_eq!(kinds, ["clone", "_to_copy", "mul", "_to_copy", "add"]);
         let step = StepConfig {

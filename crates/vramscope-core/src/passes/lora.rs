@@ -560,6 +560,7 @@ mod tests {
     use super::*;
     use crate::ir::Task;
     use crate::optim::Optimizer;
+    use crate::passes::test_util::{op_kinds, param};
     use crate::sim::{simulate, StepConfig};
     use crate::GraphBuilder;
 
@@ -596,22 +597,14 @@ mod tests {
             ..cfg(&["q_proj"])
         };
         let up = apply_lora(&tiny(), &bf16).expect("lora");
-        let a = up
-            .params
-            .iter()
-            .find(|p| p.name == "block.q_proj.lora_A.default.weight")
-            .expect("lora_A");
+        let a = param(&up, "block.q_proj.lora_A.default.weight");
         assert_eq!(a.stored_dtype, Some(DType::F32));
         let kept = LoraConfig {
             upcast_adapters: false,
             ..bf16
         };
         let same = apply_lora(&tiny(), &kept).expect("lora");
-        let a = same
-            .params
-            .iter()
-            .find(|p| p.name == "block.q_proj.lora_A.default.weight")
-            .expect("lora_A");
+        let a = param(&same, "block.q_proj.lora_A.default.weight");
         assert_eq!(a.stored_dtype, None);
         // the upcast layer has one node more: `result.to(torch_result_dtype)`
         assert_eq!(up.nodes.len(), same.nodes.len() + 1);
@@ -695,13 +688,7 @@ mod tests {
     #[test]
     fn conv1d_layers_are_adapted_with_their_in_out_features() {
         let g = apply_lora(&gpt2_block(), &cfg(&["c_attn"])).expect("lora");
-        let shape = |name: &str| {
-            g.params
-                .iter()
-                .find(|p| p.name == name)
-                .map(|p| p.shape.to_vec())
-                .unwrap_or_else(|| panic!("no {name}"))
-        };
+        let shape = |name: &str| param(&g, name).shape.to_vec();
         // the Conv1D weight stays [in, out]; the adapters are nn.Linear (in -> r -> out)
         assert_eq!(shape("c_attn.base_layer.weight"), vec![16, 48]);
         assert_eq!(shape("c_attn.lora_A.default.weight"), vec![2, 16]);
@@ -727,12 +714,7 @@ mod tests {
         c.autocast = true;
         let g = apply_lora(&gpt2_block(), &c).expect("lora");
         let m = g.find_module("lm_head").expect("lora layer");
-        let kinds: Vec<&str> = g
-            .nodes
-            .iter()
-            .filter(|n| n.module == m)
-            .map(|n| n.op.kind())
-            .collect();
+        let kinds = op_kinds(&g, m);
         assert_eq!(kinds, ["_to_copy", "mul", "add"]);
         let cast = g
             .nodes
