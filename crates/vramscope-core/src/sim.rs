@@ -2275,18 +2275,18 @@ fn release_schedule(g: &Graph) -> ReleaseSchedule {
     }
     // by node, newest tensor first (inner frames return first, and their locals are the newer
     // tensors): a counting sort, filled from the newest tensor down
-    let released = |t: usize| {
-        let td = &g.tensors[t];
-        let id = TensorId(t as u32);
-        td.param.is_none() && !g.inputs.contains(&id) && !g.outputs.contains(&id)
-    };
-    let mut starts = vec![0u32; g.nodes.len() + 1];
-    for (t, l) in last.iter().enumerate() {
-        if let Some(l) = *l {
-            if released(t) {
-                starts[l + 1] += 1;
-            }
+    // parameters used as activations, the model's inputs and outputs are never released here
+    for t in g.inputs.iter().chain(&g.outputs) {
+        last[t.0 as usize] = None;
+    }
+    for (l, td) in last.iter_mut().zip(&g.tensors) {
+        if td.param.is_some() {
+            *l = None;
         }
+    }
+    let mut starts = vec![0u32; g.nodes.len() + 1];
+    for l in last.iter().flatten() {
+        starts[l + 1] += 1;
     }
     for n in 0..g.nodes.len() {
         starts[n + 1] += starts[n];
@@ -2295,10 +2295,8 @@ fn release_schedule(g: &Graph) -> ReleaseSchedule {
     let mut tensors = vec![TensorId(0); starts[g.nodes.len()] as usize];
     for (t, l) in last.iter().enumerate().rev() {
         if let Some(l) = *l {
-            if released(t) {
-                tensors[fill[l] as usize] = TensorId(t as u32);
-                fill[l] += 1;
-            }
+            tensors[fill[l] as usize] = TensorId(t as u32);
+            fill[l] += 1;
         }
     }
     ReleaseSchedule { starts, tensors }
