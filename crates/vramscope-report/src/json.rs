@@ -301,9 +301,9 @@ impl EstimateReport {
                 .layers
                 .iter()
                 .map(|l| LayerInfo {
-                    name: l.name.clone(),
-                    op: l.op.clone(),
-                    output_shape: l.output_shape.clone(),
+                    name: l.name(g).to_string(),
+                    op: l.op(g).to_string(),
+                    output_shape: l.output_shape(g).to_vec(),
                     parameters: l.parameters,
                     saved_bytes: l.saved_bytes,
                 })

@@ -652,14 +652,14 @@ mod tests {
         let q = s
             .layers
             .iter()
-            .find(|l| l.name == "block.q_proj")
+            .find(|l| l.name(&g) == "block.q_proj")
             .expect("q");
         assert_eq!(q.saved_bytes, 0);
         // o_proj keeps its input (q_proj's output) for its own weight's gradient
         let o = s
             .layers
             .iter()
-            .find(|l| l.name == "block.o_proj")
+            .find(|l| l.name(&g) == "block.o_proj")
             .expect("o");
         assert_eq!(o.saved_bytes, 16 * 16 * 4);
     }
