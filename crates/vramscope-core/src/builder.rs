@@ -10,8 +10,8 @@ use crate::fasthash::{path_hash, IntMap};
 
 use crate::dtype::DType;
 use crate::ir::{
-    Graph, InitTemporary, ModuleDef, ModuleId, Node, NodeId, ParamDef, ParamId, ParamKind, Scope,
-    Shape, Task, TensorDef, TensorId, TensorList,
+    Dims, Graph, InitTemporary, ModuleDef, ModuleId, Node, NodeId, ParamDef, ParamId, ParamKind,
+    Scope, Shape, Task, TensorDef, TensorId, TensorList,
 };
 use crate::ops::{Op, ShapeError};
 
@@ -482,7 +482,7 @@ impl GraphBuilder {
             let id = self.graph.params.len() as u32;
             let def = ParamDef {
                 name,
-                shape: d.shape.clone(),
+                shape: Dims::from_slice(&d.shape),
                 dtype: d.dtype,
                 stored_dtype: d.stored_dtype,
                 kind: d.kind,
@@ -496,7 +496,7 @@ impl GraphBuilder {
         for t in rec.tensors.clone() {
             let d = &self.graph.tensors[t as usize];
             let def = TensorDef {
-                shape: d.shape.clone(),
+                shape: Dims::from_slice(&d.shape),
                 dtype: d.dtype,
                 producer: d.producer.map(|n| NodeId(n.0 + dn)),
                 param: d.param.map(param),
@@ -508,9 +508,9 @@ impl GraphBuilder {
             let node = Node {
                 op: d.op.clone(),
                 module: module(d.module),
-                inputs: d.inputs.iter().map(|&t| tensor(t)).collect(),
-                params: d.params.iter().map(|&p| param(p)).collect(),
-                outputs: d.outputs.iter().map(|&t| tensor(t)).collect(),
+                inputs: remap(&d.inputs, tensor),
+                params: remap(&d.params, param),
+                outputs: remap(&d.outputs, tensor),
             };
             self.graph.nodes.push(node);
         }
@@ -520,7 +520,7 @@ impl GraphBuilder {
                 module: module(d.module),
                 first: d.first + dn,
                 end: d.end + dn,
-                inputs: d.inputs.iter().map(|&t| tensor(t)).collect(),
+                inputs: remap(&d.inputs, tensor),
             };
             self.graph.scopes.push(scope);
         }
@@ -915,5 +915,24 @@ fn check_size(op: &'static str, shape: &[u64]) -> Result<(), ShapeError> {
             op,
             format!("a tensor of shape {shape:?} has more than 2^45 elements; check the batch size and input size"),
         )),
+    }
+}
+
+/// `list` with `f` applied to each id. An inline list is rebuilt in a plain array: `SmallVec`'s
+/// `collect` costs several times more, and replaying a 70B model's layers renumbers 16,000 lists.
+fn remap<T: Copy, const N: usize>(list: &SmallVec<[T; N]>, f: impl Fn(T) -> T) -> SmallVec<[T; N]>
+where
+    [T; N]: smallvec::Array<Item = T>,
+{
+    if list.is_empty() {
+        SmallVec::new()
+    } else if list.len() <= N {
+        let mut buf = [list[0]; N];
+        for (slot, &x) in buf.iter_mut().zip(list.iter()) {
+            *slot = f(x);
+        }
+        SmallVec::from_buf_and_len(buf, list.len())
+    } else {
+        list.iter().map(|&x| f(x)).collect()
     }
 }
