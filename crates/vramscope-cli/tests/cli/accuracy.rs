@@ -346,6 +346,17 @@ fn eager_attention_cases_match_truth() {
     check_phase_peaks("hf_eager.jsonl");
 }
 
+/// `--attn-implementation eager` for the other causal-LM families (validation/cases_eager_families
+/// .jsonl): Qwen3 (q/k norms, GQA), Phi-3 (fused projections, full heads), OPT (its own mask and
+/// positions, full heads) and Mixtral (MoE, GQA); fp32 and AMP bf16 AdamW, fp32 inference.
+/// Within 0.14% of truth (OPT's full-head key and value gradients are copied by their
+/// `ViewBackward0`s, which are not modelled; the others are exact).
+#[test]
+fn eager_attention_family_cases_match_truth() {
+    assert_eq!(cases("hf_eager_families.jsonl").len(), 12);
+    check_phase_peaks("hf_eager_families.jsonl");
+}
+
 /// The decoder families (configs cut to 2 layers): Gemma, Gemma2 (eager attention with logit
 /// soft-capping), Gemma3 (sliding-window mask at the window, and past it at a length that is not
 /// a multiple of 8: mem-efficient attention's padded mask), Phi-3, Qwen3, and the sliding-window

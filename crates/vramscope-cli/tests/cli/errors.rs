@@ -143,6 +143,18 @@ fn unsupported_transformer_configs() {
     );
     std::fs::remove_dir_all(&dir).ok();
     fails_with(&["estimate", "gpt2"], &["gpt2", "needs --seq-len"]);
+    // eager attention is refused where it is not measured, naming where it is
+    fails_with(
+        &[
+            "estimate",
+            "bert-base-uncased",
+            "--seq-len",
+            "128",
+            "--attn-implementation",
+            "eager",
+        ],
+        &["--attn-implementation eager", "not bert", "qwen3", "opt"],
+    );
 }
 
 #[test]

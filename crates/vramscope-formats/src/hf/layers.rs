@@ -1141,6 +1141,13 @@ pub fn eager_attention(
     } else {
         b.op(MatMul, &[probs, v])
     };
+    // matmul returns bmm's product through `_unsafe_view`, whose backward reshapes the incoming
+    // gradient (a transposed view, from the `.transpose(1, 2).contiguous()` below) to bmm's
+    // layout: a copy, freed once BmmBackward0 has used it (truth traces: `UnsafeViewBackward0`)
+    let o = b.op(
+        Aten::view("_unsafe_view", vec![bsz, heads, sq, d]).grads(vec![GradIn::New]),
+        &[o],
+    );
     let o = view(b, "transpose", o, vec![bsz, sq, heads, d]);
     let o = b.op(
         Contiguous {

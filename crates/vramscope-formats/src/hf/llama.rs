@@ -19,8 +19,8 @@
 //!
 //! The Mixture-of-Experts decoders (`moe.rs`) reuse the spec, the model around the layers
 //! (`causal_lm`), the attention and the MLP; `generate.rs` runs the same forward with a KV cache
-//! (Phi-3's sliding-window cache layers too, inside the window). Qwen3 and Phi-3 are not measured
-//! with eager attention and are refused there (`mod.rs`).
+//! (Phi-3's sliding-window cache layers too, inside the window). Qwen3 and Phi-3 run eager
+//! attention through the same code as Llama (measured: fixtures/truth/hf_eager_families.jsonl).
 
 use vramscope_core::builder::RepeatedModule;
 use vramscope_core::ir::Task;
@@ -480,12 +480,6 @@ impl Model {
             check_positions(cfg, input, "max_position_embeddings", m)?;
         }
         let eager = input.attn == AttnImplementation::Eager;
-        if matches!(spec.variant, Variant::Qwen3 | Variant::Phi3) && eager {
-            return Err(HfError::BadInput(format!(
-                "{}: {model_type} is modelled with sdpa; --attn-implementation eager is not measured for it yet",
-                cfg.path
-            )));
-        }
         if input.generate.is_some() && cfg.bool_or("use_sliding_window", false)? {
             return Err(HfError::Field {
                 path: cfg.path.clone(),

@@ -341,14 +341,18 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
         )));
     }
     if input.attn == AttnImplementation::Eager {
-        // Qwen3 and Phi-3 ride on the Llama family but their eager forwards are not measured
-        // (llama::Model::new refuses them); Gemma2 always runs eager attention
+        // the families whose eager forwards are measured (fixtures/truth/hf_eager*.jsonl;
+        // Gemma2 always runs eager attention)
         if !matches!(
             family,
-            Family::Gpt2 | Family::Llama | Family::Gemma(gemma::Flavor::Gemma2)
+            Family::Gpt2
+                | Family::Opt
+                | Family::Llama
+                | Family::Moe
+                | Family::Gemma(gemma::Flavor::Gemma2)
         ) {
             return Err(HfError::BadInput(format!(
-                "{}: --attn-implementation eager is modelled for gpt2, llama, mistral, qwen2 and gemma2 (which always runs it), not {model_type}",
+                "{}: --attn-implementation eager is modelled for gpt2, opt, llama, mistral, qwen2, qwen3, phi3, the MoE decoders (mixtral, qwen2_moe, qwen3_moe) and gemma2 (which always runs it), not {model_type}",
                 cfg.path
             )));
         }

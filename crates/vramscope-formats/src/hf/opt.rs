@@ -2,7 +2,7 @@
 //! embeddings (optionally `project_in` / `project_out` when `word_embed_proj_dim` differs from
 //! `hidden_size`), learned positions offset by 2 and computed from a ones mask (`cumsum`), decoder
 //! layers (pre- or post-norm by `do_layer_norm_before`: q/k/v/out projections with q scaled
-//! after its projection, SDPA `is_causal`, functional dropout, then `fc1` + activation + `fc2` on
+//! after its projection, SDPA `is_causal` or eager attention, functional dropout, then `fc1` + activation + `fc2` on
 //! the flattened `[B·S, E]` rows), a final LayerNorm, and an `lm_head` tied to `embed_tokens`.
 
 use vramscope_core::ir::Task;
@@ -11,10 +11,10 @@ use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
 use super::generate::CausalLm;
 use super::layers::{
-    activation, activation_kind, add, cached_attention_core, dropout_fn, embedding, layer_norm,
-    linear, mul_scalar, tied_head, view, Call, Eager, EagerFlavor,
+    activation, activation_kind, add, cached_attention_core, dropout_fn, eager_causal_mask,
+    embedding, layer_norm, linear, mul_scalar, tied_head, view, Call, Eager, EagerFlavor,
 };
-use super::{build_error, check_positions, HfConfig, HfError, HfInput};
+use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
 use vramscope_core::ops::ActivationKind;
 
 struct Spec {
@@ -107,6 +107,11 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<(Graph, Vec<String>), Hf
 /// OPT ready to record its forward, once or once per generation step.
 pub struct Model {
     spec: Spec,
+    /// The attention the layers run: SDPA (`flavor` only names the eager variant) or, with
+    /// `attn_implementation="eager"`, `eager_attention_forward` (OPT's copy of Llama's: the
+    /// scores scaled by 1.0, then `softmax(dtype=float32).to(query.dtype)`).
+    attention: Eager,
+    eager: bool,
 }
 
 impl Model {
@@ -114,7 +119,15 @@ impl Model {
     pub fn new(cfg: &HfConfig, input: &HfInput) -> Result<Model, HfError> {
         let spec = spec(cfg)?;
         check_positions(cfg, input, "max_position_embeddings", spec.max_positions)?;
-        Ok(Model { spec })
+        Ok(Model {
+            spec,
+            attention: Eager {
+                flavor: EagerFlavor::Llama,
+                dtype: input.precision.param_dtype(),
+                autocast: input.precision.autocast_dtype(),
+            },
+            eager: input.attn == AttnImplementation::Eager,
+        })
     }
 
     /// The layers `gradient_checkpointing_enable()` checkpoints.
@@ -129,7 +142,7 @@ impl Model {
         let s = &self.spec;
         let (h, emb) = b.module("model", "OPTModel", &[ids], |b| {
             b.module("decoder", "OPTDecoder", &[ids], |b| {
-                decoder(b, s, ids, call)
+                decoder(b, self, ids, call)
             })
         });
         if s.tied {
@@ -146,7 +159,13 @@ impl Model {
     }
 }
 
-fn decoder(b: &mut GraphBuilder, s: &Spec, ids: TensorId, call: &mut Call) -> (TensorId, TensorId) {
+fn decoder(
+    b: &mut GraphBuilder,
+    m: &Model,
+    ids: TensorId,
+    call: &mut Call,
+) -> (TensorId, TensorId) {
+    let s = &m.spec;
     let sh = b.shape(ids).to_vec();
     let (bsz, seq) = (sh[0], sh[1]);
     let (tok, emb) = embedding(b, "embed_tokens", s.vocab, s.proj_dim, ids);
@@ -171,6 +190,13 @@ fn decoder(b: &mut GraphBuilder, s: &Spec, ids: TensorId, call: &mut Call) -> (T
             b.op(int_op("_to_copy", seq, i64), &[sub])
         }),
     };
+    if m.eager {
+        // create_causal_mask runs after position_ids are made, before embed_positions; the
+        // mask is a local of the forward until it returns
+        let mask = eager_causal_mask(b, bsz, seq, tok);
+        b.hold(&[mask]);
+        call.eager_mask = Some(mask);
+    }
     let (pe, _) = b.module(
         "embed_positions",
         "OPTLearnedPositionalEmbedding",
@@ -209,7 +235,7 @@ fn decoder(b: &mut GraphBuilder, s: &Spec, ids: TensorId, call: &mut Call) -> (T
     b.module("layers", "ModuleList", &[], |b| {
         for i in 0..s.layers {
             x = b.module(&i.to_string(), "OPTDecoderLayer", &[x], |b| {
-                layer(b, s, bsz, seq, x, i as usize, call)
+                layer(b, m, bsz, seq, x, i as usize, call)
             });
         }
     });
@@ -224,13 +250,14 @@ fn decoder(b: &mut GraphBuilder, s: &Spec, ids: TensorId, call: &mut Call) -> (T
 
 fn layer(
     b: &mut GraphBuilder,
-    s: &Spec,
+    m: &Model,
     bsz: u64,
     seq: u64,
     input: TensorId,
     index: usize,
     call: &mut Call,
 ) -> TensorId {
+    let s = &m.spec;
     let e = s.hidden;
     // __init__ order: k, v, q, out projections, self_attn_layer_norm, fc1, fc2, final_layer_norm
     b.declare("self_attn", "OPTAttention", |b| {
@@ -252,9 +279,21 @@ fn layer(
         let q = mul_scalar(b, q);
         let k = linear(b, "k_proj", e, e, s.bias, x);
         let v = linear(b, "v_proj", e, e, s.bias, x);
-        let o = cached_attention_core(b, [q, k, v], s.heads, s.attn_dropout, (index, SDPA), call);
+        let o = cached_attention_core(
+            b,
+            [q, k, v],
+            s.heads,
+            s.attn_dropout,
+            (index, m.attention),
+            call,
+        );
         linear(b, "out_proj", e, e, s.bias, o)
     });
+    // eager attention's weights: `hidden_states, self_attn_weights = self.self_attn(...)`
+    // keeps them until the layer returns
+    if let Some(w) = call.attn_weights.take() {
+        b.hold(&[w]);
+    }
     let a = dropout_fn(b, s.dropout, a);
     let mut x = add(b, input, a);
     if !s.pre_norm {
@@ -278,13 +317,6 @@ fn layer(
         layer_norm(b, "final_layer_norm", e, out)
     }
 }
-
-/// OPT runs SDPA only (eager attention is refused for it in `build`).
-const SDPA: Eager = Eager {
-    flavor: EagerFlavor::Llama,
-    dtype: DType::F32,
-    autocast: None,
-};
 
 fn lin(in_features: u64, out_features: u64, bias: bool) -> Linear {
     Linear {
