@@ -357,6 +357,15 @@ fn eager_attention_family_cases_match_truth() {
     check_phase_peaks("hf_eager_families.jsonl");
 }
 
+/// `--attn-implementation eager` for Gemma and Gemma3 (validation/cases_eager_gemma.jsonl; Gemma3
+/// past its sliding window, where its sliding layers get their own additive mask); fp32 and AMP
+/// bf16 AdamW, fp32 inference. Within 0.01% of truth.
+#[test]
+fn eager_attention_gemma_cases_match_truth() {
+    assert_eq!(cases("hf_eager_gemma.jsonl").len(), 6);
+    check_phase_peaks("hf_eager_gemma.jsonl");
+}
+
 /// The decoder families (configs cut to 2 layers): Gemma, Gemma2 (eager attention with logit
 /// soft-capping), Gemma3 (sliding-window mask at the window, and past it at a length that is not
 /// a multiple of 8: mem-efficient attention's padded mask), Phi-3, Qwen3, and the sliding-window

@@ -18,6 +18,8 @@
 //!   rotary module with frequencies per layer type (`sliding_attention_inv_freq`, ...), called
 //!   once per layer type. With SDPA, a sliding-window layer gets a boolean mask (and k, v repeated
 //!   to all heads) once the sequence reaches the window.
+//! * `--attn-implementation eager` runs Gemma and Gemma3 through Llama's `eager_attention_forward`
+//!   with Gemma2's additive masks (measured: fixtures/truth/hf_eager_gemma.jsonl).
 //!
 //! The same forward runs each step of a generation (`generate.rs`, [`Model`]): `logits_to_keep`,
 //! the cache's sliding-window layers for Gemma3's sliding layers (inside the window, where SDPA
@@ -38,7 +40,7 @@ use super::layers::{
     rotary, rotary_with_buffers, sdpa, sdpa_masked, tied_head, view, Call, Eager, EagerFlavor,
     MaskPattern,
 };
-use super::{build_error, check_positions, HfConfig, HfError, HfInput};
+use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
 
 /// Which Gemma generation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -301,6 +303,8 @@ struct Ctx<'a> {
     /// The dtype the projections run in (the autocast dtype under autocast).
     compute: DType,
     amp: bool,
+    /// Eager attention: always for Gemma2, on `--attn-implementation eager` for the others.
+    eager: bool,
 }
 
 /// Builds `Gemma{,2,3}ForCausalLM`; returns the graph and the checkpointed layers.
@@ -332,6 +336,7 @@ pub struct Model {
     spec: Spec,
     dtype: DType,
     autocast: Option<DType>,
+    eager: bool,
 }
 
 impl Model {
@@ -351,6 +356,7 @@ impl Model {
             )));
         }
         Ok(Model {
+            eager: flavor == Flavor::Gemma2 || input.attn == AttnImplementation::Eager,
             spec,
             dtype,
             autocast: input.precision.autocast_dtype(),
@@ -364,6 +370,7 @@ impl Model {
             dtype: self.dtype,
             compute: self.autocast.unwrap_or(self.dtype),
             amp: self.autocast.is_some(),
+            eager: self.eager,
         }
     }
 }
@@ -469,11 +476,11 @@ fn model(b: &mut GraphBuilder, c: &Ctx, ids: TensorId, call: &mut Call) -> (Tens
     };
     // inputs_embeds and position_ids are locals of the model's forward until it returns
     b.hold(&[x, pos]);
-    // the masks: one per layer type (Gemma: the causal one); eager (Gemma2) masks are additive
-    // in the embeddings' dtype. With a cache (inside the sliding window: Model::new and
+    // the masks: one per layer type (Gemma: the causal one); eager masks (Gemma2's always) are
+    // additive in the embeddings' dtype. With a cache (inside the sliding window: Model::new and
     // `generate` refuse the rest) SDPA runs without one and the mask code skips even the
     // packed-sequence check
-    let eager = (s.flavor == Flavor::Gemma2).then_some(c.dtype);
+    let eager = c.eager.then_some(c.dtype);
     let cached = call.cache.is_some();
     let full_mask = if cached {
         None
@@ -760,11 +767,15 @@ fn attention(
         let o = attention_output(b, o, false, half);
         view(b, "reshape", o, vec![bsz, seq, s.heads * d])
     };
-    let (o, weights) = match (s.flavor, mask) {
-        (Flavor::Gemma2, Some(m)) => {
+    let (o, weights) = match (c.eager, mask) {
+        (true, Some(m)) => {
+            // Gemma's and Gemma3's eager_attention_forward are Llama's; Gemma2's soft-caps
             let e = Eager {
-                flavor: EagerFlavor::Gemma2 {
-                    softcap: s.attn_softcap.is_some(),
+                flavor: match s.flavor {
+                    Flavor::Gemma2 => EagerFlavor::Gemma2 {
+                        softcap: s.attn_softcap.is_some(),
+                    },
+                    _ => EagerFlavor::Llama,
                 },
                 dtype: c.dtype,
                 autocast: c.amp.then_some(c.compute),

@@ -345,14 +345,10 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
         // Gemma2 always runs eager attention)
         if !matches!(
             family,
-            Family::Gpt2
-                | Family::Opt
-                | Family::Llama
-                | Family::Moe
-                | Family::Gemma(gemma::Flavor::Gemma2)
+            Family::Gpt2 | Family::Opt | Family::Llama | Family::Moe | Family::Gemma(_)
         ) {
             return Err(HfError::BadInput(format!(
-                "{}: --attn-implementation eager is modelled for gpt2, opt, llama, mistral, qwen2, qwen3, phi3, the MoE decoders (mixtral, qwen2_moe, qwen3_moe) and gemma2 (which always runs it), not {model_type}",
+                "{}: --attn-implementation eager is modelled for gpt2, opt, llama, mistral, qwen2, qwen3, phi3, the MoE decoders (mixtral, qwen2_moe, qwen3_moe), gemma, gemma3 and gemma2 (which always runs it), not {model_type}",
                 cfg.path
             )));
         }
