@@ -107,10 +107,10 @@ class _ScriptedValues(TorchDispatchMode):
 
 
 def generate(batch, seq, new_tokens=16, config="fixtures/hf/configs/qwen2_small_2l.json", layers=None,
-             overrides=None, **_):
+             overrides=None, attn="sdpa", **_):
     import transformers
     _patch_packed_sequence_detection()
-    cfg = _config(config, layers, "sdpa", overrides)
+    cfg = _config(config, layers, attn, overrides)
     cfg.use_cache = True
     # in the measured parameter dtype (measure.py's default dtype), not the config's `torch_dtype`
     # (Phi-3's and Llama 3.2's configs say bfloat16, which from_config would build in)

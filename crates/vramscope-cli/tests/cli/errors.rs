@@ -312,12 +312,11 @@ fn bad_generation_flags() {
         with("bert-base-uncased", &[]),
         &["--mode generate needs a causal LM", "encoder"],
     );
-    // Gemma2 always runs eager attention, whose masks over a cache are not modelled
-    let gemma2 = format!(
-        "{}/../../fixtures/hf/configs/gemma2_2b_2l.json",
-        env!("CARGO_MANIFEST_DIR")
+    // eager attention over a cache is modelled for the Llama and Gemma families only
+    run(
+        with("gpt2", &["--attn-implementation", "eager"]),
+        &["eager with --mode generate", "not gpt2", "use sdpa"],
     );
-    run(with(&gemma2, &[]), &["--mode generate", "gemma2"]);
     run(
         with("gpt2", &["--seq-len", "16"]),
         &["--prompt-len", "instead of --seq-len"],

@@ -23,7 +23,7 @@
 //!
 //! The same forward runs each step of a generation (`generate.rs`, [`Model`]): `logits_to_keep`,
 //! the cache's sliding-window layers for Gemma3's sliding layers (inside the window, where SDPA
-//! needs no mask). Gemma2's eager attention over a cache is refused.
+//! needs no mask; eager attention, Gemma2's, adds `[B, 1, S, past + S]` masks).
 //!
 //! A `gemma3` config (the vision-language `Gemma3Config`) is read through its `text_config` when
 //! its architecture is `Gemma3ForCausalLM`; `Gemma3ForConditionalGeneration` (vision tower,
@@ -349,12 +349,6 @@ impl Model {
     ) -> Result<Model, HfError> {
         let spec = spec(cfg, flavor)?;
         check_positions(cfg, input, "max_position_embeddings", spec.max_positions)?;
-        if input.generate.is_some() && flavor == Flavor::Gemma2 {
-            return Err(HfError::BadInput(format!(
-                "{}: --mode generate is not modelled yet for gemma2 (its eager attention's masks over a cache)",
-                cfg.path
-            )));
-        }
         Ok(Model {
             eager: flavor == Flavor::Gemma2 || input.attn == AttnImplementation::Eager,
             spec,
@@ -481,19 +475,22 @@ fn model(b: &mut GraphBuilder, c: &Ctx, ids: TensorId, call: &mut Call) -> (Tens
     // `generate` refuse the rest) SDPA runs without one and the mask code skips even the
     // packed-sequence check
     let eager = c.eager.then_some(c.dtype);
-    let cached = call.cache.is_some();
-    let full_mask = if cached {
-        None
+    // SDPA over a cache needs no mask; eager attention gets `[B, 1, S, past + S]` ones
+    let cache_len = call.cache.is_some().then_some(call.past + seq);
+    let masked = cache_len.is_none() || eager.is_some();
+    let full_mask = if masked {
+        attention_mask(b, c.bsz, seq, MaskPattern::Causal, eager, cache_len)
     } else {
-        attention_mask(b, c.bsz, seq, MaskPattern::Causal, eager)
+        None
     };
-    let sliding_mask = if s.flavor.sandwich() && !cached {
+    let sliding_mask = if s.flavor.sandwich() && masked {
         attention_mask(
             b,
             c.bsz,
             seq,
             MaskPattern::SlidingWindow(s.sliding_window),
             eager,
+            cache_len,
         )
     } else {
         None
@@ -747,17 +744,25 @@ fn attention(
             apply_rotary(b, k, cos, sin, c.amp),
         )
     });
+    let eager = Eager {
+        // Gemma's and Gemma3's eager_attention_forward are Llama's; Gemma2's soft-caps
+        flavor: match s.flavor {
+            Flavor::Gemma2 => EagerFlavor::Gemma2 {
+                softcap: s.attn_softcap.is_some(),
+            },
+            _ => EagerFlavor::Llama,
+        },
+        dtype: c.dtype,
+        autocast: c.amp.then_some(c.compute),
+    };
     if call.cache.is_some() {
-        // query_states stays a local; key_states / value_states are rebound to the cache's
-        let eager = Eager {
-            flavor: EagerFlavor::Llama,
-            dtype: c.dtype,
-            autocast: c.amp.then_some(c.compute),
-        };
+        // query_states stays a local; key_states / value_states are rebound to the cache's.
+        // Eager attention adds the layer's mask to its scores
+        call.eager_mask = if c.eager { mask } else { None };
         let o = cached_attention(b, call, layer, q, k, v, s.attn_dropout, eager);
         return (
             linear(b, "o_proj", s.heads * d, s.hidden, s.attn_bias, o),
-            None,
+            call.attn_weights.take(),
         );
     }
     // query_states / key_states / value_states are locals until the forward returns
@@ -769,20 +774,9 @@ fn attention(
     };
     let (o, weights) = match (c.eager, mask) {
         (true, Some(m)) => {
-            // Gemma's and Gemma3's eager_attention_forward are Llama's; Gemma2's soft-caps
-            let e = Eager {
-                flavor: match s.flavor {
-                    Flavor::Gemma2 => EagerFlavor::Gemma2 {
-                        softcap: s.attn_softcap.is_some(),
-                    },
-                    _ => EagerFlavor::Llama,
-                },
-                dtype: c.dtype,
-                autocast: c.amp.then_some(c.compute),
-            };
             // eager_attention_forward is a function: the repeated k and v it keeps are freed
             // when it returns
-            let (o, w) = b.frame(|b| eager_attention(b, e, q, k, v, m, s.attn_dropout));
+            let (o, w) = b.frame(|b| eager_attention(b, eager, q, k, v, m, s.attn_dropout, false));
             (o, Some(w))
         }
         (_, Some(m)) => {

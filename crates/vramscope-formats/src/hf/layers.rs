@@ -512,14 +512,21 @@ pub enum MaskPattern {
 ///   mask expanded (a view) to `[B, 1, S, S]`.
 /// * `eager: Some(dtype)`: never skipped; the boolean mask turned into an additive `[B, 1, S, S]`
 ///   mask of `dtype` (`torch.where(mask, 0, finfo.min)`; the dtype of `inputs_embeds`).
+///
+/// `cache_len`: with a cache, its length after this call's update (the masks are `[.., S, KV]`,
+/// and the mask code skips the packed-sequence check); `None` without one (`KV` = `S`).
 pub fn attention_mask(
     b: &mut GraphBuilder,
     batch: u64,
     seq: u64,
     pattern: MaskPattern,
     eager: Option<DType>,
+    cache_len: Option<u64>,
 ) -> Option<TensorId> {
-    packed_sequence_check(b, batch, seq);
+    if cache_len.is_none() {
+        packed_sequence_check(b, batch, seq);
+    }
+    let kv = cache_len.unwrap_or(seq);
     let materialized = match pattern {
         MaskPattern::Causal => eager.is_some(),
         MaskPattern::SlidingWindow(w) => eager.is_some() || seq >= w,
@@ -529,7 +536,7 @@ pub fn attention_mask(
     }
     let i64 = DTypeRule::Fixed(DType::I64);
     let bool_ = DTypeRule::Fixed(DType::Bool);
-    let square = vec![1, 1, seq, seq];
+    let square = vec![1, 1, seq, kv];
     let boolean = b.frame(|b| {
         // batch, head, q and kv index vectors (`arange(n) + offset`), locals of sdpa_mask
         let idx = b.op_multi(
@@ -537,11 +544,11 @@ pub fn attention_mask(
                 let mut op = Aten::new("arange", vec![batch])
                     .dtype(i64)
                     .temporary(vec![seq], i64)
-                    .temporary(vec![seq], i64)
+                    .temporary(vec![kv], i64)
                     .not_differentiable();
                 op.outputs.push((vec![1], i64));
                 op.outputs.push((vec![seq], i64));
-                op.outputs.push((vec![seq], i64));
+                op.outputs.push((vec![kv], i64));
                 op
             },
             &[],
@@ -595,7 +602,7 @@ pub fn attention_mask(
             }
         }
     });
-    let full = vec![batch, 1, seq, seq];
+    let full = vec![batch, 1, seq, kv];
     Some(match eager {
         None => b.op(
             Aten::view("expand", full).grads(vec![GradIn::None]),
@@ -1014,7 +1021,10 @@ pub fn cached_attention(
         }
     };
     if let Some(mask) = call.eager_mask {
-        let (o, weights) = eager_attention(b, eager, q, k, v, mask, dropout_p);
+        let cached = call.cache.is_some();
+        // eager_attention_forward is a function: the repeated k and v it keeps are freed when it
+        // returns
+        let (o, weights) = b.frame(|b| eager_attention(b, eager, q, k, v, mask, dropout_p, cached));
         call.attn_weights = Some(weights);
         return o;
     }
@@ -1054,6 +1064,11 @@ pub enum EagerFlavor {
 /// `eager_attention_forward`: `matmul(q, k^T) * scaling + mask`, softmax, dropout,
 /// `matmul(probs, v)`, then `transpose(1, 2).contiguous()`; returns the output `[B, S, H * D]`
 /// and the attention weights it hands back to its caller.
+///
+/// `cached`: k and v are the cache's tensors (contiguous `[B, H_kv, L, D]`, made by `cat`), which
+/// bmm takes as they are (the transposed keys too). A single query (a decode step) is viewable
+/// for bmm and its output already contiguous, so neither is copied.
+#[allow(clippy::too_many_arguments)]
 pub fn eager_attention(
     b: &mut GraphBuilder,
     e: Eager,
@@ -1062,6 +1077,7 @@ pub fn eager_attention(
     v: TensorId,
     mask: TensorId,
     dropout_p: f64,
+    cached: bool,
 ) -> (TensorId, TensorId) {
     let qs = b.shape(q).to_vec();
     let (bsz, heads, sq, d) = (qs[0], qs[1], qs[2], qs[3]);
@@ -1080,16 +1096,21 @@ pub fn eager_attention(
     // matmul(q, k^T): bmm needs merged batch dimensions, so it copies q (laid out [B, S, H, D]
     // by the slicing or the rotary products) and, unless repeat_kv made them contiguous, the
     // transposed keys
-    let copy_k = !llama_like || kv_heads == heads || kv_heads == 1;
+    let copy_k = !cached && (!llama_like || kv_heads == heads || kv_heads == 1);
+    let copy_q = sq > 1;
     let kt = view(b, "transpose", k, vec![bsz, heads, d, sk]);
-    let outs = b.op_multi(
-        MatMulCopy {
-            lhs: true,
-            rhs: copy_k,
-        },
-        &[q, kt],
-    );
-    let scores = *outs.last().unwrap_or(&q);
+    let scores = if copy_q || copy_k {
+        let outs = b.op_multi(
+            MatMulCopy {
+                lhs: copy_q,
+                rhs: copy_k,
+            },
+            &[q, kt],
+        );
+        *outs.last().unwrap_or(&q)
+    } else {
+        b.op(MatMul, &[q, kt])
+    };
     let mut scores = mul_scalar(b, scores);
     if e.flavor == (EagerFlavor::Gemma2 { softcap: true }) {
         // scores / cap, tanh (keeps its output), * cap
@@ -1114,7 +1135,11 @@ pub fn eager_attention(
             };
             let p = b.op(Softmax { dim: 3 }, &[x]);
             if half && e.autocast.is_none() {
-                to_dtype(b, p, e.dtype)
+                let p = to_dtype(b, p, e.dtype);
+                // `attn_weights = softmax(attn_weights, ...).to(query.dtype)`: the scores stay
+                // referenced until the statement rebinds them
+                b.keep_until_now(&[scores]);
+                p
             } else {
                 p
             }
@@ -1149,20 +1174,30 @@ pub fn eager_attention(
         &[o],
     );
     let o = view(b, "transpose", o, vec![bsz, sq, heads, d]);
-    let o = b.op(
-        Contiguous {
-            name: "clone",
-            shape: vec![bsz, sq, heads, d],
-        },
-        &[o],
-    );
+    let o = if sq > 1 {
+        b.op(
+            Contiguous {
+                name: "clone",
+                shape: vec![bsz, sq, heads, d],
+            },
+            &[o],
+        )
+    } else {
+        o
+    };
     (view(b, "reshape", o, vec![bsz, sq, heads * d]), probs)
 }
 
 /// The additive causal mask `create_causal_mask` makes for eager attention
-/// (`[B, 1, S, S]`, 0 where allowed and the dtype's minimum elsewhere, in the dtype of `x`): the
-/// index vectors, the `[1, 1, S, S]` boolean mask, then `where`.
-pub fn eager_causal_mask(b: &mut GraphBuilder, bsz: u64, seq: u64, x: TensorId) -> TensorId {
+/// (`[B, 1, S, KV]`, 0 where allowed and the dtype's minimum elsewhere, in the dtype of `x`): the
+/// index vectors, the `[1, 1, S, KV]` boolean mask, then `where`. `KV` is `S` without a cache, and
+/// the cache's length after this call's update with one (a decode step: `[B, 1, 1, past + 1]`).
+pub fn eager_causal_mask(
+    b: &mut GraphBuilder,
+    bsz: u64,
+    (seq, kv_len): (u64, u64),
+    x: TensorId,
+) -> TensorId {
     let i64 = DTypeRule::Fixed(DType::I64);
     let int = |b: &mut GraphBuilder, name, shape, rule, inputs: &[TensorId]| {
         b.op(
@@ -1175,12 +1210,12 @@ pub fn eager_causal_mask(b: &mut GraphBuilder, bsz: u64, seq: u64, x: TensorId) 
         let head_idx = int(b, "arange", vec![1], i64, &[]);
         let a = int(b, "arange", vec![seq], i64, &[]);
         let q_idx = int(b, "add", vec![seq], i64, &[a]);
-        let a = int(b, "arange", vec![seq], i64, &[]);
-        let kv_idx = int(b, "add", vec![seq], i64, &[a]);
+        let a = int(b, "arange", vec![kv_len], i64, &[]);
+        let kv_idx = int(b, "add", vec![kv_len], i64, &[a]);
         let allowed = int(
             b,
             "le",
-            vec![1, 1, seq, seq],
+            vec![1, 1, seq, kv_len],
             DTypeRule::Fixed(DType::Bool),
             &[q_idx, kv_idx],
         );
@@ -1190,7 +1225,7 @@ pub fn eager_causal_mask(b: &mut GraphBuilder, bsz: u64, seq: u64, x: TensorId) 
         let min = int(b, "scalar_tensor", vec![], f32, &[]);
         // `where` in the dtype of the embeddings
         b.op(
-            Aten::new("where", vec![bsz, 1, seq, seq])
+            Aten::new("where", vec![bsz, 1, seq, kv_len])
                 .dtype(DTypeRule::Like(3))
                 .not_differentiable(),
             &[allowed, zero, min, x],

@@ -323,7 +323,7 @@ fn sdpa_masks(
                 packed_sequence_check(b, bsz, seq);
                 None
             } else {
-                attention_mask(b, bsz, seq, m, None)
+                attention_mask(b, bsz, seq, m, None, None)
             }
         })
         .collect()
@@ -404,7 +404,7 @@ fn forward(
             call.sdpa_masks = m;
         }
         if eager {
-            let mask = eager_causal_mask(b, bsz, seq, x);
+            let mask = eager_causal_mask(b, bsz, (seq, call.past + seq), x);
             // `causal_mask` is a local of the forward until it returns
             b.hold(&[mask]);
             call.eager_mask = Some(mask);
@@ -642,7 +642,7 @@ pub(super) fn attention(
             }
         });
         let mask = layer_mask(s, call, layer);
-        let o = if phi3 && call.cache.is_some() {
+        let o = if phi3 && call.cache.is_some() && call.eager_mask.is_none() {
             // a generation's forward: q stays referenced, the cache update, then SDPA on the
             // cached keys and values (causal only with more than one query); the output is
             // laid out like Phi-3's `cat`-made q, which `.contiguous()` copies in half precision

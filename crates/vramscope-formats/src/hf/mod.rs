@@ -352,10 +352,11 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
                 cfg.path
             )));
         }
-        if input.generate.is_some() {
-            return Err(HfError::BadInput(
-                "--attn-implementation eager with --mode generate is not modelled (the masks of cached forwards); use sdpa".into(),
-            ));
+        if input.generate.is_some() && !matches!(family, Family::Llama | Family::Gemma(_)) {
+            return Err(HfError::BadInput(format!(
+                "{}: --attn-implementation eager with --mode generate is modelled for the Llama family (llama, mistral, qwen2, qwen3, phi3) and gemma, gemma2, gemma3, not {model_type}; use sdpa",
+                cfg.path
+            )));
         }
     }
     if let Some(gen) = input.generate {
