@@ -338,6 +338,16 @@ fn family_generation_cases_match_truth() {
     check_phase_peaks("hf_generate_families.jsonl");
 }
 
+/// `model.generate` with the KV cache for the Mixture-of-Experts decoders (Mixtral with 4 and 8
+/// experts, Qwen3-MoE): the prefill's grouped-GEMM experts, then the decode steps' `batched_mm`
+/// experts (each token's expert weights gathered); fp32, AMP bf16, bf16, batch 1 to 16, one long
+/// generation through the skipped decode steps.
+#[test]
+fn moe_generation_cases_match_truth() {
+    assert_eq!(cases("hf_generate_moe.jsonl").len(), 10);
+    check_phase_peaks("hf_generate_moe.jsonl");
+}
+
 /// `--attn-implementation eager` (GPT-2, Qwen2 and Mistral with GQA; training in fp32 and AMP
 /// bf16, inference in fp32 and bf16): the `[B, H, S, S]` scores, the float32 softmax, the
 /// `repeat_kv` and matmul copies, the additive mask, the weights the layers keep.

@@ -375,7 +375,7 @@ pub(super) fn causal_lm(
 
 /// One call of `{p}ForCausalLM` on `ids` (the plain forward, or one forward of a generation with
 /// its cache); returns the logits.
-fn forward(
+pub(super) fn forward(
     b: &mut GraphBuilder,
     (s, p, dtype, eager): (&Spec, &str, DType, bool),
     ids: TensorId,

@@ -370,12 +370,7 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
                     cfg.path
                 )))
             }
-            Family::Moe => {
-                return Err(HfError::BadInput(format!(
-                    "{}: --mode generate is not modelled yet for the Mixture-of-Experts decoders ({model_type}): generate runs the experts of its decode steps as batched_mm (every token's expert weights gathered, [tokens x top-k, 2 x intermediate, hidden]), which is not modelled",
-                    cfg.path
-                )))
-            }
+            Family::Moe => Box::new(moe::Model::new(cfg, &model_type, input, dtype)?),
             Family::Gemma(f) => Box::new(gemma::Model::new(cfg, f, input, dtype)?),
         };
         let class = archs

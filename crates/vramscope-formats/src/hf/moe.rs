@@ -14,20 +14,28 @@
 //! allocates the same bytes. `_grouped_mm` is not an autocast op and the experts' input is the
 //! float32 residual stream, so under AMP the experts run in float32.
 //!
+//! `generate` ([`Model`]) runs its decode steps with `experts_implementation = "batched_mm"`
+//! instead (`_optimize_model_for_decode`): each (token, expert) pair gathers its expert's weight
+//! matrices and multiplies its token by them with `bmm` ([`batched_experts`]), so a decode step
+//! holds `T*k` copies of one expert's weights; the prefill keeps `grouped_mm`.
+//!
 //! Router logits are not kept (`output_router_logits: false`, the default of all three configs):
 //! the auxiliary load-balancing loss is not computed, and the loss is the plain causal-LM loss.
 //! With `output_router_logits: true` the logits (`[T, E]` per layer) and the loss's small
 //! temporaries are left out.
 
-use vramscope_core::ops::{ActivationKind, Alias, Aten, DTypeRule, GradIn, Saved, Softmax, View};
+use vramscope_core::ops::{
+    ActivationKind, Alias, Aten, DTypeRule, GradIn, MatMul, Saved, Softmax, ToDtype, View,
+};
 use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
+use super::generate::{rotary_kv_dtypes, CausalLm};
 use super::layers::{
     activation_fn, add, cast, linear, linear_fn, mul, packed_sequence_check, sdpa_mask, to_dtype,
-    view,
+    view, Call,
 };
-use super::llama::{causal_lm, decoder_layer, mlp, silu_act_fn, spec};
-use super::{HfConfig, HfError, HfInput};
+use super::llama::{causal_lm, decoder_layer, forward, mlp, silu_act_fn, spec, Spec};
+use super::{check_positions, HfConfig, HfError, HfInput};
 
 /// Which MoE family a `model_type` names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -203,6 +211,19 @@ struct Ctx {
     dtype: DType,
     /// the dtype the router's linear runs in when it is not float32 (autocast, or half weights)
     low: Option<DType>,
+    /// the autocast dtype, under AMP
+    autocast: Option<DType>,
+    /// how the experts run
+    experts: ExpertsImpl,
+}
+
+/// transformers' `experts_implementation` for the experts of one forward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ExpertsImpl {
+    /// `grouped_mm`, the default: the (token, expert) pairs sorted by expert, two grouped GEMMs.
+    GroupedMm,
+    /// `batched_mm`: each (token, expert) pair gathers its expert's weights and runs `bmm`.
+    BatchedMm,
 }
 
 /// Builds `{Mixtral,Qwen2Moe,Qwen3Moe}ForCausalLM`; returns the graph and the checkpointed layers.
@@ -212,24 +233,7 @@ pub fn build(
     input: &HfInput,
     dtype: DType,
 ) -> Result<(Graph, Vec<String>), HfError> {
-    let flavor = Flavor::of(model_type).ok_or_else(|| HfError::Unsupported {
-        path: cfg.path.clone(),
-        model_type: model_type.to_string(),
-        architectures: cfg.architectures().unwrap_or_default(),
-        supported: super::SUPPORTED.join(", "),
-    })?;
-    let mut s = spec(cfg, model_type)?;
-    // the experts and MLPs of these families have no biases; Qwen2-MoE's q/k/v follow `qkv_bias`
-    s.mlp_bias = false;
-    match flavor {
-        Flavor::Mixtral => {}
-        Flavor::Qwen2Moe => {
-            s.qkv_bias = cfg.bool_or("qkv_bias", true)?;
-            s.o_bias = false;
-        }
-        Flavor::Qwen3Moe => s.qk_norm = true,
-    }
-    let m = moe_spec(cfg, flavor, s.layers)?;
+    let (flavor, s, m) = specs(cfg, model_type)?;
     let (bsz, seq) = (input.batch, input.seq);
     let window_used = m.sliding_window.filter(|&w| w > 0 && seq >= w);
     if let Some(w) = window_used {
@@ -238,19 +242,18 @@ pub fn build(
             cfg.path
         )));
     }
+    let autocast = input.precision.autocast_dtype();
     let c = Ctx {
         flavor,
         bsz,
         seq,
         hidden: s.hidden,
         dtype,
-        low: input
-            .precision
-            .autocast_dtype()
-            .or((dtype != DType::F32).then_some(dtype)),
+        low: low_dtype(dtype, autocast),
+        autocast,
+        experts: ExpertsImpl::GroupedMm,
     };
     let p = flavor.prefix();
-    let autocast = input.precision.autocast_dtype();
     let masks = |b: &mut GraphBuilder| {
         packed_sequence_check(b, bsz, seq);
         if m.both_masks {
@@ -273,37 +276,179 @@ pub fn build(
         input,
         &masks,
         (
-            &mut |b, i, x, cos, sin, call| {
-                let sparse = m.sparse[i as usize];
-                decoder_layer(
-                    b,
-                    &s,
-                    p,
-                    (dtype, autocast),
-                    x,
-                    (cos, sin),
-                    (i as usize, call),
-                    &mut |b, y| {
-                        if sparse {
-                            sparse_block(b, &m, &c, y)
-                        } else {
-                            mlp(
-                                b,
-                                "mlp",
-                                &format!("{p}MLP"),
-                                s.hidden,
-                                s.intermediate,
-                                false,
-                                y,
-                            )
-                        }
-                    },
-                )
-            },
+            &mut |b, i, x, cos, sin, call| layer(b, (&s, &m, &c), autocast, i, x, (cos, sin), call),
             // sparse and dense layers each record one program
             &|i| u64::from(m.sparse[i as usize]),
         ),
     )
+}
+
+/// The dtype the router's linear runs in when it is not float32 (autocast, or half weights).
+fn low_dtype(dtype: DType, autocast: Option<DType>) -> Option<DType> {
+    autocast.or((dtype != DType::F32).then_some(dtype))
+}
+
+/// The flavor, the Llama-family spec with the family's biases and q/k norms, and the sparse part.
+fn specs(cfg: &HfConfig, model_type: &str) -> Result<(Flavor, Spec, Moe), HfError> {
+    let flavor = Flavor::of(model_type).ok_or_else(|| HfError::Unsupported {
+        path: cfg.path.clone(),
+        model_type: model_type.to_string(),
+        architectures: cfg.architectures().unwrap_or_default(),
+        supported: super::SUPPORTED.join(", "),
+    })?;
+    let mut s = spec(cfg, model_type)?;
+    // the experts and MLPs of these families have no biases; Qwen2-MoE's q/k/v follow `qkv_bias`
+    s.mlp_bias = false;
+    match flavor {
+        Flavor::Mixtral => {}
+        Flavor::Qwen2Moe => {
+            s.qkv_bias = cfg.bool_or("qkv_bias", true)?;
+            s.o_bias = false;
+        }
+        Flavor::Qwen3Moe => s.qk_norm = true,
+    }
+    let m = moe_spec(cfg, flavor, s.layers)?;
+    Ok((flavor, s, m))
+}
+
+/// Decoder layer `i` (`model.layers.{i}`): the Llama-family layer whose feed-forward is the
+/// sparse block, or the dense MLP in a Qwen layer off the sparse grid.
+fn layer(
+    b: &mut GraphBuilder,
+    (s, m, c): (&Spec, &Moe, &Ctx),
+    autocast: Option<DType>,
+    i: u64,
+    x: TensorId,
+    cos_sin: (TensorId, TensorId),
+    call: &mut Call,
+) -> TensorId {
+    let p = c.flavor.prefix();
+    let sparse = m.sparse[i as usize];
+    decoder_layer(
+        b,
+        s,
+        p,
+        (c.dtype, autocast),
+        x,
+        cos_sin,
+        (i as usize, call),
+        &mut |b, y| {
+            if sparse {
+                sparse_block(b, m, c, y)
+            } else {
+                mlp(
+                    b,
+                    "mlp",
+                    &format!("{p}MLP"),
+                    s.hidden,
+                    s.intermediate,
+                    false,
+                    y,
+                )
+            }
+        },
+    )
+}
+
+/// A Mixtral or Qwen3-MoE model ready to record one forward per generation step.
+pub struct Model {
+    flavor: Flavor,
+    spec: Spec,
+    moe: Moe,
+    dtype: DType,
+    autocast: Option<DType>,
+}
+
+impl Model {
+    /// Reads the config and checks the input against it: Mixtral and Qwen3-MoE without a
+    /// sliding window (Qwen2-MoE and sliding-window caches are not measured for generation).
+    pub fn new(
+        cfg: &HfConfig,
+        model_type: &str,
+        input: &HfInput,
+        dtype: DType,
+    ) -> Result<Model, HfError> {
+        let (flavor, spec, moe) = specs(cfg, model_type)?;
+        if let Some(mp) = spec.max_positions {
+            check_positions(cfg, input, "max_position_embeddings", mp)?;
+        }
+        if flavor == Flavor::Qwen2Moe {
+            // its mask code always makes the window-0 sliding-window mask, which a cached
+            // forward sizes over the cache; not measured
+            return Err(HfError::BadInput(format!(
+                "{}: --mode generate is not modelled for {model_type} (Qwen2-MoE's sliding-window mask over the cache is not measured); Mixtral and Qwen3-MoE are",
+                cfg.path
+            )));
+        }
+        if let Some(w) = moe.sliding_window {
+            return Err(HfError::Field {
+                path: cfg.path.clone(),
+                field: "sliding_window".into(),
+                expected: format!("null for --mode generate with {model_type} (got {w}: its sliding-window cache is not measured)"),
+            });
+        }
+        Ok(Model {
+            flavor,
+            spec,
+            moe,
+            dtype,
+            autocast: input.precision.autocast_dtype(),
+        })
+    }
+}
+
+impl CausalLm for Model {
+    fn forward(&self, b: &mut GraphBuilder, ids: TensorId, call: &mut Call) -> TensorId {
+        let (s, m) = (&self.spec, &self.moe);
+        let c = Ctx {
+            flavor: self.flavor,
+            bsz: b.shape(ids)[0],
+            seq: call.seq,
+            hidden: s.hidden,
+            dtype: self.dtype,
+            low: low_dtype(self.dtype, self.autocast),
+            autocast: self.autocast,
+            // `generate` runs its decode steps (every forward after the prefill) inside
+            // `_optimize_model_for_decode`, which swaps `grouped_mm` for `batched_mm` on any
+            // device but the CPU
+            experts: if call.first {
+                ExpertsImpl::GroupedMm
+            } else {
+                ExpertsImpl::BatchedMm
+            },
+        };
+        let p = self.flavor.prefix();
+        let autocast = self.autocast;
+        // a generation's forwards run with the cache: the mask code makes nothing
+        let masks = |_: &mut GraphBuilder| vec![None];
+        forward(
+            b,
+            (s, p, self.dtype, false),
+            ids,
+            call,
+            &masks,
+            &mut |b, i, x, cos, sin, call| layer(b, (s, m, &c), autocast, i, x, (cos, sin), call),
+            Some(&|i| u64::from(m.sparse[i as usize])),
+        )
+    }
+
+    fn layers(&self) -> usize {
+        self.spec.layers as usize
+    }
+
+    fn vocab(&self) -> u64 {
+        self.spec.vocab
+    }
+
+    fn kv_width(&self) -> u64 {
+        self.spec.kv_heads * self.spec.head_dim
+    }
+
+    // as the Llama family's: under autocast the rotary products promote the keys (Qwen3-MoE's
+    // q/k norms promote them already), the values follow the keys
+    fn kv_dtypes(&self, param: DType, autocast: Option<DType>) -> (DType, DType) {
+        rotary_kv_dtypes(param, autocast)
+    }
 }
 
 /// `mlp` = `{p}SparseMoeBlock` on `[B, S, H]`: flattened to `[T, H]`, (Qwen2-MoE: the shared
@@ -328,7 +473,10 @@ fn sparse_block(b: &mut GraphBuilder, m: &Moe, c: &Ctx, x: TensorId) -> TensorId
             .shared_intermediate
             .map(|si| mlp(b, "shared_expert", &format!("{p}MLP"), h, si, false, flat));
         let (logits, weights, index) = router(b, m, c, flat);
-        let out = experts(b, m, c, flat, index, weights);
+        let out = match c.experts {
+            ExpertsImpl::GroupedMm => experts(b, m, c, flat, index, weights),
+            ExpertsImpl::BatchedMm => batched_experts(b, m, c, flat, index, weights),
+        };
         let out = match shared {
             Some(se) => {
                 let g = linear(b, "shared_expert_gate", h, 1, false, flat);
@@ -553,4 +701,152 @@ fn experts(
             out
         }
     })
+}
+
+/// `experts` = `{p}Experts` as `batched_mm_experts_forward` runs it on `[T, H]` with the router's
+/// `[T, k]` indices and weights (what `generate`'s decode steps run); returns `[T, H]`. Each
+/// (token, expert) pair gathers its expert's weights (`gate_up_proj[expert_ids]`, `[T*k, 2I, H]`,
+/// then `down_proj[expert_ids]`, `[T*k, H, I]`) and multiplies its token by them with `bmm`: the
+/// gathered copies, not the activations, are the memory, and under autocast `bmm` casts each one
+/// to the low dtype too. Their size is set by `T*k`, whatever the routing.
+fn batched_experts(
+    b: &mut GraphBuilder,
+    m: &Moe,
+    c: &Ctx,
+    x: TensorId,
+    index: TensorId,
+    weights: TensorId,
+) -> TensorId {
+    let (t, h, e, k, i) = (
+        c.bsz * c.seq,
+        c.hidden,
+        m.experts,
+        m.top_k,
+        m.expert_intermediate,
+    );
+    let s = t * k;
+    let class = format!("{}Experts", c.flavor.prefix());
+    b.module("experts", &class, &[x, index, weights], |b| {
+        let gate_up = b.parameter("gate_up_proj", vec![e, 2 * i, h]);
+        let down = b.parameter("down_proj", vec![e, h, i]);
+        // repeat_interleave(k, dim=0): unsqueeze and expand (views), a contiguous clone, flatten
+        let selected = b.op(
+            Aten::new("clone", vec![t, k, h]).dtype(DTypeRule::Like(0)),
+            &[x],
+        );
+        let selected = view(b, "flatten", selected, vec![s, h]);
+        let sample_weights = view(b, "reshape", weights, vec![s]);
+        let expert_ids = view(b, "reshape", index, vec![s]);
+        let selected_weights = b.op(
+            gather(vec![s, 2 * i, h], vec![e, 2 * i, h]),
+            &[gate_up, expert_ids],
+        );
+        // _batched_linear: bmm(weight, input.unsqueeze(-1)).squeeze(-1)
+        let column = view(b, "unsqueeze", selected, vec![s, h, 1]);
+        let proj = b.op(MatMul, &[selected_weights, column]);
+        let proj = view(b, "squeeze", proj, vec![s, 2 * i]);
+        // _apply_gate: gate, up = chunk(2); act_fn(gate) * up
+        let halves = b.op_multi(
+            View {
+                name: "chunk",
+                shapes: vec![vec![s, i]; 2],
+                expand: false,
+            },
+            &[proj],
+        );
+        let g = silu_act_fn(b, halves[0]);
+        let proj = mul(b, g, halves[1]);
+        let down_weights = b.op(gather(vec![s, h, i], vec![e, h, i]), &[down, expert_ids]);
+        // `selected_weights` is rebound: the gathered gate/up weights go now
+        b.keep_until_now(&[selected_weights]);
+        let column = view(b, "unsqueeze", proj, vec![s, i, 1]);
+        let proj = b.op(MatMul, &[down_weights, column]);
+        let proj = view(b, "squeeze", proj, vec![s, h]);
+        // proj_out * sample_weights.unsqueeze(-1): Mixtral's float32 routing weights promote
+        let per_row = view(b, "unsqueeze", sample_weights, vec![s, 1]);
+        let weighted = b.op(Aten::new("mul", vec![s, h]), &[proj, per_row]);
+        let per_token = view(b, "view", weighted, vec![t, k, h]);
+        // autocast runs `sum` in float32 through its dtype argument (`fp32_set_opt_dtype`): a
+        // half input is read as it is (no cast copy) and the sum is float32
+        let sum_dtype = match c.autocast {
+            Some(_) => DTypeRule::Fixed(DType::F32),
+            None => DTypeRule::Like(0),
+        };
+        let summed = b.op(Aten::new("sum", vec![t, h]).dtype(sum_dtype), &[per_token]);
+        // .to(hidden_states.dtype): a copy where the product is wider than the residual stream
+        // (Mixtral's float32 routing weights on half experts)
+        let out = b.op(ToDtype::like_input_1(), &[summed, x]);
+        // the function's locals, alive until it returns (in their order)
+        b.hold(&[selected, down_weights, proj, weighted, summed]);
+        out
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::hf::{self, Generation, HfConfig, HfInput};
+    use vramscope_core::Precision;
+
+    fn generation(batch: u64, new_tokens: u64) -> HfInput {
+        HfInput {
+            batch,
+            seq: 8,
+            task: None,
+            precision: Precision::Fp32,
+            generate: Some(Generation { new_tokens }),
+            attn: Default::default(),
+            target_seq: None,
+            gradient_checkpointing: false,
+        }
+    }
+
+    fn config(extra: &str) -> HfConfig {
+        let text = format!(
+            r#"{{"model_type": "mixtral", "hidden_size": 64, "intermediate_size": 96,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
+            "num_local_experts": 4, "num_experts_per_tok": 2, "vocab_size": 100,
+            "eos_token_id": 2{extra}}}"#
+        );
+        HfConfig::parse("mixtral.json", &text).expect("parses")
+    }
+
+    /// Shapes of the expert weights gathered per (token, expert) pair (`index` ops on a
+    /// parameter), in graph order.
+    fn gathered_weights(cfg: &HfConfig, input: &HfInput) -> Vec<Vec<u64>> {
+        let g = hf::build(cfg, input).expect("builds").graph;
+        g.nodes
+            .iter()
+            .filter(|n| n.op.kind() == "index" && g.tensors[n.inputs[0].0 as usize].param.is_some())
+            .map(|n| g.tensors[n.outputs[0].0 as usize].shape.to_vec())
+            .collect()
+    }
+
+    #[test]
+    fn only_the_decode_steps_gather_expert_weights() {
+        // batch 3, top-2: 6 (token, expert) pairs per decode step; 2I = 192, H = 64
+        let cfg = config("");
+        assert!(gathered_weights(&cfg, &generation(3, 1)).is_empty());
+        let shapes = gathered_weights(&cfg, &generation(3, 4));
+        // 3 decode steps x 2 layers x (gate_up, down)
+        assert_eq!(shapes.len(), 12);
+        assert_eq!(shapes[0], [6, 192, 64]);
+        assert_eq!(shapes[1], [6, 64, 96]);
+    }
+
+    #[test]
+    fn generation_is_refused_where_it_is_not_measured() {
+        let input = generation(1, 4);
+        let err = hf::build(&config(r#", "sliding_window": 64"#), &input).expect_err("window");
+        assert!(err.to_string().contains("sliding_window"), "{err}");
+        let qwen2 = HfConfig::parse(
+            "qwen2_moe.json",
+            r#"{"model_type": "qwen2_moe", "hidden_size": 64, "intermediate_size": 96,
+            "moe_intermediate_size": 32, "shared_expert_intermediate_size": 64,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
+            "num_experts": 4, "num_experts_per_tok": 2, "vocab_size": 100}"#,
+        )
+        .expect("parses");
+        let err = hf::build(&qwen2, &input).expect_err("qwen2_moe");
+        assert!(err.to_string().contains("qwen2_moe"), "{err}");
+    }
 }
