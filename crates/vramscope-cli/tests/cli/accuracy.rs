@@ -348,6 +348,14 @@ fn moe_generation_cases_match_truth() {
     check_phase_peaks("hf_generate_moe.jsonl");
 }
 
+/// `model.generate` for Qwen2-MoE: every cached forward makes its (unused) window-0 sliding-window
+/// mask over the whole cache, `[1, 1, S, past + S]`; fp32, AMP bf16, bf16. Exact.
+#[test]
+fn qwen2_moe_generation_cases_match_truth() {
+    assert_eq!(cases("hf_generate_qwen2_moe.jsonl").len(), 3);
+    check_phase_peaks("hf_generate_qwen2_moe.jsonl");
+}
+
 /// `--attn-implementation eager` (GPT-2, Qwen2 and Mistral with GQA; training in fp32 and AMP
 /// bf16, inference in fp32 and bf16): the `[B, H, S, S]` scores, the float32 softmax, the
 /// `repeat_kv` and matmul copies, the additive mask, the weights the layers keep.

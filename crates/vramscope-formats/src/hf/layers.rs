@@ -79,9 +79,10 @@ pub fn packed_sequence_check(b: &mut GraphBuilder, batch: u64, seq: u64) {
 /// with `kv_length >= sliding_window`, e.g. Qwen2-MoE's with `use_sliding_window: false`, whose
 /// window is then 0), on the non-vmap path: `arange(B)`, `arange(1)`, `arange(S) + 0` twice, then
 /// `kv > q - window` (`new_ones`, `sub`, `gt`, `bitwise_and`) and `kv <= q` (`le`, `bitwise_and`).
-/// Returns the `[1, 1, S, S]` bool mask (the caller keeps it as long as its local lives); the
-/// aranges are freed when `sdpa_mask` returns.
-pub fn sdpa_mask(b: &mut GraphBuilder, batch: u64, seq: u64) -> TensorId {
+/// Returns the `[1, 1, S, KV]` bool mask (the caller keeps it as long as its local lives; `KV` is
+/// `S` without a cache, the cache's length after this call's update with one); the aranges are
+/// freed when `sdpa_mask` returns.
+pub fn sdpa_mask(b: &mut GraphBuilder, batch: u64, (seq, kv_len): (u64, u64)) -> TensorId {
     let i64 = DTypeRule::Fixed(DType::I64);
     let boolean = DTypeRule::Fixed(DType::Bool);
     let index = |n: u64| Aten::new("arange", vec![n]).dtype(i64).not_differentiable();
@@ -89,9 +90,9 @@ pub fn sdpa_mask(b: &mut GraphBuilder, batch: u64, seq: u64) -> TensorId {
         let batch_arange = b.op(index(batch), &[]);
         let head_arange = b.op(index(1), &[]);
         let q = b.op(index(seq).temporary(vec![seq], i64), &[]);
-        let kv = b.op(index(seq).temporary(vec![seq], i64), &[]);
+        let kv = b.op(index(kv_len).temporary(vec![kv_len], i64), &[]);
         b.hold(&[batch_arange, head_arange, q, kv]);
-        let square = vec![1, 1, seq, seq];
+        let square = vec![1, 1, seq, kv_len];
         let op = |name, shape: &Vec<u64>, rule| {
             Aten::new(name, shape.clone())
                 .dtype(rule)
@@ -508,8 +509,8 @@ pub enum MaskPattern {
 /// `[B, S]` batch without padding, with their temporaries (the packed-sequence check first).
 ///
 /// * `eager: None` (SDPA): `None` where SDPA can run `is_causal` instead — always for the causal
-///   pattern, and for a sliding window while `S` < the window — else the boolean `[1, 1, S, S]`
-///   mask expanded (a view) to `[B, 1, S, S]`.
+///   pattern, and for a sliding window while `KV` < the window — else the boolean `[1, 1, S, KV]`
+///   mask expanded (a view) to `[B, 1, S, KV]`.
 /// * `eager: Some(dtype)`: never skipped; the boolean mask turned into an additive `[B, 1, S, S]`
 ///   mask of `dtype` (`torch.where(mask, 0, finfo.min)`; the dtype of `inputs_embeds`).
 ///
@@ -527,9 +528,10 @@ pub fn attention_mask(
         packed_sequence_check(b, batch, seq);
     }
     let kv = cache_len.unwrap_or(seq);
+    // SDPA skips a sliding-window mask while every key is inside the window
     let materialized = match pattern {
         MaskPattern::Causal => eager.is_some(),
-        MaskPattern::SlidingWindow(w) => eager.is_some() || seq >= w,
+        MaskPattern::SlidingWindow(w) => eager.is_some() || kv >= w,
     };
     if !materialized {
         return None;

@@ -285,7 +285,7 @@ pub fn build(
     let m = Model::new(cfg, model_type, input, dtype)?;
     let (s, p) = (&m.spec, m.prefix);
     let (bsz, seq) = (input.batch, input.seq);
-    let masks = |b: &mut GraphBuilder| sdpa_masks(b, s, (bsz, seq, m.eager));
+    let masks = |b: &mut GraphBuilder, cache_len| sdpa_masks(b, s, (bsz, seq, m.eager), cache_len);
     causal_lm(
         cfg,
         s,
@@ -305,25 +305,34 @@ pub fn build(
 pub(super) type DecoderLayer<'a> =
     dyn FnMut(&mut GraphBuilder, u64, TensorId, TensorId, TensorId, &mut Call) -> TensorId + 'a;
 
+/// A model's mask code (inside its forward): given the cache's length after this call's update
+/// (`None` without a cache), the masks it makes, one per pattern (`None` where SDPA runs without).
+pub(super) type MaskCode<'a> = dyn Fn(&mut GraphBuilder, Option<u64>) -> Vec<Option<TensorId>> + 'a;
+
 /// The masks the model's mask code makes for SDPA (`create_causal_mask` /
 /// `create_sliding_window_causal_mask`, in the forward's order; `None` where SDPA runs
 /// `is_causal`).
 /// With eager attention only their packed-sequence checks are recorded here (the eager mask is
 /// made by the forward).
+/// `cache_len`: with a cache, its length after this call's update (no packed-sequence checks; SDPA
+/// needs a mask only where a sliding window is reached).
 fn sdpa_masks(
     b: &mut GraphBuilder,
     s: &Spec,
     (bsz, seq, eager): (u64, u64, bool),
+    cache_len: Option<u64>,
 ) -> Vec<Option<TensorId>> {
     s.masks
         .patterns
         .iter()
         .map(|&m| {
             if eager {
-                packed_sequence_check(b, bsz, seq);
+                if cache_len.is_none() {
+                    packed_sequence_check(b, bsz, seq);
+                }
                 None
             } else {
-                attention_mask(b, bsz, seq, m, None, None)
+                attention_mask(b, bsz, seq, m, None, cache_len)
             }
         })
         .collect()
@@ -346,7 +355,7 @@ pub(super) fn causal_lm(
     p: &str,
     model_type: &str,
     input: &HfInput,
-    masks: &dyn Fn(&mut GraphBuilder) -> Vec<Option<TensorId>>,
+    masks: &MaskCode,
     (layer, layer_kind): (&mut DecoderLayer, &dyn Fn(u64) -> u64),
 ) -> Result<(Graph, Vec<String>), HfError> {
     if let Some(m) = s.max_positions {
@@ -380,7 +389,7 @@ pub(super) fn forward(
     (s, p, dtype, eager): (&Spec, &str, DType, bool),
     ids: TensorId,
     call: &mut Call,
-    masks: &dyn Fn(&mut GraphBuilder) -> Vec<Option<TensorId>>,
+    masks: &MaskCode,
     layer: &mut DecoderLayer,
     layer_kind: Option<&dyn Fn(u64) -> u64>,
 ) -> TensorId {
@@ -396,13 +405,12 @@ pub(super) fn forward(
         // inputs_embeds and position_ids are locals of the model's forward until it returns
         b.hold(&[x, pos]);
         // the mask code checks for packed sequences only without a cache; the masks it makes
-        // are locals of the forward
-        if call.cache.is_none() {
-            let m = masks(b);
-            let held: Vec<TensorId> = m.iter().flatten().copied().collect();
-            b.hold(&held);
-            call.sdpa_masks = m;
-        }
+        // are locals of the forward. Over a cache SDPA needs none, except a sliding-window mask
+        // whose window the cache has reached (Qwen2-MoE's window-0 mask, which no layer uses)
+        let m = masks(b, call.cache.is_some().then_some(call.past + seq));
+        let held: Vec<TensorId> = m.iter().flatten().copied().collect();
+        b.hold(&held);
+        call.sdpa_masks = m;
         if eager {
             let mask = eager_causal_mask(b, bsz, (seq, call.past + seq), x);
             // `causal_mask` is a local of the forward until it returns
@@ -774,7 +782,8 @@ impl CausalLm for Model {
     fn forward(&self, b: &mut GraphBuilder, ids: TensorId, call: &mut Call) -> TensorId {
         let (s, p, dtype) = (&self.spec, self.prefix, self.dtype);
         let (bsz, seq) = (b.shape(ids)[0], b.shape(ids)[1]);
-        let masks = |b: &mut GraphBuilder| sdpa_masks(b, s, (bsz, seq, self.eager));
+        let masks =
+            |b: &mut GraphBuilder, cache_len| sdpa_masks(b, s, (bsz, seq, self.eager), cache_len);
         forward(
             b,
             (s, p, dtype, self.eager),

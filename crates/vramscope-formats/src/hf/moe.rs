@@ -254,20 +254,7 @@ pub fn build(
         experts: ExpertsImpl::GroupedMm,
     };
     let p = flavor.prefix();
-    let masks = |b: &mut GraphBuilder| {
-        packed_sequence_check(b, bsz, seq);
-        if m.both_masks {
-            // create_sliding_window_causal_mask: its own packed-sequence check, then a mask that
-            // cannot be skipped when the sequence reaches the window (always, for a window of 0)
-            packed_sequence_check(b, bsz, seq);
-            if m.sliding_window.is_some_and(|w| seq >= w) {
-                let mask = sdpa_mask(b, bsz, seq);
-                b.hold(&[mask]);
-            }
-        }
-        // no layer attends with a mask (a window the sequence reaches is refused above)
-        vec![None]
-    };
+    let masks = |b: &mut GraphBuilder, cache_len| mask_code(b, &m, (bsz, seq), cache_len);
     causal_lm(
         cfg,
         &s,
@@ -359,9 +346,39 @@ pub struct Model {
     autocast: Option<DType>,
 }
 
+/// What the model's mask code makes (`create_causal_mask`, and Qwen2-MoE's
+/// `create_sliding_window_causal_mask` too): without a cache the packed-sequence checks; a
+/// sliding-window mask where the keys reach the window (always, for Qwen2-MoE's window of 0, which
+/// a cached forward sizes over the whole cache: `[1, 1, S, past + S]`). No layer attends with a
+/// mask (a window the layers use and the keys reach is refused), so every entry is `None`.
+fn mask_code(
+    b: &mut GraphBuilder,
+    m: &Moe,
+    (bsz, seq): (u64, u64),
+    cache_len: Option<u64>,
+) -> Vec<Option<TensorId>> {
+    let cached = cache_len.is_some();
+    if !cached {
+        packed_sequence_check(b, bsz, seq);
+    }
+    if m.both_masks {
+        // create_sliding_window_causal_mask: its own packed-sequence check, then a mask that
+        // cannot be skipped when the keys reach the window
+        if !cached {
+            packed_sequence_check(b, bsz, seq);
+        }
+        let kv = cache_len.unwrap_or(seq);
+        if m.sliding_window.is_some_and(|w| kv >= w) {
+            let mask = sdpa_mask(b, bsz, (seq, kv));
+            b.hold(&[mask]);
+        }
+    }
+    vec![None]
+}
+
 impl Model {
-    /// Reads the config and checks the input against it: Mixtral and Qwen3-MoE without a
-    /// sliding window (Qwen2-MoE and sliding-window caches are not measured for generation).
+    /// Reads the config and checks the input against it: without a sliding window
+    /// (sliding-window caches are not measured for MoE generation).
     pub fn new(
         cfg: &HfConfig,
         model_type: &str,
@@ -372,15 +389,9 @@ impl Model {
         if let Some(mp) = spec.max_positions {
             check_positions(cfg, input, "max_position_embeddings", mp)?;
         }
-        if flavor == Flavor::Qwen2Moe {
-            // its mask code always makes the window-0 sliding-window mask, which a cached
-            // forward sizes over the cache; not measured
-            return Err(HfError::BadInput(format!(
-                "{}: --mode generate is not modelled for {model_type} (Qwen2-MoE's sliding-window mask over the cache is not measured); Mixtral and Qwen3-MoE are",
-                cfg.path
-            )));
-        }
-        if let Some(w) = moe.sliding_window {
+        // Qwen2-MoE without `use_sliding_window` has window 0: only its mask code uses it (its
+        // cache layers are full ones)
+        if let Some(w) = moe.sliding_window.filter(|&w| w > 0) {
             return Err(HfError::Field {
                 path: cfg.path.clone(),
                 field: "sliding_window".into(),
@@ -419,8 +430,7 @@ impl CausalLm for Model {
         };
         let p = self.flavor.prefix();
         let autocast = self.autocast;
-        // a generation's forwards run with the cache: the mask code makes nothing
-        let masks = |_: &mut GraphBuilder| vec![None];
+        let masks = |b: &mut GraphBuilder, cache_len| mask_code(b, m, (c.bsz, c.seq), cache_len);
         forward(
             b,
             (s, p, self.dtype, false),
@@ -834,7 +844,7 @@ mod tests {
     }
 
     #[test]
-    fn generation_is_refused_where_it_is_not_measured() {
+    fn generation_is_refused_where_it_is_not_measured_and_qwen2_moe_masks_the_cache() {
         let input = generation(1, 4);
         let err = hf::build(&config(r#", "sliding_window": 64"#), &input).expect_err("window");
         assert!(err.to_string().contains("sliding_window"), "{err}");
@@ -846,7 +856,17 @@ mod tests {
             "num_experts": 4, "num_experts_per_tok": 2, "vocab_size": 100}"#,
         )
         .expect("parses");
-        let err = hf::build(&qwen2, &input).expect_err("qwen2_moe");
-        assert!(err.to_string().contains("qwen2_moe"), "{err}");
+        // Qwen2-MoE generates (measured: fixtures/truth/hf_generate_qwen2_moe.jsonl); each cached
+        // forward makes its window-0 sliding-window mask over the whole cache
+        let g = hf::build(&qwen2, &input)
+            .expect("qwen2_moe generates")
+            .graph;
+        let masks: Vec<Vec<u64>> = g
+            .nodes
+            .iter()
+            .filter(|n| n.op.kind() == "bitwise_and")
+            .map(|n| g.tensor(n.outputs[0]).shape.to_vec())
+            .collect();
+        assert!(masks.contains(&vec![1, 1, 1, 9]), "{masks:?}");
     }
 }
