@@ -348,12 +348,13 @@ fn moe_generation_cases_match_truth() {
     check_phase_peaks("hf_generate_moe.jsonl");
 }
 
-/// `model.generate` for Qwen2-MoE: every cached forward makes its (unused) window-0 sliding-window
-/// mask over the whole cache, `[1, 1, S, past + S]`; fp32, AMP bf16, bf16. Exact.
+/// `model.generate` for Qwen2-MoE (every cached forward makes its unused window-0 sliding-window
+/// mask over the whole cache, `[1, 1, S, past + S]`) and Mixtral with a sliding window (sliding
+/// cache layers, inside the window); fp32, AMP bf16, bf16.
 #[test]
-fn qwen2_moe_generation_cases_match_truth() {
-    assert_eq!(cases("hf_generate_qwen2_moe.jsonl").len(), 3);
-    check_phase_peaks("hf_generate_qwen2_moe.jsonl");
+fn more_moe_generation_cases_match_truth() {
+    assert_eq!(cases("hf_generate_moe_more.jsonl").len(), 6);
+    check_phase_peaks("hf_generate_moe_more.jsonl");
 }
 
 /// `--attn-implementation eager` (GPT-2, Qwen2 and Mistral with GQA; training in fp32 and AMP

@@ -390,8 +390,12 @@ impl Model {
             check_positions(cfg, input, "max_position_embeddings", mp)?;
         }
         // Qwen2-MoE without `use_sliding_window` has window 0: only its mask code uses it (its
-        // cache layers are full ones)
-        if let Some(w) = moe.sliding_window.filter(|&w| w > 0) {
+        // cache layers are full ones). Mixtral's window makes every cache layer a sliding one,
+        // as Mistral's does (`generate` refuses a generation past it)
+        if let Some(w) = moe
+            .sliding_window
+            .filter(|&w| w > 0 && flavor != Flavor::Mixtral)
+        {
             return Err(HfError::Field {
                 path: cfg.path.clone(),
                 field: "sliding_window".into(),
@@ -444,6 +448,12 @@ impl CausalLm for Model {
 
     fn layers(&self) -> usize {
         self.spec.layers as usize
+    }
+
+    fn sliding_window(&self) -> Option<u64> {
+        self.moe
+            .sliding_window
+            .filter(|&w| w > 0 && self.flavor == Flavor::Mixtral)
     }
 
     fn vocab(&self) -> u64 {
@@ -846,7 +856,20 @@ mod tests {
     #[test]
     fn generation_is_refused_where_it_is_not_measured_and_qwen2_moe_masks_the_cache() {
         let input = generation(1, 4);
-        let err = hf::build(&config(r#", "sliding_window": 64"#), &input).expect_err("window");
+        // Mixtral's sliding-window cache inside the window (measured), not past it
+        let mixtral = config(r#", "sliding_window": 64"#);
+        hf::build(&mixtral, &input).expect("inside the window");
+        let err = hf::build(&mixtral, &generation(1, 60)).expect_err("past the window");
+        assert!(err.to_string().contains("sliding_window = 64"), "{err}");
+        let qwen3 = HfConfig::parse(
+            "qwen3_moe.json",
+            r#"{"model_type": "qwen3_moe", "hidden_size": 64, "intermediate_size": 96,
+            "moe_intermediate_size": 32, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "num_hidden_layers": 2, "num_experts": 4, "num_experts_per_tok": 2,
+            "vocab_size": 100, "use_sliding_window": true, "sliding_window": 64}"#,
+        )
+        .expect("parses");
+        let err = hf::build(&qwen3, &input).expect_err("use_sliding_window");
         assert!(err.to_string().contains("sliding_window"), "{err}");
         let qwen2 = HfConfig::parse(
             "qwen2_moe.json",
@@ -856,7 +879,7 @@ mod tests {
             "num_experts": 4, "num_experts_per_tok": 2, "vocab_size": 100}"#,
         )
         .expect("parses");
-        // Qwen2-MoE generates (measured: fixtures/truth/hf_generate_qwen2_moe.jsonl); each cached
+        // Qwen2-MoE generates (measured: fixtures/truth/hf_generate_moe_more.jsonl); each cached
         // forward makes its window-0 sliding-window mask over the whole cache
         let g = hf::build(&qwen2, &input)
             .expect("qwen2_moe generates")
