@@ -312,10 +312,10 @@ fn bad_generation_flags() {
         with("bert-base-uncased", &[]),
         &["--mode generate needs a causal LM", "encoder"],
     );
-    // eager attention over a cache is modelled for the Llama and Gemma families only
+    // eager attention over a cache is not modelled for the MoE decoders
     run(
-        with("gpt2", &["--attn-implementation", "eager"]),
-        &["eager with --mode generate", "not gpt2", "use sdpa"],
+        with("mixtral-8x7b", &["--attn-implementation", "eager"]),
+        &["eager with --mode generate", "not mixtral", "use sdpa"],
     );
     run(
         with("gpt2", &["--seq-len", "16"]),

@@ -133,7 +133,7 @@ impl Model {
                 packed_sequence_check(b, bsz, seq);
             }
             if self.eager.is_some() {
-                let mask = eager_causal_mask(b, bsz, (seq, seq), x);
+                let mask = eager_causal_mask(b, bsz, (seq, call.past + seq), x);
                 // `causal_mask` is a local of the forward until it returns
                 b.hold(&[mask]);
                 call.eager_mask = Some(mask);

@@ -352,9 +352,14 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
                 cfg.path
             )));
         }
-        if input.generate.is_some() && !matches!(family, Family::Llama | Family::Gemma(_)) {
+        if input.generate.is_some()
+            && !matches!(
+                family,
+                Family::Gpt2 | Family::Opt | Family::Llama | Family::Gemma(_)
+            )
+        {
             return Err(HfError::BadInput(format!(
-                "{}: --attn-implementation eager with --mode generate is modelled for the Llama family (llama, mistral, qwen2, qwen3, phi3) and gemma, gemma2, gemma3, not {model_type}; use sdpa",
+                "{}: --attn-implementation eager with --mode generate is modelled for gpt2, opt, the Llama family (llama, mistral, qwen2, qwen3, phi3) and gemma, gemma2, gemma3, not {model_type}; use sdpa",
                 cfg.path
             )));
         }

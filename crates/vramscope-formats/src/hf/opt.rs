@@ -193,7 +193,7 @@ fn decoder(
     if m.eager {
         // create_causal_mask runs after position_ids are made, before embed_positions; the
         // mask is a local of the forward until it returns
-        let mask = eager_causal_mask(b, bsz, (seq, seq), tok);
+        let mask = eager_causal_mask(b, bsz, (seq, call.past + seq), tok);
         b.hold(&[mask]);
         call.eager_mask = Some(mask);
     }
