@@ -377,8 +377,8 @@ fn mask_code(
 }
 
 impl Model {
-    /// Reads the config and checks the input against it: without a sliding window
-    /// (sliding-window caches are not measured for MoE generation).
+    /// Reads the config and checks the input against it: generation with Qwen's
+    /// `use_sliding_window` is not measured (Mixtral's sliding window is, inside the window).
     pub fn new(
         cfg: &HfConfig,
         model_type: &str,
@@ -607,6 +607,18 @@ fn grouped_mm(out: Vec<u64>) -> Aten {
         .right_to_left()
 }
 
+/// Tokens `T`, hidden size `H`, experts `E`, top-k and the experts' intermediate size `I` of one
+/// experts call.
+fn expert_dims(m: &Moe, c: &Ctx) -> (u64, u64, u64, u64, u64) {
+    (
+        c.bsz * c.seq,
+        c.hidden,
+        m.experts,
+        m.top_k,
+        m.expert_intermediate,
+    )
+}
+
 /// `experts` = `{p}Experts` as `grouped_mm_experts_forward` runs it on `[T, H]` with the router's
 /// `[T, k]` indices and weights; returns `[T, H]`.
 fn experts(
@@ -617,13 +629,7 @@ fn experts(
     index: TensorId,
     weights: TensorId,
 ) -> TensorId {
-    let (t, h, e, k, i) = (
-        c.bsz * c.seq,
-        c.hidden,
-        m.experts,
-        m.top_k,
-        m.expert_intermediate,
-    );
+    let (t, h, e, k, i) = expert_dims(m, c);
     let s = t * k;
     let i32 = DTypeRule::Fixed(DType::I32);
     let i64 = DTypeRule::Fixed(DType::I64);
@@ -737,13 +743,7 @@ fn batched_experts(
     index: TensorId,
     weights: TensorId,
 ) -> TensorId {
-    let (t, h, e, k, i) = (
-        c.bsz * c.seq,
-        c.hidden,
-        m.experts,
-        m.top_k,
-        m.expert_intermediate,
-    );
+    let (t, h, e, k, i) = expert_dims(m, c);
     let s = t * k;
     let class = format!("{}Experts", c.flavor.prefix());
     b.module("experts", &class, &[x, index, weights], |b| {
