@@ -154,6 +154,8 @@ fn block(b: &mut GraphBuilder, s: &Spec, x: TensorId) -> TensorId {
         let sum = add(b, a, x);
         layer_norm(b, "sa_layer_norm", e, sum)
     });
+    // the new `attention_output` is a local until the block returns
+    b.hold(&[a]);
     let f = b.module("ffn", "FFN", &[a], |b| {
         let h = linear(b, "lin1", e, s.hidden_dim, true, a);
         let h = activation(b, "activation", s.act, h);
