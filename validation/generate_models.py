@@ -24,6 +24,14 @@ silently.
 `eager`: the same model as measure.py's hf: models (use_cache=False, the plain forward, loss
 `model.loss_function`) but with `attn_implementation="eager"` (measure.py's hf: loader sets sdpa
 after applying --config-overrides, so the override cannot select eager there).
+
+`eager_encoder`: measure.py's hf: masked-lm / seq-cls model (`build_hf`: the class
+`AutoModelFor{MaskedLM,SequenceClassification}` maps the config to, built as `cls(cfg)`, input_ids
+`[B, S]` random and no attention mask, masked-lm labels random at every position, seq-cls labels
+`[B]`, `model.loss_function(...)` outside the forward, seq-cls `pad_token_id` set when unset,
+`checkpoint=True`: `gradient_checkpointing_enable()` with default kwargs) with
+`attn_implementation="eager"`, for BERT, RoBERTa and DistilBERT. (T5 with eager attention is
+`t5_models.py:t5` with `attn="eager"`.)
 """
 import inspect
 import linecache
@@ -138,3 +146,51 @@ def eager(batch, seq, config="fixtures/hf/configs/gpt2_medium_2l.json", layers=N
     cfg.use_cache = False
     model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.get_default_dtype())
     return causal_lm_step(model, model, cfg, batch, seq)
+
+
+def eager_encoder(batch, seq, config, task=None, overrides=None, checkpoint=None, **_):
+    import json as _json
+    import transformers
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = config if os.path.isabs(config) else os.path.join(here, "..", config)
+    with open(path) as f:
+        # the built-in configs (crates/vramscope-formats/data/hf/*.json) carry a `_source` note
+        d = {k: v for k, v in _json.load(f).items() if not k.startswith("_")}
+    cfg = transformers.CONFIG_MAPPING[d["model_type"]].from_dict(d)
+    for k, v in (overrides or {}).items():
+        setattr(cfg, k, v)
+    archs = cfg.architectures or []
+    task = task or ("seq-cls" if any("SequenceClassification" in a for a in archs) else "masked-lm")
+    auto = {"masked-lm": transformers.AutoModelForMaskedLM,
+            "seq-cls": transformers.AutoModelForSequenceClassification}[task]
+    cls = auto._model_mapping[type(cfg)]
+    cfg._attn_implementation = "eager"
+    if hasattr(cfg, "use_cache"):
+        cfg.use_cache = False
+    if task == "seq-cls" and getattr(cfg, "pad_token_id", None) is None and batch > 1:
+        cfg.pad_token_id = getattr(cfg, "eos_token_id", None) or 0
+    model = cls(cfg)
+    assert model.config._attn_implementation == "eager", model.config._attn_implementation
+    if checkpoint:
+        model.gradient_checkpointing_enable()
+    V, nl = cfg.vocab_size, getattr(cfg, "num_labels", 2)
+
+    def make_batch():
+        ids = torch.randint(0, V, (batch, seq))
+        if task == "masked-lm":
+            labels = torch.randint(0, V, (batch, seq))
+        else:
+            labels = torch.randint(0, nl, (batch,))
+        return ids, labels
+
+    def forward(m, x):
+        return m(input_ids=x).logits
+
+    if task == "seq-cls":
+        def loss(out, y):
+            return model.loss_function(labels=y, pooled_logits=out, config=model.config)
+    else:
+        def loss(out, y):
+            return model.loss_function(out, y, vocab_size=V)
+
+    return model, make_batch, loss, forward

@@ -26,6 +26,7 @@ starting with `_` are dropped, so the built-in configs under crates/vramscope-fo
 `config.use_cache = False` and `use_cache=False` in the call; `"config"` leaves the config's value and
 calls `model(input_ids=..., labels=...)` without it, as a plain loop does: the decoder then returns an
 `EncoderDecoderCache` in `out.past_key_values` unless gradient checkpointing turned it off).
+`attn` (default "sdpa"): the `attn_implementation` (`"eager"`: each family's `eager_attention_forward`).
 `checkpoint=True` calls `model.gradient_checkpointing_enable()` (every T5Block).
 """
 import json
@@ -35,7 +36,7 @@ import torch
 
 
 def t5(batch, seq, checkpoint=None, config="fixtures/hf/configs/t5_small_2l.json", target_len=None, layers=None,
-       decoder_layers=None, overrides=None, use_cache=False, **_):
+       decoder_layers=None, overrides=None, use_cache=False, attn="sdpa", **_):
     import transformers
     here = os.path.dirname(os.path.abspath(__file__))
     path = config if os.path.isabs(config) else os.path.join(here, "..", config)
@@ -50,11 +51,12 @@ def t5(batch, seq, checkpoint=None, config="fixtures/hf/configs/t5_small_2l.json
         cfg.num_decoder_layers = int(decoder_layers)
     for k, v in (overrides or {}).items():
         setattr(cfg, k, v)
-    cfg._attn_implementation = "sdpa"
+    cfg._attn_implementation = attn
     if use_cache != "config":
         cfg.use_cache = False
     arch = (d.get("architectures") or ["T5ForConditionalGeneration"])[0]
     model = getattr(transformers, arch)(cfg)
+    assert model.config._attn_implementation == attn, model.config._attn_implementation
     if checkpoint:
         model.gradient_checkpointing_enable()
     V, B, S = cfg.vocab_size, batch, seq

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Turns compact truth records of `py:` cases into fixture lines vramscope's tests run: each case's
 `vramscope` entry (in the case list) gives the config vramscope reads (`config`), its flags
-(`args`, stored as `extra_args`) and optionally its `mode` (`generate`: the record's `seq` is the
+(`args`, stored as `extra_args`) and optionally its `task` (vramscope's --task for that case,
+instead of the one TASK below) and its `mode` (`generate`: the record's `seq` is the
 prompt, passed as --prompt-len by `args`, so `seq` is dropped).
 
 Usage: python3 validation/vramscope_fixture.py CASES.jsonl COMPACT.jsonl OUT.jsonl [--task TASK]
@@ -23,7 +24,7 @@ def main():
         for line in open(args.compact):
             r = json.loads(line)
             v = cases[r["name"]]["vramscope"]
-            r["model"], r["extra_args"], r["task"] = v["config"], v["args"], args.task
+            r["model"], r["extra_args"], r["task"] = v["config"], v["args"], v.get("task", args.task)
             if v.get("mode"):
                 r["mode"] = v["mode"]
             if r.get("mode") == "generate":

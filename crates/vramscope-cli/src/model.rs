@@ -64,7 +64,8 @@ pub struct ModelArgs {
     #[arg(long)]
     pub new_tokens: Option<u64>,
     /// Hugging Face models: `attn_implementation`, `sdpa` (transformers' default) or `eager`
-    /// (the `[B, H, S, S]` scores and probabilities materialised; GPT-2 and the Llama family).
+    /// (the `[B, H, S, S]` scores and probabilities materialised; every family, `--mode
+    /// generate` for the Llama and Gemma families).
     #[arg(long)]
     pub attn_implementation: Option<String>,
     /// Encoder-decoder models (T5, mT5, UMT5): the config's `use_cache`, as

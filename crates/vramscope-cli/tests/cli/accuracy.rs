@@ -385,6 +385,20 @@ fn eager_attention_gemma_cases_match_truth() {
     check_phase_peaks("hf_eager_gemma.jsonl");
 }
 
+/// `--attn-implementation eager` for the encoders and encoder-decoders
+/// (validation/cases_eager_encoders.jsonl): BERT (masked LM and sequence classification, with
+/// its pooler), RoBERTa, DistilBERT, T5 / FLAN-T5 (the position bias and the decoder's causal
+/// mask added to the scores; `use_cache` on and off), mT5 and UMT5: fp32, AMP bf16 and AMP fp16
+/// AdamW, gradient checkpointing, fp32 and pure bf16 inference. The `[B, H, S, S]` scores, the
+/// softmax autocast runs in float32 (fp16: in the kernel, no copy), dropout on the float32
+/// probabilities, the matmul copies, each projection's gradient copied by its `ViewBackward0`,
+/// the weights the layers keep. Byte-exact (peak, every phase, reserved).
+#[test]
+fn eager_attention_encoder_cases_match_truth() {
+    assert_eq!(cases("hf_eager_encoders.jsonl").len(), 26);
+    check_phase_peaks("hf_eager_encoders.jsonl");
+}
+
 /// `model.generate` with eager attention (validation/cases_generate_eager.jsonl): GPT-2, OPT, Qwen2,
 /// Qwen3, Phi-3, Gemma and Gemma3 with `--attn-implementation eager`, and Gemma2, which always runs it
 /// (its sliding and full cache layers, soft-capped scores): the `[B, 1, S, past + S]` masks of

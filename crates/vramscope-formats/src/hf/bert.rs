@@ -6,17 +6,19 @@
 //! `output` dense + dropout + LayerNorm(h + input)), and the heads: `cls.predictions` /
 //! `lm_head` (dense, GELU, LayerNorm, decoder tied to the word embeddings with its own bias), BERT's
 //! pooler + dropout + `classifier`, RoBERTa's `classifier` (dense + tanh + out_proj on the first
-//! token).
+//! token). With `attn_implementation="eager"` the self-attention runs `eager_attention_forward`
+//! without a mask (`layers::eager_attention_core`) and each layer keeps its attention weights
+//! (`self_attention_output, _ = self.attention(...)`) until it returns.
 
 use vramscope_core::ir::Task;
 use vramscope_core::ops::{ActivationKind, Aten, DTypeRule, Select};
 use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
 use super::layers::{
-    activation, activation_fn, activation_kind, add, attention_core, dropout, embedding,
-    layer_norm, linear, tied_head_bias, view,
+    activation, activation_fn, activation_kind, add, attention_core, dropout, eager_attention_core,
+    eager_heads, embedding, layer_norm, linear, tied_head_bias, view, Eager, EagerFlavor,
 };
-use super::{build_error, HfConfig, HfError, HfInput, HfTask};
+use super::{build_error, AttnImplementation, HfConfig, HfError, HfInput, HfTask};
 
 /// Which encoder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,6 +43,18 @@ struct Spec {
     classifier_dropout: f64,
     act: ActivationKind,
     num_labels: u64,
+    /// `attn_implementation="eager"`: the attention `eager_attention_forward` runs (`None`: SDPA).
+    eager: Option<Eager>,
+}
+
+/// The encoders' `eager_attention_forward` for an input's precision, when it asks for eager
+/// attention.
+pub(super) fn encoder_eager(input: &HfInput) -> Option<Eager> {
+    (input.attn == AttnImplementation::Eager).then(|| Eager {
+        flavor: EagerFlavor::Encoder,
+        dtype: input.precision.param_dtype(),
+        autocast: input.precision.autocast_dtype(),
+    })
 }
 
 /// `num_labels` of a config (or the size of `id2label`), default 2.
@@ -51,7 +65,7 @@ pub fn num_labels(cfg: &HfConfig) -> Result<u64, HfError> {
     Ok(cfg.map_len("id2label")?.filter(|&n| n > 0).unwrap_or(2))
 }
 
-fn spec(cfg: &HfConfig) -> Result<Spec, HfError> {
+fn spec(cfg: &HfConfig, input: &HfInput) -> Result<Spec, HfError> {
     let hidden = cfg.u64(&["hidden_size"])?;
     let heads = cfg.u64(&["num_attention_heads"])?;
     if hidden % heads != 0 {
@@ -82,6 +96,7 @@ fn spec(cfg: &HfConfig) -> Result<Spec, HfError> {
         classifier_dropout: cfg.f64_or("classifier_dropout", hidden_dropout)?,
         act,
         num_labels: num_labels(cfg)?,
+        eager: encoder_eager(input),
     })
 }
 
@@ -92,7 +107,7 @@ pub fn build(
     task: HfTask,
     input: &HfInput,
 ) -> Result<(Graph, Vec<String>), HfError> {
-    let s = spec(cfg)?;
+    let s = spec(cfg, input)?;
     // RoBERTa numbers positions from padding_idx + 1
     let limit = match flavor {
         Flavor::Bert => s.max_positions,
@@ -280,18 +295,33 @@ fn output_block(
 
 fn encoder_layer(b: &mut GraphBuilder, s: &Spec, prefix: &str, x: TensorId) -> TensorId {
     let e = s.hidden;
-    let a = b.module("attention", &format!("{prefix}Attention"), &[x], |b| {
-        let o = b.module("self", &format!("{prefix}SelfAttention"), &[x], |b| {
-            let q = linear(b, "query", e, e, true, x);
-            let k = linear(b, "key", e, e, true, x);
-            let v = linear(b, "value", e, e, true, x);
+    let (a, weights) = b.module("attention", &format!("{prefix}Attention"), &[x], |b| {
+        let (o, weights) = b.module("self", &format!("{prefix}SelfAttention"), &[x], |b| {
+            let proj = ["query", "key", "value"];
+            let Some(eager) = s.eager else {
+                let [q, k, v] = proj.map(|name| linear(b, name, e, e, true, x));
+                b.declare_module("dropout", "Dropout");
+                return (
+                    attention_core(b, [q, k, v], s.heads, s.attn_dropout, false),
+                    None,
+                );
+            };
+            let qkv = proj.map(|name| {
+                let t = linear(b, name, e, e, true, x);
+                eager_heads(b, t, s.heads)
+            });
             b.declare_module("dropout", "Dropout");
-            attention_core(b, [q, k, v], s.heads, s.attn_dropout, false)
+            let (o, w) = eager_attention_core(b, qkv, s.attn_dropout, eager);
+            (o, Some(w))
         });
-        b.module("output", &format!("{prefix}SelfOutput"), &[o, x], |b| {
+        let a = b.module("output", &format!("{prefix}SelfOutput"), &[o, x], |b| {
             output_block(b, s, e, o, x)
-        })
+        });
+        (a, weights)
     });
+    // eager attention's weights: `self_attention_output, _ = self.attention(...)` keeps them
+    // until the layer returns
+    b.hold(&weights.into_iter().collect::<Vec<_>>());
     let i = b.module(
         "intermediate",
         &format!("{prefix}Intermediate"),

@@ -4,16 +4,18 @@
 //! out_lin, `sa_layer_norm(attn + x)`, `ffn` lin1 + activation + lin2 + dropout,
 //! `output_layer_norm(ffn + attn)`), then `vocab_transform` + activation + `vocab_layer_norm` +
 //! `vocab_projector` (weight tied to the word embeddings) or `pre_classifier` + ReLU + dropout +
-//! `classifier` on the first token.
+//! `classifier` on the first token. With `attn_implementation="eager"` the attention runs
+//! `eager_attention_forward` without a mask (`layers::eager_attention_core`) and each block keeps
+//! its attention weights until it returns.
 
 use vramscope_core::ir::Task;
 use vramscope_core::ops::{ActivationKind, Select};
 use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
-use super::bert::num_labels;
+use super::bert::{encoder_eager, num_labels};
 use super::layers::{
-    activation, activation_fn, activation_kind, add, attention_core, dropout, embedding,
-    layer_norm, linear, tied_head_bias, view,
+    activation, activation_fn, activation_kind, add, attention_core, dropout, eager_attention_core,
+    eager_heads, embedding, layer_norm, linear, tied_head_bias, view, Eager,
 };
 use super::{build_error, HfConfig, HfError, HfInput, HfTask};
 
@@ -29,9 +31,11 @@ struct Spec {
     classif_dropout: f64,
     act: ActivationKind,
     num_labels: u64,
+    /// `attn_implementation="eager"` (`None`: SDPA).
+    eager: Option<Eager>,
 }
 
-fn spec(cfg: &HfConfig) -> Result<Spec, HfError> {
+fn spec(cfg: &HfConfig, input: &HfInput) -> Result<Spec, HfError> {
     let dim = cfg.u64(&["dim", "hidden_size"])?;
     let heads = cfg.u64(&["n_heads", "num_attention_heads"])?;
     if dim % heads != 0 {
@@ -60,6 +64,7 @@ fn spec(cfg: &HfConfig) -> Result<Spec, HfError> {
         classif_dropout: cfg.f64_or("seq_classif_dropout", 0.2)?,
         act,
         num_labels: num_labels(cfg)?,
+        eager: encoder_eager(input),
     })
 }
 
@@ -69,7 +74,7 @@ pub fn build(
     task: HfTask,
     input: &HfInput,
 ) -> Result<(Graph, Vec<String>), HfError> {
-    let s = spec(cfg)?;
+    let s = spec(cfg, input)?;
     if input.seq > s.max_positions {
         return Err(HfError::BadInput(format!(
             "{}: --seq-len {} exceeds max_position_embeddings = {}",
@@ -140,20 +145,40 @@ pub fn build(
 
 fn block(b: &mut GraphBuilder, s: &Spec, x: TensorId) -> TensorId {
     let e = s.dim;
-    let a = b.module("attention", "DistilBertSelfAttention", &[x], |b| {
-        let q = linear(b, "q_lin", e, e, true, x);
-        let k = linear(b, "k_lin", e, e, true, x);
-        let v = linear(b, "v_lin", e, e, true, x);
-        b.declare_module("dropout", "Dropout");
-        let o = attention_core(b, [q, k, v], s.heads, s.attn_dropout, false);
-        linear(b, "out_lin", e, e, true, o)
+    let (a, weights) = b.module("attention", "DistilBertSelfAttention", &[x], |b| {
+        let proj = ["q_lin", "k_lin", "v_lin"];
+        let (o, weights) = match s.eager {
+            Some(eager) => {
+                let qkv = proj.map(|name| {
+                    let t = linear(b, name, e, e, true, x);
+                    eager_heads(b, t, s.heads)
+                });
+                b.declare_module("dropout", "Dropout");
+                let (o, w) = eager_attention_core(b, qkv, s.attn_dropout, eager);
+                (o, Some(w))
+            }
+            None => {
+                let [q, k, v] = proj.map(|name| linear(b, name, e, e, true, x));
+                b.declare_module("dropout", "Dropout");
+                (
+                    attention_core(b, [q, k, v], s.heads, s.attn_dropout, false),
+                    None,
+                )
+            }
+        };
+        (linear(b, "out_lin", e, e, true, o), weights)
     });
+    // eager attention's weights: `attention_output, _ = self.attention(...)` keeps them until
+    // the block returns
+    b.hold(&weights.into_iter().collect::<Vec<_>>());
     // `attention_output` is rebound only after the LayerNorm returns
     let a = b.frame(|b| {
         b.hold(&[a]);
         let sum = add(b, a, x);
         layer_norm(b, "sa_layer_norm", e, sum)
     });
+    // the new `attention_output` is a local until the block returns
+    b.hold(&[a]);
     let f = b.module("ffn", "FFN", &[a], |b| {
         let h = linear(b, "lin1", e, s.hidden_dim, true, a);
         let h = activation(b, "activation", s.act, h);

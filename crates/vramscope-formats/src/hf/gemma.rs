@@ -776,7 +776,8 @@ fn attention(
         (true, Some(m)) => {
             // eager_attention_forward is a function: the repeated k and v it keeps are freed
             // when it returns
-            let (o, w) = b.frame(|b| eager_attention(b, eager, q, k, v, m, s.attn_dropout, false));
+            let (o, w) =
+                b.frame(|b| eager_attention(b, eager, q, k, v, &[m], s.attn_dropout, false));
             (o, Some(w))
         }
         (_, Some(m)) => {

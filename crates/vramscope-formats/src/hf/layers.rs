@@ -815,6 +815,21 @@ pub fn attention_core(
     merge_heads(b, o)
 }
 
+/// [`attention_core`] with `attn_implementation="eager"` for the bidirectional encoders (BERT,
+/// RoBERTa, DistilBERT), which run it without a mask (`create_bidirectional_mask` returns `None`
+/// for an unpadded batch): `eager_attention_forward`, a function whose locals go when it returns.
+/// `qkv` are the heads [`eager_heads`] made, locals of the attention's forward (held until it
+/// returns). Returns the output `[B, S, E]` and the attention weights the caller keeps.
+pub fn eager_attention_core(
+    b: &mut GraphBuilder,
+    [q, k, v]: [TensorId; 3],
+    dropout_p: f64,
+    eager: Eager,
+) -> (TensorId, TensorId) {
+    b.hold(&[q, k, v]);
+    b.frame(|b| eager_attention(b, eager, q, k, v, &[], dropout_p, false))
+}
+
 /// [`attention_core`] of a causal decoder (OPT), through the cache when there is one.
 pub fn cached_attention_core(
     b: &mut GraphBuilder,
@@ -833,6 +848,21 @@ fn split_heads(b: &mut GraphBuilder, t: TensorId, heads: u64) -> TensorId {
     let s = b.shape(t).to_vec();
     let (bsz, seq, e) = (s[0], s[1], s[2]);
     let t = view(b, "view", t, vec![bsz, seq, heads, e / heads]);
+    view(b, "transpose", t, vec![bsz, heads, seq, e / heads])
+}
+
+/// A projection `[B, S, E]` viewed as eager attention's `[B, H, S, D]` operand (`view` then
+/// `transpose(1, 2)`, right after the projection, as `self.query(x).view(...).transpose(1, 2)`
+/// runs). The gradient comes back from eager attention's bmm laid out `[B, H, S, D]`, which
+/// `ViewBackward0` cannot view as `[B, S, E]`: it copies it (truth traces: a `[B, S, E]` clone
+/// per projection, freed once the projection's backward has used it).
+pub fn eager_heads(b: &mut GraphBuilder, t: TensorId, heads: u64) -> TensorId {
+    let s = b.shape(t).to_vec();
+    let (bsz, seq, e) = (s[0], s[1], s[2]);
+    let t = b.op(
+        Aten::view("view", vec![bsz, seq, heads, e / heads]).grads(vec![GradIn::New]),
+        &[t],
+    );
     view(b, "transpose", t, vec![bsz, heads, seq, e / heads])
 }
 
@@ -1026,7 +1056,8 @@ pub fn cached_attention(
         let cached = call.cache.is_some();
         // eager_attention_forward is a function: the repeated k and v it keeps are freed when it
         // returns
-        let (o, weights) = b.frame(|b| eager_attention(b, eager, q, k, v, mask, dropout_p, cached));
+        let (o, weights) =
+            b.frame(|b| eager_attention(b, eager, q, k, v, &[mask], dropout_p, cached));
         call.attn_weights = Some(weights);
         return o;
     }
@@ -1061,11 +1092,18 @@ pub enum EagerFlavor {
     /// Llama, Mistral, Qwen2: `repeat_kv` copies k and v for GQA, matmul copies the transposed
     /// keys; `softmax(dtype=float32)`, then `.to(query.dtype)`.
     Llama,
+    /// BERT, RoBERTa, DistilBERT and T5 (multi-head, q, k, v transposed views of their
+    /// projections, so matmul copies q, the transposed keys and v): `softmax(scores)` without a
+    /// dtype (autocast runs it in float32, a pure half run in half) and no cast after it; dropout
+    /// runs on the probabilities as softmax made them, and autocast casts them for `probs @ v`.
+    Encoder,
 }
 
-/// `eager_attention_forward`: `matmul(q, k^T) * scaling + mask`, softmax, dropout,
-/// `matmul(probs, v)`, then `transpose(1, 2).contiguous()`; returns the output `[B, S, H * D]`
-/// and the attention weights it hands back to its caller.
+/// `eager_attention_forward`: `matmul(q, k^T) * scaling`, `+ mask` for each additive term of
+/// `masks` in order (T5: its position bias, then the decoder's causal mask; none for an
+/// unpadded bidirectional encoder), softmax, dropout, `matmul(probs, v)`, then
+/// `transpose(1, 2).contiguous()`; returns the output `[B, S, H * D]` and the attention weights
+/// it hands back to its caller.
 ///
 /// `cached`: k and v are the cache's tensors (contiguous `[B, H_kv, L, D]`, made by `cat`), which
 /// bmm takes as they are (the transposed keys too). A single query (a decode step) is viewable
@@ -1077,7 +1115,7 @@ pub fn eager_attention(
     q: TensorId,
     k: TensorId,
     v: TensorId,
-    mask: TensorId,
+    masks: &[TensorId],
     dropout_p: f64,
     cached: bool,
 ) -> (TensorId, TensorId) {
@@ -1126,7 +1164,7 @@ pub fn eager_attention(
         );
         scores = mul_scalar(b, scores);
     }
-    let scores = add(b, scores, mask);
+    let scores = masks.iter().fold(scores, |x, &m| add(b, x, m));
     let half = e.dtype != DType::F32;
     let probs = match e.flavor {
         EagerFlavor::Llama | EagerFlavor::Gemma2 { .. } => {
@@ -1148,6 +1186,19 @@ pub fn eager_attention(
                 p
             }
         }
+        EagerFlavor::Encoder if e.autocast == Some(DType::F16) => {
+            // autocast's softmax(dtype=float32) of a half tensor on CUDA is
+            // `_softmax(x, half_to_float=True)`: no float32 copy of the scores, and its backward
+            // makes the half gradient directly (truth traces)
+            let shape = b.shape(scores).to_vec();
+            b.op(
+                Aten::new("softmax", shape)
+                    .dtype(DTypeRule::Fixed(DType::F32))
+                    .saves(vec![Saved::Output(0)]),
+                &[scores],
+            )
+        }
+        EagerFlavor::Encoder => b.op(Softmax { dim: 3 }, &[scores]),
         EagerFlavor::Gpt2 => {
             let p = b.op(Softmax { dim: 3 }, &[scores]);
             // `.type(value.dtype)`: the autocast dtype of the projections

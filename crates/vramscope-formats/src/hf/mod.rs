@@ -22,8 +22,8 @@
 //! says how to estimate its language model.
 //! The causal LMs can also be built as a whole `model.generate(...)` with the KV cache
 //! (`generate.rs`: GPT-2, OPT, the Llama family, Gemma and Gemma3; Gemma2's eager attention over
-//! a cache is not modelled), and GPT-2 and the Llama
-//! family (Llama, Mistral, Qwen2) with `attn_implementation="eager"` (`layers::eager_attention`).
+//! a cache is not modelled), and every family's forward with `attn_implementation="eager"`
+//! (`layers::eager_attention`; the encoders and T5 through its `Encoder` flavour).
 
 mod bert;
 mod config;
@@ -153,8 +153,9 @@ pub enum AttnImplementation {
     /// `F.scaled_dot_product_attention` (fused kernels, no `[B, H, S, S]` scores).
     #[default]
     Sdpa,
-    /// `eager_attention_forward`: the `[B, H, S, S]` scores and probabilities materialised, a
-    /// `[B, 1, S, S]` additive mask.
+    /// `eager_attention_forward`: the `[B, H, S, S]` scores and probabilities materialised, the
+    /// decoders' `[B, 1, S, S]` additive mask (none for an unpadded bidirectional encoder; T5 adds
+    /// its position bias).
     Eager,
 }
 
@@ -340,29 +341,17 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
             cfg.path
         )));
     }
-    if input.attn == AttnImplementation::Eager {
-        // the families whose eager forwards are measured (fixtures/truth/hf_eager*.jsonl;
-        // Gemma2 always runs eager attention)
-        if !matches!(
-            family,
-            Family::Gpt2 | Family::Opt | Family::Llama | Family::Moe | Family::Gemma(_)
-        ) {
-            return Err(HfError::BadInput(format!(
-                "{}: --attn-implementation eager is modelled for gpt2, opt, llama, mistral, qwen2, qwen3, phi3, the MoE decoders (mixtral, qwen2_moe, qwen3_moe), gemma, gemma3 and gemma2 (which always runs it), not {model_type}",
-                cfg.path
-            )));
-        }
-        if input.generate.is_some()
-            && !matches!(
-                family,
-                Family::Gpt2 | Family::Opt | Family::Llama | Family::Gemma(_)
-            )
-        {
-            return Err(HfError::BadInput(format!(
-                "{}: --attn-implementation eager with --mode generate is modelled for gpt2, opt, the Llama family (llama, mistral, qwen2, qwen3, phi3) and gemma, gemma2, gemma3, not {model_type}; use sdpa",
-                cfg.path
-            )));
-        }
+    // eager attention is modelled (and measured, fixtures/truth/hf_eager*.jsonl) for every
+    // family's forward; over a generation's cache for all but the MoE decoders (the encoders and
+    // T5 have no generation here at all, refused below)
+    if input.attn == AttnImplementation::Eager
+        && input.generate.is_some()
+        && matches!(family, Family::Moe)
+    {
+        return Err(HfError::BadInput(format!(
+            "{}: --attn-implementation eager with --mode generate is modelled for gpt2, opt, the Llama family (llama, mistral, qwen2, qwen3, phi3) and gemma, gemma2, gemma3, not {model_type}; use sdpa",
+            cfg.path
+        )));
     }
     if let Some(gen) = input.generate {
         let model: Box<dyn generate::CausalLm> = match family {

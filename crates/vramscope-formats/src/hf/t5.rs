@@ -18,6 +18,11 @@
 //!   float mask (a copy per layer; the decoder's causal `where` first); cross-attention uses a
 //!   zero bias made in its first layer. SDPA with that mask runs mem-efficient attention (dropout,
 //!   or a mask that needs a gradient) or cuDNN attention (half precision otherwise).
+//!   With `attn_implementation="eager"`, `eager_attention_forward`: the scores plus the position
+//!   bias (float32 under autocast: the bias is), plus the decoder's additive causal mask
+//!   (`create_causal_mask`, made once per decoder stack), softmax, dropout, `probs @ v`; each
+//!   layer's weights stay referenced by the block until the next attention layer's replace them or
+//!   it returns. The cache's contiguous keys and values go to bmm without copies.
 //! - `use_cache` (the config's, default true): the decoder stack fills an `EncoderDecoderCache`
 //!   even in a training forward (its own deep copy of the config decides, so
 //!   `model.config.use_cache = False` after construction does not turn it off; gradient
@@ -36,10 +41,11 @@ use vramscope_core::{DType, Graph, GraphBuilder, Precision, TensorId};
 
 use super::gpt2::gelu_new;
 use super::layers::{
-    add, cast, dropout, embedding, embedding_lookup, linear, mul, mul_scalar, rms_rsqrt, tied_head,
-    to_dtype, view,
+    add, cast, dropout, eager_attention, eager_causal_mask, eager_heads, embedding,
+    embedding_lookup, linear, mul, mul_scalar, rms_rsqrt, tied_head, to_dtype, view, Eager,
+    EagerFlavor,
 };
-use super::{build_error, HfConfig, HfError, HfInput};
+use super::{build_error, AttnImplementation, HfConfig, HfError, HfInput};
 
 /// The activation of the feed-forward (`feed_forward_proj`'s last part).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -135,6 +141,8 @@ struct Spec {
     /// The cached key/value tensors (self-attention then cross-attention, layer by layer), which
     /// `out.past_key_values` keeps.
     cache: RefCell<Vec<TensorId>>,
+    /// `attn_implementation="eager"`: the attention `eager_attention_forward` runs (`None`: SDPA).
+    eager: Option<Eager>,
 }
 
 impl Spec {
@@ -274,6 +282,11 @@ fn spec(cfg: &HfConfig, variant: Variant, input: &HfInput) -> Result<Spec, HfErr
         // training) warns and becomes False
         use_cache: cfg.bool_or("use_cache", true)? && !input.gradient_checkpointing,
         cache: RefCell::new(Vec::new()),
+        eager: (input.attn == AttnImplementation::Eager).then(|| Eager {
+            flavor: EagerFlavor::Encoder,
+            dtype: input.precision.param_dtype(),
+            autocast: input.precision.autocast_dtype(),
+        }),
     })
 }
 
@@ -470,6 +483,18 @@ fn stack(
     });
     // inputs_embeds is a local until the stack returns
     b.hold(&[emb]);
+    // eager attention: the decoder's additive causal mask (`create_causal_mask`, in the dtype of
+    // inputs_embeds), a local until the stack returns; the encoder's bidirectional masks are
+    // `None` for an unpadded batch
+    let mask = match (s.eager, decoder) {
+        (Some(_), true) => {
+            let sh = b.shape(ids).to_vec();
+            let m = eager_causal_mask(b, sh[0], (sh[1], sh[1]), emb);
+            b.hold(&[m]);
+            Some(m)
+        }
+        _ => None,
+    };
     let mut h = dropout(b, "dropout", s.dropout, emb);
     let mut self_bias: Option<TensorId> = None;
     let mut cross_bias: Option<TensorId> = None;
@@ -482,7 +507,7 @@ fn stack(
             args.extend(enc);
             args.extend(cross_bias);
             let (nh, sb, cb) = b.module(&i.to_string(), &s.class("Block"), &args, |b| {
-                block(b, s, decoder, h, self_bias, enc, cross_bias)
+                block(b, s, decoder, h, self_bias, enc, cross_bias, mask)
             });
             h = nh;
             // UMT5's blocks return only the hidden states: every layer computes its own biases
@@ -499,7 +524,9 @@ fn stack(
 }
 
 /// `T5Block.forward`: self-attention, cross-attention (decoder), feed-forward; returns the hidden
-/// states and the self- and cross-attention position biases.
+/// states and the self- and cross-attention position biases. `mask`: the decoder's eager causal
+/// mask.
+#[allow(clippy::too_many_arguments)]
 fn block(
     b: &mut GraphBuilder,
     s: &Spec,
@@ -508,24 +535,42 @@ fn block(
     self_bias: Option<TensorId>,
     enc: Option<TensorId>,
     cross_bias: Option<TensorId>,
+    mask: Option<TensorId>,
 ) -> (TensorId, TensorId, Option<TensorId>) {
     b.module("layer", "ModuleList", &[], |b| {
         let mut args = vec![h];
         args.extend(self_bias);
-        let (h, sb) = b.module("0", &s.class("LayerSelfAttention"), &args, |b| {
-            attention_layer(b, s, "SelfAttention", h, None, self_bias, decoder)
+        let (h, sb, weights) = b.module("0", &s.class("LayerSelfAttention"), &args, |b| {
+            attention_layer(b, s, "SelfAttention", h, None, self_bias, (decoder, mask))
         });
+        // eager attention's weights: `hidden_states, ..., _ = self.layer[0](...)` keeps them
+        // until `_` is rebound by the cross-attention's, or the block returns
+        let weights: Vec<TensorId> = weights.into_iter().collect();
         let h = clamp_fp16(b, s, h);
         let (h, cb, ff) = match enc {
             Some(e) if decoder => {
                 let mut args = vec![h, e];
                 args.extend(cross_bias);
-                let (h, cb) = b.module("1", &s.class("LayerCrossAttention"), &args, |b| {
-                    attention_layer(b, s, "EncDecAttention", h, Some(e), cross_bias, false)
-                });
+                let (h, cb, cross_weights) =
+                    b.module("1", &s.class("LayerCrossAttention"), &args, |b| {
+                        attention_layer(
+                            b,
+                            s,
+                            "EncDecAttention",
+                            h,
+                            Some(e),
+                            cross_bias,
+                            (false, None),
+                        )
+                    });
+                b.keep_until_now(&weights);
+                b.hold(&cross_weights.into_iter().collect::<Vec<_>>());
                 (clamp_fp16(b, s, h), Some(cb), "2")
             }
-            _ => (h, None, "1"),
+            _ => {
+                b.hold(&weights);
+                (h, None, "1")
+            }
         };
         let h = b.module(ff, &s.class("LayerFF"), &[h], |b| feed_forward(b, s, h));
         (clamp_fp16(b, s, h), sb, cb)
@@ -574,7 +619,8 @@ fn clamp_fp16(b: &mut GraphBuilder, s: &Spec, h: TensorId) -> TensorId {
 }
 
 /// `T5LayerSelfAttention` / `T5LayerCrossAttention`: `layer_norm`, attention, dropout, residual
-/// add. Returns the new hidden states and the attention's position bias.
+/// add. Returns the new hidden states, the attention's position bias and, with eager attention,
+/// its weights. `causal`: decoder self-attention, with the decoder's eager causal mask.
 fn attention_layer(
     b: &mut GraphBuilder,
     s: &Spec,
@@ -582,36 +628,43 @@ fn attention_layer(
     h: TensorId,
     kv: Option<TensorId>,
     bias: Option<TensorId>,
-    causal: bool,
-) -> (TensorId, TensorId) {
+    causal: (bool, Option<TensorId>),
+) -> (TensorId, TensorId, Option<TensorId>) {
     let normed = t5_layer_norm(b, s, "layer_norm", h);
     let mut args = vec![normed];
     args.extend(kv);
     args.extend(bias);
-    let (a, pb) = b.module(name, &s.class("Attention"), &args, |b| {
+    let (a, pb, weights) = b.module(name, &s.class("Attention"), &args, |b| {
         attention(b, s, normed, kv, bias, causal)
     });
-    // normed_hidden_states and attention_output are locals until the layer returns
+    // normed_hidden_states and attention_output (and attn_weights) are locals until the layer
+    // returns
     b.hold(&[normed, a]);
+    b.hold(&weights.into_iter().collect::<Vec<_>>());
     let d = dropout(b, "dropout", s.dropout, a);
-    (add(b, h, d), pb)
+    (add(b, h, d), pb, weights)
 }
 
-/// `T5Attention.forward` without a cache: q/k/v projections, the position bias (computed,
-/// reused, or zeros for cross-attention), `sdpa_attention_forward`, `o`.
+/// `T5Attention.forward`: q/k/v projections, the cache update (decoder, `use_cache`), the
+/// position bias (computed, reused, or zeros for cross-attention), `sdpa_attention_forward` or
+/// `eager_attention_forward` (which adds the bias, then the decoder's causal `mask`), `o`.
+/// Returns the output, the position bias and, with eager attention, its weights.
 fn attention(
     b: &mut GraphBuilder,
     s: &Spec,
     x: TensorId,
     kv: Option<TensorId>,
     bias: Option<TensorId>,
-    causal: bool,
-) -> (TensorId, TensorId) {
+    (causal, mask): (bool, Option<TensorId>),
+) -> (TensorId, TensorId, Option<TensorId>) {
     let (bsz, len) = (b.shape(x)[0], b.shape(x)[1]);
     let src = kv.unwrap_or(x);
     let kv_len = b.shape(src)[1];
     let (hn, dk, inner) = (s.heads, s.d_kv, s.inner());
     let heads = |b: &mut GraphBuilder, t: TensorId, l: u64| {
+        if s.eager.is_some() {
+            return eager_heads(b, t, hn);
+        }
         let t = view(b, "view", t, vec![bsz, l, hn, dk]);
         view(b, "transpose", t, vec![bsz, hn, l, dk])
     };
@@ -621,7 +674,8 @@ fn attention(
     let k4 = heads(b, k, kv_len);
     let v = linear(b, "v", s.d_model, inner, false, src);
     let v4 = heads(b, v, kv_len);
-    let (k4, v4) = if s.use_cache && (causal || kv.is_some()) {
+    let cached = s.use_cache && (causal || kv.is_some());
+    let (k4, v4) = if cached {
         cache_update(b, s, k4, v4)
     } else {
         (k4, v4)
@@ -648,11 +702,17 @@ fn attention(
         // position_bias is UMT5Attention.forward's own local
         b.hold(&[pb]);
     }
+    if let Some(eager) = s.eager {
+        // attn_weights + position_bias, then + the causal mask (decoder self-attention)
+        let masks: Vec<TensorId> = std::iter::once(pb).chain(mask).collect();
+        let (o, w) = b.frame(|b| eager_attention(b, eager, q4, k4, v4, &masks, s.dropout, cached));
+        return (linear(b, "o", inner, s.d_model, false, o), pb, Some(w));
+    }
     let o = b.frame(|b| sdpa_with_bias(b, s, [q4, k4, v4], pb, causal, kv.is_none()));
     // transpose(1, 2).contiguous() is free (the kernels lay the output out as [B, L, H, D])
     let o = view(b, "transpose", o, vec![bsz, len, hn, dk]);
     let o = view(b, "reshape", o, vec![bsz, len, inner]);
-    (linear(b, "o", inner, s.d_model, false, o), pb)
+    (linear(b, "o", inner, s.d_model, false, o), pb, None)
 }
 
 /// The decoder's `past_key_values.update(key_states, value_states, layer_idx)` on a fresh
