@@ -607,6 +607,21 @@ fn grouped_mm(out: Vec<u64>) -> Aten {
         .right_to_left()
 }
 
+/// `_apply_gate` of both experts implementations: `gate, up = proj.chunk(2, dim=-1)`, then
+/// `act_fn(gate) * up`, on the `[S, 2I]` gate/up projection; returns `[S, I]`.
+fn apply_gate(b: &mut GraphBuilder, proj: TensorId, (s, i): (u64, u64)) -> TensorId {
+    let halves = b.op_multi(
+        View {
+            name: "chunk",
+            shapes: vec![vec![s, i]; 2],
+            expand: false,
+        },
+        &[proj],
+    );
+    let g = silu_act_fn(b, halves[0]);
+    mul(b, g, halves[1])
+}
+
 /// Tokens `T`, hidden size `H`, experts `E`, top-k and the experts' intermediate size `I` of one
 /// experts call.
 fn expert_dims(m: &Moe, c: &Ctx) -> (u64, u64, u64, u64, u64) {
@@ -669,17 +684,7 @@ fn experts(
         );
         let w = view(b, "transpose", gate_up, vec![e, h, 2 * i]);
         let proj = b.op(grouped_mm(vec![s, 2 * i]), &[selected, w, offsets]);
-        // _apply_gate: gate, up = chunk(2); act_fn(gate) * up
-        let halves = b.op_multi(
-            View {
-                name: "chunk",
-                shapes: vec![vec![s, i]; 2],
-                expand: false,
-            },
-            &[proj],
-        );
-        let g = silu_act_fn(b, halves[0]);
-        let proj = mul(b, g, halves[1]);
+        let proj = apply_gate(b, proj, (s, i));
         let w = view(b, "transpose", down, vec![e, i, h]);
         let proj = b.op(grouped_mm(vec![s, h]), &[proj, w, offsets]);
         // proj * sample_weights_g.unsqueeze(-1): the weights' gradient is a full-size product
@@ -765,17 +770,7 @@ fn batched_experts(
         let column = view(b, "unsqueeze", selected, vec![s, h, 1]);
         let proj = b.op(MatMul, &[selected_weights, column]);
         let proj = view(b, "squeeze", proj, vec![s, 2 * i]);
-        // _apply_gate: gate, up = chunk(2); act_fn(gate) * up
-        let halves = b.op_multi(
-            View {
-                name: "chunk",
-                shapes: vec![vec![s, i]; 2],
-                expand: false,
-            },
-            &[proj],
-        );
-        let g = silu_act_fn(b, halves[0]);
-        let proj = mul(b, g, halves[1]);
+        let proj = apply_gate(b, proj, (s, i));
         let down_weights = b.op(gather(vec![s, h, i], vec![e, h, i]), &[down, expert_ids]);
         // `selected_weights` is rebound: the gathered gate/up weights go now
         b.keep_until_now(&[selected_weights]);
