@@ -15,8 +15,8 @@ use vramscope_core::ops::{ActivationKind, Aten, DTypeRule, Select};
 use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
 use super::layers::{
-    activation, activation_fn, activation_kind, add, attention_core, dropout, eager_attention_core,
-    eager_heads, embedding, layer_norm, linear, tied_head_bias, view, Eager, EagerFlavor,
+    activation, activation_fn, activation_kind, add, dropout, embedding, encoder_self_attention,
+    layer_norm, linear, tied_head_bias, view, Eager, EagerFlavor,
 };
 use super::{build_error, AttnImplementation, HfConfig, HfError, HfInput, HfTask};
 
@@ -297,22 +297,13 @@ fn encoder_layer(b: &mut GraphBuilder, s: &Spec, prefix: &str, x: TensorId) -> T
     let e = s.hidden;
     let (a, weights) = b.module("attention", &format!("{prefix}Attention"), &[x], |b| {
         let (o, weights) = b.module("self", &format!("{prefix}SelfAttention"), &[x], |b| {
-            let proj = ["query", "key", "value"];
-            let Some(eager) = s.eager else {
-                let [q, k, v] = proj.map(|name| linear(b, name, e, e, true, x));
-                b.declare_module("dropout", "Dropout");
-                return (
-                    attention_core(b, [q, k, v], s.heads, s.attn_dropout, false),
-                    None,
-                );
-            };
-            let qkv = proj.map(|name| {
-                let t = linear(b, name, e, e, true, x);
-                eager_heads(b, t, s.heads)
-            });
-            b.declare_module("dropout", "Dropout");
-            let (o, w) = eager_attention_core(b, qkv, s.attn_dropout, eager);
-            (o, Some(w))
+            encoder_self_attention(
+                b,
+                x,
+                ["query", "key", "value"],
+                (e, s.heads, s.attn_dropout),
+                s.eager,
+            )
         });
         let a = b.module("output", &format!("{prefix}SelfOutput"), &[o, x], |b| {
             output_block(b, s, e, o, x)

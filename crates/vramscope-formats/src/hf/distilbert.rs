@@ -14,8 +14,8 @@ use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
 use super::bert::{encoder_eager, num_labels};
 use super::layers::{
-    activation, activation_fn, activation_kind, add, attention_core, dropout, eager_attention_core,
-    eager_heads, embedding, layer_norm, linear, tied_head_bias, view, Eager,
+    activation, activation_fn, activation_kind, add, dropout, embedding, encoder_self_attention,
+    layer_norm, linear, tied_head_bias, view, Eager,
 };
 use super::{build_error, HfConfig, HfError, HfInput, HfTask};
 
@@ -146,26 +146,13 @@ pub fn build(
 fn block(b: &mut GraphBuilder, s: &Spec, x: TensorId) -> TensorId {
     let e = s.dim;
     let (a, weights) = b.module("attention", "DistilBertSelfAttention", &[x], |b| {
-        let proj = ["q_lin", "k_lin", "v_lin"];
-        let (o, weights) = match s.eager {
-            Some(eager) => {
-                let qkv = proj.map(|name| {
-                    let t = linear(b, name, e, e, true, x);
-                    eager_heads(b, t, s.heads)
-                });
-                b.declare_module("dropout", "Dropout");
-                let (o, w) = eager_attention_core(b, qkv, s.attn_dropout, eager);
-                (o, Some(w))
-            }
-            None => {
-                let [q, k, v] = proj.map(|name| linear(b, name, e, e, true, x));
-                b.declare_module("dropout", "Dropout");
-                (
-                    attention_core(b, [q, k, v], s.heads, s.attn_dropout, false),
-                    None,
-                )
-            }
-        };
+        let (o, weights) = encoder_self_attention(
+            b,
+            x,
+            ["q_lin", "k_lin", "v_lin"],
+            (e, s.heads, s.attn_dropout),
+            s.eager,
+        );
         (linear(b, "out_lin", e, e, true, o), weights)
     });
     // eager attention's weights: `attention_output, _ = self.attention(...)` keeps them until

@@ -800,6 +800,32 @@ pub fn tied_head_bias(
     })
 }
 
+/// A bidirectional encoder's self-attention on `x` `[B, S, E]` (BERT, RoBERTa, DistilBERT): the
+/// `proj` projections (`nn.Linear(E, E)` with biases), the `dropout` module, then SDPA
+/// ([`attention_core`]) or, with `eager`, [`eager_attention_core`] on the [`eager_heads`] of each
+/// projection. Returns the output `[B, S, E]` and, with eager attention, the weights its caller
+/// keeps.
+pub fn encoder_self_attention(
+    b: &mut GraphBuilder,
+    x: TensorId,
+    proj: [&str; 3],
+    (e, heads, dropout_p): (u64, u64, f64),
+    eager: Option<Eager>,
+) -> (TensorId, Option<TensorId>) {
+    let Some(eager) = eager else {
+        let qkv = proj.map(|name| linear(b, name, e, e, true, x));
+        b.declare_module("dropout", "Dropout");
+        return (attention_core(b, qkv, heads, dropout_p, false), None);
+    };
+    let qkv = proj.map(|name| {
+        let t = linear(b, name, e, e, true, x);
+        eager_heads(b, t, heads)
+    });
+    b.declare_module("dropout", "Dropout");
+    let (o, w) = eager_attention_core(b, qkv, dropout_p, eager);
+    (o, Some(w))
+}
+
 /// Multi-head attention core shared by the encoders: q, k, v `[B, S, E]` projections are viewed
 /// as `[B, H, S, D]`, attended, and the output (laid out `[B, S, H, D]` by the kernels) reshaped
 /// back to `[B, S, E]`.
