@@ -75,38 +75,6 @@ pub fn packed_sequence_check(b: &mut GraphBuilder, batch: u64, seq: u64) {
     b.op_multi(op, &[]);
 }
 
-/// What `masking_utils.sdpa_mask` runs when a mask cannot be skipped (a sliding-window causal mask
-/// with `kv_length >= sliding_window`, e.g. Qwen2-MoE's with `use_sliding_window: false`, whose
-/// window is then 0), on the non-vmap path: `arange(B)`, `arange(1)`, `arange(S) + 0` twice, then
-/// `kv > q - window` (`new_ones`, `sub`, `gt`, `bitwise_and`) and `kv <= q` (`le`, `bitwise_and`).
-/// Returns the `[1, 1, S, KV]` bool mask (the caller keeps it as long as its local lives; `KV` is
-/// `S` without a cache, the cache's length after this call's update with one); the aranges are
-/// freed when `sdpa_mask` returns.
-pub fn sdpa_mask(b: &mut GraphBuilder, batch: u64, (seq, kv_len): (u64, u64)) -> TensorId {
-    let i64 = DTypeRule::Fixed(DType::I64);
-    let boolean = DTypeRule::Fixed(DType::Bool);
-    let index = |n: u64| Aten::new("arange", vec![n]).dtype(i64).not_differentiable();
-    b.frame(|b| {
-        let batch_arange = b.op(index(batch), &[]);
-        let head_arange = b.op(index(1), &[]);
-        let q = b.op(index(seq).temporary(vec![seq], i64), &[]);
-        let kv = b.op(index(kv_len).temporary(vec![kv_len], i64), &[]);
-        b.hold(&[batch_arange, head_arange, q, kv]);
-        let square = vec![1, 1, seq, kv_len];
-        let op = |name, shape: &Vec<u64>, rule| {
-            Aten::new(name, shape.clone())
-                .dtype(rule)
-                .not_differentiable()
-        };
-        let one = b.op(op("new_ones", &vec![], boolean), &[]);
-        let q_minus_window = b.op(op("sub", &vec![1, 1, seq, 1], i64), &[q]);
-        let after_start = b.op(op("gt", &square, boolean), &[kv, q_minus_window]);
-        let windowed = b.op(op("bitwise_and", &square, boolean), &[one, after_start]);
-        let causal = b.op(op("le", &square, boolean), &[kv, q]);
-        b.op(op("bitwise_and", &square, boolean), &[windowed, causal])
-    })
-}
-
 /// `Conv1D(nf, nx)` (GPT-2's transposed linear): `addmm(bias, x.view(-1, nx), weight)` with
 /// `weight` `[nx, nf]`.
 pub fn conv1d(b: &mut GraphBuilder, name: &str, nx: u64, nf: u64, x: TensorId) -> TensorId {

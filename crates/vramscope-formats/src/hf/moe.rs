@@ -31,8 +31,8 @@ use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
 use super::generate::{rotary_kv_dtypes, CausalLm};
 use super::layers::{
-    activation_fn, add, cast, linear, linear_fn, mul, packed_sequence_check, sdpa_mask, to_dtype,
-    view, Call,
+    activation_fn, add, attention_mask, cast, linear, linear_fn, mul, packed_sequence_check,
+    to_dtype, view, Call, MaskPattern,
 };
 use super::llama::{causal_lm, decoder_layer, forward, mlp, silu_act_fn, spec, Spec};
 use super::{check_positions, HfConfig, HfError, HfInput};
@@ -357,21 +357,14 @@ fn mask_code(
     (bsz, seq): (u64, u64),
     cache_len: Option<u64>,
 ) -> Vec<Option<TensorId>> {
-    let cached = cache_len.is_some();
-    if !cached {
+    if cache_len.is_none() {
         packed_sequence_check(b, bsz, seq);
     }
-    if m.both_masks {
+    if let (true, Some(w)) = (m.both_masks, m.sliding_window) {
         // create_sliding_window_causal_mask: its own packed-sequence check, then a mask that
-        // cannot be skipped when the keys reach the window
-        if !cached {
-            packed_sequence_check(b, bsz, seq);
-        }
-        let kv = cache_len.unwrap_or(seq);
-        if m.sliding_window.is_some_and(|w| kv >= w) {
-            let mask = sdpa_mask(b, bsz, (seq, kv));
-            b.hold(&[mask]);
-        }
+        // cannot be skipped when the keys reach the window (always, for a window of 0)
+        let mask = attention_mask(b, bsz, seq, MaskPattern::SlidingWindow(w), None, cache_len);
+        b.hold(&mask.into_iter().collect::<Vec<_>>());
     }
     vec![None]
 }
