@@ -29,7 +29,7 @@ pub fn round_size(n: u64) -> u64 {
 
 /// A handle to an allocated block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BlockId(u32);
+pub struct BlockId(pub(crate) u32);
 
 #[derive(Debug, Clone)]
 struct Block {

@@ -21,7 +21,6 @@ use std::sync::Arc;
 use serde::Serialize;
 use smallvec::SmallVec;
 
-use crate::allocator::{BlockId, CachingAllocator};
 use crate::dtype::{DType, Precision};
 use crate::fasthash::IntMap;
 use crate::ir::{Graph, ModuleId, ParamId, ParamKind, Shape, Task, TensorId};
@@ -30,6 +29,10 @@ use crate::ops::{
     TensorMeta,
 };
 use crate::optim::{Optimizer, StateInit, StepTemporaries};
+
+mod memory;
+
+use memory::{MemoryFeed, MemoryModel, ModelThread, Msg};
 
 /// Training step or inference pass.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -436,11 +439,10 @@ struct Meta {
 #[derive(Debug, Clone)]
 struct Storage {
     bytes: u64,
-    block: Option<BlockId>,
     refs: u32,
     category: Category,
-    // a `Label`'s two fields, side by side with the other small ones: a storage is 56 bytes
-    // rather than 64 (one is written for every allocation)
+    // a `Label`'s two fields, side by side with the other small ones: a storage is 48 bytes
+    // rather than 56 (one is written for every allocation)
     label_what: &'static str,
     label_grad: bool,
     module: Option<ModuleId>,
@@ -450,7 +452,7 @@ struct Storage {
 }
 
 // the comment on `Storage::label_what` holds
-const _: () = assert!(std::mem::size_of::<Storage>() == 56);
+const _: () = assert!(std::mem::size_of::<Storage>() == 48);
 
 #[derive(Debug, Clone, Copy)]
 struct RtTensor {
@@ -721,7 +723,9 @@ struct Region {
 struct Sim<'g> {
     g: &'g Graph,
     cfg: &'g StepConfig,
-    alloc: CachingAllocator,
+    /// the allocator model and its accounting, told of every allocation, free and phase (taken
+    /// out when the run ends)
+    mem: Option<MemoryFeed>,
     storages: Vec<Storage>,
     rts: Vec<RtTensor>,
     shapes: Shapes,
@@ -740,17 +744,8 @@ struct Sim<'g> {
     param_rt: Vec<Rt>,
     param_grad: Vec<Option<u32>>,
     opt_state: Vec<SmallVec<[u32; 2]>>,
-    phases: Vec<PhaseStats>,
-    cur_cat: Breakdown,
-    peak_allocated: u64,
-    peak_reserved: u64,
-    peak_phase: usize,
-    events: Vec<Event>,
-    /// block events (allocations and frees) so far
-    block_events: u32,
-    /// per storage, the block events before its allocation and before its free (`u32::MAX`: no
-    /// block, not freed): the live-at-peak list scans these rather than the larger storages
-    lifetimes: Vec<(u32, u32)>,
+    /// the phases' names, in order (the memory model keeps their figures)
+    phase_names: Vec<String>,
     module_params: Vec<u64>,
     module_listed: Vec<bool>,
     module_has_children: Vec<bool>,
@@ -776,7 +771,6 @@ struct Sim<'g> {
     layers: Option<Vec<LayerStats>>,
     sdpa: Vec<SdpaBackend>,
     gradient_bytes: u64,
-    peak_event: u64,
     first_layers: Vec<LayerStats>,
     /// the iteration running (1-based)
     iteration: u32,
@@ -788,63 +782,22 @@ struct Sim<'g> {
 const NO_GRAD: GradIn = GradIn::None;
 
 impl<'g> Sim<'g> {
+    fn feed(&mut self) -> &mut MemoryFeed {
+        self.mem.as_mut().expect("the run has not ended")
+    }
+
     fn phase(&mut self, name: &str) {
-        let a = self.alloc.allocated();
-        let r = self.alloc.reserved();
-        self.phases.push(PhaseStats {
-            name: name.to_string(),
-            allocated_after: a,
-            peak_allocated: a,
-            reserved_after: r,
-            peak_reserved: r,
-            allocated_bytes: 0,
-            freed_bytes: 0,
-            breakdown_at_peak: self.cur_cat,
-        });
+        self.phase_names.push(name.to_string());
+        self.feed().send(Msg::Phase);
     }
 
-    fn bump(&mut self) {
-        let a = self.alloc.allocated();
-        let r = self.alloc.reserved();
-        let ph = self.phases.len() - 1;
-        let p = &mut self.phases[ph];
-        if a > p.peak_allocated {
-            p.peak_allocated = a;
-            p.breakdown_at_peak = self.cur_cat;
-        }
-        p.peak_reserved = p.peak_reserved.max(r);
-        p.allocated_after = a;
-        p.reserved_after = r;
-        if a > self.peak_allocated {
-            self.peak_allocated = a;
-            self.peak_event = u64::from(self.block_events);
-            // the phase's peak moved too, at this same event: its breakdown is the overall one
-            self.peak_phase = ph;
-        }
-        self.peak_reserved = self.peak_reserved.max(r);
-    }
-
-    /// The largest tensors alive after the first `n` block events.
-    fn live_after(&self, n: usize) -> Vec<LiveTensor> {
-        let n = u32::try_from(n).unwrap_or(u32::MAX);
-        let mut live: Vec<(u64, usize)> = self
-            .lifetimes
-            .iter()
-            .enumerate()
-            .filter(|(_, &(allocated_at, freed_at))| allocated_at < n && freed_at >= n)
-            .map(|(i, _)| (crate::allocator::round_size(self.storages[i].bytes), i))
-            .collect();
-        // the same order as a stable sort of every live tensor by size, largest first (the keys
-        // are distinct): pick the 20 first, then sort only those
-        let key = |&(bytes, i): &(u64, usize)| (std::cmp::Reverse(bytes), i);
-        if live.len() > 20 {
-            live.select_nth_unstable_by_key(20, key);
-            live.truncate(20);
-        }
-        live.sort_unstable_by_key(key);
-        live.into_iter()
-            .map(|(bytes, i)| {
-                let s = &self.storages[i];
+    /// The largest tensors alive at the overall peak, as `model` found them.
+    fn live_at_peak(&self, model: &memory::MemoryModel) -> Vec<LiveTensor> {
+        model
+            .largest_live_at_peak(|sid| self.storages[sid as usize].bytes)
+            .into_iter()
+            .map(|(bytes, sid)| {
+                let s = &self.storages[sid as usize];
                 LiveTensor {
                     bytes,
                     shape: self.shapes.get(s.meta.shape).to_vec(),
@@ -861,28 +814,6 @@ impl<'g> Sim<'g> {
                 }
             })
             .collect()
-    }
-
-    fn record(&mut self, alloc: bool, sid: u32, block: u64) {
-        if !self.cfg.record_events {
-            return;
-        }
-        let s = &self.storages[sid as usize];
-        self.events.push(Event {
-            phase: (self.phases.len() - 1) as u16,
-            alloc,
-            storage: sid,
-            bytes: s.bytes,
-            block,
-            category: s.category,
-            label: Label {
-                what: s.label_what,
-                grad: s.label_grad,
-            },
-            module: s.module,
-            allocated: self.alloc.allocated(),
-            reserved: self.alloc.reserved(),
-        });
     }
 
     /// The metadata of a tensor of `shape` and `dtype` (the shape is stored in the arena).
@@ -912,14 +843,8 @@ impl<'g> Sim<'g> {
         module: Option<ModuleId>,
     ) -> u32 {
         let bytes = self.shapes.bytes(meta);
-        let block = self.alloc.malloc(bytes);
-        let bsize = block.map(|b| self.alloc.block_size(b)).unwrap_or(0);
-        self.cur_cat.0[category.index()] += bsize;
-        let ph = self.phases.len() - 1;
-        self.phases[ph].allocated_bytes += bsize;
         self.storages.push(Storage {
             bytes,
-            block,
             refs: 1,
             category,
             label_what: label.what,
@@ -929,16 +854,8 @@ impl<'g> Sim<'g> {
             alive: true,
             saved: false,
         });
-        let sid = self.storages.len() as u32 - 1;
-        if block.is_some() {
-            self.lifetimes.push((self.block_events, u32::MAX));
-            self.block_events += 1;
-            self.bump();
-            self.record(true, sid, bsize);
-        } else {
-            self.lifetimes.push((u32::MAX, u32::MAX));
-        }
-        sid
+        self.feed().send(Msg::Alloc { bytes, category });
+        self.storages.len() as u32 - 1
     }
 
     /// A storage of `bytes` bytes (a temporary or scratch buffer: a `[bytes]` uint8 tensor).
@@ -963,22 +880,7 @@ impl<'g> Sim<'g> {
         s.refs = s.refs.saturating_sub(1);
         if s.refs == 0 && s.alive {
             s.alive = false;
-            if let Some(b) = s.block {
-                let size = self.alloc.block_size(b);
-                let cat = s.category;
-                self.alloc.free(b);
-                self.cur_cat.0[cat.index()] -= size;
-                // a free lowers `allocated` and leaves `reserved` as it was: no peak to update
-                let (allocated, reserved) = (self.alloc.allocated(), self.alloc.reserved());
-                let ph = self.phases.len() - 1;
-                let p = &mut self.phases[ph];
-                p.freed_bytes += size;
-                p.allocated_after = allocated;
-                p.reserved_after = reserved;
-                self.lifetimes[sid as usize].1 = self.block_events;
-                self.block_events += 1;
-                self.record(false, sid, size);
-            }
+            self.feed().send(Msg::Free(sid));
         }
     }
 
@@ -1794,11 +1696,8 @@ impl<'g> Sim<'g> {
                     } else {
                         let cat = self.storages[grad_sid as usize].category;
                         if cat != Category::Gradients {
-                            if let Some(b) = self.storages[grad_sid as usize].block {
-                                let sz = self.alloc.block_size(b);
-                                self.cur_cat.0[cat.index()] -= sz;
-                                self.cur_cat.0[Category::Gradients.index()] += sz;
-                            }
+                            self.feed()
+                                .send(Msg::Recategorize(grad_sid, Category::Gradients));
                             self.storages[grad_sid as usize].category = Category::Gradients;
                         }
                         self.param_grad[pi] = Some(grad_sid);
@@ -2426,10 +2325,29 @@ fn checkpoint_regions(g: &Graph, specs: &[Checkpoint]) -> Result<Vec<Region>, Si
     Ok(kept)
 }
 
-/// Simulates `cfg` over `graph`.
+/// Simulates `cfg` over `graph`. The caching-allocator model runs on a second thread for a large
+/// graph ([`simulate_on_this_thread`] gives the same results on the caller's alone).
 pub fn simulate(graph: &Graph, cfg: &StepConfig) -> Result<Simulation, SimError> {
     validate_graph(graph)?;
-    run(graph, cfg)
+    run(graph, cfg, ModelThread::Auto)
+}
+
+/// [`simulate`] without a second thread: for callers that already run simulations in parallel,
+/// and for the test that the two agree.
+pub fn simulate_on_this_thread(graph: &Graph, cfg: &StepConfig) -> Result<Simulation, SimError> {
+    validate_graph(graph)?;
+    run(graph, cfg, ModelThread::Never)
+}
+
+/// [`simulate`] with the allocator model on a second thread whatever the graph's size and the
+/// CPUs: for the test that the threaded path agrees with [`simulate_on_this_thread`].
+#[doc(hidden)]
+pub fn simulate_with_allocator_thread(
+    graph: &Graph,
+    cfg: &StepConfig,
+) -> Result<Simulation, SimError> {
+    validate_graph(graph)?;
+    run(graph, cfg, ModelThread::Always)
 }
 
 /// Checks what the simulator relies on: every node input exists and is produced before use (or
@@ -2476,7 +2394,7 @@ fn validate_graph(g: &Graph) -> Result<(), SimError> {
     Ok(())
 }
 
-fn run(g: &Graph, cfg: &StepConfig) -> Result<Simulation, SimError> {
+fn run(g: &Graph, cfg: &StepConfig, thread: ModelThread) -> Result<Simulation, SimError> {
     let regions = if cfg.mode == Mode::Train {
         checkpoint_regions(g, &cfg.checkpoint)?
     } else {
@@ -2496,8 +2414,17 @@ fn run(g: &Graph, cfg: &StepConfig) -> Result<Simulation, SimError> {
     let mut s = Sim {
         g,
         cfg,
-        // blocks: a segment or a split remainder per allocation at most, and far fewer live
-        alloc: CachingAllocator::with_block_capacity(4 * g.params.len() + 2 * g.nodes.len() + 1024),
+        mem: Some(MemoryFeed::new(
+            MemoryModel::new(
+                storages,
+                // blocks: a segment or a split remainder per allocation at most, and far fewer
+                // live
+                4 * g.params.len() + 2 * g.nodes.len() + 1024,
+                cfg.record_events,
+            ),
+            thread,
+            g.nodes.len(),
+        )),
         storages: Vec::with_capacity(storages),
         rts: Vec::with_capacity(storages / 2),
         shapes: Shapes::for_graph(g),
@@ -2516,14 +2443,7 @@ fn run(g: &Graph, cfg: &StepConfig) -> Result<Simulation, SimError> {
         param_rt: Vec::new(),
         param_grad: Vec::new(),
         opt_state: vec![SmallVec::new(); g.params.len()],
-        phases: Vec::new(),
-        cur_cat: Breakdown::default(),
-        peak_allocated: 0,
-        peak_reserved: 0,
-        peak_phase: 0,
-        events: Vec::new(),
-        block_events: 0,
-        lifetimes: Vec::with_capacity(storages),
+        phase_names: Vec::new(),
         module_params: {
             let mut v = vec![0; g.modules.len()];
             for p in g.params.iter().filter(|p| p.kind == ParamKind::Parameter) {
@@ -2558,7 +2478,6 @@ fn run(g: &Graph, cfg: &StepConfig) -> Result<Simulation, SimError> {
         layers: Some(Vec::with_capacity(g.modules.len() + g.scopes.len())),
         sdpa: Vec::new(),
         gradient_bytes: 0,
-        peak_event: 0,
         first_layers: Vec::new(),
         iteration: 0,
         graph_leaves: Vec::new(),
@@ -2743,24 +2662,38 @@ fn run(g: &Graph, cfg: &StepConfig) -> Result<Simulation, SimError> {
         .flatten()
         .map(|&x| s.storages[x as usize].bytes)
         .sum();
+    let mut model = s.mem.take().expect("the run has not ended").finish();
+    let mut phases = std::mem::take(&mut model.phases);
+    for (p, name) in phases.iter_mut().zip(&mut s.phase_names) {
+        p.name = std::mem::take(name);
+    }
+    let mut events = std::mem::take(&mut model.events);
+    for e in &mut events {
+        let st = &s.storages[e.storage as usize];
+        e.bytes = st.bytes;
+        e.label = Label {
+            what: st.label_what,
+            grad: st.label_grad,
+        };
+        e.module = st.module;
+    }
     let sim = Simulation {
-        phases: s.phases.clone(),
-        peak_allocated: s.peak_allocated,
-        peak_reserved: s.peak_reserved,
-        peak_phase: s.peak_phase,
-        breakdown_at_peak: s
-            .phases
-            .get(s.peak_phase)
+        peak_allocated: model.peak_allocated,
+        peak_reserved: model.peak_reserved,
+        peak_phase: model.peak_phase,
+        breakdown_at_peak: phases
+            .get(model.peak_phase)
             .map_or_else(Breakdown::default, |p| p.breakdown_at_peak),
-        live_at_peak: s.live_after(s.peak_event as usize),
+        phases,
+        live_at_peak: s.live_at_peak(&model),
         layers: std::mem::take(&mut s.first_layers),
-        events: std::mem::take(&mut s.events),
+        events,
         sdpa_backends: s.sdpa.clone(),
         parameter_bytes,
         buffer_bytes,
         gradient_bytes: s.gradient_bytes,
         optimizer_state_bytes,
-        segments: s.alloc.segments(),
+        segments: model.segments(),
     };
     Ok(sim)
 }
