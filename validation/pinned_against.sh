@@ -3,6 +3,8 @@
 # each CPU in turn (`taskset -c N`), for ROUNDS rounds: the development VM runs one of its vCPUs
 # fast and the other slow (a busy neighbour on its core; which one changes over time), so a
 # comparison only holds between runs on the same vCPU in the same minutes (docs/performance.md).
+# Each round ends with an unpinned run of both: pinned to one vCPU, the simulator has no second
+# CPU for its allocator-model thread and runs it on its own thread.
 # Builds REV's example in a worktree under .bench/ with its own target dir.
 #   validation/pinned_against.sh REV [ROUNDS] [RUNS] [MODEL]     # e.g. 818bf20 3 60 llama-3-70b
 set -euo pipefail
@@ -26,4 +28,7 @@ for r in $(seq "$rounds"); do
     printf '%s: ' "$rev"; taskset -c "$c" "$old_bin" "$model" "$runs"
     printf 'now: '; taskset -c "$c" "$new_bin" "$model" "$runs"
   done
+  echo "== round $r, unpinned"
+  printf '%s: ' "$rev"; "$old_bin" "$model" "$runs"
+  printf 'now: '; "$new_bin" "$model" "$runs"
 done
