@@ -404,7 +404,9 @@ impl MemoryFeed {
     /// Applies what is left and returns the model once it has seen every message.
     pub(super) fn finish(mut self) -> MemoryModel {
         self.flush();
-        match self.to {
+        // an empty model takes the destination's place, for `drop` to find nothing to stop
+        let placeholder = Destination::Here(Box::new(MemoryModel::new(0, 0, false)));
+        match std::mem::replace(&mut self.to, placeholder) {
             Destination::Here(model) => *model,
             Destination::Thread { shared, worker } => {
                 shared.done.store(true, Ordering::Release);
@@ -418,6 +420,17 @@ impl MemoryFeed {
                 }
                 Self::unshare(shared)
             }
+        }
+    }
+}
+
+impl Drop for MemoryFeed {
+    /// A simulation that ends without [`finish`](Self::finish) (a panic) stops the model's
+    /// thread rather than leave it asleep for good.
+    fn drop(&mut self) {
+        if let Destination::Thread { shared, worker } = &self.to {
+            shared.done.store(true, Ordering::Release);
+            worker.thread().unpark();
         }
     }
 }
@@ -475,6 +488,29 @@ mod tests {
             feed.send(m);
         }
         feed.finish()
+    }
+
+    #[test]
+    fn a_feed_dropped_unfinished_stops_its_thread() {
+        let mut feed = MemoryFeed::new(MemoryModel::new(0, 0, false), ModelThread::Always, 0);
+        for &m in &stream(3 * BATCH) {
+            feed.send(m);
+        }
+        let Destination::Thread { shared, worker } = &feed.to else {
+            panic!("no thread")
+        };
+        let (thread, shared) = (worker.thread().clone(), Arc::downgrade(shared));
+        drop(feed);
+        // the thread drops its handle on the shared state when it returns
+        let start = std::time::Instant::now();
+        while shared.upgrade().is_some() {
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(10),
+                "{:?} still running",
+                thread.name()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
     }
 
     #[test]
