@@ -723,9 +723,8 @@ struct Region {
 struct Sim<'g> {
     g: &'g Graph,
     cfg: &'g StepConfig,
-    /// the allocator model and its accounting, told of every allocation, free and phase (taken
-    /// out when the run ends)
-    mem: Option<MemoryFeed>,
+    /// the allocator model and its accounting, told of every allocation, free and phase
+    mem: MemoryFeed,
     storages: Vec<Storage>,
     rts: Vec<RtTensor>,
     shapes: Shapes,
@@ -782,13 +781,9 @@ struct Sim<'g> {
 const NO_GRAD: GradIn = GradIn::None;
 
 impl<'g> Sim<'g> {
-    fn feed(&mut self) -> &mut MemoryFeed {
-        self.mem.as_mut().expect("the run has not ended")
-    }
-
     fn phase(&mut self, name: &str) {
         self.phase_names.push(name.to_string());
-        self.feed().send(Msg::Phase);
+        self.mem.send(Msg::Phase);
     }
 
     /// The largest tensors alive at the overall peak, as `model` found them.
@@ -854,7 +849,7 @@ impl<'g> Sim<'g> {
             alive: true,
             saved: false,
         });
-        self.feed().send(Msg::Alloc { bytes, category });
+        self.mem.send(Msg::Alloc { bytes, category });
         self.storages.len() as u32 - 1
     }
 
@@ -880,7 +875,7 @@ impl<'g> Sim<'g> {
         s.refs = s.refs.saturating_sub(1);
         if s.refs == 0 && s.alive {
             s.alive = false;
-            self.feed().send(Msg::Free(sid));
+            self.mem.send(Msg::Free(sid));
         }
     }
 
@@ -1696,7 +1691,7 @@ impl<'g> Sim<'g> {
                     } else {
                         let cat = self.storages[grad_sid as usize].category;
                         if cat != Category::Gradients {
-                            self.feed()
+                            self.mem
                                 .send(Msg::Recategorize(grad_sid, Category::Gradients));
                             self.storages[grad_sid as usize].category = Category::Gradients;
                         }
@@ -2414,7 +2409,7 @@ fn run(g: &Graph, cfg: &StepConfig, thread: ModelThread) -> Result<Simulation, S
     let mut s = Sim {
         g,
         cfg,
-        mem: Some(MemoryFeed::new(
+        mem: MemoryFeed::new(
             MemoryModel::new(
                 storages,
                 // blocks: a segment or a split remainder per allocation at most, and far fewer
@@ -2424,7 +2419,7 @@ fn run(g: &Graph, cfg: &StepConfig, thread: ModelThread) -> Result<Simulation, S
             ),
             thread,
             g.nodes.len(),
-        )),
+        ),
         storages: Vec::with_capacity(storages),
         rts: Vec::with_capacity(storages / 2),
         shapes: Shapes::for_graph(g),
@@ -2662,7 +2657,7 @@ fn run(g: &Graph, cfg: &StepConfig, thread: ModelThread) -> Result<Simulation, S
         .flatten()
         .map(|&x| s.storages[x as usize].bytes)
         .sum();
-    let mut model = s.mem.take().expect("the run has not ended").finish();
+    let mut model = s.mem.finish();
     let mut phases = std::mem::take(&mut model.phases);
     for (p, name) in phases.iter_mut().zip(&mut s.phase_names) {
         p.name = std::mem::take(name);

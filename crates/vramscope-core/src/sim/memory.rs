@@ -100,6 +100,11 @@ impl MemoryModel {
         }
     }
 
+    /// A model that has seen nothing and holds no memory (what a finished feed keeps).
+    fn empty() -> Self {
+        Self::new(0, 0, false)
+    }
+
     fn apply(&mut self, msgs: &[Msg]) {
         for &m in msgs {
             match m {
@@ -343,7 +348,7 @@ impl MemoryFeed {
             match started {
                 Ok(worker) => Destination::Thread { shared, worker },
                 // no thread to be had (a limit on threads): the model runs here
-                Err(_) => Destination::Here(Box::new(Self::unshare(shared))),
+                Err(_) => Destination::Here(Box::new(Self::unshare(&shared))),
             }
         } else {
             Destination::Here(Box::new(model))
@@ -354,11 +359,9 @@ impl MemoryFeed {
         }
     }
 
-    fn unshare(shared: Arc<Shared>) -> MemoryModel {
-        match Arc::try_unwrap(shared) {
-            Ok(s) => s.model.into_inner().unwrap_or_else(|p| p.into_inner()),
-            Err(_) => unreachable!("the model's thread has ended and dropped its handle"),
-        }
+    /// The shared model, an empty one left in its place.
+    fn unshare(shared: &Shared) -> MemoryModel {
+        std::mem::replace(&mut *shared.lock_model(), MemoryModel::empty())
     }
 
     #[inline]
@@ -401,11 +404,11 @@ impl MemoryFeed {
         }
     }
 
-    /// Applies what is left and returns the model once it has seen every message.
-    pub(super) fn finish(mut self) -> MemoryModel {
+    /// Applies what is left and returns the model once it has seen every message; the feed is
+    /// left with an empty model on this thread.
+    pub(super) fn finish(&mut self) -> MemoryModel {
         self.flush();
-        // an empty model takes the destination's place, for `drop` to find nothing to stop
-        let placeholder = Destination::Here(Box::new(MemoryModel::new(0, 0, false)));
+        let placeholder = Destination::Here(Box::new(MemoryModel::empty()));
         match std::mem::replace(&mut self.to, placeholder) {
             Destination::Here(model) => *model,
             Destination::Thread { shared, worker } => {
@@ -418,7 +421,7 @@ impl MemoryFeed {
                 if let Err(panic) = worker.join() {
                     std::panic::resume_unwind(panic);
                 }
-                Self::unshare(shared)
+                Self::unshare(&shared)
             }
         }
     }
