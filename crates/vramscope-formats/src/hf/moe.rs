@@ -486,10 +486,7 @@ fn sparse_block(b: &mut GraphBuilder, m: &Moe, c: &Ctx, x: TensorId) -> TensorId
             .shared_intermediate
             .map(|si| mlp(b, "shared_expert", &format!("{p}MLP"), h, si, false, flat));
         let (logits, weights, index) = router(b, m, c, flat);
-        let out = match c.experts {
-            ExpertsImpl::GroupedMm => experts(b, m, c, flat, index, weights),
-            ExpertsImpl::BatchedMm => batched_experts(b, m, c, flat, index, weights),
-        };
+        let out = experts(b, m, c, flat, index, weights);
         let out = match shared {
             Some(se) => {
                 let g = linear(b, "shared_expert_gate", h, 1, false, flat);
@@ -615,20 +612,16 @@ fn apply_gate(b: &mut GraphBuilder, proj: TensorId, (s, i): (u64, u64)) -> Tenso
     mul(b, g, halves[1])
 }
 
-/// Tokens `T`, hidden size `H`, experts `E`, top-k and the experts' intermediate size `I` of one
-/// experts call.
-fn expert_dims(m: &Moe, c: &Ctx) -> (u64, u64, u64, u64, u64) {
-    (
-        c.bsz * c.seq,
-        c.hidden,
-        m.experts,
-        m.top_k,
-        m.expert_intermediate,
-    )
+/// One experts call as both kernels read it.
+struct ExpertsCall {
+    /// tokens `T`, hidden size `H`, experts `E`, top-k and the experts' intermediate size `I`
+    sizes: (u64, u64, u64, u64, u64),
+    /// the `[T, H]` input, the router's `[T, k]` indices and weights, `gate_up_proj`, `down_proj`
+    tensors: [TensorId; 5],
 }
 
-/// `experts` = `{p}Experts` as `grouped_mm_experts_forward` runs it on `[T, H]` with the router's
-/// `[T, k]` indices and weights; returns `[T, H]`.
+/// `experts` = `{p}Experts` on `[T, H]` with the router's `[T, k]` indices and weights, by the
+/// kernel `c.experts` names; returns `[T, H]`.
 fn experts(
     b: &mut GraphBuilder,
     m: &Moe,
@@ -637,157 +630,159 @@ fn experts(
     index: TensorId,
     weights: TensorId,
 ) -> TensorId {
-    let (t, h, e, k, i) = expert_dims(m, c);
-    let s = t * k;
-    let i32 = DTypeRule::Fixed(DType::I32);
-    let i64 = DTypeRule::Fixed(DType::I64);
+    let (h, e, i) = (c.hidden, m.experts, m.expert_intermediate);
     let class = format!("{}Experts", c.flavor.prefix());
     b.module("experts", &class, &[x, index, weights], |b| {
         let gate_up = b.parameter("gate_up_proj", vec![e, 2 * i, h]);
         let down = b.parameter("down_proj", vec![e, h, i]);
-        let sample_weights = view(b, "reshape", weights, vec![s]);
-        let expert_ids = view(b, "reshape", index, vec![s]);
-        // sort by expert: sorted ids and the permutation
-        let mut sort = Aten::new("sort", vec![s])
-            .dtype(DTypeRule::Like(0))
-            .not_differentiable();
-        sort.outputs.push((vec![s], i64));
-        let sorted = b.op_multi(sort, &[expert_ids]);
-        let (expert_ids_g, perm) = (sorted[0], sorted[1]);
-        let token = b.op(
-            Aten::new("floor_divide", vec![s]).not_differentiable(),
-            &[perm],
-        );
-        let selected = b.op(gather(vec![s, h], vec![t, h]), &[x, token]);
-        let sample_weights_g = b.op(gather(vec![s], vec![s]), &[sample_weights, perm]);
-        // tokens per expert: histc over the ids as int32, then their cumulative offsets
-        let int_ids = b.op(
-            Aten::new("_to_copy", vec![s])
-                .dtype(i32)
-                .not_differentiable(),
-            &[expert_ids_g],
-        );
-        let per_expert = b.op(
-            Aten::new("histc", vec![e]).dtype(i32).not_differentiable(),
-            &[int_ids],
-        );
-        let offsets = b.op(
-            Aten::new("cumsum", vec![e]).dtype(i32).not_differentiable(),
-            &[per_expert],
-        );
-        let w = view(b, "transpose", gate_up, vec![e, h, 2 * i]);
-        let proj = b.op(grouped_mm(vec![s, 2 * i]), &[selected, w, offsets]);
-        let proj = apply_gate(b, proj, (s, i));
-        let w = view(b, "transpose", down, vec![e, i, h]);
-        let proj = b.op(grouped_mm(vec![s, h]), &[proj, w, offsets]);
-        // proj * sample_weights_g.unsqueeze(-1): the weights' gradient is a full-size product
-        // summed down
-        let per_row = view(b, "unsqueeze", sample_weights_g, vec![s, 1]);
-        let weighted = b.op(
-            Aten::new("mul", vec![s, h])
-                .saves(vec![Saved::Input(1), Saved::Input(0)])
-                .cross_saves(0, 1)
-                .backward_temporary(vec![s, h], DTypeRule::Promote),
-            &[proj, per_row],
-        );
-        // inv_perm = empty_like(perm); inv_perm[perm] = arange(S)
-        let inv_perm = b.op(
-            Aten::new("empty_like", vec![s])
-                .dtype(i64)
-                .temporary(vec![s], i64)
-                .not_differentiable(),
-            &[],
-        );
-        let restored = b.op(gather(vec![s, h], vec![s, h]), &[weighted, inv_perm]);
-        let per_token = view(b, "view", restored, vec![t, k, h]);
-        // sum over k; backward expands the gradient, which the view's backward must copy
-        let out = b.op(
-            Aten::new("sum", vec![t, h]).grads(vec![GradIn::New]),
-            &[per_token],
-        );
-        // the function's locals, alive until it returns
-        b.hold(&[
-            expert_ids_g,
-            perm,
-            selected,
-            sample_weights_g,
-            int_ids,
-            per_expert,
-            offsets,
-            proj,
-            inv_perm,
-            restored,
-        ]);
-        // .to(hidden_states.dtype): Mixtral's float32 routing weights promote half experts
-        if c.flavor == Flavor::Mixtral && c.dtype != DType::F32 {
-            to_dtype(b, out, c.dtype)
-        } else {
-            out
+        let call = ExpertsCall {
+            sizes: (c.bsz * c.seq, h, e, m.top_k, i),
+            tensors: [x, index, weights, gate_up, down],
+        };
+        match c.experts {
+            ExpertsImpl::GroupedMm => grouped_mm_experts(b, c, &call),
+            ExpertsImpl::BatchedMm => batched_mm_experts(b, c, &call),
         }
     })
 }
 
-/// `experts` = `{p}Experts` as `batched_mm_experts_forward` runs it on `[T, H]` with the router's
-/// `[T, k]` indices and weights (what `generate`'s decode steps run); returns `[T, H]`. Each
+/// The experts as `grouped_mm_experts_forward` runs them.
+fn grouped_mm_experts(b: &mut GraphBuilder, c: &Ctx, call: &ExpertsCall) -> TensorId {
+    let (t, h, e, k, i) = call.sizes;
+    let [x, index, weights, gate_up, down] = call.tensors;
+    let s = t * k;
+    let i32 = DTypeRule::Fixed(DType::I32);
+    let i64 = DTypeRule::Fixed(DType::I64);
+    let sample_weights = view(b, "reshape", weights, vec![s]);
+    let expert_ids = view(b, "reshape", index, vec![s]);
+    // sort by expert: sorted ids and the permutation
+    let mut sort = Aten::new("sort", vec![s])
+        .dtype(DTypeRule::Like(0))
+        .not_differentiable();
+    sort.outputs.push((vec![s], i64));
+    let sorted = b.op_multi(sort, &[expert_ids]);
+    let (expert_ids_g, perm) = (sorted[0], sorted[1]);
+    let token = b.op(
+        Aten::new("floor_divide", vec![s]).not_differentiable(),
+        &[perm],
+    );
+    let selected = b.op(gather(vec![s, h], vec![t, h]), &[x, token]);
+    let sample_weights_g = b.op(gather(vec![s], vec![s]), &[sample_weights, perm]);
+    // tokens per expert: histc over the ids as int32, then their cumulative offsets
+    let int_ids = b.op(
+        Aten::new("_to_copy", vec![s])
+            .dtype(i32)
+            .not_differentiable(),
+        &[expert_ids_g],
+    );
+    let per_expert = b.op(
+        Aten::new("histc", vec![e]).dtype(i32).not_differentiable(),
+        &[int_ids],
+    );
+    let offsets = b.op(
+        Aten::new("cumsum", vec![e]).dtype(i32).not_differentiable(),
+        &[per_expert],
+    );
+    let w = view(b, "transpose", gate_up, vec![e, h, 2 * i]);
+    let proj = b.op(grouped_mm(vec![s, 2 * i]), &[selected, w, offsets]);
+    let proj = apply_gate(b, proj, (s, i));
+    let w = view(b, "transpose", down, vec![e, i, h]);
+    let proj = b.op(grouped_mm(vec![s, h]), &[proj, w, offsets]);
+    // proj * sample_weights_g.unsqueeze(-1): the weights' gradient is a full-size product
+    // summed down
+    let per_row = view(b, "unsqueeze", sample_weights_g, vec![s, 1]);
+    let weighted = b.op(
+        Aten::new("mul", vec![s, h])
+            .saves(vec![Saved::Input(1), Saved::Input(0)])
+            .cross_saves(0, 1)
+            .backward_temporary(vec![s, h], DTypeRule::Promote),
+        &[proj, per_row],
+    );
+    // inv_perm = empty_like(perm); inv_perm[perm] = arange(S)
+    let inv_perm = b.op(
+        Aten::new("empty_like", vec![s])
+            .dtype(i64)
+            .temporary(vec![s], i64)
+            .not_differentiable(),
+        &[],
+    );
+    let restored = b.op(gather(vec![s, h], vec![s, h]), &[weighted, inv_perm]);
+    let per_token = view(b, "view", restored, vec![t, k, h]);
+    // sum over k; backward expands the gradient, which the view's backward must copy
+    let out = b.op(
+        Aten::new("sum", vec![t, h]).grads(vec![GradIn::New]),
+        &[per_token],
+    );
+    // the function's locals, alive until it returns
+    b.hold(&[
+        expert_ids_g,
+        perm,
+        selected,
+        sample_weights_g,
+        int_ids,
+        per_expert,
+        offsets,
+        proj,
+        inv_perm,
+        restored,
+    ]);
+    // .to(hidden_states.dtype): Mixtral's float32 routing weights promote half experts
+    if c.flavor == Flavor::Mixtral && c.dtype != DType::F32 {
+        to_dtype(b, out, c.dtype)
+    } else {
+        out
+    }
+}
+
+/// The experts as `batched_mm_experts_forward` runs them (what `generate`'s decode steps run). Each
 /// (token, expert) pair gathers its expert's weights (`gate_up_proj[expert_ids]`, `[T*k, 2I, H]`,
 /// then `down_proj[expert_ids]`, `[T*k, H, I]`) and multiplies its token by them with `bmm`: the
 /// gathered copies, not the activations, are the memory, and under autocast `bmm` casts each one
 /// to the low dtype too. Their size is set by `T*k`, whatever the routing.
-fn batched_experts(
-    b: &mut GraphBuilder,
-    m: &Moe,
-    c: &Ctx,
-    x: TensorId,
-    index: TensorId,
-    weights: TensorId,
-) -> TensorId {
-    let (t, h, e, k, i) = expert_dims(m, c);
+fn batched_mm_experts(b: &mut GraphBuilder, c: &Ctx, call: &ExpertsCall) -> TensorId {
+    let (t, h, e, k, i) = call.sizes;
+    let [x, index, weights, gate_up, down] = call.tensors;
     let s = t * k;
-    let class = format!("{}Experts", c.flavor.prefix());
-    b.module("experts", &class, &[x, index, weights], |b| {
-        let gate_up = b.parameter("gate_up_proj", vec![e, 2 * i, h]);
-        let down = b.parameter("down_proj", vec![e, h, i]);
-        // repeat_interleave(k, dim=0): unsqueeze and expand (views), a contiguous clone, flatten
-        let selected = b.op(
-            Aten::new("clone", vec![t, k, h]).dtype(DTypeRule::Like(0)),
-            &[x],
-        );
-        let selected = view(b, "flatten", selected, vec![s, h]);
-        let sample_weights = view(b, "reshape", weights, vec![s]);
-        let expert_ids = view(b, "reshape", index, vec![s]);
-        let selected_weights = b.op(
-            gather(vec![s, 2 * i, h], vec![e, 2 * i, h]),
-            &[gate_up, expert_ids],
-        );
-        // _batched_linear: bmm(weight, input.unsqueeze(-1)).squeeze(-1)
-        let column = view(b, "unsqueeze", selected, vec![s, h, 1]);
-        let proj = b.op(MatMul, &[selected_weights, column]);
-        let proj = view(b, "squeeze", proj, vec![s, 2 * i]);
-        let proj = apply_gate(b, proj, (s, i));
-        let down_weights = b.op(gather(vec![s, h, i], vec![e, h, i]), &[down, expert_ids]);
-        // `selected_weights` is rebound: the gathered gate/up weights go now
-        b.keep_until_now(&[selected_weights]);
-        let column = view(b, "unsqueeze", proj, vec![s, i, 1]);
-        let proj = b.op(MatMul, &[down_weights, column]);
-        let proj = view(b, "squeeze", proj, vec![s, h]);
-        // proj_out * sample_weights.unsqueeze(-1): Mixtral's float32 routing weights promote
-        let per_row = view(b, "unsqueeze", sample_weights, vec![s, 1]);
-        let weighted = b.op(Aten::new("mul", vec![s, h]), &[proj, per_row]);
-        let per_token = view(b, "view", weighted, vec![t, k, h]);
-        // autocast runs `sum` in float32 through its dtype argument (`fp32_set_opt_dtype`): a
-        // half input is read as it is (no cast copy) and the sum is float32
-        let sum_dtype = match c.autocast {
-            Some(_) => DTypeRule::Fixed(DType::F32),
-            None => DTypeRule::Like(0),
-        };
-        let summed = b.op(Aten::new("sum", vec![t, h]).dtype(sum_dtype), &[per_token]);
-        // .to(hidden_states.dtype): a copy where the product is wider than the residual stream
-        // (Mixtral's float32 routing weights on half experts)
-        let out = b.op(ToDtype::like_input_1(), &[summed, x]);
-        // the function's locals, alive until it returns (in their order)
-        b.hold(&[selected, down_weights, proj, weighted, summed]);
-        out
-    })
+    // repeat_interleave(k, dim=0): unsqueeze and expand (views), a contiguous clone, flatten
+    let selected = b.op(
+        Aten::new("clone", vec![t, k, h]).dtype(DTypeRule::Like(0)),
+        &[x],
+    );
+    let selected = view(b, "flatten", selected, vec![s, h]);
+    let sample_weights = view(b, "reshape", weights, vec![s]);
+    let expert_ids = view(b, "reshape", index, vec![s]);
+    let selected_weights = b.op(
+        gather(vec![s, 2 * i, h], vec![e, 2 * i, h]),
+        &[gate_up, expert_ids],
+    );
+    // _batched_linear: bmm(weight, input.unsqueeze(-1)).squeeze(-1)
+    let column = view(b, "unsqueeze", selected, vec![s, h, 1]);
+    let proj = b.op(MatMul, &[selected_weights, column]);
+    let proj = view(b, "squeeze", proj, vec![s, 2 * i]);
+    let proj = apply_gate(b, proj, (s, i));
+    let down_weights = b.op(gather(vec![s, h, i], vec![e, h, i]), &[down, expert_ids]);
+    // `selected_weights` is rebound: the gathered gate/up weights go now
+    b.keep_until_now(&[selected_weights]);
+    let column = view(b, "unsqueeze", proj, vec![s, i, 1]);
+    let proj = b.op(MatMul, &[down_weights, column]);
+    let proj = view(b, "squeeze", proj, vec![s, h]);
+    // proj_out * sample_weights.unsqueeze(-1): Mixtral's float32 routing weights promote
+    let per_row = view(b, "unsqueeze", sample_weights, vec![s, 1]);
+    let weighted = b.op(Aten::new("mul", vec![s, h]), &[proj, per_row]);
+    let per_token = view(b, "view", weighted, vec![t, k, h]);
+    // autocast runs `sum` in float32 through its dtype argument (`fp32_set_opt_dtype`): a
+    // half input is read as it is (no cast copy) and the sum is float32
+    let sum_dtype = match c.autocast {
+        Some(_) => DTypeRule::Fixed(DType::F32),
+        None => DTypeRule::Like(0),
+    };
+    let summed = b.op(Aten::new("sum", vec![t, h]).dtype(sum_dtype), &[per_token]);
+    // .to(hidden_states.dtype): a copy where the product is wider than the residual stream
+    // (Mixtral's float32 routing weights on half experts)
+    let out = b.op(ToDtype::like_input_1(), &[summed, x]);
+    // the function's locals, alive until it returns (in their order)
+    b.hold(&[selected, down_weights, proj, weighted, summed]);
+    out
 }
 
 #[cfg(test)]
