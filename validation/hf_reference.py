@@ -5,6 +5,8 @@ Hugging Face transformers gives for the built-in transformer configs.
 Each `crates/vramscope-formats/data/hf/<name>.json` is loaded into its config class, the model class
 named by `architectures[0]` is built on the meta device (no memory, no weights), and
 `sum(p.numel() for p in model.parameters())` is taken (`parameters()` yields a tied weight once).
+The same count is recorded, under `unseen`, for `fixtures/hf/unseen/*.json`: real checkpoints'
+configs that are not built in (other sizes and head layouts of the supported families).
 
 Run (in the truth venv, transformers 5.23 / torch 2.15):
     ~/.venvs/truth/bin/python validation/hf_reference.py > fixtures/hf_reference.json
@@ -19,6 +21,7 @@ from transformers import CONFIG_MAPPING
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DATA = ROOT / "crates" / "vramscope-formats" / "data" / "hf"
+UNSEEN = ROOT / "fixtures" / "hf" / "unseen"
 # models small enough to commit every parameter's shape and every module path for
 DETAILED = {"gpt2", "opt-125m", "bert-base-uncased", "llama-3.2-1b", "qwen2.5-0.5b", "t5-small",
             "mixtral-8x7b", "gemma-2-2b", "gemma-3-1b", "phi-3-mini", "qwen3-0.6b", "mt5-small",
@@ -38,6 +41,7 @@ def main() -> None:
         "_command": "~/.venvs/truth/bin/python validation/hf_reference.py > fixtures/hf_reference.json",
         "_versions": {"transformers": transformers.__version__, "torch": torch.__version__},
         "models": {},
+        "unseen": {},
     }
     for path in sorted(DATA.glob("*.json")):
         name = path.stem
@@ -55,6 +59,15 @@ def main() -> None:
             entry["named_modules"] = [n for n, _ in model.named_modules()]
         out["models"][name] = entry
         print(f"{name}: {entry['parameters']:,}", file=sys.stderr)
+        del model
+    for path in sorted(UNSEEN.glob("*.json")):
+        cfg = json.loads(path.read_text())
+        model = build(cfg)
+        out["unseen"][path.stem] = {
+            "architecture": cfg["architectures"][0],
+            "parameters": sum(p.numel() for p in model.parameters()),
+        }
+        print(f"unseen {path.stem}: {out['unseen'][path.stem]['parameters']:,}", file=sys.stderr)
         del model
     json.dump(out, sys.stdout, indent=1)
     sys.stdout.write("\n")

@@ -179,6 +179,26 @@ fn every_builtin_config_builds_with_the_reference_parameter_count() {
     assert_eq!(built, 40, "every built-in config builds");
 }
 
+/// Real checkpoints' configs that are not built in (`fixtures/hf/unseen/`: other sizes and head
+/// layouts of the supported families) build with the parameter count transformers gives them.
+#[test]
+fn unseen_configs_build_with_the_reference_parameter_count() {
+    let text = std::fs::read_to_string(format!("{}/fixtures/hf_reference.json", root())).unwrap();
+    let reference: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let unseen = reference["unseen"].as_object().expect("an unseen section");
+    for (name, entry) in unseen {
+        let path = format!("{}/fixtures/hf/unseen/{name}.json", root());
+        let cfg = HfConfig::parse(&path, &std::fs::read_to_string(&path).unwrap()).unwrap();
+        let m = hf::build(&cfg, &input()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(
+            m.graph.parameter_count(),
+            entry["parameters"].as_u64().unwrap(),
+            "{name}"
+        );
+    }
+    assert_eq!(unseen.len(), 6, "every unseen config checked");
+}
+
 fn t5(text: &str, input: HfInput) -> Result<hf::HfModel, HfError> {
     hf::build(&HfConfig::parse("t5.json", text).unwrap(), &input)
 }
