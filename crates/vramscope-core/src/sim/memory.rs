@@ -42,9 +42,12 @@ const MAX_WAITING: usize = 2;
 /// How many times the model's thread checks for a batch before it sleeps until the next one.
 const SPINS: u32 = 1 << 14;
 
-/// Graphs with fewer nodes than this are simulated on the caller's thread: starting a thread
-/// would cost more than it saves.
-const THREAD_FROM_NODES: usize = 256;
+/// Graphs with fewer nodes than this are simulated on the caller's thread: starting and waking a
+/// second thread costs more than it saves on them. Measured on the development VM with
+/// `validation/pinned_against.sh` (docs/performance.md): from 256 nodes, gpt2 (8 × 1024) and
+/// llama-3-8b (1 × 4096) ran slower unpinned than on one thread; llama-3-70b (4,011 nodes) ran
+/// faster.
+const THREAD_FROM_NODES: usize = 2048;
 
 /// Where the memory model runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
