@@ -279,18 +279,18 @@ struct Shared {
     done: AtomicBool,
 }
 
-impl Shared {
-    fn lock_model(&self) -> MutexGuard<'_, MemoryModel> {
-        // a panic while applying leaves the model half-updated; the panic itself is reported
-        // (`finish` resumes it), so the poison carries no news
-        self.model.lock().unwrap_or_else(|p| p.into_inner())
-    }
+/// `m`'s lock, poisoned or not: a panic while applying leaves the model half-updated, and the
+/// panic itself is reported (`finish` resumes it), so the poison carries no news.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
 
+impl Shared {
     /// Applies every queued batch, in order, under the model's lock.
     fn drain(&self, model: &mut MemoryModel) {
         loop {
             let next = {
-                let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+                let mut queue = lock(&self.queue);
                 let next = queue.pop_front();
                 self.waiting.store(queue.len(), Ordering::Release);
                 next
@@ -298,10 +298,7 @@ impl Shared {
             let Some(mut batch) = next else { return };
             model.apply(&batch);
             batch.clear();
-            self.spare
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(batch);
+            lock(&self.spare).push(batch);
         }
     }
 
@@ -311,7 +308,7 @@ impl Shared {
         let mut spins = 0;
         loop {
             if self.waiting.load(Ordering::Acquire) > 0 {
-                let mut model = self.lock_model();
+                let mut model = lock(&self.model);
                 self.drain(&mut model);
                 spins = 0;
             } else if self.done.load(Ordering::Acquire) {
@@ -364,7 +361,7 @@ impl MemoryFeed {
 
     /// The shared model, an empty one left in its place.
     fn unshare(shared: &Shared) -> MemoryModel {
-        std::mem::replace(&mut *shared.lock_model(), MemoryModel::empty())
+        std::mem::replace(&mut *lock(&shared.model), MemoryModel::empty())
     }
 
     #[inline]
@@ -382,15 +379,12 @@ impl MemoryFeed {
                 self.batch.clear();
             }
             Destination::Thread { shared, worker } => {
-                let next = shared
-                    .spare
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
+                let next = lock(&shared.spare)
                     .pop()
                     .unwrap_or_else(|| Vec::with_capacity(BATCH));
                 let batch = std::mem::replace(&mut self.batch, next);
                 let waiting = {
-                    let mut queue = shared.queue.lock().unwrap_or_else(|p| p.into_inner());
+                    let mut queue = lock(&shared.queue);
                     queue.push_back(batch);
                     shared.waiting.store(queue.len(), Ordering::Release);
                     queue.len()
@@ -417,7 +411,7 @@ impl MemoryFeed {
             Destination::Thread { shared, worker } => {
                 shared.done.store(true, Ordering::Release);
                 {
-                    let mut model = shared.lock_model();
+                    let mut model = lock(&shared.model);
                     shared.drain(&mut model);
                 }
                 worker.thread().unpark();
