@@ -18,7 +18,7 @@ mkdir -p .truth/raw
 if [ "${MEASURE:-1}" != 0 ]; then
   "$VENV/bin/python" ../shared/truth/run_cases.py "$cases" --out "$raw" "$@"
 fi
-python3 validation/compact_results.py "$raw" --prefix py: \
+python3 validation/compact_results.py "$raw" --prefix "${PREFIX-py:}" \
     --order "$cases" --out ".truth/raw/${name}_compact.jsonl"
 python3 validation/vramscope_fixture.py "$cases" ".truth/raw/${name}_compact.jsonl" "$out" --task "$task"
 wc -l "$out"

@@ -421,3 +421,15 @@ fn decoder_family_cases_match_truth() {
     assert_eq!(cases("hf_families.jsonl").len(), 24);
     check("hf_families.jsonl");
 }
+
+/// Real checkpoints' configs that are not built in (`fixtures/hf/unseen/`, measured with
+/// `validation/make_unseen_fixtures.sh`): SmolLM2-135M (tied Llama, 9 heads over 3 KV heads;
+/// AMP bf16, fp32 with checkpointing, bf16 inference) and RoBERTa-large whole; Qwen1.5-MoE-A2.7B
+/// (60 experts, top 4, a gated shared expert), Llama-3.1-8B (llama3 rope scaling; AMP bf16, and
+/// AMP fp16 with checkpointing), Mixtral-8x22B, Gemma-2-27b (query_pre_attn_scalar 144, eager
+/// attention) and flan-t5-base cut to 2 layers.
+#[test]
+fn unseen_checkpoint_cases_match_truth() {
+    assert_eq!(cases("hf_unseen.jsonl").len(), 10);
+    check("hf_unseen.jsonl");
+}
