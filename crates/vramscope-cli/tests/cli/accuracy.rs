@@ -433,3 +433,65 @@ fn unseen_checkpoint_cases_match_truth() {
     assert_eq!(cases("hf_unseen.jsonl").len(), 10);
     check("hf_unseen.jsonl");
 }
+
+/// Float32 Llama-family training (`fixtures/truth/backward_events.jsonl`, measured with
+/// `validation/make_backward_event_fixtures.sh`): the first backward's allocations and frees,
+/// size by size and in order, as truth traced them. Under float32, SDPA runs the mem-efficient
+/// kernel: its node releases key, query, value, log-sum-exp, output (sorted by name), and q's and
+/// k's gradients come back through rotary in a layout `ViewBackward0` copies.
+#[test]
+fn float32_llama_backward_matches_truth_event_by_event() {
+    let all = cases("backward_events.jsonl");
+    assert_eq!(all.len(), 2);
+    let dir = std::env::temp_dir().join(format!("vramscope-backward-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for case in &all {
+        let config = format!(
+            "{}/../../{}",
+            env!("CARGO_MANIFEST_DIR"),
+            case["config"].as_str().unwrap()
+        );
+        let trace = dir.join("trace.jsonl");
+        let mut args = vec!["estimate".to_string(), config.clone()];
+        args.extend(
+            case["args"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|a| a.as_str().unwrap().to_string()),
+        );
+        args.extend(["--trace".into(), trace.to_string_lossy().to_string()]);
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = crate::vramscope(&argv);
+        assert!(out.status.success(), "{config}: {:?}", out);
+        let phase = case["phase"].as_str().unwrap();
+        let mut current = String::new();
+        let mut ours: Vec<(String, u64)> = Vec::new();
+        for line in std::fs::read_to_string(&trace).unwrap().lines() {
+            let e: Value = serde_json::from_str(line).unwrap();
+            match e["ev"].as_str() {
+                Some("phase") => current = e["phase"].as_str().unwrap_or_default().to_string(),
+                Some(ev @ ("alloc" | "free"))
+                    if current == phase && e["bytes"].as_u64() > Some(0) =>
+                {
+                    ours.push((ev.to_string(), e["bytes"].as_u64().unwrap()))
+                }
+                _ => {}
+            }
+        }
+        let truth: Vec<(String, u64)> = case["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| (e[0].as_str().unwrap().to_string(), e[1].as_u64().unwrap()))
+            .collect();
+        let first = truth.iter().zip(&ours).position(|(t, o)| t != o);
+        assert!(
+            first.is_none() && truth.len() == ours.len(),
+            "{config}: {phase} differs from truth at event {first:?} ({} events, truth {})",
+            ours.len(),
+            truth.len()
+        );
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

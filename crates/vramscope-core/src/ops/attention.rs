@@ -78,14 +78,31 @@ impl Op for ScaledDotProductAttention {
     }
 
     fn saved_for_backward(&self, ctx: &OpCtx) -> Vec<Saved> {
-        let mut s = vec![
-            Saved::Input(0),
-            Saved::Input(1),
-            Saved::Input(2),
-            Saved::Output(0),
-        ];
-        s.extend((0..self.forward_extras(ctx).len()).map(Saved::Extra));
-        s
+        match self.backend(ctx) {
+            // the generated node releases its saved inputs, then its saved outputs, each sorted by
+            // name (`release_variables` in autograd/generated/Functions.h): key, query, value,
+            // then log-sum-exp, output, philox offset, philox seed
+            SdpaBackend::Efficient | SdpaBackend::Cudnn | SdpaBackend::Flash => vec![
+                Saved::Input(1),
+                Saved::Input(0),
+                Saved::Input(2),
+                Saved::Extra(0),
+                Saved::Output(0),
+                Saved::Extra(2),
+                Saved::Extra(1),
+            ],
+            // the math path is several autograd nodes, each keeping its own tensors
+            SdpaBackend::Math => {
+                let mut s = vec![
+                    Saved::Input(0),
+                    Saved::Input(1),
+                    Saved::Input(2),
+                    Saved::Output(0),
+                ];
+                s.extend((0..self.forward_extras(ctx).len()).map(Saved::Extra));
+                s
+            }
+        }
     }
 
     // the backward kernels' float32 row statistics (delta = rowsum(dO * O)), where the traces show

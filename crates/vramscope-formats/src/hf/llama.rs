@@ -24,7 +24,7 @@
 
 use vramscope_core::builder::RepeatedModule;
 use vramscope_core::ir::Task;
-use vramscope_core::ops::{Aten, GradIn, Saved, Slice, View};
+use vramscope_core::ops::{Aten, GradIn, Saved, SdpaBackend, Slice, View, ViewStridedGrad};
 use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
 use super::generate::CausalLm;
@@ -588,12 +588,30 @@ pub(super) fn attention(
     let low_precision_qk = autocast.is_some() && !s.qk_norm;
     let xs = b.shape(x).to_vec();
     let (bsz, seq) = (xs[0], xs[1]);
+    // mem-efficient attention (float32) hands back q's and k's gradients in a layout that,
+    // through rotary's backward and the transpose, `ViewBackward0` cannot view: it copies each
+    // (truth traces of Qwen2 and SmolLM2; v's gradient views back, and cuDNN / flash attention's
+    // do too). Only the unmasked SDPA of a training forward without q/k norms: the norms'
+    // backward makes the gradient contiguous again, and the eager and masked paths have their own
+    // copies
+    let strided_qk_grads = s.variant != Variant::Phi3
+        && !s.qk_norm
+        && call.cache.is_none()
+        && call.eager_mask.is_none()
+        && layer_mask(s, call, layer).is_none()
+        && SdpaBackend::on_h100(proj_dtype, s.attn_dropout > 0.0) == SdpaBackend::Efficient;
     b.module("self_attn", &format!("{p}Attention"), &[x], |b| {
         let d = s.head_dim;
         let norm = format!("{p}RMSNorm");
         let proj = |b: &mut GraphBuilder, name: &str, heads: u64, qk_norm: Option<&str>| {
             let t = linear(b, name, s.hidden, heads * d, s.qkv_bias, x);
-            let t = view(b, "view", t, vec![bsz, seq, heads, d]);
+            let shape = vec![bsz, seq, heads, d];
+            let rotated = name != "v_proj";
+            let t = if strided_qk_grads && rotated {
+                b.op(ViewStridedGrad { shape }, &[t])
+            } else {
+                view(b, "view", t, shape)
+            };
             let t = match qk_norm {
                 Some(n) => rms_norm(b, n, &norm, d, proj_dtype, t),
                 None => t,
