@@ -685,3 +685,40 @@ fn decoder_family_module_names_follow_transformers() {
         .iter()
         .any(|p| p == "model.layers.0.self_attn.k_norm.weight"));
 }
+
+/// Gradients `ViewBackward0` copies per backward (allocations labelled as the gradient of a
+/// `view`): q's and k's under float32 SDPA, unless a single head makes the transposed gradient
+/// viewable (truth traces: Qwen2 and SmolLM2 copy both per layer, Gemma with its one KV head
+/// only q's); none under AMP bf16 (cuDNN attention).
+#[test]
+fn float32_sdpa_copies_the_gradients_of_multi_head_q_and_k_views() {
+    use vramscope_core::sim::{simulate, Mode, StepConfig};
+    let copies = |config: &str, precision: Precision| {
+        let path = format!("{}/fixtures/hf/configs/{config}.json", root());
+        let cfg = HfConfig::parse(&path, &std::fs::read_to_string(&path).unwrap()).unwrap();
+        let m = hf::build(
+            &cfg,
+            &HfInput {
+                precision,
+                ..input()
+            },
+        )
+        .unwrap();
+        let step = StepConfig {
+            mode: Mode::Train,
+            precision,
+            record_events: true,
+            iterations: 1,
+            ..StepConfig::default()
+        };
+        let sim = simulate(&m.graph, &step).unwrap();
+        sim.events
+            .iter()
+            .filter(|e| e.alloc && e.label.grad && e.label.what == "view")
+            .count()
+    };
+    assert_eq!(copies("qwen2_small_2l", Precision::Fp32), 4);
+    assert_eq!(copies("smollm2_135m_2l", Precision::Fp32), 4);
+    assert_eq!(copies("gemma_2b_2l", Precision::Fp32), 2);
+    assert_eq!(copies("qwen2_small_2l", Precision::AmpBf16), 0);
+}

@@ -434,14 +434,14 @@ fn unseen_checkpoint_cases_match_truth() {
     check("hf_unseen.jsonl");
 }
 
-/// Float32 Llama-family training (`fixtures/truth/backward_events.jsonl`, measured with
+/// Float32 Llama-family training (`fixtures/truth/events/backward.jsonl`, measured with
 /// `validation/make_backward_event_fixtures.sh`): the first backward's allocations and frees,
 /// size by size and in order, as truth traced them. Under float32, SDPA runs the mem-efficient
 /// kernel: its node releases key, query, value, log-sum-exp, output (sorted by name), and q's and
 /// k's gradients come back through rotary in a layout `ViewBackward0` copies.
 #[test]
 fn float32_llama_backward_matches_truth_event_by_event() {
-    let all = cases("backward_events.jsonl");
+    let all = cases("events/backward.jsonl");
     assert_eq!(all.len(), 2);
     let dir = std::env::temp_dir().join(format!("vramscope-backward-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

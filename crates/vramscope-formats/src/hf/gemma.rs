@@ -37,8 +37,8 @@ use super::generate::CausalLm;
 use super::layers::{
     activation_fn, add, apply_rotary, attention_mask, attention_output, cached_attention,
     eager_attention, embedding_lookup, gemma_rms_norm, linear, mul, mul_scalar, position_ids,
-    rotary, rotary_with_buffers, sdpa, sdpa_masked, tied_head, view, Call, Eager, EagerFlavor,
-    MaskPattern,
+    rotary, rotary_with_buffers, rotated_heads_view, sdpa, sdpa_grads_heads_first, sdpa_masked,
+    tied_head, view, Call, Eager, EagerFlavor, MaskPattern,
 };
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
 
@@ -718,14 +718,21 @@ fn attention(
     let s = c.s;
     let (bsz, seq, d) = (c.bsz, call.seq, s.head_dim);
     let p = s.flavor.prefix();
-    let heads_of = |b: &mut GraphBuilder, name: &str, heads: u64| {
+    // q's and k's gradients that `ViewBackward0` copies: those of the unmasked SDPA of a training
+    // forward, unless Gemma3's q/k norms (whose backward lays them out again) come between
+    let copied_qk_grads = call.cache.is_none()
+        && mask.is_none()
+        && !c.eager
+        && s.flavor != Flavor::Gemma3
+        && sdpa_grads_heads_first(c.compute, s.attn_dropout);
+    let heads_of = |b: &mut GraphBuilder, name: &str, heads: u64, rotated: bool| {
         let t = linear(b, name, s.hidden, heads * d, s.attn_bias, x);
-        let t = view(b, "view", t, vec![bsz, seq, heads, d]);
+        let t = rotated_heads_view(b, t, vec![bsz, seq, heads, d], rotated && copied_qk_grads);
         view(b, "transpose", t, vec![bsz, heads, seq, d])
     };
-    let q = heads_of(b, "q_proj", s.heads);
-    let k = heads_of(b, "k_proj", s.kv_heads);
-    let v = heads_of(b, "v_proj", s.kv_heads);
+    let q = heads_of(b, "q_proj", s.heads, true);
+    let k = heads_of(b, "k_proj", s.kv_heads, true);
+    let v = heads_of(b, "v_proj", s.kv_heads, false);
     let (q, k) = if s.flavor == Flavor::Gemma3 {
         // per-head GemmaRMSNorm on the transposed q and k, in the projections' dtype
         let norm = format!("{p}RMSNorm");

@@ -7,7 +7,7 @@
 use vramscope_core::ops::{
     Activation, ActivationKind, Add, Aten, Autocast, Contiguous, DTypeRule, Dropout, GradIn,
     KvCacheUpdate, LayerNorm, Linear, MatMul, MatMulCopy, Saved, ScaledDotProductAttention,
-    ScaledDotProductAttentionBias, Slice, Softmax,
+    ScaledDotProductAttentionBias, SdpaBackend, Slice, Softmax, ViewStridedGrad,
 };
 use vramscope_core::{DType, GraphBuilder, TensorId};
 
@@ -173,6 +173,32 @@ pub fn mul(b: &mut GraphBuilder, x: TensorId, y: TensorId) -> TensorId {
 /// A view with a new shape (`view`, `transpose`, `split` pieces).
 pub fn view(b: &mut GraphBuilder, name: &'static str, x: TensorId, shape: Vec<u64>) -> TensorId {
     b.op(Aten::view(name, shape), &[x])
+}
+
+/// Whether the q and k gradients of a training forward's unmasked SDPA in `dtype` come back
+/// through rotary's backward heads-first contiguous (`[B, H, S, D]`): mem-efficient attention
+/// (float32) lays them out so, cuDNN and flash attention like their inputs (truth traces of
+/// Qwen2, SmolLM2 and Gemma).
+pub fn sdpa_grads_heads_first(dtype: DType, dropout_p: f64) -> bool {
+    SdpaBackend::on_h100(dtype, dropout_p > 0.0) == SdpaBackend::Efficient
+}
+
+/// `t.view(shape)` of a q or k projection (`shape` is `[B, S, H, D]`) that is then transposed,
+/// rotated and handed to SDPA. With `grads_heads_first` (see [`sdpa_grads_heads_first`]) its
+/// gradient arrives as the transpose of a heads-first tensor, which `ViewBackward0` can view only
+/// for one head or one position: otherwise it copies it ([`ViewStridedGrad`]).
+pub fn rotated_heads_view(
+    b: &mut GraphBuilder,
+    t: TensorId,
+    shape: Vec<u64>,
+    grads_heads_first: bool,
+) -> TensorId {
+    let copied = grads_heads_first && shape.get(1) > Some(&1) && shape.get(2) > Some(&1);
+    if copied {
+        b.op(ViewStridedGrad { shape }, &[t])
+    } else {
+        view(b, "view", t, shape)
+    }
 }
 
 /// `x.to(dtype)` when it changes the dtype (a `_to_copy` with its own autograd node).

@@ -24,14 +24,15 @@
 
 use vramscope_core::builder::RepeatedModule;
 use vramscope_core::ir::Task;
-use vramscope_core::ops::{Aten, GradIn, Saved, SdpaBackend, Slice, View, ViewStridedGrad};
+use vramscope_core::ops::{Aten, GradIn, Saved, Slice, View};
 use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
 use super::generate::CausalLm;
 use super::layers::{
     add, apply_rotary, apply_rotary_sliced, attention_mask, attention_output, cached_attention,
     dropout, eager_causal_mask, embedding, linear, mul, packed_sequence_check, position_ids,
-    rms_norm, rotary, sdpa, sdpa_masked, tied_head, view, Call, Eager, EagerFlavor, MaskPattern,
+    rms_norm, rotary, rotated_heads_view, sdpa, sdpa_grads_heads_first, sdpa_masked, tied_head,
+    view, Call, Eager, EagerFlavor, MaskPattern,
 };
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
 
@@ -588,36 +589,30 @@ pub(super) fn attention(
     let low_precision_qk = autocast.is_some() && !s.qk_norm;
     let xs = b.shape(x).to_vec();
     let (bsz, seq) = (xs[0], xs[1]);
-    // mem-efficient attention (float32) hands back q's and k's gradients in a layout that,
-    // through rotary's backward and the transpose, `ViewBackward0` cannot view: it copies each
-    // (truth traces of Qwen2 and SmolLM2; v's gradient views back, and cuDNN / flash attention's
-    // do too). Only the unmasked SDPA of a training forward without q/k norms: the norms'
-    // backward makes the gradient contiguous again, and the eager and masked paths have their own
-    // copies
-    let strided_qk_grads = s.variant != Variant::Phi3
+    let mask = layer_mask(s, call, layer);
+    // q's and k's gradients that `ViewBackward0` copies: those of the unmasked SDPA of a training
+    // forward, unless q/k norms (whose backward lays them out again) or Phi-3's slices of the
+    // fused projection come between
+    let copied_qk_grads = s.variant != Variant::Phi3
         && !s.qk_norm
         && call.cache.is_none()
         && call.eager_mask.is_none()
-        && layer_mask(s, call, layer).is_none()
-        && SdpaBackend::on_h100(proj_dtype, s.attn_dropout > 0.0) == SdpaBackend::Efficient;
+        && mask.is_none()
+        && sdpa_grads_heads_first(proj_dtype, s.attn_dropout);
     b.module("self_attn", &format!("{p}Attention"), &[x], |b| {
         let d = s.head_dim;
         let norm = format!("{p}RMSNorm");
-        let proj = |b: &mut GraphBuilder, name: &str, heads: u64, qk_norm: Option<&str>| {
-            let t = linear(b, name, s.hidden, heads * d, s.qkv_bias, x);
-            let shape = vec![bsz, seq, heads, d];
-            let rotated = name != "v_proj";
-            let t = if strided_qk_grads && rotated {
-                b.op(ViewStridedGrad { shape }, &[t])
-            } else {
-                view(b, "view", t, shape)
+        let proj =
+            |b: &mut GraphBuilder, name: &str, heads: u64, rotated: bool, qk_norm: Option<&str>| {
+                let t = linear(b, name, s.hidden, heads * d, s.qkv_bias, x);
+                let t =
+                    rotated_heads_view(b, t, vec![bsz, seq, heads, d], rotated && copied_qk_grads);
+                let t = match qk_norm {
+                    Some(n) => rms_norm(b, n, &norm, d, proj_dtype, t),
+                    None => t,
+                };
+                view(b, "transpose", t, vec![bsz, heads, seq, d])
             };
-            let t = match qk_norm {
-                Some(n) => rms_norm(b, n, &norm, d, proj_dtype, t),
-                None => t,
-            };
-            view(b, "transpose", t, vec![bsz, heads, seq, d])
-        };
         let (qn, kn) = if s.qk_norm {
             (Some("q_norm"), Some("k_norm"))
         } else {
@@ -646,9 +641,9 @@ pub(super) fn attention(
             )
         } else {
             (
-                proj(b, "q_proj", s.heads, qn),
-                proj(b, "k_proj", s.kv_heads, kn),
-                proj(b, "v_proj", s.kv_heads, None),
+                proj(b, "q_proj", s.heads, true, qn),
+                proj(b, "k_proj", s.kv_heads, true, kn),
+                proj(b, "v_proj", s.kv_heads, false, None),
             )
         };
         // apply_rotary_pos_emb(q, k, ...): the raw q and k stay referenced until both are rotated
@@ -667,7 +662,6 @@ pub(super) fn attention(
                 )
             }
         });
-        let mask = layer_mask(s, call, layer);
         let o = if phi3 && call.cache.is_some() && call.eager_mask.is_none() {
             // a generation's forward: q stays referenced, the cache update, then SDPA on the
             // cached keys and values (causal only with more than one query); the output is
