@@ -25,16 +25,7 @@ fn estimate(name: &str) -> Result<u64, String> {
         Some(text) => {
             let cfg = hf::HfConfig::parse(name, text).map_err(|e| e.to_string())?;
             let (batch, seq) = if name == "gpt2" { (8, 1024) } else { (1, 4096) };
-            let input = hf::HfInput {
-                batch,
-                seq,
-                task: None,
-                precision: Precision::AmpBf16,
-                generate: None,
-                attn: hf::AttnImplementation::Sdpa,
-                target_seq: None,
-                gradient_checkpointing: false,
-            };
+            let input = hf::HfInput::new(batch, seq, Precision::AmpBf16);
             let model = hf::build(&cfg, &input).map_err(|e| e.to_string())?;
             (model.graph, Precision::AmpBf16)
         }

@@ -39,16 +39,7 @@ fn the_allocator_thread_changes_nothing() {
     let mut compared = 0;
     for name in hf_zoo::names() {
         let cfg = hf::HfConfig::parse(name, hf_zoo::config(name).unwrap()).unwrap();
-        let base = hf::HfInput {
-            batch: 2,
-            seq: 64,
-            task: None,
-            precision: Precision::AmpBf16,
-            target_seq: None,
-            gradient_checkpointing: false,
-            generate: None,
-            attn: hf::AttnImplementation::Sdpa,
-        };
+        let base = hf::HfInput::new(2, 64, Precision::AmpBf16);
         let cases = [
             (base.clone(), train.clone()),
             (

@@ -18,16 +18,7 @@ fn root() -> String {
 }
 
 fn input() -> HfInput {
-    HfInput {
-        batch: 2,
-        seq: 64,
-        task: None,
-        precision: Precision::Fp32,
-        generate: None,
-        attn: hf::AttnImplementation::Sdpa,
-        target_seq: None,
-        gradient_checkpointing: false,
-    }
+    HfInput::new(2, 64, Precision::Fp32)
 }
 
 #[test]

@@ -10,16 +10,7 @@ use vramscope_formats::{hf, hf_zoo};
 /// The inputs every built-in config is built with: short and past-the-window sequences (masks
 /// per layer kind), eager attention, checkpointing, generation (which records layers one by one).
 fn inputs() -> Vec<hf::HfInput> {
-    let base = hf::HfInput {
-        batch: 2,
-        seq: 5,
-        task: None,
-        precision: Precision::AmpBf16,
-        target_seq: None,
-        gradient_checkpointing: false,
-        generate: None,
-        attn: hf::AttnImplementation::Sdpa,
-    };
+    let base = hf::HfInput::new(2, 5, Precision::AmpBf16);
     vec![
         base.clone(),
         hf::HfInput {

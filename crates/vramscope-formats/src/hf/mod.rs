@@ -147,6 +147,23 @@ pub struct HfInput {
     pub attn: AttnImplementation,
 }
 
+impl HfInput {
+    /// One forward of `batch` sequences of `seq` tokens in `precision`, as transformers runs it
+    /// by default: the head `architectures` names, SDPA, no checkpointing, no generation.
+    pub fn new(batch: u64, seq: u64, precision: Precision) -> Self {
+        HfInput {
+            batch,
+            seq,
+            task: None,
+            precision,
+            target_seq: None,
+            gradient_checkpointing: false,
+            generate: None,
+            attn: AttnImplementation::Sdpa,
+        }
+    }
+}
+
 /// `config._attn_implementation`: the attention transformers runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum AttnImplementation {
