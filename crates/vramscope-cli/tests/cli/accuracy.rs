@@ -427,10 +427,12 @@ fn decoder_family_cases_match_truth() {
 /// AMP bf16, fp32 with checkpointing, bf16 inference) and RoBERTa-large whole; Qwen1.5-MoE-A2.7B
 /// (60 experts, top 4, a gated shared expert), Llama-3.1-8B (llama3 rope scaling; AMP bf16, and
 /// AMP fp16 with checkpointing), Mixtral-8x22B, Gemma-2-27b (query_pre_attn_scalar 144, eager
-/// attention) and flan-t5-base cut to 2 layers.
+/// attention), flan-t5-base and Phi-4-mini (partial rotary 0.75, tied, 200k vocabulary; AMP bf16
+/// and fp32) cut to 2 layers; OPT-350m whole (post-norm, 512-wide embeddings projected in and out;
+/// fp32, and AMP fp16 with checkpointing).
 #[test]
 fn unseen_checkpoint_cases_match_truth() {
-    assert_eq!(cases("hf_unseen.jsonl").len(), 10);
+    assert_eq!(cases("hf_unseen.jsonl").len(), 14);
     check("hf_unseen.jsonl");
 }
 
