@@ -60,6 +60,13 @@ impl PathIndex {
         ids.iter().copied().find(|&i| path_of(i) == path)
     }
 
+    /// Removes `id` from under `path`.
+    fn remove(&mut self, path: &str, id: u32) {
+        if let Some(ids) = self.0.get_mut(&path_hash(path)) {
+            ids.retain(|i| *i != id);
+        }
+    }
+
     /// An index holding the root module (`""`, index 0).
     fn of_root() -> Self {
         let mut index = Self::default();
@@ -106,6 +113,15 @@ struct Recording {
     nodes: std::ops::Range<u32>,
     scopes: std::ops::Range<u32>,
     holds: std::ops::Range<u32>,
+}
+
+/// Where the parameter, tensor and node lists ended at [`GraphBuilder::param_mark`]: the start
+/// of what [`GraphBuilder::order_params`] renumbers.
+#[derive(Debug, Clone, Copy)]
+pub struct ParamMark {
+    params: u32,
+    tensors: u32,
+    nodes: u32,
 }
 
 /// Sizes of the graph's lists, to see what a call added.
@@ -575,6 +591,93 @@ impl GraphBuilder {
     /// Number of nodes recorded so far.
     pub fn node_count(&self) -> usize {
         self.graph.nodes.len()
+    }
+
+    /// Marks where the parameters registered from now on start (see
+    /// [`order_params`](Self::order_params)).
+    pub fn param_mark(&self) -> ParamMark {
+        ParamMark {
+            params: self.graph.params.len() as u32,
+            tensors: self.graph.tensors.len() as u32,
+            nodes: self.graph.nodes.len() as u32,
+        }
+    }
+
+    /// Renumbers the parameters registered since `mark`, all of the current module or under it,
+    /// into `__init__`'s order when the forward calls the children in another: the module's own
+    /// parameters first (`named_parameters()` visits a module before its children), then child
+    /// by child in `children` order, children not listed next, then the module's own buffers
+    /// (which `__init__`s register after their children: BERT's embeddings' `position_ids`); the
+    /// order within a child is kept.
+    /// A Llama decoder layer calls `input_layernorm` first, but its `__init__` creates
+    /// `self_attn`, `mlp`, then the norms: `parameters()` (the optimizer's per-parameter state,
+    /// `zero_grad`, the step) and the allocations at construction both follow `__init__`. The
+    /// construction ranks the parameters held keep their set and take the new order. Nothing
+    /// changes when a parameter since `mark` lies outside the current module.
+    pub fn order_params(&mut self, mark: ParamMark, children: &[&str]) {
+        let start = mark.params as usize;
+        let end = self.graph.params.len();
+        if end < start + 2 {
+            return;
+        }
+        let here = &self.graph.modules[self.current().0 as usize].path;
+        let prefix = if here.is_empty() {
+            String::new()
+        } else {
+            format!("{here}.")
+        };
+        let mut keys = Vec::with_capacity(end - start);
+        for p in &self.graph.params[start..end] {
+            let Some(rest) = p.name.strip_prefix(&prefix) else {
+                return;
+            };
+            keys.push(match rest.split_once('.') {
+                None if p.kind == ParamKind::Buffer => usize::MAX,
+                None => 0,
+                Some((child, _)) => {
+                    1 + children
+                        .iter()
+                        .position(|c| *c == child)
+                        .unwrap_or(children.len())
+                }
+            });
+        }
+        let mut order: Vec<usize> = (0..end - start).collect();
+        order.sort_by_key(|&i| keys[i]);
+        if order.iter().enumerate().all(|(new, &old)| new == old) {
+            return;
+        }
+        let mut new_id = vec![0u32; end - start];
+        for (new, &old) in order.iter().enumerate() {
+            new_id[old] = (start + new) as u32;
+        }
+        let mut ranks: Vec<u32> = self.graph.params[start..end]
+            .iter()
+            .map(|p| p.init_rank)
+            .collect();
+        ranks.sort_unstable();
+        let old: Vec<ParamDef> = self.graph.params.drain(start..).collect();
+        for (i, d) in old.iter().enumerate() {
+            self.param_index.remove(&d.name, (start + i) as u32);
+        }
+        for (new, &o) in order.iter().enumerate() {
+            let mut d = old[o].clone();
+            d.init_rank = ranks[new];
+            self.param_index.insert(&d.name, (start + new) as u32);
+            self.graph.params.push(d);
+        }
+        let remap = |p: ParamId| match (p.0 as usize).checked_sub(start) {
+            Some(i) if i < new_id.len() => ParamId(new_id[i]),
+            _ => p,
+        };
+        for t in &mut self.graph.tensors[mark.tensors as usize..] {
+            t.param = t.param.map(remap);
+        }
+        for n in &mut self.graph.nodes[mark.nodes as usize..] {
+            for p in n.params.iter_mut() {
+                *p = remap(*p);
+            }
+        }
     }
 
     /// Registers child module `name` and, inside `f`, its own children and parameters, without

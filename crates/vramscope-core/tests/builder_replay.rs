@@ -90,3 +90,66 @@ fn replay_is_what_makes_later_blocks() {
         .collect();
     assert!(!std::sync::Arc::ptr_eq(&relu[0].op, &relu[2].op));
 }
+
+/// A block whose forward calls `norm` before `fc` while `__init__` creates `fc` first, with its
+/// own buffer: `order_params` puts `fc`, then `norm`, then the buffer.
+fn reordered_block(b: &mut GraphBuilder, x: TensorId) -> TensorId {
+    let mark = b.param_mark();
+    let _steps = b.buffer("steps", vec![1], Some(DType::I64));
+    let n = b.module("norm", "Norm", &[x], |b| {
+        let w = b.parameter("weight", vec![4]);
+        b.op(Aten::new("mul", vec![2, 4]), &[x, w])
+    });
+    let y = b.layer("fc", Linear::new(4, 4), &[n]);
+    b.order_params(mark, &["fc", "norm"]);
+    y
+}
+
+fn reordered_model(layers: u32) -> Graph {
+    let mut b = GraphBuilder::new("m", "M");
+    let x = b.input(vec![2, 4], DType::F32);
+    let mut rep = RepeatedModule::default();
+    let mut h = x;
+    b.module("layers", "ModuleList", &[], |b| {
+        for i in 0..layers {
+            h = b.module_repeated(&mut rep, &i.to_string(), "Block", &[h], |b| {
+                reordered_block(b, h)
+            });
+        }
+    });
+    b.finish(&[h], Task::Classification { num_classes: 4 })
+        .expect("builds")
+}
+
+#[test]
+fn parameters_take_the_init_order_and_ops_keep_their_parameters() {
+    let g = reordered_model(3);
+    let names: Vec<&str> = g.params.iter().map(|p| p.name.as_str()).collect();
+    let mut want = Vec::new();
+    for i in 0..3 {
+        for n in ["fc.weight", "fc.bias", "norm.weight", "steps"] {
+            want.push(format!("layers.{i}.{n}"));
+        }
+    }
+    assert_eq!(names, want);
+    // construction follows the same order
+    for (i, p) in g.params.iter().enumerate() {
+        assert_eq!(p.init_rank, i as u32, "{}", p.name);
+    }
+    // every op still reads the parameters of its own module
+    for node in &g.nodes {
+        let module = &g.modules[node.module.0 as usize].path;
+        for p in &node.params {
+            assert!(g.params[p.0 as usize].name.starts_with(module.as_str()));
+        }
+        for t in &node.inputs {
+            if let Some(p) = g.tensors[t.0 as usize].param {
+                let name = &g.params[p.0 as usize].name;
+                assert!(name.starts_with(module.as_str()), "{name} in {module}");
+            }
+        }
+    }
+    // and the copies are what calling every block records
+    let built = without_module_replay(|| reordered_model(3));
+    assert_eq!(format!("{g:?}"), format!("{built:?}"));
+}

@@ -459,6 +459,43 @@ fn detailed_builtins_have_transformers_parameter_names_shapes_and_modules() {
     assert_eq!(checked.len(), 13, "{checked:?}");
 }
 
+/// The detailed models' parameters come in the order transformers' `parameters()` gives them
+/// (`__init__`'s registration order, not the forward's call order): the order of the optimizer's
+/// per-parameter state, of `zero_grad` and of the step's temporaries.
+#[test]
+fn detailed_builtins_register_parameters_in_transformers_order() {
+    let text = std::fs::read_to_string(format!("{}/fixtures/hf_reference.json", root())).unwrap();
+    let reference: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let mut wrong = Vec::new();
+    let mut checked = 0;
+    for (name, entry) in reference["models"].as_object().unwrap() {
+        let Some(want) = entry["parameter_order"].as_array() else {
+            continue;
+        };
+        let want: Vec<&str> = want.iter().map(|v| v.as_str().unwrap()).collect();
+        let cfg = HfConfig::parse(name, vramscope_formats::hf_zoo::config(name).unwrap()).unwrap();
+        let m = hf::build(&cfg, &input()).unwrap();
+        let ours: Vec<&str> = m
+            .graph
+            .params
+            .iter()
+            .filter(|p| p.kind == vramscope_core::ir::ParamKind::Parameter)
+            .map(|p| p.name.as_str())
+            .collect();
+        if ours != want {
+            let at = ours.iter().zip(&want).position(|(a, b)| a != b);
+            wrong.push(format!(
+                "{name}: first difference at {at:?}: ours {:?}, transformers {:?}",
+                at.map(|i| ours[i]),
+                at.map(|i| want[i])
+            ));
+        }
+        checked += 1;
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    assert_eq!(checked, 13);
+}
+
 /// Every MoE fixture config builds with the parameter count transformers gave the truth tool.
 #[test]
 fn moe_parameter_counts_equal_transformers() {

@@ -244,6 +244,7 @@ fn embeddings(
             .dtype(DTypeRule::Fixed(d))
             .not_differentiable()
     };
+    let init_order = b.param_mark();
     let pos_buf = b.buffer("position_ids", vec![s.max_positions], i64);
     let tt_buf = b.buffer("token_type_ids", vec![1, s.max_positions], i64);
     let pos = match flavor {
@@ -274,6 +275,14 @@ fn embeddings(
     // inputs_embeds, token_type_embeddings and position_embeddings are locals until the return
     b.hold(&[word_e, tt_e, pos_e]);
     let x = layer_norm(b, "LayerNorm", s.hidden, x);
+    // `__init__` creates position_embeddings before token_type_embeddings, the buffers last
+    let children = [
+        "word_embeddings",
+        "position_embeddings",
+        "token_type_embeddings",
+        "LayerNorm",
+    ];
+    b.order_params(init_order, &children);
     (dropout(b, "dropout", s.hidden_dropout, x), word)
 }
 

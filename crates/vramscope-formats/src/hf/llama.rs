@@ -525,6 +525,7 @@ pub(super) fn decoder_layer(
     (layer, call): (usize, &mut Call),
     ffn: &mut FeedForward,
 ) -> TensorId {
+    let init_order = b.param_mark();
     let norm = format!("{p}RMSNorm");
     let x = rms_norm(b, "input_layernorm", &norm, s.hidden, dtype, input);
     let a = attention(b, s, p, (dtype, autocast), x, cos, sin, layer, call);
@@ -546,7 +547,18 @@ pub(super) fn decoder_layer(
     } else {
         y
     };
-    add(b, x, y)
+    let out = add(b, x, y);
+    // `__init__` creates the attention and the MLP before the norms the forward calls first
+    b.order_params(
+        init_order,
+        &[
+            "self_attn",
+            "mlp",
+            "input_layernorm",
+            "post_attention_layernorm",
+        ],
+    );
+    out
 }
 
 /// The family's `mlp` module: SiLU-gated (Phi-3: with the fused `gate_up_proj`).
@@ -600,6 +612,7 @@ pub(super) fn attention(
         && mask.is_none()
         && sdpa_grads_heads_first(proj_dtype, s.attn_dropout);
     b.module("self_attn", &format!("{p}Attention"), &[x], |b| {
+        let init_order = b.param_mark();
         let d = s.head_dim;
         let norm = format!("{p}RMSNorm");
         let proj =
@@ -696,7 +709,15 @@ pub(super) fn attention(
             };
             cached_attention(b, call, layer, q, k, v, s.attn_dropout, eager)
         };
-        linear(b, "o_proj", s.heads * d, s.hidden, s.o_bias, o)
+        let out = linear(b, "o_proj", s.heads * d, s.hidden, s.o_bias, o);
+        // `__init__` order: the q/k norms after the projections; Phi-3 creates o_proj first
+        let children: &[&str] = if phi3 {
+            &["o_proj", "qkv_proj"]
+        } else {
+            &["q_proj", "k_proj", "v_proj", "o_proj"]
+        };
+        b.order_params(init_order, children);
+        out
     })
 }
 
