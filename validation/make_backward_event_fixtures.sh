@@ -1,30 +1,55 @@
 #!/usr/bin/env bash
-# Measures two float32 Llama-family training steps with ../shared/truth's --trace and keeps, per
-# case, the allocation and free sizes of `it1.backward` in order (fixtures/truth/events/backward.jsonl):
-# Qwen2-small and SmolLM2-135M cut to 2 layers, batch 4 x 1024, AdamW. Under float32, SDPA runs the
-# mem-efficient kernel, whose node releases its saved tensors sorted by name and whose q/k gradients
-# come back through rotary in a layout `ViewBackward0` copies; the CLI test replays the sequence.
+# Measures float32 Llama-family training steps with ../shared/truth's --trace and keeps, per case
+# and phase, the allocation and free sizes in order (fixtures/truth/events/backward.jsonl); the CLI
+# test replays each sequence. Qwen2-small and SmolLM2-135M cut to 2 layers, batch 4 x 1024, AdamW:
+# - `it1.backward`, every event: under float32, SDPA runs the mem-efficient kernel, whose node
+#   releases its saved tensors sorted by name, and q's and k's gradients come back through rotary
+#   in a layout `ViewBackward0` copies;
+# - `it1.step` (SmolLM2), every event: AdamW's state in `parameters()` order (a decoder layer's
+#   attention, MLP, then its norms), and the foreach step's `exp_avg_sq_sqrt` list freed last
+#   tensor first;
+# - `it1.backward` with gradient checkpointing (SmolLM2, `"large": true`): the events of the large
+#   pool (over 1 MiB), each run of frees sorted by size (frees in a row commute): what decides the
+#   large pool's layout. The checkpoint frame, and the layer input it keeps, goes when the layer's
+#   first op's node has run, before its gradient is added to the residual's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-$HOME/.venvs/truth}
 mkdir -p .truth/raw
-: > fixtures/truth/events/backward.jsonl
-for cfg in qwen2_small_2l smollm2_135m_2l; do
-  "$VENV/bin/python" ../shared/truth/measure.py --model "hf:fixtures/hf/configs/$cfg.json" \
-      --task causal-lm --batch 4 --seq 1024 --amp fp32 --optim adamw \
-      --trace ".truth/raw/$cfg.backward.trace" --json > ".truth/raw/$cfg.backward.json"
-  python3 - "$cfg" >> fixtures/truth/events/backward.jsonl <<'PY'
+out=fixtures/truth/events/backward.jsonl
+: > "$out"
+# config, checkpoint (0/1), phase, large (0/1)
+while read -r cfg ckpt phase large; do
+  flag=() suffix=""
+  if [ "$ckpt" = 1 ]; then flag=(--checkpoint); suffix=".ckpt"; fi
+  trace=".truth/raw/$cfg$suffix.backward.trace"
+  if [ ! -s "$trace" ]; then
+    "$VENV/bin/python" ../shared/truth/measure.py --model "hf:fixtures/hf/configs/$cfg.json" \
+        --task causal-lm --batch 4 --seq 1024 --amp fp32 --optim adamw "${flag[@]}" \
+        --trace "$trace" --json > ".truth/raw/$cfg$suffix.backward.json"
+  fi
+  python3 - "$cfg" "$ckpt" "$phase" "$large" "$trace" >> "$out" <<'PY'
 import json, sys
-cfg = sys.argv[1]
+cfg, ckpt, want, large, trace = sys.argv[1], sys.argv[2] == "1", sys.argv[3], sys.argv[4] == "1", sys.argv[5]
 phase, events = None, []
-for line in open(f".truth/raw/{cfg}.backward.trace"):
+for line in open(trace):
     e = json.loads(line)
     if e["ev"] == "phase":
         phase = e["phase"]
-    elif phase == "it1.backward" and e["ev"] in ("alloc", "free") and e["bytes"] > 0:
+    elif phase == want and e["ev"] in ("alloc", "free") and e["bytes"] > (1 << 20 if large else 0):
         events.append([e["ev"], e["bytes"]])
 args = ["--task", "causal-lm", "--batch-size", "4", "--seq-len", "1024", "--precision", "fp32", "--optimizer", "adamw"]
-print(json.dumps({"config": f"fixtures/hf/configs/{cfg}.json", "args": args, "phase": "it1.backward", "events": events}, separators=(",", ":")))
+if ckpt:
+    args.append("--gradient-checkpointing")
+case = {"config": f"fixtures/hf/configs/{cfg}.json", "args": args, "phase": want, "events": events}
+if large:
+    case["large"] = True
+print(json.dumps(case, separators=(",", ":")))
 PY
-done
-wc -c fixtures/truth/events/backward.jsonl
+done <<'CASES'
+qwen2_small_2l 0 it1.backward 0
+smollm2_135m_2l 0 it1.backward 0
+smollm2_135m_2l 0 it1.step 0
+smollm2_135m_2l 1 it1.backward 1
+CASES
+wc -c "$out"

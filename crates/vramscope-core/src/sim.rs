@@ -1901,11 +1901,14 @@ impl<'g> Sim<'g> {
                 }
             }
             self.release_saved(i);
+            // the region's last node to run released the last saved tensor whose hooks hold
+            // the checkpoint frame: the frame (and the region's inputs it keeps) goes before the
+            // engine adds the node's gradients into its inputs' buffers
+            self.finish_region_node(i);
             for k in 0..bs.produced.len() {
                 let (target, sid) = bs.produced[k];
                 self.deliver(target, sid);
             }
-            self.finish_region_node(i);
         }
         self.backward_scratch = bs;
         self.decref(root);
@@ -2135,8 +2138,13 @@ impl<'g> Sim<'g> {
                 ));
             }
         }
-        for t in temps {
-            self.decref(t);
+        // each list is a Python list the step function drops when it returns: lists in the
+        // order they were made, each one's tensors last first (CPython's list_dealloc walks
+        // back; truth traces of AdamW's exp_avg_sq_sqrt)
+        for list in temps.chunks(trainable.len().max(1)) {
+            for &t in list.iter().rev() {
+                self.decref(t);
+            }
         }
         for t in scaler_tmp {
             self.decref(t);
@@ -2172,8 +2180,18 @@ fn release_schedule(g: &Graph) -> ReleaseSchedule {
         let e = end as usize - 1;
         *l = Some(l.map_or(e, |x| x.max(e)));
     }
-    // by node, newest tensor first (inner frames return first, and their locals are the newer
-    // tensors): a counting sort, filled from the newest tensor down
+    // the hold whose frame's return is a tensor's last reference (the outermost, when frames
+    // return together)
+    let mut by_hold: Vec<Option<u32>> = vec![None; n_t];
+    for (h, &(t, end)) in g.holds.iter().enumerate() {
+        if end > 0 && last[t.0 as usize] == Some(end as usize - 1) {
+            by_hold[t.0 as usize] = Some(h as u32);
+        }
+    }
+    // by node: the tensors an op used last, newest first (an expression's temporaries die before
+    // its frame returns), then those frames release as they return: inner frames first (their
+    // holds were recorded first), each frame's in the order it took them (CPython clears a
+    // frame's locals first to last)
     // parameters used as activations, the model's inputs and outputs are never released here
     for t in g.inputs.iter().chain(&g.outputs) {
         last[t.0 as usize] = None;
@@ -2193,7 +2211,14 @@ fn release_schedule(g: &Graph) -> ReleaseSchedule {
     let mut fill = starts.clone();
     let mut tensors = vec![TensorId(0); starts[g.nodes.len()] as usize];
     for (t, l) in last.iter().enumerate().rev() {
-        if let Some(l) = *l {
+        if let (Some(l), None) = (*l, by_hold[t]) {
+            tensors[fill[l] as usize] = TensorId(t as u32);
+            fill[l] += 1;
+        }
+    }
+    for (h, &(t, _)) in g.holds.iter().enumerate() {
+        let t = t.0 as usize;
+        if let (Some(l), true) = (last[t], by_hold[t] == Some(h as u32)) {
             tensors[fill[l] as usize] = TensorId(t as u32);
             fill[l] += 1;
         }
