@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Measures eager attention for the causal-LM families beyond gpt2 / llama / mistral / qwen2
-# (validation/cases_eager_families.jsonl: Qwen3, Phi-3, OPT and Mixtral, and AMP fp16 for GPT-2,
+# (validation/cases_eager_families.jsonl: Qwen3, Phi-3, OPT and Mixtral, batch-1 cases, and AMP fp16 for GPT-2,
 # Qwen2 and Mistral, built with
 # attn_implementation="eager" by validation/generate_models.py's `eager`) with ../shared/truth and
 # writes fixtures/truth/hf_eager_families.jsonl.

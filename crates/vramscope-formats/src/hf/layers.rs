@@ -1156,10 +1156,12 @@ pub fn eager_attention(
     // matmul(q, k^T): bmm needs merged batch dimensions, so it copies q (laid out [B, S, H, D]
     // by the slicing or the rotary products) and, unless repeat_kv made them contiguous, the
     // transposed keys
-    let copy_k = !cached && (!llama_like || kv_heads == heads || kv_heads == 1);
+    // transposed keys. With a batch of one, merging it into the heads is a view whatever the
+    // layout (truth traces: no copy at batch 1)
+    let copy_k = bsz > 1 && !cached && (!llama_like || kv_heads == heads || kv_heads == 1);
     // a single query is viewable for bmm, except GPT-2's (a slice of the packed `c_attn`
     // output, whose batch stride is 3 × the heads')
-    let copy_q = sq > 1 || !llama_like;
+    let copy_q = bsz > 1 && (sq > 1 || !llama_like);
     let kt = view(b, "transpose", k, vec![bsz, heads, d, sk]);
     let scores = if copy_q || copy_k {
         let outs = b.op_multi(
