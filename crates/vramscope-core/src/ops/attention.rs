@@ -79,18 +79,7 @@ impl Op for ScaledDotProductAttention {
 
     fn saved_for_backward(&self, ctx: &OpCtx) -> Vec<Saved> {
         match self.backend(ctx) {
-            // the generated node releases its saved inputs, then its saved outputs, each sorted by
-            // name (`release_variables` in autograd/generated/Functions.h): key, query, value,
-            // then log-sum-exp, output, philox offset, philox seed
-            SdpaBackend::Efficient | SdpaBackend::Cudnn | SdpaBackend::Flash => vec![
-                Saved::Input(1),
-                Saved::Input(0),
-                Saved::Input(2),
-                Saved::Extra(0),
-                Saved::Output(0),
-                Saved::Extra(2),
-                Saved::Extra(1),
-            ],
+            SdpaBackend::Efficient | SdpaBackend::Cudnn | SdpaBackend::Flash => fused_saved(None),
             // the math path is several autograd nodes, each keeping its own tensors
             SdpaBackend::Math => {
                 let mut s = vec![
@@ -132,6 +121,25 @@ pub(crate) fn sdpa_output_shape(inputs: &[&[u64]]) -> Result<Shape, ShapeError> 
         ));
     }
     Ok(vec![q[0], q[1], q[2], v[3]])
+}
+
+/// What a fused kernel's autograd node saves ([`backend_extras`]: log-sum-exp, philox seed, philox
+/// offset), in the order it releases them: the generated node's `release_variables`
+/// (autograd/generated/Functions.h) releases its saved inputs, then its saved outputs, each
+/// sorted by name: `attn_bias` (the mask the kernel read, when there is one), key, query, value,
+/// then log-sum-exp, output, philox offset, philox seed.
+pub(crate) fn fused_saved(attn_bias: Option<Saved>) -> Vec<Saved> {
+    let mut s: Vec<Saved> = attn_bias.into_iter().collect();
+    s.extend([
+        Saved::Input(1),
+        Saved::Input(0),
+        Saved::Input(2),
+        Saved::Extra(0),
+        Saved::Output(0),
+        Saved::Extra(2),
+        Saved::Extra(1),
+    ]);
+    s
 }
 
 pub(crate) fn backend_extras(backend: SdpaBackend, ctx: &OpCtx) -> Vec<TensorMeta> {

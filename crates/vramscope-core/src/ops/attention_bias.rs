@@ -10,7 +10,7 @@
 //! `[B, H, L, S]` tensor whose last dimension is padded to 16 elements (`attention_backward.cu`);
 //! the caller records the mask with that padded last dimension so the gradient has its size.
 
-use super::attention::{backend_extras, backend_inference_extras};
+use super::attention::{backend_extras, backend_inference_extras, fused_saved};
 use super::*;
 
 /// Scaled dot-product attention over `[B, H, L, E]` q, k, v with an additive float mask.
@@ -87,20 +87,14 @@ impl Op for ScaledDotProductAttentionBias {
         e
     }
 
-    // the mask the kernel reads is the padded copy when there is one, else the mask itself
+    // the mask the kernel reads is the padded copy when there is one (the extra after the
+    // backend's three), else the mask itself
     fn saved_for_backward(&self, ctx: &OpCtx) -> Vec<Saved> {
-        let mut s = vec![
-            Saved::Input(0),
-            Saved::Input(1),
-            Saved::Input(2),
-            Saved::Output(0),
-        ];
-        let n = self.forward_extras(ctx).len();
-        if self.padded_mask(self.backend(ctx), ctx).is_none() {
-            s.push(Saved::Input(3));
-        }
-        s.extend((0..n).map(Saved::Extra));
-        s
+        let mask = match self.padded_mask(self.backend(ctx), ctx) {
+            Some(_) => Saved::Extra(3),
+            None => Saved::Input(3),
+        };
+        fused_saved(Some(mask))
     }
 }
 
