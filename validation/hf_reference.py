@@ -57,9 +57,9 @@ def main() -> None:
         if name in DETAILED:
             entry["named_parameters"] = {n: list(p.shape) for n, p in model.named_parameters()}
             entry["named_modules"] = [n for n, _ in model.named_modules()]
-            # the order of `parameters()`: what the optimizer's per-parameter state, `zero_grad`
-            # and `step` walk (the maps above are sorted by name)
-            entry["parameter_order"] = [n for n, _ in model.named_parameters()]
+        # the order of `parameters()`: what the optimizer's per-parameter state, `zero_grad` and
+        # `step` walk (the maps above are sorted by name)
+        entry["parameter_order"] = [n for n, _ in model.named_parameters()]
         out["models"][name] = entry
         print(f"{name}: {entry['parameters']:,}", file=sys.stderr)
         del model

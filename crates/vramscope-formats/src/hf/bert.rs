@@ -275,14 +275,24 @@ fn embeddings(
     // inputs_embeds, token_type_embeddings and position_embeddings are locals until the return
     b.hold(&[word_e, tt_e, pos_e]);
     let x = layer_norm(b, "LayerNorm", s.hidden, x);
-    // `__init__` creates position_embeddings before token_type_embeddings, the buffers last
-    let children = [
-        "word_embeddings",
-        "position_embeddings",
-        "token_type_embeddings",
-        "LayerNorm",
-    ];
-    b.order_params(init_order, &children);
+    // `__init__` order: BERT creates position_embeddings before token_type_embeddings, RoBERTa
+    // creates its position_embeddings last (after the buffers, which order_params puts after
+    // the children: their small-pool allocations come before it instead)
+    let children: &[&str] = match flavor {
+        Flavor::Bert => &[
+            "word_embeddings",
+            "position_embeddings",
+            "token_type_embeddings",
+            "LayerNorm",
+        ],
+        Flavor::Roberta => &[
+            "word_embeddings",
+            "token_type_embeddings",
+            "LayerNorm",
+            "position_embeddings",
+        ],
+    };
+    b.order_params(init_order, children);
     (dropout(b, "dropout", s.hidden_dropout, x), word)
 }
 

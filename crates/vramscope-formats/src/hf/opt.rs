@@ -216,6 +216,15 @@ fn decoder(
             (b.op(op, &[w, p2]), w)
         },
     );
+    // __init__ order: project_out, project_in and final_layer_norm come before the layers
+    // (declared before the forward calls project_in)
+    if s.proj_dim != s.hidden {
+        b.declare_layer("project_out", &lin(s.hidden, s.proj_dim, false));
+        b.declare_layer("project_in", &lin(s.proj_dim, s.hidden, false));
+    }
+    if s.final_norm {
+        b.declare_layer("final_layer_norm", &LayerNorm::new(s.hidden));
+    }
     let tok_in = if s.proj_dim != s.hidden {
         linear(b, "project_in", s.proj_dim, s.hidden, false, tok)
     } else {
@@ -224,14 +233,6 @@ fn decoder(
     // inputs_embeds, pos_embeds, the mask and position_ids are locals until the forward returns
     b.hold(&[tok, tok_in, pe, ones, pos]);
     let mut x = add(b, tok_in, pe);
-    // __init__ order: project_out, project_in and final_layer_norm come before the layers
-    if s.proj_dim != s.hidden {
-        b.declare_layer("project_out", &lin(s.hidden, s.proj_dim, false));
-        b.declare_layer("project_in", &lin(s.proj_dim, s.hidden, false));
-    }
-    if s.final_norm {
-        b.declare_layer("final_layer_norm", &LayerNorm::new(s.hidden));
-    }
     b.module("layers", "ModuleList", &[], |b| {
         for i in 0..s.layers {
             x = b.module(&i.to_string(), "OPTDecoderLayer", &[x], |b| {
