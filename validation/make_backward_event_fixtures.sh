@@ -12,25 +12,30 @@
 #   pool (over 1 MiB), each run of frees sorted by size (frees in a row commute): what decides the
 #   large pool's layout. The checkpoint frame, and the layer input it keeps, goes when the layer's
 #   first op's node has run, before its gradient is added to the residual's.
+# - `it1.backward` under AMP bf16 (SmolLM2, `"large": true`): cuDNN attention; q's and k's
+#   gradients still come back through rotary heads-first (`ViewBackward0` copies them), and each
+#   RMSNorm's `weight * h` makes h's gradient before the weight's full-size product.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-$HOME/.venvs/truth}
 mkdir -p .truth/raw
 out=fixtures/truth/events/backward.jsonl
 : > "$out"
-# config, checkpoint (0/1), phase, large (0/1)
-while read -r cfg ckpt phase large; do
+# config, checkpoint (0/1), phase, large (0/1), amp (fp32 / bf16)
+while read -r cfg ckpt phase large amp; do
   flag=() suffix=""
   if [ "$ckpt" = 1 ]; then flag=(--checkpoint); suffix=".ckpt"; fi
+  if [ "$amp" != fp32 ]; then suffix="$suffix.$amp"; fi
   trace=".truth/raw/$cfg$suffix.backward.trace"
   if [ ! -s "$trace" ]; then
     "$VENV/bin/python" ../shared/truth/measure.py --model "hf:fixtures/hf/configs/$cfg.json" \
-        --task causal-lm --batch 4 --seq 1024 --amp fp32 --optim adamw "${flag[@]}" \
+        --task causal-lm --batch 4 --seq 1024 --amp "$amp" --optim adamw "${flag[@]}" \
         --trace "$trace" --json > ".truth/raw/$cfg$suffix.backward.json"
   fi
-  python3 - "$cfg" "$ckpt" "$phase" "$large" "$trace" >> "$out" <<'PY'
+  python3 - "$cfg" "$ckpt" "$phase" "$large" "$trace" "$amp" >> "$out" <<'PY'
 import json, sys
 cfg, ckpt, want, large, trace = sys.argv[1], sys.argv[2] == "1", sys.argv[3], sys.argv[4] == "1", sys.argv[5]
+precision = {"fp32": "fp32", "bf16": "amp-bf16", "fp16": "amp-fp16"}[sys.argv[6]]
 phase, events = None, []
 for line in open(trace):
     e = json.loads(line)
@@ -38,7 +43,7 @@ for line in open(trace):
         phase = e["phase"]
     elif phase == want and e["ev"] in ("alloc", "free") and e["bytes"] > (1 << 20 if large else 0):
         events.append([e["ev"], e["bytes"]])
-args = ["--task", "causal-lm", "--batch-size", "4", "--seq-len", "1024", "--precision", "fp32", "--optimizer", "adamw"]
+args = ["--task", "causal-lm", "--batch-size", "4", "--seq-len", "1024", "--precision", precision, "--optimizer", "adamw"]
 if ckpt:
     args.append("--gradient-checkpointing")
 case = {"config": f"fixtures/hf/configs/{cfg}.json", "args": args, "phase": want, "events": events}
@@ -47,9 +52,10 @@ if large:
 print(json.dumps(case, separators=(",", ":")))
 PY
 done <<'CASES'
-qwen2_small_2l 0 it1.backward 0
-smollm2_135m_2l 0 it1.backward 0
-smollm2_135m_2l 0 it1.step 0
-smollm2_135m_2l 1 it1.backward 1
+qwen2_small_2l 0 it1.backward 0 fp32
+smollm2_135m_2l 0 it1.backward 0 fp32
+smollm2_135m_2l 0 it1.step 0 fp32
+smollm2_135m_2l 1 it1.backward 1 fp32
+smollm2_135m_2l 0 it1.backward 1 bf16
 CASES
 wc -c "$out"

@@ -25,8 +25,8 @@ use crate::dtype::{DType, Precision};
 use crate::fasthash::IntMap;
 use crate::ir::{Graph, ModuleId, ParamId, ParamKind, Shape, Task, TensorId};
 use crate::ops::{
-    Alias, Autocast, GradIn, LogSoftmax, NllLoss, Op, OpCtx, Saved, Scratch, SdpaBackend,
-    TensorMeta,
+    Alias, Autocast, GradIn, GradOrder, LogSoftmax, NllLoss, Op, OpCtx, Saved, Scratch,
+    SdpaBackend, TensorMeta,
 };
 use crate::optim::{Optimizer, StateInit, StepTemporaries};
 
@@ -503,8 +503,8 @@ struct TapeNode {
     temporaries: Span,
     /// the backward kernel's scratch program (run before the gradients), in `Plans::scratch`
     scratch: Span,
-    /// allocate input gradients last argument first (`mm`: mat2 before mat1)
-    grads_right_to_left: bool,
+    /// the order backward makes the input gradients in (`mm`: mat2 before mat1)
+    grad_order: GradOrder,
     region: Option<usize>,
     /// whether autograd saved tensors for it: in a checkpointed region, the first such node
     /// backward runs triggers the recomputation (nodes without saved tensors run before it)
@@ -631,7 +631,7 @@ struct OpInfo {
     differentiable: bool,
     is_kv_cache: bool,
     leaf_requires_grad: bool,
-    grads_right_to_left: bool,
+    grad_order: GradOrder,
     grads_like_output: bool,
 }
 
@@ -644,7 +644,7 @@ impl Default for OpInfo {
             differentiable: false,
             is_kv_cache: false,
             leaf_requires_grad: false,
-            grads_right_to_left: false,
+            grad_order: GradOrder::LeftToRight,
             grads_like_output: false,
         }
     }
@@ -659,7 +659,7 @@ impl OpInfo {
             differentiable: op.differentiable(),
             is_kv_cache: op.is_kv_cache(),
             leaf_requires_grad: op.leaf_requires_grad(),
-            grads_right_to_left: op.grads_right_to_left(),
+            grad_order: op.grad_order(),
             grads_like_output: op.grads_like_output(),
         }
     }
@@ -955,7 +955,7 @@ impl<'g> Sim<'g> {
                 saved: Span::since(saved, saved),
                 temporaries: Span::default(),
                 scratch: Span::default(),
-                grads_right_to_left: false,
+                grad_order: GradOrder::LeftToRight,
                 region: None,
                 saves: false,
                 grads_like_output: false,
@@ -1267,7 +1267,7 @@ impl<'g> Sim<'g> {
                     saved: Span::since(saved_from, self.tape_saved.len()),
                     temporaries: plan.backward_temporaries,
                     scratch: plan.backward_scratch,
-                    grads_right_to_left: info.grads_right_to_left,
+                    grad_order: info.grad_order,
                     region,
                     saves: any_saved,
                     grads_like_output: info.grads_like_output,
@@ -1825,11 +1825,7 @@ impl<'g> Sim<'g> {
             bs.made_for.resize(node.inputs.len as usize, None);
             let n_inputs = node.inputs.len as usize;
             for step in 0..n_inputs {
-                let k = if node.grads_right_to_left {
-                    n_inputs - 1 - step
-                } else {
-                    step
-                };
+                let k = node.grad_order.input_at(step, n_inputs);
                 let (inp, gi, meta) = self.tape_inputs[node.inputs.start as usize + k];
                 let Some(target) = inp else { continue };
                 let shared = match gi {

@@ -737,11 +737,11 @@ fn decoder_family_module_names_follow_transformers() {
 }
 
 /// Gradients `ViewBackward0` copies per backward (allocations labelled as the gradient of a
-/// `view`): q's and k's under float32 SDPA, unless a single head makes the transposed gradient
-/// viewable (truth traces: Qwen2 and SmolLM2 copy both per layer, Gemma with its one KV head
-/// only q's); none under AMP bf16 (cuDNN attention).
+/// `view`): q's and k's, whatever the SDPA backend, unless a single head makes the transposed
+/// gradient viewable (truth traces: Qwen2 and SmolLM2 copy both per layer, Gemma with its one KV
+/// head only q's, under float32 and under AMP bf16 with cuDNN attention alike).
 #[test]
-fn float32_sdpa_copies_the_gradients_of_multi_head_q_and_k_views() {
+fn sdpa_copies_the_gradients_of_multi_head_q_and_k_views() {
     use vramscope_core::sim::{simulate, Mode, StepConfig};
     let copies = |config: &str, precision: Precision| {
         let path = format!("{}/fixtures/hf/configs/{config}.json", root());
@@ -770,5 +770,7 @@ fn float32_sdpa_copies_the_gradients_of_multi_head_q_and_k_views() {
     assert_eq!(copies("qwen2_small_2l", Precision::Fp32), 4);
     assert_eq!(copies("smollm2_135m_2l", Precision::Fp32), 4);
     assert_eq!(copies("gemma_2b_2l", Precision::Fp32), 2);
-    assert_eq!(copies("qwen2_small_2l", Precision::AmpBf16), 0);
+    assert_eq!(copies("qwen2_small_2l", Precision::AmpBf16), 4);
+    assert_eq!(copies("smollm2_135m_2l", Precision::AmpFp16), 4);
+    assert_eq!(copies("gemma_2b_2l", Precision::AmpBf16), 2);
 }

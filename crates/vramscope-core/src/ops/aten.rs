@@ -60,10 +60,12 @@ pub struct Aten {
     pub temporaries: Vec<TensorRule>,
     /// Transient allocations of the backward call (alive together with the new gradients).
     pub backward_temporaries: Vec<TensorRule>,
+    /// Transient allocations before the outputs, as a program (see [`Op::forward_scratch`]).
+    pub scratch: Vec<Scratch>,
     /// Gradient rule per input; `None` is the default (a new tensor for every float input).
     pub grads: Option<Vec<GradIn>>,
     /// Backward allocates the input gradients last input first.
-    pub grads_right_to_left: bool,
+    pub grad_order: GradOrder,
     /// Whether it makes an autograd node at all.
     pub differentiable: bool,
     /// Its output is a leaf that requires grad (see [`Op::leaf_requires_grad`]).
@@ -91,8 +93,9 @@ impl Aten {
             extras: Vec::new(),
             temporaries: Vec::new(),
             backward_temporaries: Vec::new(),
+            scratch: Vec::new(),
             grads: None,
-            grads_right_to_left: false,
+            grad_order: GradOrder::LeftToRight,
             differentiable: true,
             leaf_requires_grad: false,
             grads_like_output: false,
@@ -175,9 +178,22 @@ impl Aten {
         self
     }
 
+    /// Sets the program of transient allocations made before the outputs.
+    pub fn scratch(mut self, program: Vec<Scratch>) -> Self {
+        self.scratch = program;
+        self
+    }
+
     /// Backward allocates the input gradients last input first.
     pub fn right_to_left(mut self) -> Self {
-        self.grads_right_to_left = true;
+        self.grad_order = GradOrder::RightToLeft;
+        self
+    }
+
+    /// Backward makes the gradients of the inputs after the first, then the first's
+    /// (`addmm(bias, mat1, mat2)`: mat1, mat2, bias).
+    pub fn first_last(mut self) -> Self {
+        self.grad_order = GradOrder::FirstLast;
         self
     }
 
@@ -266,6 +282,10 @@ impl Op for Aten {
             .collect()
     }
 
+    fn forward_scratch(&self, _ctx: &OpCtx) -> Vec<Scratch> {
+        self.scratch.clone()
+    }
+
     fn saved_for_backward(&self, _ctx: &OpCtx) -> Vec<Saved> {
         self.saved.clone()
     }
@@ -297,8 +317,8 @@ impl Op for Aten {
             .collect()
     }
 
-    fn grads_right_to_left(&self) -> bool {
-        self.grads_right_to_left
+    fn grad_order(&self) -> GradOrder {
+        self.grad_order
     }
 
     fn differentiable(&self) -> bool {

@@ -54,8 +54,12 @@ impl Op for Linear {
 
     // addmm (with a bias) computes the input's gradient first; a bias-free linear is an `mm`,
     // whose backward computes mat2's (the weight's) first
-    fn grads_right_to_left(&self) -> bool {
-        !self.bias
+    fn grad_order(&self) -> GradOrder {
+        if self.bias {
+            GradOrder::LeftToRight
+        } else {
+            GradOrder::RightToLeft
+        }
     }
 
     fn output_shapes(&self, inputs: &[&[u64]]) -> Result<Vec<Shape>, ShapeError> {

@@ -11,8 +11,8 @@ impl Op for MatMul {
         "matmul"
     }
 
-    fn grads_right_to_left(&self) -> bool {
-        true
+    fn grad_order(&self) -> GradOrder {
+        GradOrder::RightToLeft
     }
 
     fn output_shapes(&self, inputs: &[&[u64]]) -> Result<Vec<Shape>, ShapeError> {

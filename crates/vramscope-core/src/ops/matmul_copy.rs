@@ -24,8 +24,8 @@ impl Op for MatMulCopy {
         "matmul"
     }
 
-    fn grads_right_to_left(&self) -> bool {
-        true
+    fn grad_order(&self) -> GradOrder {
+        GradOrder::RightToLeft
     }
 
     fn output_shapes(&self, inputs: &[&[u64]]) -> Result<Vec<Shape>, ShapeError> {

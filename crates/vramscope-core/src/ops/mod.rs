@@ -27,6 +27,7 @@ mod copy_slices;
 mod dropout;
 mod dropout_inplace;
 mod elementwise;
+mod grad_order;
 mod group_norm;
 mod gru_cell;
 mod kv_cache;
@@ -70,6 +71,7 @@ pub use copy_slices::CopySlices;
 pub use dropout::{Dropout, StochasticDepth};
 pub use dropout_inplace::DropoutInplace;
 pub use elementwise::Elementwise;
+pub use grad_order::GradOrder;
 pub use group_norm::GroupNorm;
 pub use gru_cell::GruCell;
 pub use kv_cache::KvCacheUpdate;
@@ -351,10 +353,9 @@ pub trait Op: Debug + Send + Sync {
         Vec::new()
     }
 
-    /// Whether backward allocates the input gradients last argument first (`mm`/`bmm` compute
-    /// the gradient of mat2 before mat1; `linear` goes bias, weight, input).
-    fn grads_right_to_left(&self) -> bool {
-        false
+    /// The order in which backward makes the input gradients (inputs first, then parameters).
+    fn grad_order(&self) -> GradOrder {
+        GradOrder::LeftToRight
     }
 
     /// Whether the op returns its input unchanged (no allocation, no autograd node) when the module

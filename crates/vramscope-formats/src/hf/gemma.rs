@@ -37,8 +37,8 @@ use super::generate::CausalLm;
 use super::layers::{
     activation_fn, add, apply_rotary, attention_mask, attention_output, cached_attention,
     eager_attention, embedding_lookup, gemma_rms_norm, linear, mul, mul_scalar, position_ids,
-    rotary, rotary_with_buffers, rotated_heads_view, sdpa, sdpa_grads_heads_first, sdpa_masked,
-    tied_head, view, Call, Eager, EagerFlavor, MaskPattern,
+    rotary, rotary_with_buffers, rotated_heads_view, sdpa, sdpa_masked, tied_head, view, Call,
+    Eager, EagerFlavor, MaskPattern,
 };
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
 
@@ -720,11 +720,8 @@ fn attention(
     let p = s.flavor.prefix();
     // q's and k's gradients that `ViewBackward0` copies: those of the unmasked SDPA of a training
     // forward, unless Gemma3's q/k norms (whose backward lays them out again) come between
-    let copied_qk_grads = call.cache.is_none()
-        && mask.is_none()
-        && !c.eager
-        && s.flavor != Flavor::Gemma3
-        && sdpa_grads_heads_first(c.compute, s.attn_dropout);
+    let copied_qk_grads =
+        call.cache.is_none() && mask.is_none() && !c.eager && s.flavor != Flavor::Gemma3;
     let heads_of = |b: &mut GraphBuilder, name: &str, heads: u64, rotated: bool| {
         let t = linear(b, name, s.hidden, heads * d, s.attn_bias, x);
         let t = rotated_heads_view(b, t, vec![bsz, seq, heads, d], rotated && copied_qk_grads);

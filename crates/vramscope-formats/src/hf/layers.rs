@@ -7,7 +7,7 @@
 use vramscope_core::ops::{
     Activation, ActivationKind, Add, Aten, Autocast, Contiguous, DTypeRule, Dropout, GradIn,
     KvCacheUpdate, LayerNorm, Linear, MatMul, MatMulCopy, Saved, ScaledDotProductAttention,
-    ScaledDotProductAttentionBias, SdpaBackend, Slice, Softmax, ViewStridedGrad,
+    ScaledDotProductAttentionBias, Scratch, Slice, Softmax, ViewStridedGrad,
 };
 use vramscope_core::{DType, GraphBuilder, TensorId};
 
@@ -60,16 +60,30 @@ pub fn position_ids(b: &mut GraphBuilder, seq: u64) -> TensorId {
     b.op(op, &[])
 }
 
-/// The temporaries of `masking_utils.find_packed_sequence_indices(position_ids)` (sub, cat, sub,
-/// ne, cumsum over `[B, S]` int64), which every model's mask code runs.
+/// The temporaries of `masking_utils.find_packed_sequence_indices(position_ids)`, which every
+/// model's mask code runs: `first_dummy_value = position_ids[:, :1] - 1` (`[B, 1]` int64),
+/// `cat` `[B, S + 1]`, the `diff` `sub` `[B, S]` (the `cat` freed once it is taken), `ne`
+/// (bool) and `cumsum` (int64); the `ne` goes when `cumsum` returns, the rest when the function
+/// does (truth traces).
 pub fn packed_sequence_check(b: &mut GraphBuilder, batch: u64, seq: u64) {
-    let i64 = DTypeRule::Fixed(DType::I64);
+    let temporary = |bytes| Scratch::Alloc {
+        bytes,
+        what: "temporary",
+    };
+    let int64 = DType::I64.size();
     let mut op = Aten::new("find_packed_sequence_indices", vec![])
-        .temporary(vec![batch, 1], i64)
-        .temporary(vec![batch, seq + 1], i64)
-        .temporary(vec![batch, seq], i64)
-        .temporary(vec![batch, seq], DTypeRule::Fixed(DType::Bool))
-        .temporary(vec![batch, seq], i64)
+        .scratch(vec![
+            temporary(batch * int64),
+            temporary(batch * (seq + 1) * int64),
+            temporary(batch * seq * int64),
+            Scratch::Free(1),
+            temporary(batch * seq * DType::Bool.size()),
+            temporary(batch * seq * int64),
+            Scratch::Free(3),
+            Scratch::Free(0),
+            Scratch::Free(2),
+            Scratch::Free(4),
+        ])
         .not_differentiable();
     op.outputs.clear();
     b.op_multi(op, &[]);
@@ -89,7 +103,7 @@ pub fn conv1d(b: &mut GraphBuilder, name: &str, nx: u64, nf: u64, x: TensorId) -
             .autocast(Autocast::LowerPrecision)
             .saves(vec![Saved::Input(1), Saved::Input(2)])
             .cross_saves(1, 2)
-            .right_to_left();
+            .first_last();
         b.op(op, &[bias, x, w])
     })
 }
@@ -175,18 +189,14 @@ pub fn view(b: &mut GraphBuilder, name: &'static str, x: TensorId, shape: Vec<u6
     b.op(Aten::view(name, shape), &[x])
 }
 
-/// Whether the q and k gradients of a training forward's unmasked SDPA in `dtype` come back
-/// through rotary's backward heads-first contiguous (`[B, H, S, D]`): mem-efficient attention
-/// (float32) lays them out so, cuDNN and flash attention like their inputs (truth traces of
-/// Qwen2, SmolLM2 and Gemma).
-pub fn sdpa_grads_heads_first(dtype: DType, dropout_p: f64) -> bool {
-    SdpaBackend::on_h100(dtype, dropout_p > 0.0) == SdpaBackend::Efficient
-}
-
 /// `t.view(shape)` of a q or k projection (`shape` is `[B, S, H, D]`) that is then transposed,
-/// rotated and handed to SDPA. With `grads_heads_first` (see [`sdpa_grads_heads_first`]) its
-/// gradient arrives as the transpose of a heads-first tensor, which `ViewBackward0` can view only
-/// for one head or one position: otherwise it copies it ([`ViewStridedGrad`]).
+/// rotated and handed to SDPA. With `grads_heads_first` its gradient arrives as the transpose of
+/// a heads-first tensor, which `ViewBackward0` can view only for one head or one position:
+/// otherwise it copies it ([`ViewStridedGrad`]). That is the case after rotary, whatever the
+/// SDPA backend: the engine runs `rotate_half(x) * sin`'s branch first (made later, a higher
+/// sequence number), so the two `SliceBackward0` gradients (new zero tensors, heads-first) open
+/// the input's gradient buffer and `x * cos`'s gradient is added to them, in their layout (truth
+/// traces of Qwen2, SmolLM2, Llama-3.2 and Gemma under float32, AMP bf16 / fp16 and pure bf16).
 pub fn rotated_heads_view(
     b: &mut GraphBuilder,
     t: TensorId,
@@ -262,13 +272,15 @@ pub fn rms_norm(
         // the float32 product is the `hidden_states` local until the module returns
         b.hold(&[h]);
         let h = cast(b, h, DType::F32, dtype);
-        // weight * h: h's gradient first, then the weight's (a full-size product summed down)
+        // weight * h: h's gradient first, then the weight's, each `grad * other` in the
+        // product's dtype: the weight's is full-size, summed down by `validate_outputs` (truth
+        // traces: h's gradient is allocated before the product, which goes first)
         b.op(
-            Aten::new("mul", s.clone())
+            Aten::new("mul", s)
                 .saves(vec![Saved::Input(0), Saved::Input(1)])
                 .cross_saves(0, 1)
-                .backward_temporary(s, DTypeRule::Promote)
-                .right_to_left(),
+                .right_to_left()
+                .grads_like_output(),
             &[w, h],
         )
     })
@@ -534,21 +546,29 @@ pub fn attention_mask(
     let bool_ = DTypeRule::Fixed(DType::Bool);
     let square = vec![1, 1, seq, kv];
     let boolean = b.frame(|b| {
-        // batch, head, q and kv index vectors (`arange(n) + offset`), locals of sdpa_mask
-        let idx = b.op_multi(
+        // batch and head index vectors, then the q and kv ones (`arange(n) + offset`: the
+        // `arange` goes once the sum exists), locals of sdpa_mask
+        let mut idx = b.op_multi(
             {
                 let mut op = Aten::new("arange", vec![batch])
                     .dtype(i64)
-                    .temporary(vec![seq], i64)
-                    .temporary(vec![kv], i64)
                     .not_differentiable();
                 op.outputs.push((vec![1], i64));
-                op.outputs.push((vec![seq], i64));
-                op.outputs.push((vec![kv], i64));
                 op
             },
             &[],
         );
+        for n in [seq, kv] {
+            let arange = Scratch::Alloc {
+                bytes: n * DType::I64.size(),
+                what: "arange",
+            };
+            let op = Aten::new("add", vec![n])
+                .dtype(i64)
+                .scratch(vec![arange])
+                .not_differentiable();
+            idx.push(b.op(op, &[]));
+        }
         b.hold(&idx);
         let (q_idx, kv_idx) = (idx[2], idx[3]);
         let causal = |b: &mut GraphBuilder| {

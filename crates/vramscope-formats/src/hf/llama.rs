@@ -31,8 +31,8 @@ use super::generate::CausalLm;
 use super::layers::{
     add, apply_rotary, apply_rotary_sliced, attention_mask, attention_output, cached_attention,
     dropout, eager_causal_mask, embedding, linear, mul, packed_sequence_check, position_ids,
-    rms_norm, rotary, rotated_heads_view, sdpa, sdpa_grads_heads_first, sdpa_masked, tied_head,
-    view, Call, Eager, EagerFlavor, MaskPattern,
+    rms_norm, rotary, rotated_heads_view, sdpa, sdpa_masked, tied_head, view, Call, Eager,
+    EagerFlavor, MaskPattern,
 };
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
 
@@ -608,9 +608,7 @@ pub(super) fn attention(
     let copied_qk_grads = s.variant != Variant::Phi3
         && !s.qk_norm
         && call.cache.is_none()
-        && call.eager_mask.is_none()
-        && mask.is_none()
-        && sdpa_grads_heads_first(proj_dtype, s.attn_dropout);
+        && call.eager_mask.is_none();
     b.module("self_attn", &format!("{p}Attention"), &[x], |b| {
         let init_order = b.param_mark();
         let d = s.head_dim;
