@@ -773,4 +773,7 @@ fn sdpa_copies_the_gradients_of_multi_head_q_and_k_views() {
     assert_eq!(copies("qwen2_small_2l", Precision::AmpBf16), 4);
     assert_eq!(copies("smollm2_135m_2l", Precision::AmpFp16), 4);
     assert_eq!(copies("gemma_2b_2l", Precision::AmpBf16), 2);
+    // through q/k norms too (Qwen3; Gemma3, whose single KV head leaves only q's)
+    assert_eq!(copies("qwen3_0.6b_2l", Precision::Fp32), 4);
+    assert_eq!(copies("gemma3_1b_2l", Precision::AmpBf16), 2);
 }

@@ -719,9 +719,8 @@ fn attention(
     let (bsz, seq, d) = (c.bsz, call.seq, s.head_dim);
     let p = s.flavor.prefix();
     // q's and k's gradients that `ViewBackward0` copies: those of the unmasked SDPA of a training
-    // forward, unless Gemma3's q/k norms (whose backward lays them out again) come between
-    let copied_qk_grads =
-        call.cache.is_none() && mask.is_none() && !c.eager && s.flavor != Flavor::Gemma3;
+    // forward (Gemma3's q/k norms keep the heads-first layout rotary gives them: truth traces)
+    let copied_qk_grads = call.cache.is_none() && mask.is_none() && !c.eager;
     let heads_of = |b: &mut GraphBuilder, name: &str, heads: u64, rotated: bool| {
         let t = linear(b, name, s.hidden, heads * d, s.attn_bias, x);
         let t = rotated_heads_view(b, t, vec![bsz, seq, heads, d], rotated && copied_qk_grads);

@@ -602,13 +602,12 @@ pub(super) fn attention(
     let xs = b.shape(x).to_vec();
     let (bsz, seq) = (xs[0], xs[1]);
     let mask = layer_mask(s, call, layer);
-    // q's and k's gradients that `ViewBackward0` copies: those of the unmasked SDPA of a training
-    // forward, unless q/k norms (whose backward lays them out again) or Phi-3's slices of the
-    // fused projection come between
-    let copied_qk_grads = s.variant != Variant::Phi3
-        && !s.qk_norm
-        && call.cache.is_none()
-        && call.eager_mask.is_none();
+    // q's and k's gradients that `ViewBackward0` copies: those of a training forward's SDPA
+    // (masked or not, whatever the backend; through Qwen3's q/k norms too, whose elementwise
+    // backward keeps the heads-first layout rotary gives them: truth traces), unless Phi-3's
+    // slices of the fused projection come between
+    let copied_qk_grads =
+        s.variant != Variant::Phi3 && call.cache.is_none() && call.eager_mask.is_none();
     b.module("self_attn", &format!("{p}Attention"), &[x], |b| {
         let init_order = b.param_mark();
         let d = s.head_dim;
