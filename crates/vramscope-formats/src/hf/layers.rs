@@ -7,7 +7,7 @@
 use vramscope_core::ops::{
     Activation, ActivationKind, Add, Aten, Autocast, Contiguous, DTypeRule, Dropout, GradIn,
     KvCacheUpdate, LayerNorm, Linear, MatMul, MatMulCopy, Saved, ScaledDotProductAttention,
-    ScaledDotProductAttentionBias, Scratch, Slice, Softmax, ViewStridedGrad,
+    ScaledDotProductAttentionBias, Scratch, Slice, Softmax, ToDtype, ViewStridedGrad,
 };
 use vramscope_core::{DType, GraphBuilder, TensorId};
 
@@ -387,20 +387,48 @@ pub fn rotary_with_buffers(
     };
     let f32 = DTypeRule::Fixed(DType::F32);
     let shape = vec![rows, seq, head_dim];
-    let mut op = Aten::new("rotary_emb", shape.clone())
-        .dtype(DTypeRule::Like(0))
-        .buffer(buffers[0], vec![head_dim / 2])
-        .buffer(buffers[1], vec![head_dim / 2])
-        .temporary(vec![rows, seq, 1], f32)
-        .temporary(vec![rows, seq, head_dim / 2], f32)
-        .temporary(shape.clone(), f32)
-        .temporary(shape.clone(), f32)
-        .temporary(shape.clone(), f32)
-        .not_differentiable();
-    op.outputs.push((shape, DTypeRule::Like(0)));
-    op.name = "rotary_emb";
-    let out = b.layer_multi("rotary_emb", op, &[x, pos]);
-    (out[0], out[1])
+    b.module("rotary_emb", "rotary_emb", &[x, pos], |b| {
+        let inv_freq = b.buffer(buffers[0], vec![head_dim / 2], None);
+        b.buffer(buffers[1], vec![head_dim / 2], None);
+        // autocast is off inside: everything in float32, each step a local until the forward
+        // returns (`freqs`, `emb`, `cos`, `sin`), except what `cos()` and `sin()` make before
+        // the attention scaling (truth traces). `inv_freq @ position_ids.float()` copies the
+        // positions as float32 for the matmul only.
+        let positions = Scratch::Alloc {
+            bytes: rows * seq * DType::F32.size(),
+            what: "temporary",
+        };
+        let freqs = b.op(
+            Aten::new("matmul", vec![rows, seq, head_dim / 2])
+                .dtype(f32)
+                .scratch(vec![positions])
+                .not_differentiable(),
+            &[inv_freq, pos],
+        );
+        b.hold(&[freqs]);
+        let pointwise = |b: &mut GraphBuilder, name: &'static str, t: TensorId| {
+            b.op(
+                Aten::new(name, shape.clone())
+                    .dtype(f32)
+                    .not_differentiable(),
+                &[t],
+            )
+        };
+        // emb = cat((freqs, freqs), dim=-1)
+        let emb = pointwise(b, "cat", freqs);
+        b.hold(&[emb]);
+        let mut out = [emb, emb];
+        for (k, name) in ["cos", "sin"].into_iter().enumerate() {
+            let raw = pointwise(b, name, emb);
+            // `* self.attention_scaling`
+            let scaled = pointwise(b, "mul", raw);
+            b.hold(&[scaled]);
+            out[k] = scaled;
+        }
+        // `.to(dtype=x.dtype)`: a copy only where x is not float32
+        let cast = |b: &mut GraphBuilder, t: TensorId| b.op(ToDtype::like_input_1(), &[t, x]);
+        (cast(b, out[0]), cast(b, out[1]))
+    })
 }
 
 /// `apply_rotary_pos_emb` on one of q / k (`[B, H, S, D]`): `q * cos + rotate_half(q) * sin`,
