@@ -5,9 +5,10 @@
 //! cache-aware attention core.
 
 use vramscope_core::ops::{
-    Activation, ActivationKind, Add, Aten, Autocast, Contiguous, DTypeRule, Dropout, GradIn,
-    KvCacheUpdate, LayerNorm, Linear, MatMul, MatMulCopy, Saved, ScaledDotProductAttention,
-    ScaledDotProductAttentionBias, Scratch, Slice, Softmax, ToDtype, ViewStridedGrad,
+    broadcast_shapes, Activation, ActivationKind, Add, Aten, Autocast, Contiguous, DTypeRule,
+    Dropout, GradIn, KvCacheUpdate, LayerNorm, Linear, MatMul, MatMulCopy, Saved,
+    ScaledDotProductAttention, ScaledDotProductAttentionBias, Scratch, Slice, Softmax, ToDtype,
+    ViewStridedGrad,
 };
 use vramscope_core::{DType, GraphBuilder, TensorId};
 
@@ -169,11 +170,13 @@ pub fn add_scalar(b: &mut GraphBuilder, x: TensorId) -> TensorId {
     )
 }
 
-/// `x * y` for two tensors of the same shape that both need gradients (saves both; backward
-/// computes the second operand's gradient first, in the product's dtype, and casts that of a
-/// narrower operand).
+/// `x * y` (broadcasting) for two tensors that need gradients: saves both, each for the other's
+/// gradient; `MulBackward0` computes the second operand's gradient first, then the first's, each
+/// `grad * other` with the product's shape and dtype, which `validate_outputs` sums down to a
+/// broadcast operand's shape and casts to a narrower operand's dtype (`weight * h` in the norms:
+/// h's gradient, then the weight's full-size product).
 pub fn mul(b: &mut GraphBuilder, x: TensorId, y: TensorId) -> TensorId {
-    let s = b.shape(x).to_vec();
+    let s = broadcast_shapes(b.shape(x), b.shape(y)).unwrap_or_else(|| b.shape(x).into());
     b.op(
         Aten::new("mul", s)
             .saves(vec![Saved::Input(0), Saved::Input(1)])
@@ -265,24 +268,15 @@ pub fn rms_norm(
 ) -> TensorId {
     b.module(name, type_name, &[x], |b| {
         let w = b.parameter("weight", vec![hidden]);
-        let s = b.shape(x).to_vec();
         let xf = cast(b, x, dtype, DType::F32);
         // `variance` is a local of the forward: it lives until the module returns
         let h = rms_normalize(b, xf, true);
         // the float32 product is the `hidden_states` local until the module returns
         b.hold(&[h]);
         let h = cast(b, h, DType::F32, dtype);
-        // weight * h: h's gradient first, then the weight's, each `grad * other` in the
-        // product's dtype: the weight's is full-size, summed down by `validate_outputs` (truth
-        // traces: h's gradient is allocated before the product, which goes first)
-        b.op(
-            Aten::new("mul", s)
-                .saves(vec![Saved::Input(0), Saved::Input(1)])
-                .cross_saves(0, 1)
-                .right_to_left()
-                .grads_like_output(),
-            &[w, h],
-        )
+        // weight * h: h's gradient is allocated before the weight's full-size product, which
+        // goes first (truth traces)
+        mul(b, w, h)
     })
 }
 

@@ -887,31 +887,16 @@ fn t5_layer_norm(b: &mut GraphBuilder, s: &Spec, name: &str, x: TensorId) -> Ten
     let d = s.d_model;
     b.module(name, &s.class("LayerNorm"), &[x], |b| {
         let w = b.parameter("weight", vec![d]);
-        let sh = b.shape(x).to_vec();
         // the stream is in the parameters' dtype (float32 under autocast)
         let xf = cast(b, x, s.hidden_dtype(), DType::F32);
         // variance is a local until forward returns
         let r = rms_rsqrt(b, xf, true);
         // hidden_states * rsqrt: the input (not its float32 copy) times float32; MulBackward0
         // makes rsqrt's full-size gradient first (summed to [.., 1]), then the input's
-        let h = b.op(
-            Aten::new("mul", sh.clone())
-                .saves(vec![Saved::Input(0), Saved::Input(1)])
-                .cross_saves(0, 1)
-                .right_to_left()
-                .grads_like_output(),
-            &[x, r],
-        );
+        let h = mul(b, x, r);
         let h = cast(b, h, DType::F32, s.precision.param_dtype());
         // weight * hidden_states: h's gradient first, then the weight's full-size one summed
-        b.op(
-            Aten::new("mul", sh)
-                .saves(vec![Saved::Input(0), Saved::Input(1)])
-                .cross_saves(0, 1)
-                .right_to_left()
-                .grads_like_output(),
-            &[w, h],
-        )
+        mul(b, w, h)
     })
 }
 
