@@ -21,6 +21,21 @@ fn input() -> HfInput {
     HfInput::new(2, 64, Precision::Fp32)
 }
 
+/// `fixtures/hf_reference.json`: what `validation/hf_reference.py` recorded from transformers.
+fn hf_reference() -> serde_json::Value {
+    let text = std::fs::read_to_string(format!("{}/fixtures/hf_reference.json", root())).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+/// A JSON array of strings (module paths, parameter names).
+fn strings(v: &serde_json::Value) -> Vec<&str> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_str().unwrap())
+        .collect()
+}
+
 #[test]
 fn parameter_counts_equal_transformers() {
     let text = std::fs::read_to_string(format!("{}/fixtures/truth/hf_dev.jsonl", root())).unwrap();
@@ -155,8 +170,7 @@ fn nested_text_config_is_read() {
 
 #[test]
 fn every_builtin_config_builds_with_the_reference_parameter_count() {
-    let text = std::fs::read_to_string(format!("{}/fixtures/hf_reference.json", root())).unwrap();
-    let reference: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let reference = hf_reference();
     let mut built = 0;
     for name in vramscope_formats::hf_zoo::names() {
         let cfg = HfConfig::parse(name, vramscope_formats::hf_zoo::config(name).unwrap()).unwrap();
@@ -174,8 +188,7 @@ fn every_builtin_config_builds_with_the_reference_parameter_count() {
 /// layouts of the supported families) build with the parameter count transformers gives them.
 #[test]
 fn unseen_configs_build_with_the_reference_parameter_count() {
-    let text = std::fs::read_to_string(format!("{}/fixtures/hf_reference.json", root())).unwrap();
-    let reference: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let reference = hf_reference();
     let unseen = reference["unseen"].as_object().expect("an unseen section");
     for (name, entry) in unseen {
         let path = format!("{}/fixtures/hf/unseen/{name}.json", root());
@@ -196,8 +209,7 @@ fn t5(text: &str, input: HfInput) -> Result<hf::HfModel, HfError> {
 
 #[test]
 fn t5_small_names_parameters_and_modules_as_transformers_does() {
-    let text = std::fs::read_to_string(format!("{}/fixtures/hf_reference.json", root())).unwrap();
-    let reference: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let reference = hf_reference();
     let entry = &reference["models"]["t5-small"];
     let cfg = HfConfig::parse(
         "t5-small",
@@ -226,12 +238,7 @@ fn t5_small_names_parameters_and_modules_as_transformers_does() {
         .collect();
     assert_eq!(ours, want);
     let modules: Vec<&str> = m.graph.modules.iter().map(|m| m.path.as_str()).collect();
-    let want: Vec<&str> = entry["named_modules"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_str().unwrap())
-        .collect();
+    let want = strings(&entry["named_modules"]);
     assert_eq!(modules, want);
     assert_eq!(m.checkpoint_layers.len(), 12);
     assert_eq!(m.checkpoint_layers[6], "decoder.block.0");
@@ -421,8 +428,7 @@ fn t5_bad_configs_and_inputs_are_named() {
 /// and every module path, as transformers' `named_parameters()` / `named_modules()` give them.
 #[test]
 fn detailed_builtins_have_transformers_parameter_names_shapes_and_modules() {
-    let text = std::fs::read_to_string(format!("{}/fixtures/hf_reference.json", root())).unwrap();
-    let reference: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let reference = hf_reference();
     let mut checked = Vec::new();
     for (name, entry) in reference["models"].as_object().unwrap() {
         let Some(want) = entry["named_parameters"].as_object() else {
@@ -447,12 +453,8 @@ fn detailed_builtins_have_transformers_parameter_names_shapes_and_modules() {
         assert_eq!(ours, theirs, "{name}: parameters");
         let ours: std::collections::BTreeSet<&str> =
             m.graph.modules.iter().map(|x| x.path.as_str()).collect();
-        let theirs: std::collections::BTreeSet<&str> = entry["named_modules"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_str().unwrap())
-            .collect();
+        let theirs: std::collections::BTreeSet<&str> =
+            strings(&entry["named_modules"]).into_iter().collect();
         assert_eq!(ours, theirs, "{name}: modules");
         checked.push(name.clone());
     }
@@ -463,20 +465,14 @@ fn detailed_builtins_have_transformers_parameter_names_shapes_and_modules() {
 /// others) whose parameters do not come in the order transformers' `parameters()` gives them,
 /// and how many were compared.
 fn parameter_order_differences(detailed: bool) -> (Vec<String>, usize) {
-    let text = std::fs::read_to_string(format!("{}/fixtures/hf_reference.json", root())).unwrap();
-    let reference: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let reference = hf_reference();
     let mut wrong = Vec::new();
     let mut checked = 0;
     for (name, entry) in reference["models"].as_object().unwrap() {
         if entry["named_parameters"].is_object() != detailed {
             continue;
         }
-        let want: Vec<&str> = entry["parameter_order"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_str().unwrap())
-            .collect();
+        let want = strings(&entry["parameter_order"]);
         let cfg = HfConfig::parse(name, vramscope_formats::hf_zoo::config(name).unwrap()).unwrap();
         let m = hf::build(&cfg, &input()).unwrap();
         let ours: Vec<&str> = m
