@@ -718,9 +718,10 @@ fn attention(
     let s = c.s;
     let (bsz, seq, d) = (c.bsz, call.seq, s.head_dim);
     let p = s.flavor.prefix();
-    // q's and k's gradients that `ViewBackward0` copies: those of the unmasked SDPA of a training
-    // forward (Gemma3's q/k norms keep the heads-first layout rotary gives them: truth traces)
-    let copied_qk_grads = call.cache.is_none() && mask.is_none() && !c.eager;
+    // q's and k's gradients that `ViewBackward0` copies: those of a training forward's SDPA,
+    // masked or not (Gemma3's q/k norms keep the heads-first layout rotary gives them; its
+    // sliding layers past the window copy too: truth traces at 516 tokens)
+    let copied_qk_grads = call.cache.is_none() && !c.eager;
     let heads_of = |b: &mut GraphBuilder, name: &str, heads: u64, rotated: bool| {
         let t = linear(b, name, s.hidden, heads * d, s.attn_bias, x);
         let t = rotated_heads_view(b, t, vec![bsz, seq, heads, d], rotated && copied_qk_grads);
