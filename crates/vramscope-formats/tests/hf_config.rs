@@ -773,3 +773,69 @@ fn sdpa_copies_the_gradients_of_multi_head_q_and_k_views() {
     assert_eq!(copies("qwen3_0.6b_2l", Precision::Fp32), 4);
     assert_eq!(copies("gemma3_1b_2l", Precision::AmpBf16), 2);
 }
+
+/// `{X}ForSequenceClassification` for the decoder families: the parameter count transformers
+/// reported for each case of `fixtures/truth/hf_seq_cls.jsonl` (the base model plus `score`,
+/// `[num_labels, hidden]` without bias, no `lm_head`), the task read from `architectures`, the
+/// labels from `id2label`, and a generation refused.
+#[test]
+fn decoder_sequence_classifiers_count_and_name_as_transformers_does() {
+    let text =
+        std::fs::read_to_string(format!("{}/fixtures/truth/hf_seq_cls.jsonl", root())).unwrap();
+    let mut checked = 0;
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let case: serde_json::Value = serde_json::from_str(line).unwrap();
+        let model = case["model"].as_str().unwrap();
+        let cfg = hf::read_config(&format!("{}/{model}", root())).unwrap();
+        let batch = case["batch"].as_u64().unwrap();
+        let input = HfInput {
+            task: Some(HfTask::SeqCls),
+            ..HfInput::new(batch, 64, Precision::Fp32)
+        };
+        let m = hf::build(&cfg, &input).unwrap_or_else(|e| panic!("{model}: {e}"));
+        assert_eq!(
+            m.graph.parameter_count(),
+            case["param_count"].as_u64().unwrap(),
+            "{}",
+            case["name"]
+        );
+        assert!(m.graph.params.iter().any(|p| p.name == "score.weight"));
+        assert!(!m.graph.params.iter().any(|p| p.name.starts_with("lm_head")));
+        checked += 1;
+    }
+    assert_eq!(checked, 20);
+
+    // architectures = ["Qwen2ForSequenceClassification"], three labels in id2label
+    let cfg = hf::read_config(&format!(
+        "{}/fixtures/hf/configs/qwen2_small_2l_cls3.json",
+        root()
+    ))
+    .unwrap();
+    let m = hf::build(&cfg, &input()).unwrap();
+    assert_eq!(m.task, HfTask::SeqCls);
+    assert_eq!(
+        m.graph.modules[0].type_name.as_ref(),
+        "Qwen2ForSequenceClassification"
+    );
+    let score = m.graph.params.iter().find(|p| p.name == "score.weight");
+    assert_eq!(score.map(|p| p.shape.to_vec()), Some(vec![3, 896]));
+    assert_eq!(
+        m.graph
+            .outputs
+            .iter()
+            .map(|&t| m.graph.tensor(t).shape.to_vec())
+            .collect::<Vec<_>>(),
+        vec![vec![2, 3]]
+    );
+
+    let generate = HfInput {
+        generate: Some(hf::Generation { new_tokens: 4 }),
+        ..input()
+    };
+    let e = hf::build(&cfg, &generate).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("--mode generate needs a causal LM; the task is seq-cls"),
+        "{e}"
+    );
+}

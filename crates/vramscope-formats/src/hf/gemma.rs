@@ -29,7 +29,6 @@
 //! its architecture is `Gemma3ForCausalLM`; `Gemma3ForConditionalGeneration` (vision tower,
 //! projector and language model) is refused with an error saying so.
 
-use vramscope_core::ir::Task;
 use vramscope_core::ops::{ActivationKind, Aten, GradIn, Linear, Saved};
 use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
@@ -40,6 +39,7 @@ use super::layers::{
     rotary, rotary_with_buffers, rotated_heads_view, sdpa, sdpa_masked, tied_head, view, Call,
     Eager, EagerFlavor, MaskPattern,
 };
+use super::seq_cls::{sequence_classification, DecoderHead};
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
 
 /// Which Gemma generation.
@@ -313,17 +313,21 @@ pub fn build(
     flavor: Flavor,
     input: &HfInput,
     dtype: DType,
+    head: DecoderHead,
 ) -> Result<(Graph, Vec<String>), HfError> {
     let m = Model::new(cfg, flavor, input, dtype)?;
     let s = &m.spec;
-    let mut b = GraphBuilder::new(
-        flavor.model_type(),
-        &format!("{}ForCausalLM", flavor.prefix()),
-    );
+    let prefix = match (flavor, head) {
+        (Flavor::Gemma3, DecoderHead::SequenceClassification(_)) => "Gemma3Text",
+        _ => flavor.prefix(),
+    };
+    let mut b = GraphBuilder::new(flavor.model_type(), &head.class(prefix));
     let ids = b.input(vec![input.batch, input.seq], DType::I64);
-    let logits = m.forward(&mut b, ids, &mut Call::plain(input.seq));
+    let mut call = Call::plain(input.seq);
+    call.head = head;
+    let logits = m.forward(&mut b, ids, &mut call);
     let graph = b
-        .finish(&[logits], Task::CausalLm { vocab: s.vocab })
+        .finish(&[logits], head.task(s.vocab))
         .map_err(build_error(cfg))?;
     let layers = (0..s.layer_types.len())
         .map(|i| format!("model.layers.{i}"))
@@ -381,6 +385,9 @@ impl CausalLm for Model {
             _ => format!("{p}Model"),
         };
         let (h, emb) = b.module("model", &model_class, &[ids], |b| model(b, &c, ids, call));
+        if let DecoderHead::SequenceClassification(head) = call.head {
+            return sequence_classification(b, head, s.hidden, ids, h);
+        }
         if s.tied && call.first {
             // post_init drops the head's own weight for the embedding's
             b.tie_at_init(&[vec![s.vocab, s.hidden]], 1, None);

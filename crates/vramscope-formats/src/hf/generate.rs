@@ -31,6 +31,7 @@ use vramscope_core::ops::{Aten, DTypeRule};
 use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
 use super::layers::{view, Call, KvCache};
+use super::seq_cls::DecoderHead;
 use super::{build_error, HfConfig, HfError};
 
 /// Decode steps recorded one by one before a long generation's jump.
@@ -315,6 +316,7 @@ fn build_within(
         eager_mask: None,
         attn_weights: None,
         sdpa_masks: Vec::new(),
+        head: DecoderHead::Lm,
     };
     let mut logits = model.forward(&mut b, clone, &mut call);
     b.keep_until_now(&[clone]);
@@ -362,6 +364,7 @@ fn build_within(
             eager_mask: None,
             attn_weights: None,
             sdpa_masks: Vec::new(),
+            head: DecoderHead::Lm,
         };
         logits = model.forward(&mut b, ids1, &mut call);
         state.after_forward(

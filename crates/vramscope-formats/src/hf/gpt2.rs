@@ -5,7 +5,6 @@
 //! to `wte`.
 
 use vramscope_core::builder::RepeatedModule;
-use vramscope_core::ir::Task;
 use vramscope_core::ops::{Aten, LayerNorm, Saved};
 use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
@@ -15,6 +14,7 @@ use super::layers::{
     mul_scalar, packed_sequence_check, position_ids, pow_fp32, tied_head, view, Call, Eager,
     EagerFlavor,
 };
+use super::seq_cls::{sequence_classification, DecoderHead};
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
 
 struct Spec {
@@ -63,23 +63,25 @@ fn spec(cfg: &HfConfig) -> Result<Spec, HfError> {
     })
 }
 
-/// Builds `GPT2LMHeadModel`; returns the graph and the checkpointed layers (`transformer.h.N`).
+/// Builds `GPT2LMHeadModel` (or `GPT2ForSequenceClassification`); returns the graph and the
+/// checkpointed layers (`transformer.h.N`).
 pub fn build(
     cfg: &HfConfig,
     input: &HfInput,
-    _dtype: DType,
+    head: DecoderHead,
 ) -> Result<(Graph, Vec<String>), HfError> {
     let m = Model::new(cfg, input)?;
-    let mut b = GraphBuilder::new("gpt2", "GPT2LMHeadModel");
+    let class = match head {
+        DecoderHead::Lm => "GPT2LMHeadModel".to_string(),
+        _ => head.class("GPT2"),
+    };
+    let mut b = GraphBuilder::new("gpt2", &class);
     let ids = b.input(vec![input.batch, input.seq], DType::I64);
-    let logits = m.forward(&mut b, ids, &mut Call::plain(input.seq));
+    let mut call = Call::plain(input.seq);
+    call.head = head;
+    let logits = m.forward(&mut b, ids, &mut call);
     let graph = b
-        .finish(
-            &[logits],
-            Task::CausalLm {
-                vocab: m.spec.vocab,
-            },
-        )
+        .finish(&[logits], head.task(m.spec.vocab))
         .map_err(build_error(cfg))?;
     Ok((graph, m.checkpoint_layers()))
 }
@@ -158,6 +160,9 @@ impl Model {
             });
             (b.layer("ln_f", LayerNorm::new(s.hidden), &[x]), wte)
         });
+        if let DecoderHead::SequenceClassification(c) = call.head {
+            return sequence_classification(b, c, s.hidden, ids, h);
+        }
         let h = call.head_input(b, h);
         if s.tied {
             if call.first {

@@ -12,6 +12,8 @@ use vramscope_core::ops::{
 };
 use vramscope_core::{DType, GraphBuilder, TensorId};
 
+use super::seq_cls::DecoderHead;
+
 /// `nn.Embedding(num, dim)` called on integer `ids`: `embedding(weight, ids)`, which saves the
 /// indices; backward makes a dense `[num, dim]` gradient. Returns the output and the weight (for
 /// tied heads).
@@ -41,6 +43,18 @@ pub fn embedding_lookup(b: &mut GraphBuilder, weight: TensorId, ids: TensorId) -
         .saved_only_for(Saved::Input(1), 0)
         .grads(vec![GradIn::New, GradIn::None]);
     b.op(op, &[weight, ids])
+}
+
+/// `x[i, ...]` (advanced indexing) with `indices` index tensors giving `out`: keeps the indices; `IndexBackward0`
+/// makes zeros of the source's shape `src` and returns `index_put` of the gradient into them.
+pub fn advanced_index(out: Vec<u64>, src: Vec<u64>, indices: usize) -> Aten {
+    let mut grads = vec![GradIn::New];
+    grads.extend(std::iter::repeat_n(GradIn::None, indices));
+    Aten::new("index", out)
+        .dtype(DTypeRule::Like(0))
+        .saves((1..=indices).map(Saved::Input).collect())
+        .grads(grads)
+        .backward_temporary(src, DTypeRule::Like(0))
 }
 
 /// `nn.Dropout(p)`; p = 0 returns its input.
@@ -1057,6 +1071,8 @@ pub struct Call<'a> {
     /// The boolean masks the model's mask code made for SDPA in a plain forward (one per mask
     /// function it calls; `None` where SDPA runs `is_causal`), which the layers attend with.
     pub sdpa_masks: Vec<Option<TensorId>>,
+    /// The head on the last hidden state: `lm_head`, or a sequence classifier's `score`.
+    pub head: DecoderHead,
 }
 
 impl Call<'_> {
@@ -1072,6 +1088,7 @@ impl Call<'_> {
             eager_mask: None,
             attn_weights: None,
             sdpa_masks: Vec::new(),
+            head: DecoderHead::Lm,
         }
     }
 

@@ -23,7 +23,6 @@
 //! attention through the same code as Llama (measured: fixtures/truth/hf_eager_families.jsonl).
 
 use vramscope_core::builder::RepeatedModule;
-use vramscope_core::ir::Task;
 use vramscope_core::ops::{Aten, GradIn, Saved, Slice, View};
 use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
@@ -34,6 +33,7 @@ use super::layers::{
     rms_norm, rotary, rotated_heads_view, sdpa, sdpa_masked, tied_head, view, Call, Eager,
     EagerFlavor, MaskPattern,
 };
+use super::seq_cls::{sequence_classification, DecoderHead};
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
 
 /// The family member: class names and the places the forwards differ.
@@ -282,6 +282,7 @@ pub fn build(
     model_type: &str,
     input: &HfInput,
     dtype: DType,
+    head: DecoderHead,
 ) -> Result<(Graph, Vec<String>), HfError> {
     let m = Model::new(cfg, model_type, input, dtype)?;
     let (s, p) = (&m.spec, m.prefix);
@@ -290,7 +291,7 @@ pub fn build(
     causal_lm(
         cfg,
         s,
-        p,
+        (p, head),
         model_type,
         input,
         &masks,
@@ -353,7 +354,7 @@ fn layer_mask(s: &Spec, call: &Call, layer: usize) -> Option<TensorId> {
 pub(super) fn causal_lm(
     cfg: &HfConfig,
     s: &Spec,
-    p: &str,
+    (p, head): (&str, DecoderHead),
     model_type: &str,
     input: &HfInput,
     masks: &MaskCode,
@@ -364,20 +365,22 @@ pub(super) fn causal_lm(
     }
     let dtype = input.precision.param_dtype();
     let (bsz, seq) = (input.batch, input.seq);
-    let mut b = GraphBuilder::new(model_type, &format!("{p}ForCausalLM"));
+    let mut b = GraphBuilder::new(model_type, &head.class(p));
     let ids = b.input(vec![bsz, seq], DType::I64);
     let eager = input.attn == AttnImplementation::Eager;
+    let mut call = Call::plain(seq);
+    call.head = head;
     let logits = forward(
         &mut b,
         (s, p, dtype, eager),
         ids,
-        &mut Call::plain(seq),
+        &mut call,
         masks,
         layer,
         Some(layer_kind),
     );
     let graph = b
-        .finish(&[logits], Task::CausalLm { vocab: s.vocab })
+        .finish(&[logits], head.task(s.vocab))
         .map_err(build_error(cfg))?;
     let layers = (0..s.layers).map(|i| format!("model.layers.{i}")).collect();
     Ok((graph, layers))
@@ -455,6 +458,9 @@ pub(super) fn forward(
             emb,
         )
     });
+    if let DecoderHead::SequenceClassification(c) = call.head {
+        return sequence_classification(b, c, s.hidden, ids, h);
+    }
     let h = call.head_input(b, h);
     if s.tied {
         if call.first {

@@ -35,12 +35,14 @@ pub(crate) mod layers;
 mod llama;
 mod moe;
 mod opt;
+mod seq_cls;
 mod t5;
 
 use std::path::Path;
 
 pub use config::HfConfig;
 pub use generate::{Generation, GenerationInfo};
+use seq_cls::{DecoderHead, SeqCls};
 use vramscope_core::{BuildError, DType, Graph, Precision};
 
 /// What the model is trained on (the head and the loss).
@@ -342,7 +344,8 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
     let seq2seq = matches!(family, Family::T5);
     let has_head = match task {
         HfTask::CausalLm => !encoder && !seq2seq,
-        HfTask::MaskedLm | HfTask::SeqCls => encoder,
+        HfTask::MaskedLm => encoder,
+        HfTask::SeqCls => !seq2seq,
         HfTask::Seq2SeqLm => seq2seq,
     };
     if !has_head {
@@ -370,6 +373,20 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
             cfg.path
         )));
     }
+    let head = if task == HfTask::SeqCls && !encoder {
+        if input.generate.is_some() {
+            return Err(HfError::BadInput(format!(
+                "{}: --mode generate needs a causal LM; the task is seq-cls (a classifier has no generate())",
+                cfg.path
+            )));
+        }
+        // the pad_token_id the family's config class sets when config.json leaves it out
+        let pad_token_default =
+            matches!(family, Family::Opt | Family::Gemma(_)) || model_type == "phi3";
+        DecoderHead::SequenceClassification(SeqCls::of(cfg, pad_token_default, input.batch)?)
+    } else {
+        DecoderHead::Lm
+    };
     if let Some(gen) = input.generate {
         let model: Box<dyn generate::CausalLm> = match family {
             Family::Gpt2 => Box::new(gpt2::Model::new(cfg, input)?),
@@ -406,11 +423,11 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
         });
     }
     let (graph, checkpoint_layers) = match family {
-        Family::Gpt2 => gpt2::build(cfg, input, dtype)?,
-        Family::Opt => opt::build(cfg, input)?,
-        Family::Llama => llama::build(cfg, &model_type, input, dtype)?,
-        Family::Gemma(f) => gemma::build(cfg, f, input, dtype)?,
-        Family::Moe => moe::build(cfg, &model_type, input, dtype)?,
+        Family::Gpt2 => gpt2::build(cfg, input, head)?,
+        Family::Opt => opt::build(cfg, input, head)?,
+        Family::Llama => llama::build(cfg, &model_type, input, dtype, head)?,
+        Family::Gemma(f) => gemma::build(cfg, f, input, dtype, head)?,
+        Family::Moe => moe::build(cfg, &model_type, input, dtype, head)?,
         Family::Bert(f) => bert::build(cfg, f, task, input)?,
         Family::DistilBert => distilbert::build(cfg, task, input)?,
         Family::T5 => t5::build(cfg, &model_type, input)?,

@@ -35,6 +35,7 @@ use super::layers::{
     to_dtype, view, Call, MaskPattern,
 };
 use super::llama::{causal_lm, decoder_layer, forward, mlp, silu_act_fn, spec, Spec};
+use super::seq_cls::DecoderHead;
 use super::{check_positions, HfConfig, HfError, HfInput};
 
 /// Which MoE family a `model_type` names.
@@ -232,6 +233,7 @@ pub fn build(
     model_type: &str,
     input: &HfInput,
     dtype: DType,
+    head: DecoderHead,
 ) -> Result<(Graph, Vec<String>), HfError> {
     let (flavor, s, m) = specs(cfg, model_type)?;
     let (bsz, seq) = (input.batch, input.seq);
@@ -258,7 +260,7 @@ pub fn build(
     causal_lm(
         cfg,
         &s,
-        p,
+        (p, head),
         model_type,
         input,
         &masks,
@@ -578,11 +580,7 @@ fn router(b: &mut GraphBuilder, m: &Moe, c: &Ctx, x: TensorId) -> (TensorId, Ten
 /// `x[idx]` (advanced indexing along dim 0) giving `out`: keeps the indices; backward scatters
 /// the gradient into zeros of the source's shape `src` (`index_put` into `new_zeros`).
 fn gather(out: Vec<u64>, src: Vec<u64>) -> Aten {
-    Aten::new("index", out)
-        .dtype(DTypeRule::Like(0))
-        .saves(vec![Saved::Input(1)])
-        .grads(vec![GradIn::New, GradIn::None])
-        .backward_temporary(src, DTypeRule::Like(0))
+    super::layers::advanced_index(out, src, 1)
 }
 
 /// `torch._grouped_mm(a, weight.transpose(-2, -1), offs)` giving `out`: keeps the offsets, and

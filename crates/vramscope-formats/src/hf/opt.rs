@@ -5,7 +5,6 @@
 //! after its projection, SDPA `is_causal` or eager attention, functional dropout, then `fc1` + activation + `fc2` on
 //! the flattened `[B·S, E]` rows), a final LayerNorm, and an `lm_head` tied to `embed_tokens`.
 
-use vramscope_core::ir::Task;
 use vramscope_core::ops::{Aten, DTypeRule, LayerNorm, Linear};
 use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
@@ -14,6 +13,7 @@ use super::layers::{
     activation, activation_kind, add, cached_attention_core, dropout_fn, eager_causal_mask,
     embedding, layer_norm, linear, mul_scalar, tied_head, view, Call, Eager, EagerFlavor,
 };
+use super::seq_cls::{sequence_classification, DecoderHead};
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
 use vramscope_core::ops::ActivationKind;
 
@@ -88,18 +88,19 @@ fn spec(cfg: &HfConfig) -> Result<Spec, HfError> {
 
 /// Builds `OPTForCausalLM`; returns the graph and the checkpointed layers
 /// (`model.decoder.layers.N`).
-pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<(Graph, Vec<String>), HfError> {
+pub fn build(
+    cfg: &HfConfig,
+    input: &HfInput,
+    head: DecoderHead,
+) -> Result<(Graph, Vec<String>), HfError> {
     let m = Model::new(cfg, input)?;
-    let mut b = GraphBuilder::new("opt", "OPTForCausalLM");
+    let mut b = GraphBuilder::new("opt", &head.class("OPT"));
     let ids = b.input(vec![input.batch, input.seq], DType::I64);
-    let logits = m.forward(&mut b, ids, &mut Call::plain(input.seq));
+    let mut call = Call::plain(input.seq);
+    call.head = head;
+    let logits = m.forward(&mut b, ids, &mut call);
     let graph = b
-        .finish(
-            &[logits],
-            Task::CausalLm {
-                vocab: m.spec.vocab,
-            },
-        )
+        .finish(&[logits], head.task(m.spec.vocab))
         .map_err(build_error(cfg))?;
     Ok((graph, m.checkpoint_layers()))
 }
@@ -145,6 +146,9 @@ impl Model {
                 decoder(b, self, ids, call)
             })
         });
+        if let DecoderHead::SequenceClassification(c) = call.head {
+            return sequence_classification(b, c, s.proj_dim, ids, h);
+        }
         if s.tied {
             if call.first {
                 // post_init drops the head's own weight for the embedding's

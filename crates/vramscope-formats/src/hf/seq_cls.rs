@@ -1,0 +1,121 @@
+//! The sequence-classification head of the decoder-only families (`GPT2ForSequenceClassification`,
+//! `OPTForSequenceClassification` and transformers' `GenericForSequenceClassification`, which
+//! Llama, Mistral, Qwen2/3, Phi-3, Gemma 1/2/3, Mixtral and Qwen2/3-MoE share): `score`, a Linear
+//! without bias, on every position, then the logits of each row's last token that is not padding
+//! (truth traces, `fixtures/truth/hf_seq_cls.jsonl`). Reward models and LoRA classifiers are
+//! trained this way.
+
+use vramscope_core::ir::Task;
+use vramscope_core::ops::{Aten, DTypeRule, Select};
+use vramscope_core::{DType, GraphBuilder, TensorId};
+
+use super::layers::{advanced_index, linear};
+use super::{HfConfig, HfError};
+
+/// The head a decoder-only model is built with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecoderHead {
+    /// `{X}ForCausalLM` (`GPT2LMHeadModel`): `lm_head` over the vocabulary.
+    Lm,
+    /// `{X}ForSequenceClassification`.
+    SequenceClassification(SeqCls),
+}
+
+impl DecoderHead {
+    /// The model class: `{prefix}ForCausalLM` or `{prefix}ForSequenceClassification`.
+    pub fn class(self, prefix: &str) -> String {
+        match self {
+            DecoderHead::Lm => format!("{prefix}ForCausalLM"),
+            DecoderHead::SequenceClassification(_) => {
+                format!("{prefix}ForSequenceClassification")
+            }
+        }
+    }
+
+    /// What the output is trained against: the next tokens, or one label per sequence.
+    pub fn task(self, vocab: u64) -> Task {
+        match self {
+            DecoderHead::Lm => Task::CausalLm { vocab },
+            DecoderHead::SequenceClassification(c) => Task::Classification {
+                num_classes: c.num_labels,
+            },
+        }
+    }
+}
+
+/// What `{X}ForSequenceClassification`'s head depends on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SeqCls {
+    /// `num_labels` (`score` is `[num_labels, hidden]`).
+    pub num_labels: u64,
+    /// Whether the forward looks for the last non-padding token (`pad_token_id` set); without one
+    /// it reads the last position (`logits[arange(B), -1]`).
+    pub pad_token: bool,
+}
+
+impl SeqCls {
+    /// Reads `num_labels` (or `id2label`) and `pad_token_id`. `pad_token_default` is what the
+    /// family's config class sets when config.json leaves `pad_token_id` out (OPT 1, Gemma 0,
+    /// Phi-3 32000, the others none). Without a pad token transformers refuses a batch of more
+    /// than one; a trainer sets it (to the EOS token, as `../shared/truth` does), so a batch of
+    /// more than one is built as with one: the memory does not depend on its value.
+    pub fn of(cfg: &HfConfig, pad_token_default: bool, batch: u64) -> Result<SeqCls, HfError> {
+        let pad_token = if cfg.is_null("pad_token_id") {
+            false
+        } else if cfg.token_ids("pad_token_id")? > 0 {
+            true
+        } else {
+            pad_token_default
+        };
+        Ok(SeqCls {
+            num_labels: super::bert::num_labels(cfg)?,
+            pad_token: pad_token || batch > 1,
+        })
+    }
+}
+
+/// The head on the last hidden state `h` (`[B, S, hidden]`) of a forward on `ids` (`[B, S]`),
+/// inside the model class's forward: `logits = score(h)`; with a pad token `non_pad_mask =
+/// (ids != pad).to(int32)`, `token_indices = arange(S, int32)`, `last = (token_indices *
+/// non_pad_mask).argmax(-1)`, else `last = -1` (a `select`); then `logits[arange(B), last]`,
+/// whose backward scatters into zeros of the indexed tensor's shape. `logits`, the mask and the
+/// indices are locals until the forward returns. Returns the pooled logits `[B, num_labels]`.
+pub fn sequence_classification(
+    b: &mut GraphBuilder,
+    head: SeqCls,
+    hidden: u64,
+    ids: TensorId,
+    h: TensorId,
+) -> TensorId {
+    let (bsz, seq) = (b.shape(ids)[0], b.shape(ids)[1]);
+    let labels = head.num_labels;
+    let int = |name, shape, dtype| {
+        Aten::new(name, shape)
+            .dtype(DTypeRule::Fixed(dtype))
+            .not_differentiable()
+    };
+    b.frame(|b| {
+        let logits = linear(b, "score", hidden, labels, false, h);
+        if head.pad_token {
+            let ne = b.op(int("ne", vec![bsz, seq], DType::Bool), &[ids]);
+            let mask = b.op(int("_to_copy", vec![bsz, seq], DType::I32), &[ne]);
+            let positions = b.op(int("arange", vec![seq], DType::I32), &[]);
+            let masked = b.op(int("mul", vec![bsz, seq], DType::I32), &[positions, mask]);
+            let last = b.op(int("argmax", vec![bsz], DType::I64), &[masked]);
+            let rows = b.op(int("arange", vec![bsz], DType::I64), &[]);
+            b.hold(&[logits, mask, positions, last]);
+            b.op(
+                advanced_index(vec![bsz, labels], vec![bsz, seq, labels], 2),
+                &[logits, rows, last],
+            )
+        } else {
+            let at_last = b.op(Select { dim: 1 }, &[logits]);
+            let rows = b.op(int("arange", vec![bsz], DType::I64), &[]);
+            b.hold(&[logits]);
+            b.op(
+                advanced_index(vec![bsz, labels], vec![bsz, labels], 1),
+                &[at_last, rows],
+            )
+        }
+    })
+}
