@@ -122,6 +122,87 @@ pub fn fit_text(what: &str, r: &FitResult) -> String {
     out
 }
 
+/// A transformer fitted without a sequence length: the largest batch at each length of
+/// `by_seq_len` (a batch search each), and the longest sequence at batch size 1.
+pub fn fit_by_seq_len_text(
+    what: &str,
+    by_seq_len: &[(u64, FitResult)],
+    longest: &FitResult,
+    stopped_at: Option<&str>,
+) -> String {
+    let budget = longest.budget_bytes;
+    let mut out = format!(
+        "{what} on {} ({}), margin {:.0}%: device memory may use {}
+",
+        longest.gpu,
+        human(longest.gpu_memory_bytes),
+        longest.margin * 100.0,
+        human(budget)
+    );
+    out.push_str(
+        "largest batch size at each sequence length:
+",
+    );
+    let mut t = table(vec![
+        "seq len",
+        "largest batch",
+        "allocated",
+        "reserved",
+        "device",
+        "peak in",
+    ]);
+    for (seq, r) in by_seq_len {
+        // the estimate at the answer, or at batch 1 when not even that fits
+        let (batch, e) = match (&r.at_size, &r.next_size) {
+            (Some(e), _) => (r.size.to_string(), e),
+            (None, Some(e)) => (
+                format!(
+                    "none (1 is {} over)",
+                    human(e.device_bytes.saturating_sub(budget))
+                ),
+                e,
+            ),
+            (None, None) => continue,
+        };
+        t.add_row(vec![
+            right(seq.to_string()),
+            right(batch),
+            right(human(e.allocated_bytes)),
+            right(human(e.reserved_bytes)),
+            right(human(e.device_bytes)),
+            Cell::new(&e.peak_phase),
+        ]);
+    }
+    out.push_str(&t.to_string());
+    out.push('\n');
+    if let Some(why) = stopped_at {
+        out.push_str(&format!("longer sequences: {why}\n"));
+    }
+    if longest.size == 0 {
+        out.push_str("longest sequence at batch size 1: none fits\n");
+    } else {
+        out.push_str(&format!(
+            "longest sequence at batch size 1: {}{}\n",
+            longest.size,
+            if longest
+                .next_size
+                .as_ref()
+                .is_some_and(|e| e.device_bytes == u64::MAX)
+            {
+                " (the model's longest: it cannot be built one longer)".to_string()
+            } else if longest.verified {
+                format!(" ({} does not fit)", longest.size + 1)
+            } else {
+                " (the longest the search tries)".to_string()
+            }
+        ));
+    }
+    out.push_str(
+        "(--seq-len S: the largest batch at S, verified; --search seq-len: the longest sequence at --batch-size)\n",
+    );
+    out
+}
+
 /// The reverse question's table.
 pub fn smallest_gpu_text(what: &str, batch: u64, r: &SmallestGpu) -> String {
     let mut out = format!(

@@ -1,11 +1,13 @@
-//! `vramscope fit`: the largest batch that fits a GPU (`--gpu`), or, without `--gpu`, the
-//! smallest GPU of the table that fits the step at `--batch-size`. The search itself lives in
+//! `vramscope fit`: the largest batch that fits a GPU (`--gpu`; for a transformer without
+//! `--seq-len`, at each of several sequence lengths), or, without `--gpu`, the smallest GPU of
+//! the table that fits the step at `--batch-size`. The search itself lives in
 //! vramscope-advice; this is argument handling and printing.
 
 use std::io::Write;
 
 use anyhow::{anyhow, bail, Context, Result};
 use vramscope_advice::{fit_search, parse_margin, render, smallest_gpu, Target};
+use vramscope_core::sim::{Mode, StepConfig};
 
 use crate::estimate::gpu;
 use crate::model::{self, ModelArgs};
@@ -18,8 +20,9 @@ pub struct FitArgs {
     pub model: ModelArgs,
     #[command(flatten)]
     pub step: StepArgs,
-    /// GPU to fit: search the largest batch size. Without it, print the smallest GPU of the
-    /// table that fits `--batch-size`.
+    /// GPU to fit: search the largest batch size (a transformer without `--seq-len`: the largest
+    /// batch at 512 ... 16384 tokens, and the longest sequence at batch size 1). Without it,
+    /// print the smallest GPU of the table that fits `--batch-size`.
     #[arg(long)]
     pub gpu: Option<String>,
     /// What to maximise with `--gpu`: `batch` (the batch size) or `seq-len` (the sequence length
@@ -34,6 +37,77 @@ pub struct FitArgs {
     pub json: bool,
 }
 
+/// The sequence lengths a transformer fitted without `--seq-len` is searched at.
+const SEQ_LENS: [u64; 6] = [512, 1024, 2048, 4096, 8192, 16384];
+
+/// A transformer fitted without `--seq-len`: the largest batch at each of [`SEQ_LENS`] (up to the
+/// first the model refuses or where not even batch 1 fits), and the longest sequence at batch 1.
+fn by_seq_len(
+    a: &FitArgs,
+    cfg: &StepConfig,
+    target: &Target,
+    what: &str,
+    name: &str,
+) -> Result<()> {
+    let at_seq = |s: u64| ModelArgs {
+        seq_len: Some(s),
+        ..a.model.clone()
+    };
+    let mut rows = Vec::new();
+    let mut stopped_at = None;
+    for seq in SEQ_LENS {
+        // a length past the config's positions is refused when the graph is built
+        if let Err(e) = model::load(&at_seq(seq), 1, cfg) {
+            stopped_at = Some(format!("{e:#}"));
+            break;
+        }
+        let r = fit_search(
+            "batch_size",
+            |b| {
+                model::load(&at_seq(seq), b, cfg)
+                    .map(|l| l.graph)
+                    .map_err(|e| format!("{e:#}"))
+            },
+            cfg,
+            target,
+        )?;
+        let none = r.size == 0;
+        rows.push((seq, r));
+        if none {
+            stopped_at = Some("batch size 1 does not fit at the length above".into());
+            break;
+        }
+    }
+    let longest = fit_search(
+        "seq_len",
+        |s| {
+            model::load(&at_seq(s), 1, cfg)
+                .map(|l| l.graph)
+                .map_err(|e| format!("{e:#}"))
+        },
+        cfg,
+        target,
+    )?;
+    let text = if a.json {
+        let v = serde_json::json!({
+            "model": name,
+            "by_seq_len": rows.iter().map(|(seq, r)| {
+                let mut v = serde_json::to_value(r).unwrap_or_default();
+                v["seq_len"] = (*seq).into();
+                v["batch_size"] = r.size.into();
+                v
+            }).collect::<Vec<_>>(),
+            "longest_seq_len_at_batch_size_1": longest,
+        });
+        serde_json::to_string_pretty(&v).context("serialising the result")? + "\n"
+    } else {
+        render::fit_by_seq_len_text(what, &rows, &longest, stopped_at.as_deref())
+    };
+    std::io::stdout()
+        .write_all(text.as_bytes())
+        .context("writing to stdout")
+}
+
 /// Runs `vramscope fit`.
 pub fn run(a: &FitArgs) -> Result<()> {
     let mut cfg = model::step_config(&a.model, &a.step)?;
@@ -43,8 +117,23 @@ pub fn run(a: &FitArgs) -> Result<()> {
             a.margin
         )
     })?;
+    let seq_search = matches!(a.search.as_str(), "seq-len" | "seq");
+    // a transformer without --seq-len: the searches supply the lengths
+    let no_seq_len = a.gpu.is_some()
+        && a.model.seq_len.is_none()
+        && cfg.mode != Mode::Generate
+        && model::is_transformer(&a.model);
+    let at_seq = |s: u64| ModelArgs {
+        seq_len: Some(s),
+        ..a.model.clone()
+    };
     // check the model and its input once, with a clear error, before searching
-    let loaded = model::load(&a.model, a.model.batch_size, &cfg)?;
+    let probe = if no_seq_len {
+        at_seq(1)
+    } else {
+        a.model.clone()
+    };
+    let loaded = model::load(&probe, a.model.batch_size, &cfg)?;
     loaded.apply_to(&mut cfg);
     let name = loaded.graph.name.clone();
     let what = render::step_summary(&name, &cfg);
@@ -52,6 +141,9 @@ pub fn run(a: &FitArgs) -> Result<()> {
         Some(g) => {
             let gpu = gpu(g)?;
             let target = Target { gpu, margin };
+            if no_seq_len && !seq_search {
+                return by_seq_len(a, &cfg, &target, &what, &name);
+            }
             let r = match a.search.as_str() {
                 "batch" | "batch-size" => fit_search(
                     "batch_size",
@@ -64,20 +156,17 @@ pub fn run(a: &FitArgs) -> Result<()> {
                     &target,
                 )?,
                 "seq-len" | "seq" => {
-                    if cfg.mode == vramscope_core::sim::Mode::Generate {
+                    if cfg.mode == Mode::Generate {
                         bail!("--search seq-len searches a forward's --seq-len; with --mode generate search the batch (--search batch) at a given --prompt-len and --new-tokens");
                     }
-                    if a.model.seq_len.is_none() {
-                        bail!("--search seq-len is for transformers: give --seq-len (any value) to mark the model as one");
+                    let onnx = a.model.model.to_ascii_lowercase().ends_with(".onnx");
+                    if !onnx && !model::is_transformer(&a.model) {
+                        bail!("--search seq-len is for models with a sequence (a built-in transformer, a config.json, a model folder or an ONNX file); `{}` is not one", a.model.model);
                     }
                     fit_search(
                         "seq_len",
                         |s| {
-                            let args = ModelArgs {
-                                seq_len: Some(s),
-                                ..a.model.clone()
-                            };
-                            model::load(&args, a.model.batch_size, &cfg)
+                            model::load(&at_seq(s), a.model.batch_size, &cfg)
                                 .map(|l| l.graph)
                                 .map_err(|e| format!("{e:#}"))
                         },

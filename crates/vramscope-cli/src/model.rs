@@ -257,6 +257,12 @@ pub fn parse_input(s: &str) -> Result<(u64, u64, u64)> {
     }
 }
 
+/// Whether `args.model` is a Hugging Face model (a config.json, a model folder or a built-in
+/// transformer), whose forward needs a sequence length.
+pub fn is_transformer(args: &ModelArgs) -> bool {
+    hf::is_hf_path(&args.model) || hf_zoo::config(&args.model).is_some()
+}
+
 /// Builds the graph for `args` run as `step` says (with `batch_size` overriding the flag, for
 /// searches).
 pub fn load(args: &ModelArgs, batch_size: u64, step: &StepConfig) -> Result<LoadedModel> {

@@ -305,14 +305,13 @@ fn lora_defaults_to_phi3_fused_qkv_projection() {
     );
 }
 
-/// `fit --search seq-len`: the longest sequence that fits, checked against `estimate`.
+/// `fit --search seq-len`: the longest sequence that fits, checked against `estimate` (no
+/// `--seq-len` needed: the search supplies it).
 #[test]
 fn fit_searches_the_sequence_length_of_a_transformer() {
     let out = crate::vramscope(&[
         "fit",
         "gpt2",
-        "--seq-len",
-        "1",
         "-b",
         "16",
         "--gpu",
@@ -495,4 +494,61 @@ fn generation_fields() {
     let train = estimate_json(&["gpt2", "--seq-len", "64", "--batch-size", "1"]);
     assert!(train.get("generation").is_none());
     assert_eq!(train["breakdown_at_peak"]["kv_cache"], 0);
+}
+
+/// `fit` on a transformer without `--seq-len`: the largest batch at 512 and 1024 tokens (GPT-2's
+/// `n_positions` stops the list there), each verified, fewer at the longer length, and the longest
+/// sequence at batch size 1 (the model's limit).
+#[test]
+fn fit_without_a_sequence_length_lists_the_largest_batch_per_length() {
+    let out = crate::vramscope(&[
+        "fit",
+        "gpt2",
+        "--gpu",
+        "t4",
+        "--optimizer",
+        "adamw",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let rows = v["by_seq_len"].as_array().expect("by_seq_len");
+    let lens: Vec<u64> = rows
+        .iter()
+        .map(|r| r["seq_len"].as_u64().unwrap())
+        .collect();
+    assert_eq!(lens, [512, 1024]);
+    let batches: Vec<u64> = rows
+        .iter()
+        .map(|r| r["batch_size"].as_u64().unwrap())
+        .collect();
+    assert!(batches[0] > batches[1] && batches[1] > 0, "{batches:?}");
+    for r in rows {
+        assert_eq!(r["verified"].as_bool(), Some(true));
+        assert_eq!(r["at_size"]["fits"].as_bool(), Some(true));
+        assert_eq!(r["next_size"]["fits"].as_bool(), Some(false));
+        // the answer is what `estimate` says at that batch and length
+        let e = crate::estimate_json(&[
+            "gpt2",
+            "--seq-len",
+            &r["seq_len"].to_string(),
+            "-b",
+            &r["batch_size"].to_string(),
+            "--optimizer",
+            "adamw",
+        ]);
+        assert_eq!(e["peak"]["reserved_bytes"], r["at_size"]["reserved_bytes"]);
+    }
+    assert_eq!(
+        v["longest_seq_len_at_batch_size_1"]["size"].as_u64(),
+        Some(1024)
+    );
+
+    let out = crate::vramscope(&["fit", "resnet50", "--gpu", "t4", "--search", "seq-len"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("`resnet50` is not one"));
 }

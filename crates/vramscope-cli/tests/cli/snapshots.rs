@@ -103,6 +103,19 @@ fn fit_resnet50_t4() {
     ]));
 }
 
+/// A transformer without `--seq-len`: the largest batch per sequence length.
+#[test]
+fn fit_gpt2_t4_by_sequence_length() {
+    insta::assert_snapshot!(stdout(&[
+        "fit",
+        "gpt2",
+        "--gpu",
+        "t4",
+        "--optimizer",
+        "adamw"
+    ]));
+}
+
 #[test]
 fn fit_reverse_vit_b_32() {
     insta::assert_snapshot!(stdout(&["fit", "vit_b_32", "--batch-size", "64"]));
