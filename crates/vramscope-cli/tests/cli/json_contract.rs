@@ -189,13 +189,7 @@ fn text_report_has_the_sections() {
 
 #[test]
 fn fit_json_gives_the_batch_size_and_both_estimates() {
-    let out = crate::vramscope(&["fit", "resnet18", "--gpu", "a100", "--json"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let v = crate::vramscope_json(&["fit", "resnet18", "--gpu", "a100", "--json"]);
     let b = v["batch_size"].as_u64().expect("batch_size");
     assert!(b > 100);
     assert_eq!(v["at_size"]["size"].as_u64(), Some(b));
@@ -309,7 +303,7 @@ fn lora_defaults_to_phi3_fused_qkv_projection() {
 /// `--seq-len` needed: the search supplies it).
 #[test]
 fn fit_searches_the_sequence_length_of_a_transformer() {
-    let out = crate::vramscope(&[
+    let v = crate::vramscope_json(&[
         "fit",
         "gpt2",
         "-b",
@@ -322,12 +316,6 @@ fn fit_searches_the_sequence_length_of_a_transformer() {
         "adamw",
         "--json",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     let s = v["seq_len"].as_u64().expect("seq_len");
     assert!(s > 16 && s < 1024, "{s}");
     assert_eq!(v["batch_size"].as_u64(), Some(16));
@@ -501,7 +489,7 @@ fn generation_fields() {
 /// sequence at batch size 1 (the model's limit).
 #[test]
 fn fit_without_a_sequence_length_lists_the_largest_batch_per_length() {
-    let out = crate::vramscope(&[
+    let v = crate::vramscope_json(&[
         "fit",
         "gpt2",
         "--gpu",
@@ -510,12 +498,6 @@ fn fit_without_a_sequence_length_lists_the_largest_batch_per_length() {
         "adamw",
         "--json",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     let rows = v["by_seq_len"].as_array().expect("by_seq_len");
     let lens: Vec<u64> = rows
         .iter()

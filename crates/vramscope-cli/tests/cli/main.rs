@@ -18,16 +18,21 @@ pub fn vramscope(args: &[&str]) -> Output {
         .expect("the vramscope binary runs")
 }
 
+/// Runs `vramscope ARGS...` (which include `--json`), checks it succeeds and parses its output.
+pub fn vramscope_json(args: &[&str]) -> serde_json::Value {
+    let out = vramscope(args);
+    assert!(
+        out.status.success(),
+        "vramscope {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("--json prints one JSON object")
+}
+
 /// Runs `vramscope estimate ARGS... --json` and parses the report.
 pub fn estimate_json(args: &[&str]) -> serde_json::Value {
     let mut all = vec!["estimate"];
     all.extend_from_slice(args);
     all.push("--json");
-    let out = vramscope(&all);
-    assert!(
-        out.status.success(),
-        "vramscope {all:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("--json prints one JSON object")
+    vramscope_json(&all)
 }
