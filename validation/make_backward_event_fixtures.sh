@@ -15,6 +15,8 @@
 # - `it1.backward` under AMP bf16 (SmolLM2, `"large": true`): cuDNN attention; q's and k's
 #   gradients still come back through rotary heads-first (`ViewBackward0` copies them), and each
 #   RMSNorm's `weight * h` makes h's gradient before the weight's full-size product.
+# - `it1.backward` under AMP bf16 (Mistral-small, untied `lm_head`), every event: a bias-free
+#   Linear's `MmBackward0` releases its weight's bf16 copy (mat2) before its input's (self).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-$HOME/.venvs/truth}
@@ -57,5 +59,6 @@ smollm2_135m_2l 0 it1.backward 0 fp32
 smollm2_135m_2l 0 it1.step 0 fp32
 smollm2_135m_2l 1 it1.backward 1 fp32
 smollm2_135m_2l 0 it1.backward 1 bf16
+mistral_small_2l 0 it1.backward 0 bf16
 CASES
 wc -c "$out"

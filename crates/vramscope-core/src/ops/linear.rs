@@ -81,8 +81,15 @@ impl Op for Linear {
         Autocast::LowerPrecision
     }
 
+    // autograd releases a node's saved tensors in the order of their names: `AddmmBackward0`
+    // mat1 (the input) then mat2 (the weight), `MmBackward0` mat2 then self (truth traces: under
+    // autocast a bias-free head frees its weight's cast before its input's)
     fn saved_for_backward(&self, _ctx: &OpCtx) -> Vec<Saved> {
-        vec![Saved::Input(0), Saved::Param(0)]
+        if self.bias {
+            vec![Saved::Input(0), Saved::Param(0)]
+        } else {
+            vec![Saved::Param(0), Saved::Input(0)]
+        }
     }
 
     // addmm / mm: the input is kept for the weight's gradient, the weight for the input's
