@@ -30,7 +30,7 @@ use vramscope_core::ir::Task;
 use vramscope_core::ops::{Aten, DTypeRule};
 use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
-use super::layers::{view, Call, KvCache};
+use super::layers::{int_op, view, Call, KvCache};
 use super::seq_cls::DecoderHead;
 use super::{build_error, HfConfig, HfError};
 
@@ -142,22 +142,6 @@ fn tokens(cfg: &HfConfig) -> Result<Tokens, HfError> {
         eos: cfg.token_ids("eos_token_id")?,
         pad: cfg.token_ids("pad_token_id")? > 0,
     })
-}
-
-/// An integer tensor op of `generate`'s bookkeeping (no autograd, fixed dtype).
-fn int_op(
-    b: &mut GraphBuilder,
-    name: &'static str,
-    shape: Vec<u64>,
-    dtype: DType,
-    inputs: &[TensorId],
-) -> TensorId {
-    b.op(
-        Aten::new(name, shape)
-            .dtype(DTypeRule::Fixed(dtype))
-            .not_differentiable(),
-        inputs,
-    )
 }
 
 /// [`CausalLm::kv_dtypes`] of the rotary families (Llama, Gemma): under autocast the rotary

@@ -77,8 +77,7 @@ pub fn build(
     };
     let mut b = GraphBuilder::new("gpt2", &class);
     let ids = b.input(vec![input.batch, input.seq], DType::I64);
-    let mut call = Call::plain(input.seq);
-    call.head = head;
+    let mut call = Call::plain(input.seq, head);
     let logits = m.forward(&mut b, ids, &mut call);
     let graph = b
         .finish(&[logits], head.task(m.spec.vocab))

@@ -57,6 +57,23 @@ pub fn advanced_index(out: Vec<u64>, src: Vec<u64>, indices: usize) -> Aten {
         .backward_temporary(src, DTypeRule::Like(0))
 }
 
+/// An integer tensor op (no autograd, a fixed dtype): `generate`'s bookkeeping, a classifier's
+/// index of the last token.
+pub fn int_op(
+    b: &mut GraphBuilder,
+    name: &'static str,
+    shape: Vec<u64>,
+    dtype: DType,
+    inputs: &[TensorId],
+) -> TensorId {
+    b.op(
+        Aten::new(name, shape)
+            .dtype(DTypeRule::Fixed(dtype))
+            .not_differentiable(),
+        inputs,
+    )
+}
+
 /// `nn.Dropout(p)`; p = 0 returns its input.
 pub fn dropout(b: &mut GraphBuilder, name: &str, p: f64, x: TensorId) -> TensorId {
     if p <= 0.0 {
@@ -1076,8 +1093,8 @@ pub struct Call<'a> {
 }
 
 impl Call<'_> {
-    /// The plain forward over `seq` positions (no cache, logits for every position).
-    pub fn plain(seq: u64) -> Call<'static> {
+    /// The plain forward over `seq` positions (no cache, `head` on every position).
+    pub fn plain(seq: u64, head: DecoderHead) -> Call<'static> {
         Call {
             seq,
             past: 0,
@@ -1088,7 +1105,7 @@ impl Call<'_> {
             eager_mask: None,
             attn_weights: None,
             sdpa_masks: Vec::new(),
-            head: DecoderHead::Lm,
+            head,
         }
     }
 

@@ -368,8 +368,7 @@ pub(super) fn causal_lm(
     let mut b = GraphBuilder::new(model_type, &head.class(p));
     let ids = b.input(vec![bsz, seq], DType::I64);
     let eager = input.attn == AttnImplementation::Eager;
-    let mut call = Call::plain(seq);
-    call.head = head;
+    let mut call = Call::plain(seq, head);
     let logits = forward(
         &mut b,
         (s, p, dtype, eager),

@@ -6,10 +6,10 @@
 //! trained this way.
 
 use vramscope_core::ir::Task;
-use vramscope_core::ops::{Aten, DTypeRule, Select};
+use vramscope_core::ops::Select;
 use vramscope_core::{DType, GraphBuilder, TensorId};
 
-use super::layers::{advanced_index, linear};
+use super::layers::{advanced_index, int_op, linear};
 use super::{HfConfig, HfError};
 
 /// The head a decoder-only model is built with.
@@ -89,20 +89,15 @@ pub fn sequence_classification(
 ) -> TensorId {
     let (bsz, seq) = (b.shape(ids)[0], b.shape(ids)[1]);
     let labels = head.num_labels;
-    let int = |name, shape, dtype| {
-        Aten::new(name, shape)
-            .dtype(DTypeRule::Fixed(dtype))
-            .not_differentiable()
-    };
     b.frame(|b| {
         let logits = linear(b, "score", hidden, labels, false, h);
         if head.pad_token {
-            let ne = b.op(int("ne", vec![bsz, seq], DType::Bool), &[ids]);
-            let mask = b.op(int("_to_copy", vec![bsz, seq], DType::I32), &[ne]);
-            let positions = b.op(int("arange", vec![seq], DType::I32), &[]);
-            let masked = b.op(int("mul", vec![bsz, seq], DType::I32), &[positions, mask]);
-            let last = b.op(int("argmax", vec![bsz], DType::I64), &[masked]);
-            let rows = b.op(int("arange", vec![bsz], DType::I64), &[]);
+            let ne = int_op(b, "ne", vec![bsz, seq], DType::Bool, &[ids]);
+            let mask = int_op(b, "_to_copy", vec![bsz, seq], DType::I32, &[ne]);
+            let positions = int_op(b, "arange", vec![seq], DType::I32, &[]);
+            let masked = int_op(b, "mul", vec![bsz, seq], DType::I32, &[positions, mask]);
+            let last = int_op(b, "argmax", vec![bsz], DType::I64, &[masked]);
+            let rows = int_op(b, "arange", vec![bsz], DType::I64, &[]);
             b.hold(&[logits, mask, positions, last]);
             b.op(
                 advanced_index(vec![bsz, labels], vec![bsz, seq, labels], 2),
@@ -110,7 +105,7 @@ pub fn sequence_classification(
             )
         } else {
             let at_last = b.op(Select { dim: 1 }, &[logits]);
-            let rows = b.op(int("arange", vec![bsz], DType::I64), &[]);
+            let rows = int_op(b, "arange", vec![bsz], DType::I64, &[]);
             b.hold(&[logits]);
             b.op(
                 advanced_index(vec![bsz, labels], vec![bsz, labels], 1),
