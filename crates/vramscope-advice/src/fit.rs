@@ -1,6 +1,7 @@
-//! What fits: the largest size of one dimension (the batch today; the sequence length once the
-//! transformer front-end lands) whose predicted device memory fits a GPU with a margin, found by
-//! re-simulating; and the reverse question, the smallest GPU of the table that fits a step.
+//! What fits: the largest size of one dimension (the batch, or a transformer's sequence length)
+//! whose predicted device memory fits a GPU with a margin, found by re-simulating (for a
+//! transformer without a length, the largest batch at each of several lengths); and the reverse
+//! question, the smallest GPU of the table that fits a step.
 //!
 //! Device memory is what `nvidia-smi` shows: the simulator's peak reserved memory plus the GPU's
 //! CUDA context and library workspace. The search evaluates the batch-1 step and a probe, guesses
@@ -58,6 +59,26 @@ pub struct Estimate {
     pub peak_phase: String,
     /// Whether `device_bytes` is within the budget.
     pub fits: bool,
+}
+
+impl Estimate {
+    /// A size whose graph cannot be built (tensors too large, a sequence past the model's
+    /// positions): it does not fit.
+    fn unbuildable(size: u64) -> Estimate {
+        Estimate {
+            size,
+            allocated_bytes: u64::MAX,
+            reserved_bytes: u64::MAX,
+            device_bytes: u64::MAX,
+            peak_phase: String::new(),
+            fits: false,
+        }
+    }
+
+    /// Whether the graph could be built at this size (see [`Estimate::unbuildable`]).
+    pub fn built(&self) -> bool {
+        self.device_bytes != u64::MAX
+    }
 }
 
 /// The answer of a fit search.
@@ -155,14 +176,7 @@ where
     // a size whose graph cannot be built (tensors too large) does not fit
     let mut fits = |size: u64, sims: &mut u32| -> Result<Estimate, AdviceError> {
         match estimate_at(&mut build, cfg, target, size, sims) {
-            Err(AdviceError::Build { .. }) => Ok(Estimate {
-                size,
-                allocated_bytes: u64::MAX,
-                reserved_bytes: u64::MAX,
-                device_bytes: u64::MAX,
-                peak_phase: String::new(),
-                fits: false,
-            }),
+            Err(AdviceError::Build { .. }) => Ok(Estimate::unbuildable(size)),
             r => r,
         }
     };
@@ -242,6 +256,71 @@ where
     result.next_size = hi;
     result.simulations = sims;
     Ok(result)
+}
+
+/// The sequence lengths [`fit_by_seq_len`] searches the batch at.
+pub const SEQ_LENS: [u64; 6] = [512, 1024, 2048, 4096, 8192, 16384];
+
+/// A batch search at one sequence length.
+#[derive(Debug, Clone, Serialize)]
+pub struct SeqLenFit {
+    /// The sequence length.
+    pub seq_len: u64,
+    /// The largest batch at it.
+    #[serde(flatten)]
+    pub batch: FitResult,
+}
+
+/// A transformer fitted without a sequence length: the largest batch at each of several lengths,
+/// and the longest sequence at batch size 1.
+#[derive(Debug, Clone, Serialize)]
+pub struct BySeqLen {
+    /// One batch search per length, shortest first.
+    pub by_seq_len: Vec<SeqLenFit>,
+    /// Why the list ends before the last length asked for (the model refuses the next length,
+    /// or not even batch size 1 fits at the last one).
+    pub stopped: Option<String>,
+    /// The longest sequence at batch size 1.
+    pub longest_seq_len_at_batch_size_1: FitResult,
+}
+
+/// Answers "how large a batch at which length, and how long a sequence?" for a transformer:
+/// a batch search ([`fit_search`]) at each of `seq_lens` until the model refuses a length or
+/// batch size 1 no longer fits, then a sequence-length search at batch size 1. `build(seq,
+/// batch)` builds the graph.
+pub fn fit_by_seq_len<F>(
+    seq_lens: &[u64],
+    mut build: F,
+    cfg: &StepConfig,
+    target: &Target,
+) -> Result<BySeqLen, AdviceError>
+where
+    F: FnMut(u64, u64) -> Result<Graph, String>,
+{
+    let mut rows = Vec::new();
+    let mut stopped = None;
+    for &seq_len in seq_lens {
+        let batch = match fit_search("batch_size", |b| build(seq_len, b), cfg, target) {
+            Ok(r) => r,
+            // a length past the config's positions: the list ends there
+            Err(AdviceError::Build { size: 1, message }) => {
+                stopped = Some(message);
+                break;
+            }
+            Err(e) => return Err(e),
+        };
+        let none = batch.size == 0;
+        rows.push(SeqLenFit { seq_len, batch });
+        if none {
+            stopped = Some(format!("batch size 1 does not fit at {seq_len} tokens"));
+            break;
+        }
+    }
+    Ok(BySeqLen {
+        by_seq_len: rows,
+        stopped,
+        longest_seq_len_at_batch_size_1: fit_search("seq_len", |s| build(s, 1), cfg, target)?,
+    })
 }
 
 /// One row of the reverse question: whether a step fits a GPU.

@@ -7,7 +7,10 @@ pub mod fit;
 pub mod render;
 pub mod tricks;
 
-pub use fit::{fit_search, parse_margin, smallest_gpu, Estimate, FitResult, SmallestGpu, Target};
+pub use fit::{
+    fit_by_seq_len, fit_search, parse_margin, smallest_gpu, BySeqLen, Estimate, FitResult,
+    SeqLenFit, SmallestGpu, Target, SEQ_LENS,
+};
 
 /// Why advice could not be computed.
 #[derive(Debug, thiserror::Error)]

@@ -5,7 +5,7 @@ use comfy_table::{presets::UTF8_FULL_CONDENSED, Cell, CellAlignment, Table};
 use vramscope_core::sim::{Checkpoint, Mode, StepConfig};
 use vramscope_report::human;
 
-use crate::fit::{Estimate, FitResult, SmallestGpu};
+use crate::fit::{BySeqLen, Estimate, FitResult, SmallestGpu};
 
 pub(crate) fn right(s: String) -> Cell {
     Cell::new(s).set_alignment(CellAlignment::Right)
@@ -41,7 +41,7 @@ pub fn step_summary(model: &str, cfg: &StepConfig) -> String {
 }
 
 fn estimate_line(dim: &str, e: &Estimate, budget: u64) -> String {
-    if e.device_bytes == u64::MAX {
+    if !e.built() {
         return format!("  {dim} {}: the model cannot be built at this size", e.size);
     }
     let verdict = if e.fits {
@@ -62,16 +62,21 @@ fn estimate_line(dim: &str, e: &Estimate, budget: u64) -> String {
     )
 }
 
-/// The fit verdict.
-pub fn fit_text(what: &str, r: &FitResult) -> String {
-    let dim = r.dimension.replace('_', " ");
-    let mut out = format!(
+/// `{what} on {gpu} ({memory}), margin 5%: device memory may use {budget}`.
+fn fit_header(what: &str, r: &FitResult) -> String {
+    format!(
         "{what} on {} ({}), margin {:.0}%: device memory may use {}\n",
         r.gpu,
         human(r.gpu_memory_bytes),
         r.margin * 100.0,
         human(r.budget_bytes)
-    );
+    )
+}
+
+/// The fit verdict.
+pub fn fit_text(what: &str, r: &FitResult) -> String {
+    let dim = r.dimension.replace('_', " ");
+    let mut out = fit_header(what, r);
     if r.size == 0 {
         out.push_str(&format!("nothing fits: even {dim} 1 needs more\n"));
     } else {
@@ -122,27 +127,13 @@ pub fn fit_text(what: &str, r: &FitResult) -> String {
     out
 }
 
-/// A transformer fitted without a sequence length: the largest batch at each length of
-/// `by_seq_len` (a batch search each), and the longest sequence at batch size 1.
-pub fn fit_by_seq_len_text(
-    what: &str,
-    by_seq_len: &[(u64, FitResult)],
-    longest: &FitResult,
-    stopped_at: Option<&str>,
-) -> String {
+/// A transformer fitted without a sequence length: the largest batch at each length, and the
+/// longest sequence at batch size 1.
+pub fn fit_by_seq_len_text(what: &str, r: &BySeqLen) -> String {
+    let longest = &r.longest_seq_len_at_batch_size_1;
     let budget = longest.budget_bytes;
-    let mut out = format!(
-        "{what} on {} ({}), margin {:.0}%: device memory may use {}
-",
-        longest.gpu,
-        human(longest.gpu_memory_bytes),
-        longest.margin * 100.0,
-        human(budget)
-    );
-    out.push_str(
-        "largest batch size at each sequence length:
-",
-    );
+    let mut out = fit_header(what, longest);
+    out.push_str("largest batch size at each sequence length:\n");
     let mut t = table(vec![
         "seq len",
         "largest batch",
@@ -151,10 +142,11 @@ pub fn fit_by_seq_len_text(
         "device",
         "peak in",
     ]);
-    for (seq, r) in by_seq_len {
+    for row in &r.by_seq_len {
+        let b = &row.batch;
         // the estimate at the answer, or at batch 1 when not even that fits
-        let (batch, e) = match (&r.at_size, &r.next_size) {
-            (Some(e), _) => (r.size.to_string(), e),
+        let (batch, e) = match (&b.at_size, &b.next_size) {
+            (Some(e), _) => (b.size.to_string(), e),
             (None, Some(e)) => (
                 format!(
                     "none (1 is {} over)",
@@ -165,7 +157,7 @@ pub fn fit_by_seq_len_text(
             (None, None) => continue,
         };
         t.add_row(vec![
-            right(seq.to_string()),
+            right(row.seq_len.to_string()),
             right(batch),
             right(human(e.allocated_bytes)),
             right(human(e.reserved_bytes)),
@@ -175,26 +167,22 @@ pub fn fit_by_seq_len_text(
     }
     out.push_str(&t.to_string());
     out.push('\n');
-    if let Some(why) = stopped_at {
+    if let Some(why) = &r.stopped {
         out.push_str(&format!("longer sequences: {why}\n"));
     }
     if longest.size == 0 {
         out.push_str("longest sequence at batch size 1: none fits\n");
     } else {
+        let why = if longest.next_size.as_ref().is_some_and(|e| !e.built()) {
+            " (the model's longest: it cannot be built one longer)".to_string()
+        } else if longest.verified {
+            format!(" ({} does not fit)", longest.size + 1)
+        } else {
+            " (the longest the search tries)".to_string()
+        };
         out.push_str(&format!(
-            "longest sequence at batch size 1: {}{}\n",
-            longest.size,
-            if longest
-                .next_size
-                .as_ref()
-                .is_some_and(|e| e.device_bytes == u64::MAX)
-            {
-                " (the model's longest: it cannot be built one longer)".to_string()
-            } else if longest.verified {
-                format!(" ({} does not fit)", longest.size + 1)
-            } else {
-                " (the longest the search tries)".to_string()
-            }
+            "longest sequence at batch size 1: {}{why}\n",
+            longest.size
         ));
     }
     out.push_str(

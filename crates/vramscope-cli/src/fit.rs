@@ -6,8 +6,11 @@
 use std::io::Write;
 
 use anyhow::{anyhow, bail, Context, Result};
-use vramscope_advice::{fit_search, parse_margin, render, smallest_gpu, Target};
+use vramscope_advice::{
+    fit_by_seq_len, fit_search, parse_margin, render, smallest_gpu, Target, SEQ_LENS,
+};
 use vramscope_core::sim::{Mode, StepConfig};
+use vramscope_core::Graph;
 
 use crate::estimate::gpu;
 use crate::model::{self, ModelArgs};
@@ -37,11 +40,23 @@ pub struct FitArgs {
     pub json: bool,
 }
 
-/// The sequence lengths a transformer fitted without `--seq-len` is searched at.
-const SEQ_LENS: [u64; 6] = [512, 1024, 2048, 4096, 8192, 16384];
+/// `args` with `--seq-len seq`.
+fn at_seq(args: &ModelArgs, seq: u64) -> ModelArgs {
+    ModelArgs {
+        seq_len: Some(seq),
+        ..args.clone()
+    }
+}
 
-/// A transformer fitted without `--seq-len`: the largest batch at each of [`SEQ_LENS`] (up to the
-/// first the model refuses or where not even batch 1 fits), and the longest sequence at batch 1.
+/// The graph of `args` at `batch`, for a search (which reports a build error as a message).
+fn graph(args: &ModelArgs, batch: u64, cfg: &StepConfig) -> Result<Graph, String> {
+    model::load(args, batch, cfg)
+        .map(|l| l.graph)
+        .map_err(|e| format!("{e:#}"))
+}
+
+/// A transformer fitted without `--seq-len`: the largest batch at each of [`SEQ_LENS`], and the
+/// longest sequence at batch size 1.
 fn by_seq_len(
     a: &FitArgs,
     cfg: &StepConfig,
@@ -49,59 +64,21 @@ fn by_seq_len(
     what: &str,
     name: &str,
 ) -> Result<()> {
-    let at_seq = |s: u64| ModelArgs {
-        seq_len: Some(s),
-        ..a.model.clone()
-    };
-    let mut rows = Vec::new();
-    let mut stopped_at = None;
-    for seq in SEQ_LENS {
-        // a length past the config's positions is refused when the graph is built
-        if let Err(e) = model::load(&at_seq(seq), 1, cfg) {
-            stopped_at = Some(format!("{e:#}"));
-            break;
-        }
-        let r = fit_search(
-            "batch_size",
-            |b| {
-                model::load(&at_seq(seq), b, cfg)
-                    .map(|l| l.graph)
-                    .map_err(|e| format!("{e:#}"))
-            },
-            cfg,
-            target,
-        )?;
-        let none = r.size == 0;
-        rows.push((seq, r));
-        if none {
-            stopped_at = Some("batch size 1 does not fit at the length above".into());
-            break;
-        }
-    }
-    let longest = fit_search(
-        "seq_len",
-        |s| {
-            model::load(&at_seq(s), 1, cfg)
-                .map(|l| l.graph)
-                .map_err(|e| format!("{e:#}"))
-        },
+    let r = fit_by_seq_len(
+        &SEQ_LENS,
+        |seq, batch| graph(&at_seq(&a.model, seq), batch, cfg),
         cfg,
         target,
     )?;
     let text = if a.json {
-        let v = serde_json::json!({
-            "model": name,
-            "by_seq_len": rows.iter().map(|(seq, r)| {
-                let mut v = serde_json::to_value(r).unwrap_or_default();
-                v["seq_len"] = (*seq).into();
-                v["batch_size"] = r.size.into();
-                v
-            }).collect::<Vec<_>>(),
-            "longest_seq_len_at_batch_size_1": longest,
-        });
+        let mut v = serde_json::to_value(&r).context("serialising the result")?;
+        for row in v["by_seq_len"].as_array_mut().into_iter().flatten() {
+            row["batch_size"] = row["size"].clone();
+        }
+        v["model"] = name.into();
         serde_json::to_string_pretty(&v).context("serialising the result")? + "\n"
     } else {
-        render::fit_by_seq_len_text(what, &rows, &longest, stopped_at.as_deref())
+        render::fit_by_seq_len_text(what, &r)
     };
     std::io::stdout()
         .write_all(text.as_bytes())
@@ -123,13 +100,9 @@ pub fn run(a: &FitArgs) -> Result<()> {
         && a.model.seq_len.is_none()
         && cfg.mode != Mode::Generate
         && model::is_transformer(&a.model);
-    let at_seq = |s: u64| ModelArgs {
-        seq_len: Some(s),
-        ..a.model.clone()
-    };
     // check the model and its input once, with a clear error, before searching
     let probe = if no_seq_len {
-        at_seq(1)
+        at_seq(&a.model, 1)
     } else {
         a.model.clone()
     };
@@ -145,16 +118,9 @@ pub fn run(a: &FitArgs) -> Result<()> {
                 return by_seq_len(a, &cfg, &target, &what, &name);
             }
             let r = match a.search.as_str() {
-                "batch" | "batch-size" => fit_search(
-                    "batch_size",
-                    |b| {
-                        model::load(&a.model, b, &cfg)
-                            .map(|l| l.graph)
-                            .map_err(|e| format!("{e:#}"))
-                    },
-                    &cfg,
-                    &target,
-                )?,
+                "batch" | "batch-size" => {
+                    fit_search("batch_size", |b| graph(&a.model, b, &cfg), &cfg, &target)?
+                }
                 "seq-len" | "seq" => {
                     if cfg.mode == Mode::Generate {
                         bail!("--search seq-len searches a forward's --seq-len; with --mode generate search the batch (--search batch) at a given --prompt-len and --new-tokens");
@@ -165,11 +131,7 @@ pub fn run(a: &FitArgs) -> Result<()> {
                     }
                     fit_search(
                         "seq_len",
-                        |s| {
-                            model::load(&at_seq(s), a.model.batch_size, &cfg)
-                                .map(|l| l.graph)
-                                .map_err(|e| format!("{e:#}"))
-                        },
+                        |s| graph(&at_seq(&a.model, s), a.model.batch_size, &cfg),
                         &cfg,
                         &target,
                     )?
