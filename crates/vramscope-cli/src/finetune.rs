@@ -71,6 +71,9 @@ impl FinetuneArgs {
             let cfg = FourBitConfig::for_precision(precision, self.double_quant);
             graph = load_in_4bit(&graph, &cfg)?;
         }
+        if self.qlora == Some(0) {
+            bail!("--qlora: the rank r must be a positive integer");
+        }
         match self.lora.or(self.qlora) {
             Some(rank) => {
                 let cfg = LoraConfig {

@@ -15,6 +15,10 @@ use crate::ir::{
 };
 use crate::ops::{Op, ShapeError};
 
+/// What `GraphBuilder::shape` answers after a shape error: more dimensions than any op reads,
+/// none of them zero (also the number of outputs a node gets after the error).
+const PLACEHOLDER_SHAPE: [u64; 8] = [1; 8];
+
 /// An error while building a graph: a shape rule failed inside a named module.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{}{shape}", where_(module))]
@@ -200,8 +204,19 @@ impl GraphBuilder {
         t
     }
 
-    /// The shape of a tensor.
+    /// The first shape error so far, which `finish()` will report (a front-end that checks the
+    /// finished model's outputs itself asks first: after an error shapes are placeholders).
+    pub fn first_error(&self) -> Option<&BuildError> {
+        self.error.as_ref()
+    }
+
+    /// The shape of a tensor. Once a shape rule has failed, every shape is a placeholder of
+    /// ones (`PLACEHOLDER_SHAPE`): front-ends read dimensions by index and divide by them while
+    /// they finish the model, and `finish()` reports the first error instead of the graph.
     pub fn shape(&self, t: TensorId) -> &[u64] {
+        if self.error.is_some() {
+            return &PLACEHOLDER_SHAPE;
+        }
         &self.graph.tensor(t).shape
     }
 
@@ -913,6 +928,31 @@ impl GraphBuilder {
         self.graph.nodes[node.0 as usize].outputs.to_vec()
     }
 
+    /// Records a node after a shape error: `PLACEHOLDER_SHAPE.len()` outputs (front-ends index
+    /// the outputs of `op_multi`), all of the placeholder shape and of the first input's dtype.
+    fn push_placeholder(
+        &mut self,
+        op: Arc<dyn Op>,
+        inputs: &[TensorId],
+        params: Vec<ParamId>,
+    ) -> NodeId {
+        let dtype = inputs
+            .first()
+            .map_or(DType::F32, |&t| self.graph.tensor(t).dtype);
+        let node = NodeId(self.graph.nodes.len() as u32);
+        let outputs: TensorList = (0..PLACEHOLDER_SHAPE.len())
+            .map(|_| self.new_tensor(PLACEHOLDER_SHAPE.to_vec(), dtype, Some(node)))
+            .collect();
+        self.graph.nodes.push(Node {
+            op,
+            module: self.current(),
+            inputs: inputs.into(),
+            params: params.into(),
+            outputs,
+        });
+        node
+    }
+
     /// Records a node (its output tensors are the node's `outputs`, at least one).
     fn push(&mut self, op: Arc<dyn Op>, inputs: &[TensorId], params: Vec<ParamId>) -> NodeId {
         let mut shapes_buf: [&[u64]; INLINE_INPUTS] = [&[]; INLINE_INPUTS];
@@ -930,15 +970,15 @@ impl GraphBuilder {
             &shapes_vec
         };
         let out_shapes = if self.error.is_some() {
-            // after the first error keep going with placeholder shapes; finish() reports the error
-            vec![shapes.first().map(|s| s.to_vec()).unwrap_or_default()]
+            // after the first error keep going with placeholder outputs; finish() reports the error
+            return self.push_placeholder(op, inputs, params);
         } else {
             match op.output_shapes(shapes) {
                 Ok(s) => s,
                 Err(e) => {
                     let module = self.graph.modules[self.current().0 as usize].path.clone();
                     self.error = Some(BuildError { module, shape: e });
-                    vec![shapes.first().map(|s| s.to_vec()).unwrap_or_default()]
+                    return self.push_placeholder(op, inputs, params);
                 }
             }
         };

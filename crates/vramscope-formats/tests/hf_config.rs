@@ -839,3 +839,78 @@ fn decoder_sequence_classifiers_count_and_name_as_transformers_does() {
         "{e}"
     );
 }
+
+/// Every field of every small config in `fixtures/hf/configs`, set to a wrong or extreme value
+/// (zero, negative, 2^32 - 1, huge, fractional, a string, null, a list, an object) or removed, either
+/// builds or is refused with an error naming the file: never a panic, and never a build that
+/// runs for ever (layer and expert counts are bounded). Training and generation both run.
+#[test]
+fn mutated_configs_build_or_name_the_file() {
+    let mutations: [serde_json::Value; 11] = [
+        0.into(),
+        (-1).into(),
+        3.into(),
+        u64::from(u32::MAX).into(),
+        1_000_000_000_000_000u64.into(),
+        (1u64 << 63).into(),
+        1.5.into(),
+        "x".into(),
+        serde_json::Value::Null,
+        serde_json::json!([]),
+        serde_json::json!({}),
+    ];
+    let mut generate = HfInput::new(1, 8, Precision::Fp32);
+    generate.generate = Some(hf::Generation { new_tokens: 3 });
+    let inputs = [HfInput::new(1, 8, Precision::AmpBf16), generate];
+    let dir = format!("{}/fixtures/hf/configs", root());
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    let mut builds = 0;
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        let original: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let mut fields: Vec<Vec<String>> = Vec::new();
+        for (k, v) in original.as_object().unwrap() {
+            fields.push(vec![k.clone()]);
+            if let (true, Some(inner)) = (k == "text_config", v.as_object()) {
+                fields.extend(inner.keys().map(|ik| vec![k.clone(), ik.clone()]));
+            }
+        }
+        for field in &fields {
+            for mutation in mutations.iter().map(Some).chain([None]) {
+                let mut config = original.clone();
+                let mut holder = &mut config;
+                for k in &field[..field.len() - 1] {
+                    holder = &mut holder[k.as_str()];
+                }
+                let holder = holder.as_object_mut().unwrap();
+                match mutation {
+                    Some(v) => holder.insert(field[field.len() - 1].clone(), v.clone()),
+                    None => holder.remove(&field[field.len() - 1]),
+                };
+                let name = format!("{}[{}]", file.display(), field.join("."));
+                for input in &inputs {
+                    let built = std::panic::catch_unwind(|| {
+                        let cfg = HfConfig::parse(&name, &config.to_string())?;
+                        hf::build(&cfg, input).map(|_| ())
+                    });
+                    match built {
+                        Ok(Ok(())) => builds += 1,
+                        Ok(Err(e)) => assert!(
+                            e.to_string().starts_with(&name),
+                            "{name} = {mutation:?}: the error does not name the file: {e}"
+                        ),
+                        Err(_) => panic!(
+                            "{name} = {mutation:?} panicked (generate: {})",
+                            input.generate.is_some()
+                        ),
+                    }
+                }
+            }
+        }
+    }
+    assert!(builds > 1000, "only {builds} mutated configs built");
+}

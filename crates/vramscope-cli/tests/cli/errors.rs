@@ -168,6 +168,10 @@ fn bad_lora_and_freeze_flags() {
         &["estimate", cfg, "--seq-len", "64", "--lora", "0"],
         &["--lora", "positive"],
     );
+    fails_with(
+        &["estimate", cfg, "--seq-len", "64", "--qlora", "0"],
+        &["--qlora:", "positive"],
+    );
     // the default targets (no --lora-targets) matching nothing: said as such, with the names
     fails_with(
         &["estimate", "resnet50", "--lora", "8"],
@@ -183,6 +187,9 @@ fn bad_lora_and_freeze_flags() {
         &["estimate", cfg, "--seq-len", "64", "--freeze", "encoder"],
         &["--freeze encoder", "model.embed_tokens.weight"],
     );
+    // the examples are parameters, not buffers such as the rotary embedding's inv_freq
+    let out = vramscope(&["estimate", cfg, "--seq-len", "64", "--freeze", "encoder"]);
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("inv_freq"));
     fails_with(
         &[
             "estimate",

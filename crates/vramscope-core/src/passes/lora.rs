@@ -130,6 +130,7 @@ pub fn freeze(g: &mut Graph, patterns: &[String]) -> Result<Vec<usize>, PassErro
             let example = g
                 .params
                 .iter()
+                .filter(|p| p.kind == ParamKind::Parameter)
                 .take(3)
                 .map(|p| p.name.as_str())
                 .collect::<Vec<_>>()

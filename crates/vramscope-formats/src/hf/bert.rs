@@ -81,19 +81,19 @@ fn spec(cfg: &HfConfig, input: &HfInput) -> Result<Spec, HfError> {
         field: "hidden_act".into(),
         expected: "one of gelu, relu, silu, tanh".into(),
     })?;
-    let hidden_dropout = cfg.f64_or("hidden_dropout_prob", 0.1)?;
+    let hidden_dropout = cfg.prob_or("hidden_dropout_prob", 0.1)?;
     Ok(Spec {
         vocab: cfg.u64(&["vocab_size"])?,
         hidden,
-        layers: cfg.u64(&["num_hidden_layers"])?,
+        layers: cfg.layers(&["num_hidden_layers"])?,
         heads,
         intermediate: cfg.u64(&["intermediate_size"])?,
         max_positions: cfg.u64(&["max_position_embeddings"])?,
         type_vocab: cfg.opt_u64(&["type_vocab_size"])?.unwrap_or(2),
         pad: cfg.opt_u64(&["pad_token_id"])?.unwrap_or(0),
         hidden_dropout,
-        attn_dropout: cfg.f64_or("attention_probs_dropout_prob", 0.1)?,
-        classifier_dropout: cfg.f64_or("classifier_dropout", hidden_dropout)?,
+        attn_dropout: cfg.prob_or("attention_probs_dropout_prob", 0.1)?,
+        classifier_dropout: cfg.prob_or("classifier_dropout", hidden_dropout)?,
         act,
         num_labels: num_labels(cfg)?,
         eager: encoder_eager(input),

@@ -6,6 +6,19 @@ use serde_json::{Map, Value};
 
 use super::HfError;
 
+/// The largest integer a size field may hold: below 2^32, so that the product of two sizes
+/// (`num_heads * d_kv`, `hidden_size * vocab_size`) cannot overflow before the builder checks
+/// the shapes it makes.
+pub const MAX_INT: u64 = u32::MAX as u64;
+
+/// The most layers one stack may have (`num_hidden_layers`, `n_layer`, T5's `num_layers` and
+/// `num_decoder_layers`): sixteen times Llama 3.1 405B's 126, while the graph of every layer
+/// still builds and simulates in well under a second.
+pub const MAX_LAYERS: u64 = 2_048;
+
+/// The most experts an MoE layer may have (`num_local_experts`, `num_experts`).
+pub const MAX_EXPERTS: u64 = 4_096;
+
 /// A parsed `config.json`.
 #[derive(Debug, Clone)]
 pub struct HfConfig {
@@ -66,12 +79,13 @@ impl HfConfig {
         }
     }
 
-    /// A positive integer field, under the first of `keys` present.
+    /// A non-negative integer field (at most `MAX_INT`), under the first of `keys` present.
     pub fn opt_u64(&self, keys: &[&str]) -> Result<Option<u64>, HfError> {
         for k in keys {
             if let Some(v) = self.get(k) {
                 return match v.as_u64() {
-                    Some(n) => Ok(Some(n)),
+                    Some(n) if n <= MAX_INT => Ok(Some(n)),
+                    Some(n) => Err(self.err(k, &format!("an integer below 2^32 (got {n})"))),
                     None => Err(self.err(k, "a non-negative integer")),
                 };
             }
@@ -88,11 +102,51 @@ impl HfConfig {
         }
     }
 
+    /// `n`, read from `key`, if it is at most `max`: the counts that decide how many layers or
+    /// experts vramscope builds one by one are bounded so that a typo cannot make it build for
+    /// hours (`what` says what is counted, for the message).
+    pub fn at_most(&self, key: &str, n: u64, max: u64, what: &str) -> Result<u64, HfError> {
+        if n <= max {
+            Ok(n)
+        } else {
+            Err(self.err(key, &format!("at most {max} {what} (got {n})")))
+        }
+    }
+
+    /// A required layer count (the first of `keys` present), at most `MAX_LAYERS`.
+    pub fn layers(&self, keys: &[&str]) -> Result<u64, HfError> {
+        let n = self.u64(keys)?;
+        self.at_most(self.first_present(keys), n, MAX_LAYERS, "layers")
+    }
+
+    /// The first of `keys` the config sets (the one a reader of `keys` took its value from), or
+    /// the first key when none is set.
+    pub fn first_present<'k>(&self, keys: &[&'k str]) -> &'k str {
+        keys.iter()
+            .copied()
+            .find(|k| self.get(k).is_some())
+            .unwrap_or(keys[0])
+    }
+
     /// A number field, or `default`.
     pub fn f64_or(&self, key: &str, default: f64) -> Result<f64, HfError> {
         match self.get(key) {
             None => Ok(default),
             Some(v) => v.as_f64().ok_or_else(|| self.err(key, "a number")),
+        }
+    }
+
+    /// A dropout probability, or `default`: a number in [0, 1], which `nn.Dropout` and
+    /// `F.dropout` require ("dropout probability has to be between 0 and 1").
+    pub fn prob_or(&self, key: &str, default: f64) -> Result<f64, HfError> {
+        let p = self.f64_or(key, default)?;
+        if (0.0..=1.0).contains(&p) {
+            Ok(p)
+        } else {
+            Err(self.err(
+                key,
+                &format!("a dropout probability between 0 and 1 (got {p})"),
+            ))
         }
     }
 

@@ -32,6 +32,7 @@
 use vramscope_core::ops::{ActivationKind, Aten, GradIn, Linear, Saved};
 use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
+use super::config::MAX_LAYERS;
 use super::generate::CausalLm;
 use super::layers::{
     activation_fn, add, apply_rotary, attention_mask, attention_output, cached_attention,
@@ -172,7 +173,12 @@ fn spec(cfg: &HfConfig, flavor: Flavor) -> Result<Spec, HfError> {
             format!("a divisor of num_attention_heads = {heads}"),
         ));
     }
-    let layers = or(&["num_hidden_layers"], d.layers)?;
+    let layers = cfg.at_most(
+        "num_hidden_layers",
+        or(&["num_hidden_layers"], d.layers)?,
+        MAX_LAYERS,
+        "layers",
+    )?;
     // GemmaMLP reads `hidden_act` (its config maps the legacy "gelu" to the tanh approximation);
     // Gemma2/3 read `hidden_activation`
     let act_key = match flavor {
@@ -253,7 +259,7 @@ fn spec(cfg: &HfConfig, flavor: Flavor) -> Result<Spec, HfError> {
         head_dim: or(&["head_dim"], 256)?,
         intermediate: or(&["intermediate_size"], d.intermediate)?,
         attn_bias: cfg.bool_or("attention_bias", false)?,
-        attn_dropout: cfg.f64_or("attention_dropout", 0.0)?,
+        attn_dropout: cfg.prob_or("attention_dropout", 0.0)?,
         tied: cfg.bool_or("tie_word_embeddings", true)?,
         max_positions: or(&["max_position_embeddings"], d.max_positions)?,
         sliding_window,

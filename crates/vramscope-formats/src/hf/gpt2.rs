@@ -53,12 +53,12 @@ fn spec(cfg: &HfConfig) -> Result<Spec, HfError> {
         vocab: cfg.u64(&["vocab_size"])?,
         positions: cfg.u64(&["n_positions", "max_position_embeddings"])?,
         hidden,
-        layers: cfg.u64(&["n_layer", "num_hidden_layers"])?,
+        layers: cfg.layers(&["n_layer", "num_hidden_layers"])?,
         heads,
         inner: cfg.opt_u64(&["n_inner"])?.unwrap_or(4 * hidden),
-        embd_pdrop: cfg.f64_or("embd_pdrop", 0.1)?,
-        attn_pdrop: cfg.f64_or("attn_pdrop", 0.1)?,
-        resid_pdrop: cfg.f64_or("resid_pdrop", 0.1)?,
+        embd_pdrop: cfg.prob_or("embd_pdrop", 0.1)?,
+        attn_pdrop: cfg.prob_or("attn_pdrop", 0.1)?,
+        resid_pdrop: cfg.prob_or("resid_pdrop", 0.1)?,
         tied: cfg.bool_or("tie_word_embeddings", true)?,
     })
 }

@@ -200,6 +200,16 @@ pub(super) fn spec(cfg: &HfConfig, model_type: &str) -> Result<Spec, HfError> {
         (Variant::Qwen3, _) => 128,
         _ => hidden / heads,
     };
+    if head_dim == 0 {
+        // `self.head_dim**-0.5` in the attention's constructor fails on 0
+        return Err(HfError::Field {
+            path: cfg.path.clone(),
+            field: "num_attention_heads".into(),
+            expected: format!(
+                "at most hidden_size = {hidden} (head_dim = hidden_size // num_attention_heads is 0)"
+            ),
+        });
+    }
     if let Some(act) = cfg.str("hidden_act")? {
         if act != "silu" {
             return Err(HfError::Field {
@@ -234,7 +244,7 @@ pub(super) fn spec(cfg: &HfConfig, model_type: &str) -> Result<Spec, HfError> {
         Variant::Phi3 => (false, false),
         _ => (attention_bias, attention_bias),
     };
-    let layers = cfg.u64(&["num_hidden_layers"])?;
+    let layers = cfg.layers(&["num_hidden_layers"])?;
     Ok(Spec {
         variant,
         vocab: cfg.u64(&["vocab_size"])?,
@@ -245,9 +255,9 @@ pub(super) fn spec(cfg: &HfConfig, model_type: &str) -> Result<Spec, HfError> {
         head_dim,
         rotary_dim,
         intermediate: cfg.u64(&["intermediate_size"])?,
-        attn_dropout: cfg.f64_or("attention_dropout", 0.0)?,
+        attn_dropout: cfg.prob_or("attention_dropout", 0.0)?,
         resid_dropout: match variant {
-            Variant::Phi3 => cfg.f64_or("resid_pdrop", 0.0)?,
+            Variant::Phi3 => cfg.prob_or("resid_pdrop", 0.0)?,
             _ => 0.0,
         },
         qkv_bias,

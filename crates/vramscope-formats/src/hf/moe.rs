@@ -29,6 +29,7 @@ use vramscope_core::ops::{
 };
 use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
+use super::config::MAX_EXPERTS;
 use super::generate::{rotary_kv_dtypes, CausalLm};
 use super::layers::{
     activation_fn, add, attention_mask, cast, linear, linear_fn, mul, packed_sequence_check,
@@ -126,6 +127,12 @@ fn moe_spec(cfg: &HfConfig, flavor: Flavor, layers: u64) -> Result<Moe, HfError>
         Flavor::Qwen3Moe => &["num_experts", "num_local_experts"],
     };
     let experts = count(cfg, experts_keys)?;
+    let experts = cfg.at_most(
+        cfg.first_present(experts_keys),
+        experts,
+        MAX_EXPERTS,
+        "experts",
+    )?;
     let top_k = if experts > 0 {
         cfg.u64(&["num_experts_per_tok"])?
     } else {

@@ -39,6 +39,7 @@ use vramscope_core::ops::{
 };
 use vramscope_core::{DType, Graph, GraphBuilder, Precision, TensorId};
 
+use super::config::MAX_LAYERS;
 use super::gpt2::gelu_new;
 use super::layers::{
     add, cast, dropout, eager_attention, eager_causal_mask, eager_heads, embedding,
@@ -216,7 +217,14 @@ impl Defaults {
 
 fn spec(cfg: &HfConfig, variant: Variant, input: &HfInput) -> Result<Spec, HfError> {
     let dflt = Defaults::of(variant);
-    let enc_layers = u64_or(cfg, &["num_layers", "num_hidden_layers"], dflt.layers)?;
+    let layer_keys = ["num_layers", "num_hidden_layers"];
+    let enc_layers = u64_or(cfg, &layer_keys, dflt.layers)?;
+    let enc_layers = cfg.at_most(
+        cfg.first_present(&layer_keys),
+        enc_layers,
+        MAX_LAYERS,
+        "layers",
+    )?;
     let proj = cfg
         .str("feed_forward_proj")?
         .unwrap_or(dflt.feed_forward_proj);
@@ -270,9 +278,14 @@ fn spec(cfg: &HfConfig, variant: Variant, input: &HfInput) -> Result<Spec, HfErr
         d_ff: u64_or(cfg, &["d_ff"], dflt.d_ff)?,
         heads: u64_or(cfg, &["num_heads", "num_attention_heads"], dflt.heads)?,
         enc_layers,
-        dec_layers: u64_or(cfg, &["num_decoder_layers"], enc_layers)?,
+        dec_layers: cfg.at_most(
+            "num_decoder_layers",
+            u64_or(cfg, &["num_decoder_layers"], enc_layers)?,
+            MAX_LAYERS,
+            "layers",
+        )?,
         buckets: u64_or(cfg, &["relative_attention_num_buckets"], 32)?,
-        dropout: cfg.f64_or("dropout_rate", 0.1)?,
+        dropout: cfg.prob_or("dropout_rate", 0.1)?,
         gated,
         act,
         scale_decoder_outputs,

@@ -514,7 +514,10 @@ impl<'a> Lowerer<'a> {
     /// Lowers node `idx`; `leaf` is the module name when the node is the whole forward of a child
     /// module of the current one.
     pub fn lower(&mut self, b: &mut GraphBuilder, idx: usize, leaf: Option<&str>) {
-        if self.error.is_some() || self.fusions.absorbed.contains(&idx) {
+        // after a shape error the builder's shapes are placeholders: lowering more nodes would
+        // only report errors of its own about them
+        if self.error.is_some() || b.first_error().is_some() || self.fusions.absorbed.contains(&idx)
+        {
             return;
         }
         let n = &self.file.graph().node[idx];

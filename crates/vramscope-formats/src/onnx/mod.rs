@@ -321,6 +321,12 @@ fn lower_pass(
         })
         .collect();
     lower::emit_items(&mut b, &mut lw, &items, 0);
+    if let Some(e) = b.first_error() {
+        return Err(OnnxError::Lowering {
+            path: f.path.clone(),
+            what: e.to_string(),
+        });
+    }
     if let Some(e) = lw.error.take() {
         return Err(OnnxError::Lowering {
             path: f.path.clone(),
