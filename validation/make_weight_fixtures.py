@@ -5,7 +5,8 @@ for `--weights-dtype from-files` about 100 KB of zeros): real files made by the 
 `reference.json`: what the packages' own readers (safetensors' safe_open, gguf's GGUFReader) say each
 good file holds.
 
-Run (in the truth venv, which has torch, transformers 5.23, safetensors 0.8 and gguf 0.19):
+Run (in the truth venv, which has torch, transformers 5.23, safetensors 0.8, gguf 0.19 and
+bitsandbytes 0.50.2):
     ~/.venvs/truth/bin/python validation/make_weight_fixtures.py
 The output is deterministic (fixed seeds), so rerunning it leaves the committed files unchanged.
 """
@@ -94,6 +95,27 @@ def checkpoint_folders() -> None:
     c = json.loads((bad / "config.json").read_text())
     c["intermediate_size"] = 48
     (bad / "config.json").write_text(json.dumps(c, indent=2, sort_keys=True) + "\n")
+
+
+def bnb_4bit_folder(path: pathlib.Path) -> None:
+    """A checkpoint saved already quantized, as unsloth's `*-bnb-4bit` repositories are: the
+    tiny Llama loaded with BitsAndBytesConfig(load_in_4bit, nf4, double quantization, bfloat16
+    compute) on the CPU and saved again, so config.json carries its `quantization_config` and
+    model.safetensors the packed uint8 weights with their quantization state (needs bitsandbytes
+    in the venv: `pip install bitsandbytes==0.50.2`)."""
+    from transformers import BitsAndBytesConfig, LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    base = path.parent / (path.name + ".base")
+    shutil.rmtree(base, ignore_errors=True)
+    LlamaForCausalLM(LlamaConfig(**LLAMA_CFG)).to(torch.bfloat16).save_pretrained(base)
+    q = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                           bnb_4bit_compute_dtype=torch.bfloat16)
+    model = LlamaForCausalLM.from_pretrained(base, quantization_config=q, device_map="cpu", dtype=torch.bfloat16)
+    shutil.rmtree(path, ignore_errors=True)
+    model.save_pretrained(path)
+    shutil.rmtree(base)
+    (path / "generation_config.json").unlink(missing_ok=True)
 
 
 def split_header(data: bytes):
@@ -241,6 +263,7 @@ def main() -> None:
     corrupt_safetensors(OUT / "tiny.safetensors")
     bad_index(OUT / "sharded")
     checkpoint_folders()
+    bnb_4bit_folder(OUT / "llama-bnb4")
     write_gguf(OUT / "tiny.gguf")
     corrupt_gguf(OUT / "tiny.gguf")
     (OUT / "reference.json").write_text(json.dumps(reference_inventory(), indent=1, sort_keys=True) + "\n")

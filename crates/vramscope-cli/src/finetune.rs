@@ -5,6 +5,7 @@
 use anyhow::{bail, Result};
 use vramscope_core::passes::{apply_lora, freeze, load_in_4bit, FourBitConfig, LoraConfig};
 use vramscope_core::{Graph, Precision};
+use vramscope_formats::hf::PreQuantized4bit;
 
 /// What is trained.
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -58,16 +59,27 @@ impl FinetuneArgs {
             || self.double_quant
     }
 
-    /// Applies the flags to `graph`, for a step run in `precision`.
-    pub fn apply(&self, mut graph: Graph, precision: Precision) -> Result<Graph> {
+    /// Applies the flags to `graph`, for a step run in `precision`; `saved_4bit` says the graph
+    /// is a checkpoint saved as bitsandbytes 4-bit, already quantized by [`load_saved_4bit`]
+    /// (its settings, not the flags', decide how the weights are stored).
+    pub fn apply(
+        &self,
+        mut graph: Graph,
+        precision: Precision,
+        saved_4bit: Option<PreQuantized4bit>,
+    ) -> Result<Graph> {
         if !self.freeze.is_empty() {
             freeze(&mut graph, &self.freeze)?;
         }
-        let four_bit = self.load_in_4bit || self.qlora.is_some();
+        let four_bit = self.load_in_4bit || self.qlora.is_some() || saved_4bit.is_some();
         if self.double_quant && !four_bit {
             bail!("--double-quant applies to 4-bit weights: add --load-in-4bit or --qlora R");
         }
-        if four_bit {
+        if let Some(saved) = saved_4bit {
+            if self.double_quant && !saved.double_quant {
+                bail!("--double-quant: the checkpoint was saved 4-bit with bnb_4bit_use_double_quant = false, and its quantization_config decides how the weights load");
+            }
+        } else if four_bit {
             let cfg = FourBitConfig::for_precision(precision, self.double_quant);
             graph = load_in_4bit(&graph, &cfg)?;
         }
@@ -96,4 +108,17 @@ impl FinetuneArgs {
             None => Ok(graph),
         }
     }
+}
+
+/// What `from_pretrained` does unasked with a checkpoint saved as bitsandbytes 4-bit: every
+/// linear layer but the head becomes a `Linear4bit` holding the saved packed weight and
+/// quantization state, in the checkpoint's settings.
+pub fn load_saved_4bit(graph: &Graph, saved: PreQuantized4bit) -> Result<Graph> {
+    let cfg = FourBitConfig {
+        double_quant: saved.double_quant,
+        compute_dtype: saved.compute_dtype,
+        load_dtype: saved.quant_dtype,
+        pre_quantized: true,
+    };
+    Ok(load_in_4bit(graph, &cfg)?)
 }

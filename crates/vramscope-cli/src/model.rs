@@ -198,6 +198,7 @@ fn apply_checkpoint_dtypes(
     let mut floats: Vec<DType> = graph
         .params
         .iter()
+        .filter(|p| p.kind == vramscope_core::ir::ParamKind::Parameter)
         .filter_map(|p| p.stored_dtype.filter(|d| d.is_float()))
         .collect();
     floats.sort_by_key(|d| d.name());
@@ -229,6 +230,9 @@ pub struct LoadedModel {
     pub checkpoint_layers: Vec<String>,
     /// What a `--mode generate` graph covers.
     pub generation: Option<GenerationInfo>,
+    /// A Hugging Face checkpoint saved as bitsandbytes 4-bit (its `quantization_config`), which
+    /// `load` quantizes the graph for.
+    pub pre_quantized: Option<hf::PreQuantized4bit>,
 }
 
 impl LoadedModel {
@@ -268,11 +272,18 @@ pub fn is_transformer(args: &ModelArgs) -> bool {
 pub fn load(args: &ModelArgs, batch_size: u64, step: &StepConfig) -> Result<LoadedModel> {
     let generate = generation(args, step.mode)?;
     let mut m = load_base(args, batch_size, step.precision, generate)?;
+    if let Some(saved) = m.pre_quantized {
+        // before the files' dtypes: a 4-bit checkpoint stores the packed weights and their
+        // quantization state under the names the quantized model has
+        m.graph = crate::finetune::load_saved_4bit(&m.graph, saved)?;
+    }
     if args.weights_dtype == WeightsDtype::FromFiles {
         apply_checkpoint_dtypes(args, &mut m.graph, step.precision)?;
     }
     if args.finetune.any() {
-        m.graph = args.finetune.apply(m.graph, step.precision)?;
+        m.graph = args
+            .finetune
+            .apply(m.graph, step.precision, m.pre_quantized)?;
     }
     Ok(m)
 }
@@ -351,6 +362,7 @@ fn load_base(
             source: "onnx",
             checkpoint_layers: Vec::new(),
             generation: None,
+            pre_quantized: None,
         });
     }
     let input = ZooInput {
@@ -365,6 +377,7 @@ fn load_base(
         source: "zoo",
         checkpoint_layers: Vec::new(),
         generation: None,
+        pre_quantized: None,
     })
 }
 
@@ -435,6 +448,7 @@ fn load_hf(
             Vec::new()
         },
         generation: m.generation,
+        pre_quantized: m.pre_quantized,
     })
 }
 

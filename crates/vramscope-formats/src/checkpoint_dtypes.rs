@@ -23,7 +23,8 @@ pub struct DtypeMatch {
     pub matched: usize,
     /// Graph parameters no file tensor matches (their dtype follows the precision), by name.
     pub missing: Vec<String>,
-    /// File tensors matching no graph parameter or buffer, by name.
+    /// File tensors matching no graph parameter or buffer, by name (bitsandbytes' packed
+    /// `quant_state` metadata, which stays on the CPU, is not listed).
     pub unused: Vec<String>,
 }
 
@@ -123,7 +124,9 @@ pub fn apply_file_dtypes(
         .tensors
         .iter()
         .zip(used)
-        .filter(|(_, u)| !u)
+        // a 4-bit checkpoint's `quant_state.bitsandbytes__nf4` is its QuantState's other fields
+        // as JSON bytes, which `QuantState.from_dict` reads on the CPU: never a device tensor
+        .filter(|(t, u)| !u && !t.name.contains(".quant_state.bitsandbytes__"))
         .map(|(t, _)| t.name.clone())
         .collect();
     Ok(out)

@@ -225,3 +225,100 @@ fn a_sparse_multi_gigabyte_checkpoint_is_estimated_from_its_header() {
     assert_eq!(r["model"]["parameter_bytes"].as_u64(), Some(at));
     assert_eq!(r["config"]["precision"], "bf16");
 }
+
+/// A checkpoint saved already quantized (fixtures/weights/llama-bnb4: the tiny Llama loaded with
+/// bitsandbytes NF4 and double quantization on the CPU and saved again, as unsloth's `-bnb-4bit`
+/// repositories are) loads 4-bit unasked, as `from_pretrained` does: transformers 5.23 then holds
+/// 53,568 parameters in 70,272 bytes and 16,496 bytes of quantization state (`quant_state`'s
+/// absmax, code, state2.absmax, state2.code and offset of its 14 `Linear4bit`s), all of which
+/// the files name; only their packed JSON `quant_state.bitsandbytes__nf4` stays on the CPU.
+#[test]
+fn a_checkpoint_saved_in_4bit_loads_its_packed_weights_and_state() {
+    let from_files = ["--weights-dtype", "from-files"];
+    let r = infer("llama-bnb4", &from_files);
+    assert_eq!(r["model"]["parameters"], 53_568);
+    assert_eq!(r["model"]["parameter_bytes"], 70_272);
+    // the quantization state plus the rotary embedding's two inverse frequencies, which
+    // vramscope keeps in the parameters' bfloat16 (16 + 16 bytes; transformers: float32)
+    assert_eq!(r["model"]["buffer_bytes"], 16_496 + 32);
+    // every file tensor is matched (no warning), and the layers are 4-bit
+    let dir = fixture("llama-bnb4");
+    let out = vramscope(&[
+        "estimate",
+        &dir,
+        "--seq-len",
+        "64",
+        from_files[0],
+        from_files[1],
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && !err.contains("warning"), "{err}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Linear4bit"));
+    // from the config alone: the same 4-bit layers, where the unquantized model holds 2.6 times the bytes
+    let config_only = infer("llama-bnb4/config.json", &["--precision", "bf16"]);
+    assert_eq!(config_only["model"]["parameter_bytes"], 70_272);
+    let unquantized = infer("llama-bf16", &from_files);
+    assert_eq!(unquantized["model"]["parameter_bytes"], 180_864);
+}
+
+/// `--qlora R` on a checkpoint saved in 4-bit adds the adapters to its 4-bit layers (no second
+/// quantization), and `--double-quant` cannot contradict what the checkpoint saved.
+#[test]
+fn qlora_on_a_4bit_checkpoint_keeps_its_quantization() {
+    let dir = fixture("llama-bnb4");
+    let r = estimate_json(&[
+        &dir,
+        "--seq-len",
+        "64",
+        "-b",
+        "1",
+        "--qlora",
+        "8",
+        "--precision",
+        "amp-bf16",
+    ]);
+    // q_proj (64 -> 64) and v_proj (64 -> 32) of 2 layers: A [8, in] and B [out, 8] each
+    let adapters = 2 * ((64 + 64) * 8 + (64 + 32) * 8);
+    assert_eq!(r["model"]["trainable_parameters"], adapters);
+    assert_eq!(r["model"]["parameters"], 53_568 + adapters);
+    // the packed weights and their state as saved; the embeddings, head and norms (33,408
+    // bytes in bfloat16) in amp-bf16's float32; float32 adapters
+    assert_eq!(
+        r["model"]["parameter_bytes"],
+        70_272 + 33_408 + 4 * adapters
+    );
+    let out = vramscope(&[
+        "estimate",
+        &format!("{dir}/config.json"),
+        "--seq-len",
+        "64",
+        "--load-in-4bit",
+        "--double-quant",
+    ]);
+    assert!(out.status.success());
+    let saved_without = tempdir_config(&dir, |q| {
+        q["bnb_4bit_use_double_quant"] = false.into();
+    });
+    let out = vramscope(&[
+        "estimate",
+        &saved_without,
+        "--seq-len",
+        "64",
+        "--double-quant",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("bnb_4bit_use_double_quant = false"), "{err}");
+}
+
+/// The fixture's config.json with its `quantization_config` changed by `edit`, written to a
+/// temporary file; returns its path.
+fn tempdir_config(dir: &str, edit: impl Fn(&mut Value)) -> String {
+    let text = std::fs::read_to_string(format!("{dir}/config.json")).expect("config");
+    let mut cfg: Value = serde_json::from_str(&text).expect("json");
+    edit(&mut cfg["quantization_config"]);
+    let path =
+        std::env::temp_dir().join(format!("vramscope-bnb4-{}-config.json", std::process::id()));
+    std::fs::write(&path, cfg.to_string()).expect("write");
+    path.display().to_string()
+}

@@ -45,6 +45,11 @@ pub struct FourBitConfig {
     /// `from_pretrained(dtype=...)`: what the weights are loaded in before quantization, and what
     /// they dequantize to.
     pub load_dtype: DType,
+    /// The checkpoint was saved quantized (its config.json has a bitsandbytes
+    /// `quantization_config`): `Params4bit.from_prequantized` moves the packed weights and their
+    /// saved quantization state to the device, so nothing is quantized there (no weight in
+    /// `load_dtype`, no quantization temporaries, no global dynamic map).
+    pub pre_quantized: bool,
 }
 
 impl FourBitConfig {
@@ -59,6 +64,7 @@ impl FourBitConfig {
             double_quant,
             compute_dtype,
             load_dtype: precision.param_dtype(),
+            pre_quantized: false,
         }
     }
 }
@@ -309,7 +315,7 @@ fn reorder_loading(g: &mut Graph, quantized: &[Option<(ModuleId, bool)>], cfg: &
                 module: m,
             });
         }
-        let state = state_tensors(n, cfg.double_quant, first_nested);
+        let state = state_tensors(n, cfg.double_quant, first_nested && !cfg.pre_quantized);
         if cfg.double_quant {
             first_nested = false;
         }
@@ -369,6 +375,10 @@ fn reorder_loading(g: &mut Graph, quantized: &[Option<(ModuleId, bool)>], cfg: &
                     }
                 }
             }
+        }
+        if cfg.pre_quantized {
+            // loaded as saved: nothing is quantized on the device
+            group_temps.clear();
         }
         let end = loaded.len() as u32;
         for mut t in group_temps {
@@ -469,6 +479,28 @@ mod tests {
                 .filter(|s| s.0 == vec![64] && s.1 == Some(DType::F32))
                 .count(),
             2
+        );
+    }
+
+    #[test]
+    fn a_pre_quantized_checkpoint_loads_its_state_without_quantizing() {
+        let saved = FourBitConfig {
+            pre_quantized: true,
+            ..cfg(true)
+        };
+        let g = load_in_4bit(&tiny(), &saved).expect("4-bit");
+        let fresh = load_in_4bit(&tiny(), &cfg(true)).expect("4-bit");
+        assert!(g.init_temporaries.is_empty());
+        assert!(!fresh.init_temporaries.is_empty());
+        // the same packed weight and saved state, but no dynamic map made by quantize_blockwise
+        let names =
+            |g: &Graph| -> Vec<String> { g.params.iter().map(|p| p.name.clone()).collect() };
+        let mut expected = names(&fresh);
+        expected.retain(|n| n != "bitsandbytes.name2qmap.dynamic");
+        assert_eq!(names(&g), expected);
+        assert_eq!(
+            param(&g, "block.q_proj.weight.absmax").stored_dtype,
+            Some(DType::U8)
         );
     }
 

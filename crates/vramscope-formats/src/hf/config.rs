@@ -182,6 +182,15 @@ impl HfConfig {
         }
     }
 
+    /// An object field (`quantization_config`), if present and not `null`.
+    pub fn object(&self, key: &str) -> Result<Option<&Map<String, Value>>, HfError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::Object(m)) => Ok(Some(m)),
+            Some(_) => Err(self.err(key, "an object")),
+        }
+    }
+
     /// A list of strings (`layer_types`), if present.
     pub fn str_list(&self, key: &str) -> Result<Option<Vec<String>>, HfError> {
         match self.get(key) {

@@ -35,6 +35,7 @@ pub(crate) mod layers;
 mod llama;
 mod moe;
 mod opt;
+mod quantization;
 mod seq_cls;
 mod t5;
 
@@ -42,6 +43,7 @@ use std::path::Path;
 
 pub use config::HfConfig;
 pub use generate::{Generation, GenerationInfo};
+pub use quantization::PreQuantized4bit;
 use seq_cls::{DecoderHead, SeqCls};
 use vramscope_core::{BuildError, DType, Graph, Precision};
 
@@ -200,6 +202,10 @@ pub struct HfModel {
     pub checkpoint_layers: Vec<String>,
     /// What the graph of a generation covers (`None` for a forward).
     pub generation: Option<GenerationInfo>,
+    /// The bitsandbytes 4-bit settings of a checkpoint saved quantized (its
+    /// `quantization_config`); the graph itself is the unquantized model, which the caller
+    /// quantizes as `from_pretrained` does.
+    pub pre_quantized: Option<PreQuantized4bit>,
 }
 
 /// An error reading or building a Hugging Face model.
@@ -296,6 +302,7 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
         ));
     }
     let archs = cfg.architectures()?;
+    let pre_quantized = quantization::pre_quantized(cfg)?;
     let task = input
         .task
         .unwrap_or_else(|| HfTask::from_architectures(&archs));
@@ -420,6 +427,7 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
             task,
             checkpoint_layers: Vec::new(),
             generation: Some(info),
+            pre_quantized,
         });
     }
     let (graph, checkpoint_layers) = match family {
@@ -437,6 +445,7 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
         task,
         checkpoint_layers,
         generation: None,
+        pre_quantized,
     })
 }
 
