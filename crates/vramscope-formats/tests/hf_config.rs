@@ -145,6 +145,30 @@ fn bad_configs_name_the_file_and_field() {
         "{e}"
     );
 
+    // fields that would change memory in ways not modelled are refused, not ignored
+    let with = |file: &str, key: &str| -> HfConfig {
+        let path = format!("{}/fixtures/hf/configs/{file}", root());
+        let mut v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        v[key] = true.into();
+        HfConfig::parse("c.json", &v.to_string()).unwrap()
+    };
+    let mut eager = input();
+    eager.attn = hf::AttnImplementation::Eager;
+    for (file, key, input) in [
+        ("gpt2_2l.json", "add_cross_attention", input()),
+        ("roberta_base.json", "add_cross_attention", input()),
+        ("gpt2_2l.json", "reorder_and_upcast_attn", eager.clone()),
+    ] {
+        let e = hf::build(&with(file, key), &input).unwrap_err().to_string();
+        assert!(
+            e.starts_with("c.json") && e.contains(&format!("`{key}`")),
+            "{e}"
+        );
+    }
+    // SDPA ignores the upcast flag
+    assert!(hf::build(&with("gpt2_2l.json", "reorder_and_upcast_attn"), &input()).is_ok());
+
     let e = hf::read_config("/nonexistent/config.json")
         .unwrap_err()
         .to_string();

@@ -66,6 +66,7 @@ pub fn num_labels(cfg: &HfConfig) -> Result<u64, HfError> {
 }
 
 fn spec(cfg: &HfConfig, input: &HfInput) -> Result<Spec, HfError> {
+    cfg.refuse_cross_attention()?;
     let hidden = cfg.u64(&["hidden_size"])?;
     let heads = cfg.u64(&["num_attention_heads"])?;
     if hidden % heads != 0 {

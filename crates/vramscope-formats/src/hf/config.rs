@@ -128,6 +128,20 @@ impl HfConfig {
             .unwrap_or(keys[0])
     }
 
+    /// Refuses `add_cross_attention: true` (GPT-2, BERT, RoBERTa): the cross-attention layers
+    /// it adds run only on an encoder's `encoder_hidden_states`, as the decoder of an
+    /// `EncoderDecoderModel`, which is not modelled (their parameters alone would change the
+    /// counts).
+    pub fn refuse_cross_attention(&self) -> Result<(), HfError> {
+        if self.bool_or("add_cross_attention", false)? {
+            return Err(self.err(
+                "add_cross_attention",
+                "false (cross-attention layers, for the decoder of an encoder-decoder model, are not modelled)",
+            ));
+        }
+        Ok(())
+    }
+
     /// A number field, or `default`.
     pub fn f64_or(&self, key: &str, default: f64) -> Result<f64, HfError> {
         match self.get(key) {

@@ -97,6 +97,18 @@ impl Model {
     pub fn new(cfg: &HfConfig, input: &HfInput) -> Result<Model, HfError> {
         let spec = spec(cfg)?;
         check_positions(cfg, input, "n_positions", spec.positions)?;
+        cfg.refuse_cross_attention()?;
+        if input.attn == AttnImplementation::Eager
+            && cfg.bool_or("reorder_and_upcast_attn", false)?
+        {
+            // eager attention then runs `_upcast_and_reordered_attn` (a float32 baddbmm outside
+            // autocast) instead of `eager_attention_forward`; SDPA ignores the flag
+            return Err(HfError::Field {
+                path: cfg.path.clone(),
+                field: "reorder_and_upcast_attn".into(),
+                expected: "false with --attn-implementation eager (the upcast attention is not modelled; SDPA ignores the flag)".into(),
+            });
+        }
         let eager = (input.attn == AttnImplementation::Eager).then(|| Eager {
             flavor: EagerFlavor::Gpt2,
             dtype: input.precision.param_dtype(),
