@@ -222,12 +222,20 @@ impl HfConfig {
         }
     }
 
+    /// A boolean field, if present and not `null`.
+    pub fn opt_bool(&self, key: &str) -> Result<Option<bool>, HfError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => v
+                .as_bool()
+                .map(Some)
+                .ok_or_else(|| self.err(key, "true or false")),
+        }
+    }
+
     /// A boolean field, or `default`.
     pub fn bool_or(&self, key: &str, default: bool) -> Result<bool, HfError> {
-        match self.get(key) {
-            None => Ok(default),
-            Some(v) => v.as_bool().ok_or_else(|| self.err(key, "true or false")),
-        }
+        Ok(self.opt_bool(key)?.unwrap_or(default))
     }
 
     /// A string field.

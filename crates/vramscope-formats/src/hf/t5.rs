@@ -263,8 +263,13 @@ fn spec(cfg: &HfConfig, variant: Variant, input: &HfInput) -> Result<Spec, HfErr
         ));
     }
     let scale_decoder_outputs = match variant {
-        // T5Config: `scale_decoder_outputs = tie_word_embeddings is not False`
-        Variant::T5 => cfg.bool_or("tie_word_embeddings", true)?,
+        // T5Config: `scale_decoder_outputs = tie_word_embeddings is not False`, unless the config
+        // names it, as transformers 5 saves T5 v1.1 (`scale_decoder_outputs: false` beside a
+        // forced `tie_word_embeddings: true`): the saved value is set after the derived one
+        Variant::T5 => match cfg.opt_bool("scale_decoder_outputs")? {
+            Some(scale) => scale,
+            None => cfg.bool_or("tie_word_embeddings", true)?,
+        },
         // MT5ForConditionalGeneration.forward has no rescale
         Variant::Mt5 => false,
         // UMT5 rescales when `tie_word_embeddings`, which UMT5Config forces to true
