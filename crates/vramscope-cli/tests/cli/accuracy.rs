@@ -498,6 +498,17 @@ fn unseen_checkpoint_cases_match_truth() {
     check("hf_unseen.jsonl");
 }
 
+/// Config fields that change the model from what the built-in configs build
+/// (`validation/make_config_variant_fixtures.sh`): BERT, RoBERTa and DistilBERT masked LMs with
+/// `tie_word_embeddings: false`, whose MLM decoder keeps its own weight and bias (BERT's and
+/// RoBERTa's head `bias` then a parameter without gradient); AMP bf16 AdamW, and fp32 SGD
+/// momentum with checkpointing.
+#[test]
+fn config_variant_cases_match_truth() {
+    assert_eq!(cases("hf_config_variants.jsonl").len(), 6);
+    check("hf_config_variants.jsonl");
+}
+
 /// Odd shapes across the families (`fixtures/truth/hf_odd_shapes.jsonl`, measured with
 /// `validation/make_odd_shape_fixtures.sh`): batches of 3, 5 and 7, sequences of 1, 3, 9, 65, 77,
 /// 129, 257, 333, 777, 999, 1023 and 2049, sliding windows exceeded, fp32, AMP bf16 and fp16,

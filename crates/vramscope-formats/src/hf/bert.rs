@@ -43,6 +43,9 @@ struct Spec {
     classifier_dropout: f64,
     act: ActivationKind,
     num_labels: u64,
+    /// `tie_word_embeddings` (true unless the config says otherwise): the MLM decoder's weight is
+    /// the word embeddings' and its bias the head's `bias`.
+    tied: bool,
     /// `attn_implementation="eager"`: the attention `eager_attention_forward` runs (`None`: SDPA).
     eager: Option<Eager>,
 }
@@ -97,6 +100,7 @@ fn spec(cfg: &HfConfig, input: &HfInput) -> Result<Spec, HfError> {
         classifier_dropout: cfg.prob_or("classifier_dropout", hidden_dropout)?,
         act,
         num_labels: num_labels(cfg)?,
+        tied: cfg.bool_or("tie_word_embeddings", true)?,
         eager: encoder_eager(input),
     })
 }
@@ -177,6 +181,35 @@ pub fn build(
                         num_classes: s.num_labels,
                     },
                 )
+            }
+            _ if !s.tied => {
+                // untied: the decoder keeps its own weight and bias, and the head's `bias` is a
+                // parameter the forward never reads (no gradient, no optimizer state)
+                let (module, class) = match flavor {
+                    Flavor::Bert => ("cls", "BertOnlyMLMHead"),
+                    Flavor::Roberta => ("lm_head", "RobertaLMHead"),
+                };
+                let logits = b.module(module, class, &[h], |b| match flavor {
+                    Flavor::Bert => b.module("predictions", "BertLMPredictionHead", &[h], |b| {
+                        let t = b.module("transform", "BertPredictionHeadTransform", &[h], |b| {
+                            let t = linear(b, "dense", s.hidden, s.hidden, true, h);
+                            let t = activation(b, "transform_act_fn", s.act, t);
+                            layer_norm(b, "LayerNorm", s.hidden, t)
+                        });
+                        let l = linear(b, "decoder", s.hidden, s.vocab, true, t);
+                        b.parameter("bias", vec![s.vocab]);
+                        l
+                    }),
+                    Flavor::Roberta => {
+                        let t = linear(b, "dense", s.hidden, s.hidden, true, h);
+                        let t = activation_fn(b, ActivationKind::GELU, t);
+                        let t = layer_norm(b, "layer_norm", s.hidden, t);
+                        let l = linear(b, "decoder", s.hidden, s.vocab, true, t);
+                        b.parameter("bias", vec![s.vocab]);
+                        l
+                    }
+                });
+                (logits, Task::MaskedLm { vocab: s.vocab })
             }
             _ => {
                 let logits = match flavor {

@@ -31,6 +31,9 @@ struct Spec {
     classif_dropout: f64,
     act: ActivationKind,
     num_labels: u64,
+    /// `tie_word_embeddings` (true unless the config says otherwise): `vocab_projector`'s weight
+    /// is the word embeddings'.
+    tied: bool,
     /// `attn_implementation="eager"` (`None`: SDPA).
     eager: Option<Eager>,
 }
@@ -64,6 +67,7 @@ fn spec(cfg: &HfConfig, input: &HfInput) -> Result<Spec, HfError> {
         classif_dropout: cfg.prob_or("seq_classif_dropout", 0.2)?,
         act,
         num_labels: num_labels(cfg)?,
+        tied: cfg.bool_or("tie_word_embeddings", true)?,
         eager: encoder_eager(input),
     })
 }
@@ -130,9 +134,14 @@ pub fn build(
             let t = linear(b, "vocab_transform", s.dim, s.dim, true, h);
             let t = activation(b, "activation", s.act, t);
             let t = layer_norm(b, "vocab_layer_norm", s.dim, t);
-            let (l, bias) = tied_head_bias(b, "vocab_projector", word, None, t);
-            // post_init drops the projector's own weight and pads its bias into a new tensor
-            b.tie_at_init(&[vec![s.vocab, s.dim], vec![s.vocab]], 1, Some(bias));
+            let l = if s.tied {
+                let (l, bias) = tied_head_bias(b, "vocab_projector", word, None, t);
+                // post_init drops the projector's own weight and pads its bias into a new tensor
+                b.tie_at_init(&[vec![s.vocab, s.dim], vec![s.vocab]], 1, Some(bias));
+                l
+            } else {
+                linear(b, "vocab_projector", s.dim, s.vocab, true, t)
+            };
             (l, Task::MaskedLm { vocab: s.vocab })
         }
     });
