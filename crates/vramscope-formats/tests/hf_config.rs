@@ -123,7 +123,18 @@ fn bad_configs_name_the_file_and_field() {
     let e = hf::build(&cfg, &input()).unwrap_err().to_string();
     assert!(e.contains("c.json") && e.contains("`hidden_size`"), "{e}");
 
+    // a field the file leaves out is the config class's default, as AutoConfig fills it in
+    // (LlamaConfig: 32 heads, 32 layers, 11008-wide MLP, 32000 tokens)
     let cfg = HfConfig::parse("c.json", r#"{"model_type": "llama", "hidden_size": 64}"#).unwrap();
+    let g = hf::build(&cfg, &input()).unwrap().graph;
+    let per_layer = 4 * 64 * 64 + 3 * 64 * 11008 + 2 * 64;
+    assert_eq!(g.parameter_count(), 32 * per_layer + 2 * 32000 * 64 + 64);
+    // without a model_type there is no class to take defaults from
+    let cfg = HfConfig::parse(
+        "c.json",
+        r#"{"architectures": ["LlamaForCausalLM"], "hidden_size": 64}"#,
+    )
+    .unwrap();
     let e = hf::build(&cfg, &input()).unwrap_err().to_string();
     assert!(
         e.contains("`num_attention_heads`") && e.contains("missing"),
@@ -645,7 +656,8 @@ fn moe_configs_it_cannot_model_are_refused() {
     let mixtral = |extra: &str| {
         let text = format!(
             r#"{{"model_type": "mixtral", "vocab_size": 100, "hidden_size": 64,
-            "num_attention_heads": 4, "num_hidden_layers": 2, "intermediate_size": 96,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
+            "intermediate_size": 96,
             "num_local_experts": 4, "num_experts_per_tok": 2{extra}}}"#
         );
         let cfg = HfConfig::parse("m.json", &text).unwrap();
@@ -937,4 +949,113 @@ fn mutated_configs_build_or_name_the_file() {
         }
     }
     assert!(builds > 1000, "only {builds} mutated configs built");
+}
+
+/// A config that names only its `model_type` (and 2 layers) is the config class's defaults, as
+/// `AutoConfig` fills them in: parameter counts equal transformers 5.23's for the model built
+/// from it (counted on the meta device from `{"model_type": M, "architectures": [A], LAYERS: 2}`).
+#[test]
+fn minimal_configs_take_the_config_class_defaults() {
+    for (model_type, class, layers, transformers_count) in [
+        ("gpt2", "GPT2LMHeadModel", "n_layer", 53_561_088),
+        ("opt", "OPTForCausalLM", "num_hidden_layers", 54_360_576),
+        (
+            "llama",
+            "LlamaForCausalLM",
+            "num_hidden_layers",
+            666_914_816,
+        ),
+        (
+            "mistral",
+            "MistralForCausalLM",
+            "num_hidden_layers",
+            698_372_096,
+        ),
+        (
+            "qwen2",
+            "Qwen2ForCausalLM",
+            "num_hidden_layers",
+            1_919_987_712,
+        ),
+        (
+            "qwen3",
+            "Qwen3ForCausalLM",
+            "num_hidden_layers",
+            1_919_963_648,
+        ),
+        ("phi3", "Phi3ForCausalLM", "num_hidden_layers", 423_508_992),
+        (
+            "gemma",
+            "GemmaForCausalLM",
+            "num_hidden_layers",
+            1_340_095_488,
+        ),
+        (
+            "gemma2",
+            "Gemma2ForCausalLM",
+            "num_hidden_layers",
+            745_558_272,
+        ),
+        (
+            "gemma3_text",
+            "Gemma3ForCausalLM",
+            "num_hidden_layers",
+            759_862_528,
+        ),
+        (
+            "mixtral",
+            "MixtralForCausalLM",
+            "num_hidden_layers",
+            3_164_688_384,
+        ),
+        (
+            "qwen2_moe",
+            "Qwen2MoeForCausalLM",
+            "num_hidden_layers",
+            1_763_452_928,
+        ),
+        (
+            "qwen3_moe",
+            "Qwen3MoeForCausalLM",
+            "num_hidden_layers",
+            1_849_698_560,
+        ),
+        ("bert", "BertForMaskedLM", "num_hidden_layers", 38_635_578),
+        (
+            "roberta",
+            "RobertaForMaskedLM",
+            "num_hidden_layers",
+            53_817_945,
+        ),
+        (
+            "distilbert",
+            "DistilBertForMaskedLM",
+            "n_layers",
+            38_634_042,
+        ),
+        ("t5", "T5ForConditionalGeneration", "num_layers", 31_136_256),
+        (
+            "mt5",
+            "MT5ForConditionalGeneration",
+            "num_layers",
+            139_073_920,
+        ),
+        (
+            "umt5",
+            "UMT5ForConditionalGeneration",
+            "num_layers",
+            139_074_304,
+        ),
+    ] {
+        let text = format!(
+            r#"{{"model_type": "{model_type}", "architectures": ["{class}"], "{layers}": 2, "decoder_start_token_id": 0}}"#
+        );
+        let cfg = HfConfig::parse("c.json", &text).unwrap();
+        let m = hf::build(&cfg, &input()).unwrap_or_else(|e| panic!("{model_type}: {e}"));
+        assert_eq!(
+            m.graph.parameter_count(),
+            transformers_count,
+            "{model_type}"
+        );
+    }
 }

@@ -1,6 +1,7 @@
 //! Reading a Hugging Face `config.json`: typed field access with errors that name the file, the
 //! field and what was expected. Multimodal configs keep the language model under `text_config`;
-//! fields missing at the top level are looked up there.
+//! fields missing at the top level are looked up there, then in the defaults of the config class of
+//! the `model_type` (`data/hf_config_defaults.json`), as `AutoConfig` fills them in.
 
 use serde_json::{Map, Value};
 
@@ -26,6 +27,22 @@ pub struct HfConfig {
     pub path: String,
     top: Map<String, Value>,
     text: Option<Map<String, Value>>,
+    /// The defaults of the config class of its `model_type`, which `AutoConfig` fills in for
+    /// the fields the file leaves out.
+    defaults: Option<&'static Map<String, Value>>,
+}
+
+/// `data/hf_config_defaults.json` (written by `validation/hf_config_defaults.py` from
+/// transformers 5.23): per `model_type`, its config class's own field defaults.
+fn class_defaults(model_type: &str) -> Option<&'static Map<String, Value>> {
+    static TABLE: std::sync::OnceLock<Map<String, Value>> = std::sync::OnceLock::new();
+    TABLE
+        .get_or_init(|| {
+            serde_json::from_str(include_str!("../../data/hf_config_defaults.json"))
+                .expect("data/hf_config_defaults.json is a JSON object")
+        })
+        .get(model_type)
+        .and_then(Value::as_object)
 }
 
 impl HfConfig {
@@ -46,10 +63,18 @@ impl HfConfig {
             Some(Value::Object(m)) => Some(m.clone()),
             _ => None,
         };
+        // a multimodal config's own model_type (gemma3) has no table; its text_config's does
+        let model_type = |m: Option<&Map<String, Value>>| {
+            m.and_then(|m| m.get("model_type"))
+                .and_then(Value::as_str)
+                .and_then(class_defaults)
+        };
+        let defaults = model_type(Some(&top)).or_else(|| model_type(text.as_ref()));
         Ok(HfConfig {
             path: path.to_string(),
             top,
             text,
+            defaults,
         })
     }
 
@@ -60,7 +85,14 @@ impl HfConfig {
         self
     }
 
+    /// `key` as the file sets it (at the top level, else in `text_config`), or the config
+    /// class's default.
     fn get(&self, key: &str) -> Option<&Value> {
+        self.own(key).or_else(|| self.default_of(key))
+    }
+
+    /// `key` as the file sets it, not `null`.
+    fn own(&self, key: &str) -> Option<&Value> {
         match self.top.get(key) {
             Some(Value::Null) | None => self
                 .text
@@ -69,6 +101,20 @@ impl HfConfig {
                 .filter(|v| !v.is_null()),
             Some(v) => Some(v),
         }
+    }
+
+    fn default_of(&self, key: &str) -> Option<&'static Value> {
+        self.defaults.and_then(|d| d.get(key))
+    }
+
+    /// The first of `keys` the file sets, else the first the config class has a default for
+    /// (so that an alias the file uses, `n_embd` for `hidden_size`, wins over a default).
+    fn find<'k>(&self, keys: &[&'k str]) -> Option<(&'k str, &Value)> {
+        let own = keys.iter().find_map(|&k| self.own(k).map(|v| (k, v)));
+        own.or_else(|| {
+            keys.iter()
+                .find_map(|&k| self.default_of(k).map(|v| (k, v)))
+        })
     }
 
     fn err(&self, field: &str, expected: &str) -> HfError {
@@ -81,16 +127,14 @@ impl HfConfig {
 
     /// A non-negative integer field (at most `MAX_INT`), under the first of `keys` present.
     pub fn opt_u64(&self, keys: &[&str]) -> Result<Option<u64>, HfError> {
-        for k in keys {
-            if let Some(v) = self.get(k) {
-                return match v.as_u64() {
-                    Some(n) if n <= MAX_INT => Ok(Some(n)),
-                    Some(n) => Err(self.err(k, &format!("an integer below 2^32 (got {n})"))),
-                    None => Err(self.err(k, "a non-negative integer")),
-                };
-            }
+        let Some((k, v)) = self.find(keys) else {
+            return Ok(None);
+        };
+        match v.as_u64() {
+            Some(n) if n <= MAX_INT => Ok(Some(n)),
+            Some(n) => Err(self.err(k, &format!("an integer below 2^32 (got {n})"))),
+            None => Err(self.err(k, "a non-negative integer")),
         }
-        Ok(None)
     }
 
     /// A required positive integer field (the first of `keys` present).
@@ -122,10 +166,7 @@ impl HfConfig {
     /// The first of `keys` the config sets (the one a reader of `keys` took its value from), or
     /// the first key when none is set.
     pub fn first_present<'k>(&self, keys: &[&'k str]) -> &'k str {
-        keys.iter()
-            .copied()
-            .find(|k| self.get(k).is_some())
-            .unwrap_or(keys[0])
+        self.find(keys).map_or(keys[0], |(k, _)| k)
     }
 
     /// Refuses `add_cross_attention: true` (GPT-2, BERT, RoBERTa): the cross-attention layers
@@ -186,7 +227,7 @@ impl HfConfig {
             Some(v) => Some(v),
             None => self.text.as_ref().and_then(|t| t.get(key)),
         };
-        match v {
+        match v.or_else(|| self.default_of(key)) {
             None => Ok(default),
             Some(Value::Null) => Ok(None),
             Some(v) => v
