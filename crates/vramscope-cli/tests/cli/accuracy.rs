@@ -498,6 +498,18 @@ fn unseen_checkpoint_cases_match_truth() {
     check("hf_unseen.jsonl");
 }
 
+/// More real checkpoints' shapes, cut to 2 layers (`validation/make_unseen_shape_fixtures.sh`):
+/// Mistral-NeMo (head_dim 128 under 5120 / 32 heads), Qwen3-30B-A3B (128 experts, top 8),
+/// Qwen2-57B-A14B (a 20480-wide shared expert), Phi-3-medium (10 KV heads, AMP fp16 with
+/// checkpointing), Gemma-3-4B's text model, Phi-3.5-mini (longrope), a Llama with attention and
+/// MLP biases, T5-11B (128 heads of d_kv 128). Gemma-3-4B is 1 MiB (0.01%) over truth from its
+/// first optimizer step until the gradients are freed; the rest are exact.
+#[test]
+fn unseen_shape_cases_match_truth() {
+    assert_eq!(cases("hf_unseen_shapes.jsonl").len(), 9);
+    check("hf_unseen_shapes.jsonl");
+}
+
 /// Config fields that change the model from what the built-in configs build
 /// (`validation/make_config_variant_fixtures.sh`): BERT, RoBERTa and DistilBERT masked LMs with
 /// `tie_word_embeddings: false`, whose MLM decoder keeps its own weight and bias (BERT's and
