@@ -17,26 +17,33 @@
 #   RMSNorm's `weight * h` makes h's gradient before the weight's full-size product.
 # - `it1.backward` under AMP bf16 (Mistral-small, untied `lm_head`), every event: a bias-free
 #   Linear's `MmBackward0` releases its weight's bf16 copy (mat2) before its input's (self).
+# - `it1.backward` under AMP bf16 past a sliding window (Mistral-small with a 1024-token window at
+#   1500 tokens, every event; Gemma-3-4B's text model at its 1024-token window, the large pool):
+#   SDPA gets a mask, so repeat_kv expands k and v to every head, and v's gradient, summed back
+#   heads-first by ExpandBackward0, is copied by its `ViewBackward0` like q's and k's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-$HOME/.venvs/truth}
 mkdir -p .truth/raw
 out=fixtures/truth/events/backward.jsonl
 : > "$out"
-# config, checkpoint (0/1), phase, large (0/1), amp (fp32 / bf16)
-while read -r cfg ckpt phase large amp; do
+# config, checkpoint (0/1), phase, large (0/1), amp (fp32 / bf16), sequence length (1024 if absent)
+while read -r cfg ckpt phase large amp seq; do
+  seq=${seq:-1024}
   flag=() suffix=""
   if [ "$ckpt" = 1 ]; then flag=(--checkpoint); suffix=".ckpt"; fi
   if [ "$amp" != fp32 ]; then suffix="$suffix.$amp"; fi
+  if [ "$seq" != 1024 ]; then suffix="$suffix.s$seq"; fi
   trace=".truth/raw/$cfg$suffix.backward.trace"
   if [ ! -s "$trace" ]; then
     "$VENV/bin/python" ../shared/truth/measure.py --model "hf:fixtures/hf/configs/$cfg.json" \
-        --task causal-lm --batch 4 --seq 1024 --amp "$amp" --optim adamw "${flag[@]}" \
+        --task causal-lm --batch 4 --seq "$seq" --amp "$amp" --optim adamw "${flag[@]}" \
         --trace "$trace" --json > ".truth/raw/$cfg$suffix.backward.json"
   fi
-  python3 - "$cfg" "$ckpt" "$phase" "$large" "$trace" "$amp" >> "$out" <<'PY'
+  python3 - "$cfg" "$ckpt" "$phase" "$large" "$trace" "$amp" "$seq" >> "$out" <<'PY'
 import json, sys
 cfg, ckpt, want, large, trace = sys.argv[1], sys.argv[2] == "1", sys.argv[3], sys.argv[4] == "1", sys.argv[5]
+seq = sys.argv[7]
 precision = {"fp32": "fp32", "bf16": "amp-bf16", "fp16": "amp-fp16"}[sys.argv[6]]
 phase, events = None, []
 for line in open(trace):
@@ -45,7 +52,7 @@ for line in open(trace):
         phase = e["phase"]
     elif phase == want and e["ev"] in ("alloc", "free") and e["bytes"] > (1 << 20 if large else 0):
         events.append([e["ev"], e["bytes"]])
-args = ["--task", "causal-lm", "--batch-size", "4", "--seq-len", "1024", "--precision", precision, "--optimizer", "adamw"]
+args = ["--task", "causal-lm", "--batch-size", "4", "--seq-len", seq, "--precision", precision, "--optimizer", "adamw"]
 if ckpt:
     args.append("--gradient-checkpointing")
 case = {"config": f"fixtures/hf/configs/{cfg}.json", "args": args, "phase": want, "events": events}
@@ -60,5 +67,7 @@ smollm2_135m_2l 0 it1.step 0 fp32
 smollm2_135m_2l 1 it1.backward 1 fp32
 smollm2_135m_2l 0 it1.backward 1 bf16
 mistral_small_2l 0 it1.backward 0 bf16
+mistral_small_2l_sw1024 0 it1.backward 0 bf16 1500
+gemma3_4b_2l 0 it1.backward 1 bf16
 CASES
 wc -c "$out"

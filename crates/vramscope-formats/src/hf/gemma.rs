@@ -741,7 +741,10 @@ fn attention(
     };
     let q = heads_of(b, "q_proj", s.heads, true);
     let k = heads_of(b, "k_proj", s.kv_heads, true);
-    let v = heads_of(b, "v_proj", s.kv_heads, false);
+    // v's gradient comes back heads-first too when a masked SDPA repeats it (repeat_kv's
+    // ExpandBackward0 sums into [B, kv, S, D]): truth traces show v's ViewBackward0 copy then
+    let v_repeated = mask.is_some() && !c.eager && s.heads > s.kv_heads;
+    let v = heads_of(b, "v_proj", s.kv_heads, v_repeated);
     let (q, k) = if s.flavor == Flavor::Gemma3 {
         // per-head GemmaRMSNorm on the transposed q and k, in the projections' dtype
         let norm = format!("{p}RMSNorm");

@@ -668,7 +668,15 @@ pub(super) fn attention(
             (
                 proj(b, "q_proj", s.heads, true, qn),
                 proj(b, "k_proj", s.kv_heads, true, kn),
-                proj(b, "v_proj", s.kv_heads, false, None),
+                // v's gradient comes back heads-first too when a masked SDPA repeats it
+                // (repeat_kv's ExpandBackward0 sums into [B, kv, S, D]): ViewBackward0 copies
+                proj(
+                    b,
+                    "v_proj",
+                    s.kv_heads,
+                    mask.is_some() && s.heads > s.kv_heads,
+                    None,
+                ),
             )
         };
         // apply_rotary_pos_emb(q, k, ...): the raw q and k stay referenced until both are rotated
