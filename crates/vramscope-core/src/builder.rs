@@ -939,9 +939,24 @@ impl GraphBuilder {
         let dtype = inputs
             .first()
             .map_or(DType::F32, |&t| self.graph.tensor(t).dtype);
+        let outputs =
+            std::iter::repeat_n((PLACEHOLDER_SHAPE.to_vec(), dtype), PLACEHOLDER_SHAPE.len());
+        self.record(op, inputs, params, outputs)
+    }
+
+    /// Appends a node in the current module with new output tensors of the given shapes and
+    /// dtypes.
+    fn record(
+        &mut self,
+        op: Arc<dyn Op>,
+        inputs: &[TensorId],
+        params: Vec<ParamId>,
+        outputs: impl IntoIterator<Item = (Shape, DType)>,
+    ) -> NodeId {
         let node = NodeId(self.graph.nodes.len() as u32);
-        let outputs: TensorList = (0..PLACEHOLDER_SHAPE.len())
-            .map(|_| self.new_tensor(PLACEHOLDER_SHAPE.to_vec(), dtype, Some(node)))
+        let outputs: TensorList = outputs
+            .into_iter()
+            .map(|(s, d)| self.new_tensor(s, d, Some(node)))
             .collect();
         self.graph.nodes.push(Node {
             op,
@@ -1001,20 +1016,7 @@ impl GraphBuilder {
             let dtypes: Vec<DType> = inputs.iter().map(|&t| self.graph.tensor(t).dtype).collect();
             op.output_dtypes(&dtypes, out_shapes.len())
         };
-        let node = NodeId(self.graph.nodes.len() as u32);
-        let outputs: TensorList = out_shapes
-            .into_iter()
-            .zip(out_dtypes)
-            .map(|(s, d)| self.new_tensor(s, d, Some(node)))
-            .collect();
-        self.graph.nodes.push(Node {
-            op,
-            module: self.current(),
-            inputs: inputs.into(),
-            params: params.into(),
-            outputs,
-        });
-        node
+        self.record(op, inputs, params, out_shapes.into_iter().zip(out_dtypes))
     }
 
     /// Finishes the graph with its outputs and task, or reports the first shape error.
