@@ -123,6 +123,20 @@ fn render(inv: &WeightInventory) -> String {
         inv.bytes(),
         human(inv.bytes())
     ));
+    if let Some(q) = inv.bnb_4bit() {
+        out.push_str(&format!(
+            "bitsandbytes 4-bit ({}): {} parameters as transformers counts them; {} packed weights \
+             ({}, two weights a byte), their quantization state {} tensors ({}), and {} of \
+             quant_state JSON read on the CPU\n",
+            q.quant_type,
+            q.parameters,
+            q.packed_tensors,
+            human(q.packed_bytes),
+            q.state_tensors,
+            human(q.state_bytes),
+            human(q.metadata_bytes),
+        ));
+    }
     if !inv.metadata.is_empty() {
         out.push_str("metadata:\n");
         for (k, v) in &inv.metadata {
@@ -158,7 +172,7 @@ fn to_json(inv: &WeightInventory) -> serde_json::Value {
             )
         })
         .collect();
-    json!({
+    let mut out = json!({
         "format": inv.format.name(),
         "shape_order": match inv.format {
             WeightFormat::Safetensors => "row-major (PyTorch)",
@@ -170,5 +184,17 @@ fn to_json(inv: &WeightInventory) -> serde_json::Value {
         "by_dtype": by_dtype,
         "metadata": inv.metadata,
         "tensors": tensors,
-    })
+    });
+    if let Some(q) = inv.bnb_4bit() {
+        out["bitsandbytes_4bit"] = json!({
+            "quant_type": q.quant_type,
+            "parameters": q.parameters,
+            "packed_tensors": q.packed_tensors,
+            "packed_bytes": q.packed_bytes,
+            "state_tensors": q.state_tensors,
+            "state_bytes": q.state_bytes,
+            "quant_state_json_bytes": q.metadata_bytes,
+        });
+    }
+    out
 }

@@ -147,6 +147,75 @@ impl WeightInventory {
     }
 }
 
+/// What a checkpoint saved in bitsandbytes 4-bit holds: weights packed two a byte, their
+/// quantization state, and the state's other fields as JSON bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bnb4bitSummary {
+    /// `nf4` or `fp4`, from the `quant_state.bitsandbytes__{type}` names.
+    pub quant_type: String,
+    /// Packed weights (uint8, two 4-bit codes a byte).
+    pub packed_tensors: u64,
+    /// Their bytes.
+    pub packed_bytes: u64,
+    /// The tensors of their quantization state (`absmax`, `quant_map`, `nested_absmax`,
+    /// `nested_quant_map`), which load onto the device with them.
+    pub state_tensors: u64,
+    /// Their bytes.
+    pub state_bytes: u64,
+    /// The `quant_state.bitsandbytes__*` entries: JSON bytes `QuantState.from_dict` reads on the
+    /// CPU.
+    pub metadata_bytes: u64,
+    /// The parameter count as transformers reports a 4-bit model (two per packed byte; the
+    /// quantization state is not counted).
+    pub parameters: u64,
+}
+
+impl WeightInventory {
+    /// The bitsandbytes 4-bit layout, if the checkpoint was saved in it: a weight `X` with a
+    /// `X.quant_state.bitsandbytes__nf4` (or `__fp4`) entry beside it.
+    pub fn bnb_4bit(&self) -> Option<Bnb4bitSummary> {
+        const MARK: &str = ".quant_state.bitsandbytes__";
+        const STATE: [&str; 4] = ["absmax", "quant_map", "nested_absmax", "nested_quant_map"];
+        let packed: BTreeMap<&str, &str> = self
+            .tensors
+            .iter()
+            .filter_map(|t| {
+                let (weight, kind) = t.name.split_once(MARK)?;
+                Some((weight, kind))
+            })
+            .collect();
+        let quant_type = packed.values().next()?.to_string();
+        let mut sum = Bnb4bitSummary {
+            quant_type,
+            packed_tensors: 0,
+            packed_bytes: 0,
+            state_tensors: 0,
+            state_bytes: 0,
+            metadata_bytes: 0,
+            parameters: 0,
+        };
+        for t in &self.tensors {
+            let state_of = t
+                .name
+                .rsplit_once('.')
+                .filter(|(w, attr)| STATE.contains(attr) && packed.contains_key(w));
+            if t.name.contains(MARK) {
+                sum.metadata_bytes += t.bytes;
+            } else if packed.contains_key(t.name.as_str()) {
+                sum.packed_tensors += 1;
+                sum.packed_bytes += t.bytes;
+                sum.parameters += 2 * t.elements;
+            } else if state_of.is_some() {
+                sum.state_tensors += 1;
+                sum.state_bytes += t.bytes;
+            } else {
+                sum.parameters += t.elements;
+            }
+        }
+        Some(sum)
+    }
+}
+
 /// Reads the inventory of `path`: a `.safetensors` file, a `*.safetensors.index.json`, a `.gguf`
 /// file, or a folder holding `model.safetensors.index.json`, `model.safetensors`, other
 /// `*.safetensors` files, or a single `.gguf` file. Only headers are read.

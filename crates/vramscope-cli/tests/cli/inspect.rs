@@ -59,6 +59,30 @@ fn inspect_gguf_json() {
     insta::assert_json_snapshot!(json);
 }
 
+/// A checkpoint saved in bitsandbytes 4-bit (fixtures/weights/llama-bnb4): the packed weights
+/// count two parameters a byte, as transformers' `num_parameters()` reports for the loaded model
+/// (90,432), and the quantization state and its CPU-side JSON are told apart.
+#[test]
+fn inspect_bnb_4bit_checkpoint() {
+    let text = stdout(&["fixtures/weights/llama-bnb4"]);
+    assert!(
+        text.contains("bitsandbytes 4-bit (nf4): 90432 parameters as transformers counts them"),
+        "{text}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&stdout(&["fixtures/weights/llama-bnb4", "--json"])).expect("JSON");
+    let q = &json["bitsandbytes_4bit"];
+    assert_eq!(q["parameters"], 90_432);
+    assert_eq!(q["packed_tensors"], 14);
+    assert_eq!(q["state_tensors"], 56);
+    // what vramscope loads onto the device for them (the estimate's quantization state)
+    assert_eq!(q["state_bytes"].as_u64().unwrap() + 14 * 4, 16_496);
+    // an unquantized checkpoint has no such entry
+    let plain: serde_json::Value =
+        serde_json::from_str(&stdout(&["fixtures/weights/sharded", "--json"])).expect("JSON");
+    assert!(plain.get("bitsandbytes_4bit").is_none());
+}
+
 #[test]
 fn inspect_safetensors_json_totals() {
     let json: serde_json::Value =
