@@ -38,8 +38,10 @@ fn class_defaults(model_type: &str) -> Option<&'static Map<String, Value>> {
     static TABLE: std::sync::OnceLock<Map<String, Value>> = std::sync::OnceLock::new();
     TABLE
         .get_or_init(|| {
+            // compiled in; `every_supported_model_type_has_class_defaults` checks it parses, so
+            // an unreadable table can only mean no defaults (missing fields are then errors)
             serde_json::from_str(include_str!("../../data/hf_config_defaults.json"))
-                .expect("data/hf_config_defaults.json is a JSON object")
+                .unwrap_or_default()
         })
         .get(model_type)
         .and_then(Value::as_object)
@@ -75,6 +77,19 @@ impl HfConfig {
             top,
             text,
             defaults,
+        })
+    }
+
+    /// The config with the defaults of `model_type`'s config class, if it has none yet (a config
+    /// without `model_type`, whose class `build` found from `architectures`); `None` when it
+    /// already has them or the class has no table.
+    pub fn with_class_defaults(&self, model_type: &str) -> Option<HfConfig> {
+        if self.defaults.is_some() {
+            return None;
+        }
+        Some(HfConfig {
+            defaults: Some(class_defaults(model_type)?),
+            ..self.clone()
         })
     }
 
@@ -349,6 +364,39 @@ impl HfConfig {
                 })
                 .collect(),
             Some(_) => Err(self.err("architectures", "a list of class names")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_supported_model_type_has_class_defaults() {
+        for model_type in [
+            "gpt2",
+            "opt",
+            "llama",
+            "mistral",
+            "qwen2",
+            "qwen3",
+            "phi3",
+            "gemma",
+            "gemma2",
+            "gemma3_text",
+            "mixtral",
+            "qwen2_moe",
+            "qwen3_moe",
+            "bert",
+            "roberta",
+            "distilbert",
+            "t5",
+            "mt5",
+            "umt5",
+        ] {
+            let d = class_defaults(model_type).unwrap_or_else(|| panic!("{model_type}"));
+            assert!(d.contains_key("vocab_size"), "{model_type}");
         }
     }
 }

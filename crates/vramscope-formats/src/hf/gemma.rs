@@ -32,7 +32,6 @@
 use vramscope_core::ops::{ActivationKind, Aten, GradIn, Linear, Saved};
 use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
-use super::config::MAX_LAYERS;
 use super::generate::CausalLm;
 use super::layers::{
     activation_fn, add, apply_rotary, attention_mask, attention_output, cached_attention,
@@ -55,7 +54,8 @@ pub enum Flavor {
 }
 
 impl Flavor {
-    fn model_type(self) -> &'static str {
+    /// The `model_type` of its config class.
+    pub(super) fn model_type(self) -> &'static str {
         match self {
             Flavor::Gemma => "gemma",
             Flavor::Gemma2 => "gemma2",
@@ -103,49 +103,6 @@ struct Spec {
     final_softcap: Option<f64>,
 }
 
-/// `GemmaConfig` / `Gemma2Config` / `Gemma3TextConfig` defaults, in that order.
-struct Defaults {
-    vocab: u64,
-    hidden: u64,
-    intermediate: u64,
-    layers: u64,
-    heads: u64,
-    kv_heads: u64,
-    max_positions: u64,
-}
-
-fn defaults(flavor: Flavor) -> Defaults {
-    match flavor {
-        Flavor::Gemma => Defaults {
-            vocab: 256000,
-            hidden: 3072,
-            intermediate: 24576,
-            layers: 28,
-            heads: 16,
-            kv_heads: 16,
-            max_positions: 8192,
-        },
-        Flavor::Gemma2 => Defaults {
-            vocab: 256000,
-            hidden: 2304,
-            intermediate: 9216,
-            layers: 26,
-            heads: 8,
-            kv_heads: 4,
-            max_positions: 8192,
-        },
-        Flavor::Gemma3 => Defaults {
-            vocab: 262208,
-            hidden: 2304,
-            intermediate: 9216,
-            layers: 26,
-            heads: 8,
-            kv_heads: 4,
-            max_positions: 131072,
-        },
-    }
-}
-
 fn field_err(cfg: &HfConfig, field: &str, expected: String) -> HfError {
     HfError::Field {
         path: cfg.path.clone(),
@@ -155,7 +112,8 @@ fn field_err(cfg: &HfConfig, field: &str, expected: String) -> HfError {
 }
 
 fn spec(cfg: &HfConfig, flavor: Flavor) -> Result<Spec, HfError> {
-    let d = defaults(flavor);
+    // fields the file leaves out are GemmaConfig's / Gemma2Config's / Gemma3TextConfig's
+    // defaults (`HfConfig`'s class table, which `build` gives a config without `model_type` too)
     let or = |keys: &[&str], default: u64| -> Result<u64, HfError> {
         match cfg.opt_u64(keys)? {
             Some(0) => Err(field_err(cfg, keys[0], "a positive integer".into())),
@@ -163,9 +121,9 @@ fn spec(cfg: &HfConfig, flavor: Flavor) -> Result<Spec, HfError> {
             None => Ok(default),
         }
     };
-    let hidden = or(&["hidden_size"], d.hidden)?;
-    let heads = or(&["num_attention_heads"], d.heads)?;
-    let kv_heads = or(&["num_key_value_heads"], d.kv_heads)?;
+    let hidden = cfg.u64(&["hidden_size"])?;
+    let heads = cfg.u64(&["num_attention_heads"])?;
+    let kv_heads = cfg.u64(&["num_key_value_heads"])?;
     if heads % kv_heads != 0 {
         return Err(field_err(
             cfg,
@@ -173,12 +131,7 @@ fn spec(cfg: &HfConfig, flavor: Flavor) -> Result<Spec, HfError> {
             format!("a divisor of num_attention_heads = {heads}"),
         ));
     }
-    let layers = cfg.at_most(
-        "num_hidden_layers",
-        or(&["num_hidden_layers"], d.layers)?,
-        MAX_LAYERS,
-        "layers",
-    )?;
+    let layers = cfg.layers(&["num_hidden_layers"])?;
     // GemmaMLP reads `hidden_act` (its config maps the legacy "gelu" to the tanh approximation);
     // Gemma2/3 read `hidden_activation`
     let act_key = match flavor {
@@ -252,16 +205,16 @@ fn spec(cfg: &HfConfig, flavor: Flavor) -> Result<Spec, HfError> {
     };
     Ok(Spec {
         flavor,
-        vocab: or(&["vocab_size"], d.vocab)?,
+        vocab: cfg.u64(&["vocab_size"])?,
         hidden,
         heads,
         kv_heads,
-        head_dim: or(&["head_dim"], 256)?,
-        intermediate: or(&["intermediate_size"], d.intermediate)?,
+        head_dim: cfg.u64(&["head_dim"])?,
+        intermediate: cfg.u64(&["intermediate_size"])?,
         attn_bias: cfg.bool_or("attention_bias", false)?,
         attn_dropout: cfg.prob_or("attention_dropout", 0.0)?,
         tied: cfg.bool_or("tie_word_embeddings", true)?,
-        max_positions: or(&["max_position_embeddings"], d.max_positions)?,
+        max_positions: cfg.u64(&["max_position_embeddings"])?,
         sliding_window,
         layer_types,
         attn_softcap,

@@ -347,6 +347,15 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
             })
         }
     };
+    // Gemma and T5 configs without `model_type` still take their class's defaults (the class
+    // found from `architectures`), as they did before the table was shared
+    let class_type = match family {
+        Family::Gemma(f) => Some(f.model_type()),
+        Family::T5 => Some(t5::Variant::of(&model_type).model_type()),
+        _ => None,
+    };
+    let with_defaults = class_type.and_then(|t| cfg.with_class_defaults(t));
+    let cfg = with_defaults.as_ref().unwrap_or(cfg);
     let encoder = matches!(family, Family::Bert(_) | Family::DistilBert);
     let seq2seq = matches!(family, Family::T5);
     let has_head = match task {

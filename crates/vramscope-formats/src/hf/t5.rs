@@ -39,7 +39,6 @@ use vramscope_core::ops::{
 };
 use vramscope_core::{DType, Graph, GraphBuilder, Precision, TensorId};
 
-use super::config::MAX_LAYERS;
 use super::gpt2::gelu_new;
 use super::layers::{
     add, cast, dropout, eager_attention, eager_causal_mask, eager_heads, embedding,
@@ -98,6 +97,15 @@ impl Variant {
             Variant::Mt5
         } else {
             Variant::T5
+        }
+    }
+
+    /// The `model_type` of its config class.
+    pub(super) fn model_type(self) -> &'static str {
+        match self {
+            Variant::T5 => "t5",
+            Variant::Mt5 => "mt5",
+            Variant::Umt5 => "umt5",
         }
     }
 
@@ -171,63 +179,12 @@ fn field_err(cfg: &HfConfig, field: &str, expected: impl Into<String>) -> HfErro
     }
 }
 
-/// A positive integer under the first of `keys` present, or T5Config's default.
-fn u64_or(cfg: &HfConfig, keys: &[&str], default: u64) -> Result<u64, HfError> {
-    match cfg.opt_u64(keys)? {
-        Some(0) => Err(field_err(cfg, keys[0], "a positive integer")),
-        Some(n) => Ok(n),
-        None => Ok(default),
-    }
-}
-
-/// The config class's defaults for the fields a config may leave out: T5Config's (the t5-small
-/// shape) or MT5Config's / UMT5Config's (the mt5-small shape).
-struct Defaults {
-    vocab: u64,
-    d_ff: u64,
-    layers: u64,
-    heads: u64,
-    feed_forward_proj: &'static str,
-    /// MT5Config and UMT5Config default `decoder_start_token_id` to 0; T5Config has none.
-    decoder_start_token_id: Option<u64>,
-}
-
-impl Defaults {
-    fn of(variant: Variant) -> Defaults {
-        match variant {
-            Variant::T5 => Defaults {
-                vocab: 32128,
-                d_ff: 2048,
-                layers: 6,
-                heads: 8,
-                feed_forward_proj: "relu",
-                decoder_start_token_id: None,
-            },
-            Variant::Mt5 | Variant::Umt5 => Defaults {
-                vocab: 250112,
-                d_ff: 1024,
-                layers: 8,
-                heads: 6,
-                feed_forward_proj: "gated-gelu",
-                decoder_start_token_id: Some(0),
-            },
-        }
-    }
-}
-
 fn spec(cfg: &HfConfig, variant: Variant, input: &HfInput) -> Result<Spec, HfError> {
-    let dflt = Defaults::of(variant);
-    let layer_keys = ["num_layers", "num_hidden_layers"];
-    let enc_layers = u64_or(cfg, &layer_keys, dflt.layers)?;
-    let enc_layers = cfg.at_most(
-        cfg.first_present(&layer_keys),
-        enc_layers,
-        MAX_LAYERS,
-        "layers",
-    )?;
-    let proj = cfg
-        .str("feed_forward_proj")?
-        .unwrap_or(dflt.feed_forward_proj);
+    // fields the file leaves out are T5Config's (the t5-small shape) or MT5Config's /
+    // UMT5Config's (the mt5-small shape) defaults: `HfConfig`'s class table, which `build` gives
+    // a config without `model_type` too
+    let enc_layers = cfg.layers(&["num_layers", "num_hidden_layers"])?;
+    let proj = cfg.str("feed_forward_proj")?.unwrap_or("relu");
     let parts: Vec<&str> = proj.split('-').collect();
     let (gated, act_name) = match parts.as_slice() {
         [a] => (false, *a),
@@ -254,8 +211,7 @@ fn spec(cfg: &HfConfig, variant: Variant, input: &HfInput) -> Result<Spec, HfErr
         )
     })?;
     // `_shift_right(labels)` reads it and raises without it
-    if cfg.opt_u64(&["decoder_start_token_id"])?.is_none() && dflt.decoder_start_token_id.is_none()
-    {
+    if cfg.opt_u64(&["decoder_start_token_id"])?.is_none() {
         return Err(field_err(
             cfg,
             "decoder_start_token_id",
@@ -277,19 +233,18 @@ fn spec(cfg: &HfConfig, variant: Variant, input: &HfInput) -> Result<Spec, HfErr
     };
     Ok(Spec {
         variant,
-        vocab: u64_or(cfg, &["vocab_size"], dflt.vocab)?,
-        d_model: u64_or(cfg, &["d_model", "hidden_size"], 512)?,
-        d_kv: u64_or(cfg, &["d_kv", "head_dim"], 64)?,
-        d_ff: u64_or(cfg, &["d_ff"], dflt.d_ff)?,
-        heads: u64_or(cfg, &["num_heads", "num_attention_heads"], dflt.heads)?,
+        vocab: cfg.u64(&["vocab_size"])?,
+        d_model: cfg.u64(&["d_model", "hidden_size"])?,
+        d_kv: cfg.u64(&["d_kv", "head_dim"])?,
+        d_ff: cfg.u64(&["d_ff"])?,
+        heads: cfg.u64(&["num_heads", "num_attention_heads"])?,
         enc_layers,
-        dec_layers: cfg.at_most(
-            "num_decoder_layers",
-            u64_or(cfg, &["num_decoder_layers"], enc_layers)?,
-            MAX_LAYERS,
-            "layers",
-        )?,
-        buckets: u64_or(cfg, &["relative_attention_num_buckets"], 32)?,
+        // T5Config: `num_decoder_layers` defaults to `num_layers`
+        dec_layers: match cfg.opt_u64(&["num_decoder_layers"])? {
+            Some(_) => cfg.layers(&["num_decoder_layers"])?,
+            None => enc_layers,
+        },
+        buckets: cfg.u64(&["relative_attention_num_buckets"])?,
         dropout: cfg.prob_or("dropout_rate", 0.1)?,
         gated,
         act,
