@@ -6,7 +6,13 @@
 //! cargo build --release -p vramscope-formats --example cold_estimate
 //! target/release/examples/cold_estimate llama-3-70b               # as a process starts
 //! target/release/examples/cold_estimate llama-3-70b --populate 8  # 8 MiB of heap populated first
+//! target/release/examples/cold_estimate llama-3-70b --huge-pages  # the heap's growth THP-backed
 //! ```
+//!
+//! `--huge-pages` puts every thread on the main arena (`M_ARENA_MAX` 1), grows the C heap by a
+//! 16 MiB `M_TOP_PAD` and marks the new top `MADV_HUGEPAGE`, so that the estimate's first touches
+//! fault in 2 MiB pages where the kernel allows it (docs/performance.md, "eighth session": tried
+//! for `vramscope` itself and not adopted).
 //!
 //! `--populate MB` maps `MB` MiB at the top of the C heap before the estimate
 //! (`madvise(MADV_POPULATE_WRITE)` on a freed `malloc` block) and reports what that took, so the
@@ -27,6 +33,24 @@ fn minor_faults() -> i64 {
         let mut r: libc::rusage = std::mem::zeroed();
         libc::getrusage(libc::RUSAGE_SELF, &mut r);
         r.ru_minflt
+    }
+}
+
+/// Backs the next 16 MiB of C heap growth with transparent huge pages where the kernel allows.
+fn huge_page_heap() {
+    const HUGE: usize = 2 << 20;
+    // SAFETY: allocator parameters, one block freed at once, and an madvise hint on the heap's
+    // own memory
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 1);
+        libc::mallopt(libc::M_TOP_PAD, 16 << 20);
+        let p = libc::malloc(1 << 20);
+        let end = libc::sbrk(0) as usize;
+        let start = (p as usize + HUGE - 1) & !(HUGE - 1);
+        if end > start {
+            libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
+        }
+        libc::free(p);
     }
 }
 
@@ -57,14 +81,19 @@ fn main() -> Result<(), String> {
     let mut args = std::env::args().skip(1);
     let name = args
         .next()
-        .ok_or("usage: cold_estimate MODEL [--populate MB]")?;
+        .ok_or("usage: cold_estimate MODEL [--populate MB | --huge-pages]")?;
+    const USAGE: &str = "usage: cold_estimate MODEL [--populate MB | --huge-pages]";
     let mib: Option<usize> = match (args.next().as_deref(), args.next()) {
         (Some("--populate"), Some(n)) => Some(
             n.parse()
                 .map_err(|_| format!("--populate: expected MiB, got `{n}`"))?,
         ),
+        (Some("--huge-pages"), None) => {
+            huge_page_heap();
+            None
+        }
         (None, _) => None,
-        _ => return Err("usage: cold_estimate MODEL [--populate MB]".into()),
+        _ => return Err(USAGE.into()),
     };
     if let Some(mib) = mib {
         let t = Instant::now();
