@@ -36,8 +36,8 @@ use super::generate::CausalLm;
 use super::layers::{
     activation_fn, add, apply_rotary, attention_mask, attention_output, cached_attention,
     eager_attention, embedding_lookup, gemma_rms_norm, linear, mul, mul_scalar, position_ids,
-    rotary, rotary_with_buffers, rotated_heads_view, sdpa, sdpa_masked, tied_head, view, Call,
-    Eager, EagerFlavor, MaskPattern,
+    rotary, rotary_with_buffers, rotated_heads_view, sdpa, sdpa_masked, tied_head,
+    v_grad_heads_first, view, Call, Eager, EagerFlavor, MaskPattern,
 };
 use super::seq_cls::{sequence_classification, DecoderHead};
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
@@ -683,21 +683,20 @@ fn attention(
     let s = c.s;
     let (bsz, seq, d) = (c.bsz, call.seq, s.head_dim);
     let p = s.flavor.prefix();
-    // q's and k's gradients that `ViewBackward0` copies: those of a training forward's SDPA,
-    // masked or not (Gemma3's q/k norms keep the heads-first layout rotary gives them; its
-    // sliding layers past the window copy too: truth traces at 516 tokens)
-    let copied_qk_grads = call.cache.is_none() && !c.eager;
-    let heads_of = |b: &mut GraphBuilder, name: &str, heads: u64, rotated: bool| {
+    // q's and k's gradients (and v's, see `v_grad_heads_first`) that `ViewBackward0` copies:
+    // those of a training forward's SDPA, masked or not (Gemma3's q/k norms keep the heads-first
+    // layout rotary gives them; its sliding layers past the window copy too: truth traces at 516
+    // tokens)
+    let copied_grads = call.cache.is_none() && !c.eager;
+    let heads_of = |b: &mut GraphBuilder, name: &str, heads: u64, heads_first: bool| {
         let t = linear(b, name, s.hidden, heads * d, s.attn_bias, x);
-        let t = rotated_heads_view(b, t, vec![bsz, seq, heads, d], rotated && copied_qk_grads);
+        let t = rotated_heads_view(b, t, vec![bsz, seq, heads, d], heads_first && copied_grads);
         view(b, "transpose", t, vec![bsz, heads, seq, d])
     };
     let q = heads_of(b, "q_proj", s.heads, true);
     let k = heads_of(b, "k_proj", s.kv_heads, true);
-    // v's gradient comes back heads-first too when a masked SDPA repeats it (repeat_kv's
-    // ExpandBackward0 sums into [B, kv, S, D]): truth traces show v's ViewBackward0 copy then
-    let v_repeated = mask.is_some() && !c.eager && s.heads > s.kv_heads;
-    let v = heads_of(b, "v_proj", s.kv_heads, v_repeated);
+    let v_copied = v_grad_heads_first(mask.is_some(), s.heads, s.kv_heads);
+    let v = heads_of(b, "v_proj", s.kv_heads, v_copied);
     let (q, k) = if s.flavor == Flavor::Gemma3 {
         // per-head GemmaRMSNorm on the transposed q and k, in the projections' dtype
         let norm = format!("{p}RMSNorm");

@@ -704,6 +704,15 @@ pub fn repeat_kv(b: &mut GraphBuilder, x: TensorId, n_rep: u64) -> TensorId {
     }
 }
 
+/// Whether v's gradient, like q's and k's, comes back heads-first to the `.view(hidden_shape)`
+/// of its projection, whose `ViewBackward0` then copies it: when [`sdpa_masked`] repeats k and v
+/// (a mask, and fewer KV heads than heads), `repeat_kv`'s `ExpandBackward0` sums v's gradient
+/// into a new `[B, kv, S, D]` tensor (truth traces of Mistral past its sliding window and
+/// Gemma-3-4B).
+pub fn v_grad_heads_first(masked: bool, heads: u64, kv_heads: u64) -> bool {
+    masked && heads > kv_heads
+}
+
 /// `F.scaled_dot_product_attention(q, k, v, attn_mask=mask)` as transformers' `sdpa_attention_forward`
 /// calls it when the mask function returned a boolean mask: k and v repeated to all heads (no
 /// `enable_gqa` with a mask), the boolean mask turned into an additive `[B, 1, L, S]` mask of

@@ -30,8 +30,8 @@ use super::generate::CausalLm;
 use super::layers::{
     add, apply_rotary, apply_rotary_sliced, attention_mask, attention_output, cached_attention,
     dropout, eager_causal_mask, embedding, linear, mul, packed_sequence_check, position_ids,
-    rms_norm, rotary, rotated_heads_view, sdpa, sdpa_masked, tied_head, view, Call, Eager,
-    EagerFlavor, MaskPattern,
+    rms_norm, rotary, rotated_heads_view, sdpa, sdpa_masked, tied_head, v_grad_heads_first, view,
+    Call, Eager, EagerFlavor, MaskPattern,
 };
 use super::seq_cls::{sequence_classification, DecoderHead};
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
@@ -617,27 +617,29 @@ pub(super) fn attention(
     let xs = b.shape(x).to_vec();
     let (bsz, seq) = (xs[0], xs[1]);
     let mask = layer_mask(s, call, layer);
-    // q's and k's gradients that `ViewBackward0` copies: those of a training forward's SDPA
-    // (masked or not, whatever the backend; through Qwen3's q/k norms too, whose elementwise
-    // backward keeps the heads-first layout rotary gives them: truth traces), unless Phi-3's
-    // slices of the fused projection come between
-    let copied_qk_grads =
+    // q's and k's gradients (and v's, see `v_grad_heads_first`) that `ViewBackward0` copies:
+    // those of a training forward's SDPA (masked or not, whatever the backend; through Qwen3's
+    // q/k norms too, whose elementwise backward keeps the heads-first layout rotary gives them:
+    // truth traces), unless Phi-3's slices of the fused projection come between
+    let copied_grads =
         s.variant != Variant::Phi3 && call.cache.is_none() && call.eager_mask.is_none();
     b.module("self_attn", &format!("{p}Attention"), &[x], |b| {
         let init_order = b.param_mark();
         let d = s.head_dim;
         let norm = format!("{p}RMSNorm");
-        let proj =
-            |b: &mut GraphBuilder, name: &str, heads: u64, rotated: bool, qk_norm: Option<&str>| {
-                let t = linear(b, name, s.hidden, heads * d, s.qkv_bias, x);
-                let t =
-                    rotated_heads_view(b, t, vec![bsz, seq, heads, d], rotated && copied_qk_grads);
-                let t = match qk_norm {
-                    Some(n) => rms_norm(b, n, &norm, d, proj_dtype, t),
-                    None => t,
-                };
-                view(b, "transpose", t, vec![bsz, heads, seq, d])
+        let proj = |b: &mut GraphBuilder,
+                    name: &str,
+                    heads: u64,
+                    heads_first: bool,
+                    qk_norm: Option<&str>| {
+            let t = linear(b, name, s.hidden, heads * d, s.qkv_bias, x);
+            let t = rotated_heads_view(b, t, vec![bsz, seq, heads, d], heads_first && copied_grads);
+            let t = match qk_norm {
+                Some(n) => rms_norm(b, n, &norm, d, proj_dtype, t),
+                None => t,
             };
+            view(b, "transpose", t, vec![bsz, heads, seq, d])
+        };
         let (qn, kn) = if s.qk_norm {
             (Some("q_norm"), Some("k_norm"))
         } else {
@@ -668,13 +670,11 @@ pub(super) fn attention(
             (
                 proj(b, "q_proj", s.heads, true, qn),
                 proj(b, "k_proj", s.kv_heads, true, kn),
-                // v's gradient comes back heads-first too when a masked SDPA repeats it
-                // (repeat_kv's ExpandBackward0 sums into [B, kv, S, D]): ViewBackward0 copies
                 proj(
                     b,
                     "v_proj",
                     s.kv_heads,
-                    mask.is_some() && s.heads > s.kv_heads,
+                    v_grad_heads_first(mask.is_some(), s.heads, s.kv_heads),
                     None,
                 ),
             )
