@@ -182,67 +182,26 @@ pub fn build(
                     },
                 )
             }
-            _ if !s.tied => {
-                // untied: the decoder keeps its own weight and bias, and the head's `bias` is a
-                // parameter the forward never reads (no gradient, no optimizer state)
-                let (module, class) = match flavor {
-                    Flavor::Bert => ("cls", "BertOnlyMLMHead"),
-                    Flavor::Roberta => ("lm_head", "RobertaLMHead"),
-                };
-                let logits = b.module(module, class, &[h], |b| match flavor {
-                    Flavor::Bert => b.module("predictions", "BertLMPredictionHead", &[h], |b| {
-                        let t = b.module("transform", "BertPredictionHeadTransform", &[h], |b| {
-                            let t = linear(b, "dense", s.hidden, s.hidden, true, h);
-                            let t = activation(b, "transform_act_fn", s.act, t);
-                            layer_norm(b, "LayerNorm", s.hidden, t)
-                        });
-                        let l = linear(b, "decoder", s.hidden, s.vocab, true, t);
-                        b.parameter("bias", vec![s.vocab]);
-                        l
-                    }),
-                    Flavor::Roberta => {
-                        let t = linear(b, "dense", s.hidden, s.hidden, true, h);
-                        let t = activation_fn(b, ActivationKind::GELU, t);
-                        let t = layer_norm(b, "layer_norm", s.hidden, t);
-                        let l = linear(b, "decoder", s.hidden, s.vocab, true, t);
-                        b.parameter("bias", vec![s.vocab]);
-                        l
-                    }
-                });
-                (logits, Task::MaskedLm { vocab: s.vocab })
-            }
             _ => {
-                let logits = match flavor {
+                let (logits, tied_bias) = match flavor {
                     Flavor::Bert => b.module("cls", "BertOnlyMLMHead", &[h], |b| {
                         b.module("predictions", "BertLMPredictionHead", &[h], |b| {
-                            let bias = b.parameter("bias", vec![s.vocab]);
-                            let t =
-                                b.module("transform", "BertPredictionHeadTransform", &[h], |b| {
-                                    let t = linear(b, "dense", s.hidden, s.hidden, true, h);
-                                    let t = activation(b, "transform_act_fn", s.act, t);
-                                    layer_norm(b, "LayerNorm", s.hidden, t)
-                                });
-                            let l = tied_head_bias(b, "decoder", word, Some(bias), t).0;
-                            (l, bias)
+                            mlm_head(b, &s, flavor, word, h)
                         })
                     }),
                     Flavor::Roberta => b.module("lm_head", "RobertaLMHead", &[h], |b| {
-                        let bias = b.parameter("bias", vec![s.vocab]);
-                        let t = linear(b, "dense", s.hidden, s.hidden, true, h);
-                        let t = activation_fn(b, ActivationKind::GELU, t);
-                        let t = layer_norm(b, "layer_norm", s.hidden, t);
-                        let l = tied_head_bias(b, "decoder", word, Some(bias), t).0;
-                        (l, bias)
+                        mlm_head(b, &s, flavor, word, h)
                     }),
                 };
-                // post_init drops the decoder's own weight and bias and pads the head's bias
-                // into a new tensor
-                let (logits, bias) = logits;
-                b.tie_at_init(
-                    &[vec![s.vocab, s.hidden], vec![s.vocab], vec![s.vocab]],
-                    2,
-                    Some(bias),
-                );
+                if let Some(bias) = tied_bias {
+                    // post_init drops the decoder's own weight and bias and pads the head's
+                    // bias into a new tensor
+                    b.tie_at_init(
+                        &[vec![s.vocab, s.hidden], vec![s.vocab], vec![s.vocab]],
+                        2,
+                        Some(bias),
+                    );
+                }
                 (logits, Task::MaskedLm { vocab: s.vocab })
             }
         }
@@ -252,6 +211,45 @@ pub fn build(
         .map(|i| format!("{base}.encoder.layer.{i}"))
         .collect();
     Ok((graph, layers))
+}
+
+/// The inside of the masked-LM head (`BertLMPredictionHead` / `RobertaLMHead`): the transform
+/// (BERT's `transform` module: dense, activation, LayerNorm; RoBERTa's dense, GELU, layer_norm),
+/// then the decoder. Tied (the default), the decoder's weight is the word embeddings' and its
+/// bias the head's `bias`, which is returned for `tie_at_init`; with `tie_word_embeddings:
+/// false` the decoder keeps its own weight and bias, and the head's `bias` is a parameter the
+/// forward never reads (no gradient, no optimizer state).
+fn mlm_head(
+    b: &mut GraphBuilder,
+    s: &Spec,
+    flavor: Flavor,
+    word: TensorId,
+    h: TensorId,
+) -> (TensorId, Option<TensorId>) {
+    let tied_bias = s.tied.then(|| b.parameter("bias", vec![s.vocab]));
+    let t = match flavor {
+        Flavor::Bert => b.module("transform", "BertPredictionHeadTransform", &[h], |b| {
+            let t = linear(b, "dense", s.hidden, s.hidden, true, h);
+            let t = activation(b, "transform_act_fn", s.act, t);
+            layer_norm(b, "LayerNorm", s.hidden, t)
+        }),
+        Flavor::Roberta => {
+            let t = linear(b, "dense", s.hidden, s.hidden, true, h);
+            let t = activation_fn(b, ActivationKind::GELU, t);
+            layer_norm(b, "layer_norm", s.hidden, t)
+        }
+    };
+    match tied_bias {
+        Some(bias) => (
+            tied_head_bias(b, "decoder", word, Some(bias), t).0,
+            Some(bias),
+        ),
+        None => {
+            let logits = linear(b, "decoder", s.hidden, s.vocab, true, t);
+            b.parameter("bias", vec![s.vocab]);
+            (logits, None)
+        }
+    }
 }
 
 /// `features[:, 0, :]`, dropout, dense, tanh, dropout, out_proj.
