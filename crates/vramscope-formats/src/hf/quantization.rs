@@ -52,8 +52,9 @@ pub fn pre_quantized(cfg: &HfConfig) -> Result<Option<PreQuantized4bit>, HfError
             ),
         ));
     }
+    // a boolean, false when absent; BitsAndBytesConfig.to_dict() writes both `load_in_4bit` and
+    // `_load_in_4bit`
     let flag = |key: &str| -> Result<bool, HfError> {
-        // BitsAndBytesConfig.to_dict() writes both `load_in_4bit` and `_load_in_4bit`
         match q.get(key).or_else(|| q.get(&format!("_{key}"))) {
             None | Some(Value::Null) => Ok(false),
             Some(Value::Bool(b)) => Ok(*b),
@@ -104,11 +105,7 @@ pub fn pre_quantized(cfg: &HfConfig) -> Result<Option<PreQuantized4bit>, HfError
         )
     })?;
     skip_modules(q).map_err(|e| err("llm_int8_skip_modules", e))?;
-    let double_quant = match q.get("bnb_4bit_use_double_quant") {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => *b,
-        Some(_) => return Err(err("bnb_4bit_use_double_quant", "true or false".into())),
-    };
+    let double_quant = flag("bnb_4bit_use_double_quant")?;
     let saved = match cfg.str("dtype")? {
         Some(d) => Some(("dtype", d)),
         None => cfg.str("torch_dtype")?.map(|d| ("torch_dtype", d)),
@@ -130,14 +127,12 @@ pub fn pre_quantized(cfg: &HfConfig) -> Result<Option<PreQuantized4bit>, HfError
     }))
 }
 
-/// A torch floating-point dtype by name (`"bfloat16"`, `"torch.float16"`).
+/// A torch floating-point dtype by the name PyTorch prints (`"bfloat16"`, `"torch.float16"`).
 fn float_dtype(name: &str) -> Option<DType> {
-    match name.trim_start_matches("torch.") {
-        "float32" => Some(DType::F32),
-        "bfloat16" => Some(DType::BF16),
-        "float16" => Some(DType::F16),
-        _ => None,
-    }
+    let name = name.trim_start_matches("torch.");
+    [DType::F32, DType::BF16, DType::F16]
+        .into_iter()
+        .find(|d| d.name() == name)
 }
 
 /// `llm_int8_skip_modules`: `null` (transformers keeps the output head and tied weights
