@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use vramscope_core::ir::{Graph, ParamKind};
 use vramscope_core::DType;
 
-use crate::weights::{WeightInventory, WeightTensor, WeightsError};
+use crate::weights::{WeightInventory, WeightTensor, WeightsError, BNB_QUANT_STATE_MARK};
 
 /// What applying a checkpoint's dtypes did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -126,7 +126,7 @@ pub fn apply_file_dtypes(
         .zip(used)
         // a 4-bit checkpoint's `quant_state.bitsandbytes__nf4` is its QuantState's other fields
         // as JSON bytes, which `QuantState.from_dict` reads on the CPU: never a device tensor
-        .filter(|(t, u)| !u && !t.name.contains(".quant_state.bitsandbytes__"))
+        .filter(|(t, u)| !u && !t.name.contains(BNB_QUANT_STATE_MARK))
         .map(|(t, _)| t.name.clone())
         .collect();
     Ok(out)

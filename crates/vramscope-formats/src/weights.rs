@@ -134,6 +134,44 @@ impl WeightInventory {
         self.tensors.iter().map(|t| t.bytes).sum()
     }
 
+    /// The bitsandbytes 4-bit layout, if the checkpoint was saved in it: a weight `X` with a
+    /// `X.quant_state.bitsandbytes__nf4` (or `__fp4`) entry beside it.
+    pub fn bnb_4bit(&self) -> Option<Bnb4bitSummary> {
+        const STATE: [&str; 4] = ["absmax", "quant_map", "nested_absmax", "nested_quant_map"];
+        let packed: BTreeMap<&str, &str> = self
+            .tensors
+            .iter()
+            .filter_map(|t| {
+                let (weight, kind) = t.name.split_once(BNB_QUANT_STATE_MARK)?;
+                Some((weight, kind))
+            })
+            .collect();
+        let quant_type = packed.values().next()?.to_string();
+        let mut sum = Bnb4bitSummary {
+            quant_type,
+            ..Bnb4bitSummary::default()
+        };
+        for t in &self.tensors {
+            let state_of = t
+                .name
+                .rsplit_once('.')
+                .filter(|(w, attr)| STATE.contains(attr) && packed.contains_key(w));
+            if t.name.contains(BNB_QUANT_STATE_MARK) {
+                sum.metadata_bytes += t.bytes;
+            } else if packed.contains_key(t.name.as_str()) {
+                sum.packed_tensors += 1;
+                sum.packed_bytes += t.bytes;
+                sum.parameters += 2 * t.elements;
+            } else if state_of.is_some() {
+                sum.state_tensors += 1;
+                sum.state_bytes += t.bytes;
+            } else {
+                sum.parameters += t.elements;
+            }
+        }
+        Some(sum)
+    }
+
     /// Totals per dtype, sorted by dtype name.
     pub fn by_dtype(&self) -> BTreeMap<String, DtypeTotal> {
         let mut out: BTreeMap<String, DtypeTotal> = BTreeMap::new();
@@ -147,9 +185,13 @@ impl WeightInventory {
     }
 }
 
+/// What names a saved bitsandbytes `QuantState`'s other fields (JSON bytes read on the CPU):
+/// `{weight}.quant_state.bitsandbytes__nf4` (or `__fp4`).
+pub const BNB_QUANT_STATE_MARK: &str = ".quant_state.bitsandbytes__";
+
 /// What a checkpoint saved in bitsandbytes 4-bit holds: weights packed two a byte, their
 /// quantization state, and the state's other fields as JSON bytes.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Bnb4bitSummary {
     /// `nf4` or `fp4`, from the `quant_state.bitsandbytes__{type}` names.
     pub quant_type: String,
@@ -168,52 +210,6 @@ pub struct Bnb4bitSummary {
     /// The parameter count as transformers reports a 4-bit model (two per packed byte; the
     /// quantization state is not counted).
     pub parameters: u64,
-}
-
-impl WeightInventory {
-    /// The bitsandbytes 4-bit layout, if the checkpoint was saved in it: a weight `X` with a
-    /// `X.quant_state.bitsandbytes__nf4` (or `__fp4`) entry beside it.
-    pub fn bnb_4bit(&self) -> Option<Bnb4bitSummary> {
-        const MARK: &str = ".quant_state.bitsandbytes__";
-        const STATE: [&str; 4] = ["absmax", "quant_map", "nested_absmax", "nested_quant_map"];
-        let packed: BTreeMap<&str, &str> = self
-            .tensors
-            .iter()
-            .filter_map(|t| {
-                let (weight, kind) = t.name.split_once(MARK)?;
-                Some((weight, kind))
-            })
-            .collect();
-        let quant_type = packed.values().next()?.to_string();
-        let mut sum = Bnb4bitSummary {
-            quant_type,
-            packed_tensors: 0,
-            packed_bytes: 0,
-            state_tensors: 0,
-            state_bytes: 0,
-            metadata_bytes: 0,
-            parameters: 0,
-        };
-        for t in &self.tensors {
-            let state_of = t
-                .name
-                .rsplit_once('.')
-                .filter(|(w, attr)| STATE.contains(attr) && packed.contains_key(w));
-            if t.name.contains(MARK) {
-                sum.metadata_bytes += t.bytes;
-            } else if packed.contains_key(t.name.as_str()) {
-                sum.packed_tensors += 1;
-                sum.packed_bytes += t.bytes;
-                sum.parameters += 2 * t.elements;
-            } else if state_of.is_some() {
-                sum.state_tensors += 1;
-                sum.state_bytes += t.bytes;
-            } else {
-                sum.parameters += t.elements;
-            }
-        }
-        Some(sum)
-    }
 }
 
 /// Reads the inventory of `path`: a `.safetensors` file, a `*.safetensors.index.json`, a `.gguf`
