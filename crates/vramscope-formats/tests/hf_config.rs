@@ -1059,3 +1059,96 @@ fn minimal_configs_take_the_config_class_defaults() {
         );
     }
 }
+
+/// Families whose `model_type` or class name only starts like a supported one (Llama-4, Qwen2-VL,
+/// Qwen3-Next, Phi-3-small, Gemma-3n, T5Gemma, RoBERTa-PreLayerNorm) are refused as unsupported,
+/// never built as the family they resemble; a class naming a head this front-end does not build
+/// (a bare `...Model`, token classification, question answering) is refused with the heads it
+/// does build, unless `--task` picks one; a config without `model_type` is read as its class's.
+#[test]
+fn look_alike_families_and_unbuilt_heads_are_refused_by_name() {
+    let body = r#""hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+        "num_key_value_heads": 4, "num_hidden_layers": 1, "vocab_size": 100,
+        "max_position_embeddings": 256, "num_experts": 4, "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32, "shared_expert_intermediate_size": 64"#;
+    let config = |model_type: Option<&str>, class: &str| {
+        let model_type = model_type
+            .map(|m| format!(r#""model_type": "{m}","#))
+            .unwrap_or_default();
+        HfConfig::parse(
+            "c.json",
+            &format!(r#"{{{model_type} "architectures": ["{class}"], {body}}}"#),
+        )
+        .unwrap()
+    };
+    for (model_type, class) in [
+        (Some("llama4_text"), "Llama4ForCausalLM"),
+        (Some("llama4"), "Llama4ForConditionalGeneration"),
+        (Some("qwen2_vl"), "Qwen2VLForConditionalGeneration"),
+        (Some("qwen2_5_vl"), "Qwen2_5_VLForConditionalGeneration"),
+        (Some("qwen3_next"), "Qwen3NextForCausalLM"),
+        (Some("qwen3_vl_moe"), "Qwen3VLMoeForConditionalGeneration"),
+        (Some("phi3small"), "Phi3SmallForCausalLM"),
+        (Some("phi3_v"), "Phi3VForCausalLM"),
+        (Some("gemma3n_text"), "Gemma3nForCausalLM"),
+        (Some("t5gemma"), "T5GemmaForConditionalGeneration"),
+        (Some("mistral3"), "Mistral3ForConditionalGeneration"),
+        (
+            Some("roberta-prelayernorm"),
+            "RobertaPreLayerNormForMaskedLM",
+        ),
+        (None, "Qwen2VLForConditionalGeneration"),
+        (None, "Phi3SmallForCausalLM"),
+        (None, "Llama4ForCausalLM"),
+    ] {
+        let e = hf::build(&config(model_type, class), &input()).unwrap_err();
+        assert!(matches!(e, HfError::Unsupported { .. }), "{class}: {e}");
+        assert!(e.to_string().contains(class), "{e}");
+        // --task does not make them buildable either
+        let forced = HfInput {
+            task: Some(HfTask::CausalLm),
+            ..input()
+        };
+        assert!(
+            hf::build(&config(model_type, class), &forced).is_err(),
+            "{class}"
+        );
+    }
+    for (model_type, class, heads) in [
+        ("bert", "BertModel", "--task masked-lm"),
+        ("bert", "BertForTokenClassification", "--task seq-cls"),
+        ("llama", "LlamaModel", "--task causal-lm"),
+        ("opt", "OPTForQuestionAnswering", "--task causal-lm"),
+        ("gpt2", "GPT2DoubleHeadsModel", "--task seq-cls"),
+        ("t5", "T5EncoderModel", "--task seq2seq-lm"),
+    ] {
+        let e = hf::build(&config(Some(model_type), class), &input()).unwrap_err();
+        assert!(matches!(e, HfError::HeadNotBuilt { .. }), "{class}: {e}");
+        let text = e.to_string();
+        assert!(text.contains(class) && text.contains(heads), "{text}");
+    }
+    // --task picks a built head for the same config
+    let forced = HfInput {
+        task: Some(HfTask::CausalLm),
+        ..input()
+    };
+    let m = hf::build(&config(Some("llama"), "LlamaModel"), &forced).unwrap();
+    assert_eq!(m.task, HfTask::CausalLm);
+    // no model_type: the class's (the MoE class is not read as its dense prefix)
+    for (class, params_with_experts) in [
+        ("LlamaForCausalLM", false),
+        ("Qwen2MoeForCausalLM", true),
+        ("GPT2LMHeadModel", false),
+    ] {
+        let m = hf::build(&config(None, class), &input()).unwrap();
+        let experts = m.graph.params.iter().any(|p| p.name.contains(".experts."));
+        assert_eq!(experts, params_with_experts, "{class}");
+    }
+    // no architectures either: the family's usual head
+    let bert = HfConfig::parse(
+        "b.json",
+        &format!(r#"{{"model_type": "bert", "type_vocab_size": 2, {body}}}"#),
+    )
+    .unwrap();
+    assert_eq!(hf::build(&bert, &input()).unwrap().task, HfTask::MaskedLm);
+}

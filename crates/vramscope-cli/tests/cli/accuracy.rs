@@ -509,6 +509,17 @@ fn unseen_shape_cases_match_truth() {
     check("hf_unseen_shapes.jsonl");
 }
 
+/// Built-in zoo checkpoints at their full depth and real sizes
+/// (`validation/make_full_depth_fixtures.sh`), where the other sets cut most models to two
+/// layers: Llama-3.2-1B, Qwen2.5-0.5B, Qwen3-0.6B, Llama-3-8B, Gemma-2-2B, Gemma-3-1B, Phi-3-mini,
+/// GPT-2 large and XL, OPT-1.3B and BERT-large trained (fp32, AMP bf16/fp16, checkpointing, SGD and
+/// AdamW), Mistral-7B, Qwen2.5-7B and Mixtral-8x7B run in bf16; all byte-exact in every phase.
+#[test]
+fn full_depth_cases_match_truth() {
+    assert_eq!(cases("hf_full_depth.jsonl").len(), 16);
+    check("hf_full_depth.jsonl");
+}
+
 /// Config fields that change the model from what the built-in configs build
 /// (`validation/make_config_variant_fixtures.sh`): BERT, RoBERTa and DistilBERT masked LMs with
 /// `tie_word_embeddings: false`, whose MLM decoder keeps its own weight and bias (BERT's and

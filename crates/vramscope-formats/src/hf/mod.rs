@@ -73,23 +73,17 @@ impl HfTask {
         }
     }
 
-    /// The task the config's `architectures` name (as transformers' auto classes would pick).
-    pub fn from_architectures(archs: &[String]) -> HfTask {
-        for a in archs {
-            if a.ends_with("LMHeadModel") || a.ends_with("ForCausalLM") {
-                return HfTask::CausalLm;
-            }
-            if a.ends_with("ForMaskedLM") {
-                return HfTask::MaskedLm;
-            }
-            if a.ends_with("ForSequenceClassification") {
-                return HfTask::SeqCls;
-            }
-            if a.ends_with("ForConditionalGeneration") {
-                return HfTask::Seq2SeqLm;
-            }
-        }
-        HfTask::CausalLm
+    /// The task of the first `architectures` class whose head this front-end builds (as
+    /// transformers' auto classes would pick it): `...ForCausalLM` / `...LMHeadModel`,
+    /// `...ForMaskedLM`, `...ForSequenceClassification`, `...ForConditionalGeneration`; `None`
+    /// when no class names one of these (a bare `...Model`, `...ForTokenClassification`, ...).
+    pub fn from_architectures(archs: &[String]) -> Option<HfTask> {
+        archs.iter().find_map(|a| {
+            HEADS
+                .iter()
+                .find(|(suffix, _)| a.ends_with(suffix))
+                .map(|&(_, task)| task)
+        })
     }
 
     /// The flag spelling.
@@ -101,6 +95,52 @@ impl HfTask {
             HfTask::Seq2SeqLm => "seq2seq-lm",
         }
     }
+}
+
+/// The heads this front-end builds, by the suffix of their class name.
+const HEADS: &[(&str, HfTask)] = &[
+    ("ForCausalLM", HfTask::CausalLm),
+    ("LMHeadModel", HfTask::CausalLm),
+    ("ForMaskedLM", HfTask::MaskedLm),
+    ("ForSequenceClassification", HfTask::SeqCls),
+    ("ForConditionalGeneration", HfTask::Seq2SeqLm),
+];
+
+/// The class-name prefix of each supported `model_type` (`LlamaForCausalLM` is a `llama`), for
+/// configs that name only their `architectures`. Longest prefixes first, so that `Qwen2Moe...`
+/// is not read as `Qwen2...`.
+const CLASS_PREFIXES: &[(&str, &str)] = &[
+    ("DistilBert", "distilbert"),
+    ("Qwen2Moe", "qwen2_moe"),
+    ("Qwen3Moe", "qwen3_moe"),
+    ("Mixtral", "mixtral"),
+    ("Mistral", "mistral"),
+    ("Roberta", "roberta"),
+    ("Gemma2", "gemma2"),
+    ("Gemma3", "gemma3"),
+    ("Gemma", "gemma"),
+    ("Llama", "llama"),
+    ("Qwen2", "qwen2"),
+    ("Qwen3", "qwen3"),
+    ("UMT5", "umt5"),
+    ("GPT2", "gpt2"),
+    ("Phi3", "phi3"),
+    ("Bert", "bert"),
+    ("MT5", "mt5"),
+    ("OPT", "opt"),
+    ("T5", "t5"),
+];
+
+/// The `model_type` of a class name whose rest after a supported prefix is a head or a model
+/// (`GPT2LMHeadModel`, `LlamaForCausalLM`, `BertModel`); `None` for other families, including
+/// ones that share a prefix (`Qwen2VLForConditionalGeneration`, `Phi3SmallForCausalLM`).
+fn model_type_of_class(class: &str) -> Option<&'static str> {
+    CLASS_PREFIXES.iter().find_map(|&(prefix, model_type)| {
+        let rest = class.strip_prefix(prefix)?;
+        let head_or_model = rest.starts_with("For")
+            || ["Model", "LMHeadModel", "DoubleHeadsModel", "EncoderModel"].contains(&rest);
+        head_or_model.then_some(model_type)
+    })
 }
 
 /// The model families this front-end builds (`model_type` values).
@@ -259,6 +299,18 @@ pub enum HfError {
         /// The task.
         task: &'static str,
     },
+    /// `architectures` names a head (or a bare model) this front-end does not build.
+    #[error("{path}: architectures {architectures:?} names no head this front-end builds for {model_type}; it builds {heads}: choose one with --task")]
+    HeadNotBuilt {
+        /// The path.
+        path: String,
+        /// `architectures`.
+        architectures: Vec<String>,
+        /// `model_type`.
+        model_type: String,
+        /// The heads built for this family, with their `--task`.
+        heads: &'static str,
+    },
     /// Bad batch / sequence arguments.
     #[error("{0}")]
     BadInput(String),
@@ -303,12 +355,16 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
     }
     let archs = cfg.architectures()?;
     let pre_quantized = quantization::pre_quantized(cfg)?;
-    let task = input
-        .task
-        .unwrap_or_else(|| HfTask::from_architectures(&archs));
+    // a config without `model_type` is read as the model type of its first `architectures`
+    // class this front-end knows (transformers' auto classes map classes to configs the same way)
     let model_type = match cfg.str("model_type")? {
         Some(m) => m.to_string(),
-        None => archs.first().map(|a| a.to_lowercase()).unwrap_or_default(),
+        None => archs
+            .iter()
+            .find_map(|a| model_type_of_class(a))
+            .map(str::to_string)
+            .or_else(|| archs.first().map(|a| a.to_lowercase()))
+            .unwrap_or_default(),
     };
     let dtype = input.precision.param_dtype();
     let gemma = gemma::flavor_of(cfg, &model_type, &archs)?;
@@ -322,22 +378,6 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
         "roberta" => Family::Bert(bert::Flavor::Roberta),
         "distilbert" => Family::DistilBert,
         "t5" | "mt5" | "umt5" => Family::T5,
-        // no model_type: the lower-cased class name of `architectures`
-        m if m.starts_with("gpt2") => Family::Gpt2,
-        m if m.starts_with("opt") => Family::Opt,
-        m if ["llama", "mistral", "qwen2", "qwen3", "phi3"]
-            .iter()
-            .any(|f| m.starts_with(f)) =>
-        {
-            Family::Llama
-        }
-        m if m.starts_with("gemma3") => Family::Gemma(gemma::Flavor::Gemma3),
-        m if m.starts_with("gemma2") => Family::Gemma(gemma::Flavor::Gemma2),
-        m if m.starts_with("gemma") => Family::Gemma(gemma::Flavor::Gemma),
-        m if m.starts_with("distilbert") => Family::DistilBert,
-        m if m.starts_with("roberta") => Family::Bert(bert::Flavor::Roberta),
-        m if m.starts_with("bert") => Family::Bert(bert::Flavor::Bert),
-        m if ["t5", "mt5", "umt5"].iter().any(|f| m.starts_with(f)) => Family::T5,
         _ => {
             return Err(HfError::Unsupported {
                 path: cfg.path.clone(),
@@ -358,6 +398,33 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
     let cfg = with_defaults.as_ref().unwrap_or(cfg);
     let encoder = matches!(family, Family::Bert(_) | Family::DistilBert);
     let seq2seq = matches!(family, Family::T5);
+    let heads = if encoder {
+        "ForMaskedLM (--task masked-lm) and ForSequenceClassification (--task seq-cls)"
+    } else if seq2seq {
+        "ForConditionalGeneration (--task seq2seq-lm)"
+    } else {
+        "ForCausalLM (--task causal-lm) and ForSequenceClassification (--task seq-cls)"
+    };
+    let task = match input.task {
+        Some(task) => task,
+        None => match HfTask::from_architectures(&archs) {
+            Some(task) => task,
+            // no class named: the family's usual head
+            None if archs.is_empty() && encoder => HfTask::MaskedLm,
+            None if archs.is_empty() && seq2seq => HfTask::Seq2SeqLm,
+            None if archs.is_empty() => HfTask::CausalLm,
+            // a bare model or a head not built: not silently another head, whose parameters
+            // and loss would differ from the class the checkpoint names
+            None => {
+                return Err(HfError::HeadNotBuilt {
+                    path: cfg.path.clone(),
+                    architectures: archs,
+                    model_type,
+                    heads,
+                })
+            }
+        },
+    };
     let has_head = match task {
         HfTask::CausalLm => !encoder && !seq2seq,
         HfTask::MaskedLm => encoder,

@@ -48,17 +48,13 @@ enum Flavor {
 }
 
 impl Flavor {
-    /// The family of `model_type` (or of the lower-cased class name when a config has none).
+    /// The family of `model_type`.
     fn of(model_type: &str) -> Option<Flavor> {
-        let m = model_type.replace('_', "");
-        if m.starts_with("mixtral") {
-            Some(Flavor::Mixtral)
-        } else if m.starts_with("qwen2moe") {
-            Some(Flavor::Qwen2Moe)
-        } else if m.starts_with("qwen3moe") {
-            Some(Flavor::Qwen3Moe)
-        } else {
-            None
+        match model_type {
+            "mixtral" => Some(Flavor::Mixtral),
+            "qwen2_moe" => Some(Flavor::Qwen2Moe),
+            "qwen3_moe" => Some(Flavor::Qwen3Moe),
+            _ => None,
         }
     }
 
