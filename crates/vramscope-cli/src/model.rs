@@ -44,7 +44,8 @@ pub struct ModelArgs {
     /// and the cross-entropy over `[B*T, vocab]`, both inside forward. Default: --seq-len.
     #[arg(long)]
     pub target_len: Option<u64>,
-    /// Head and loss of a Hugging Face model: causal-lm, masked-lm, seq-cls or seq2seq-lm
+    /// Head and loss of a Hugging Face model: causal-lm, masked-lm, seq-cls, token-cls (encoders),
+    /// qa (encoders: question answering) or seq2seq-lm
     /// (default: from the config's `architectures`).
     #[arg(long)]
     pub task: Option<String>,
@@ -402,7 +403,9 @@ fn load_hf(
     let task = match &args.task {
         None => None,
         Some(t) => Some(HfTask::parse(t).ok_or_else(|| {
-            anyhow!("--task {t:?}: expected causal-lm, masked-lm, seq-cls or seq2seq-lm")
+            anyhow!(
+                "--task {t:?}: expected causal-lm, masked-lm, seq-cls, token-cls, qa or seq2seq-lm"
+            )
         })?),
     };
     let attn = match &args.attn_implementation {

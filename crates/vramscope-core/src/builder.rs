@@ -773,6 +773,21 @@ impl GraphBuilder {
         });
     }
 
+    /// A tensor a submodule's `post_init()` allocates and frees while the model is built, after
+    /// every parameter registered so far (BERT's `_init_weights` refills `position_ids` from a
+    /// fresh `torch.arange`, in `BertModel.__init__`, before the head around it is created).
+    pub fn temporary_at_init(&mut self, shape: Shape, dtype: DType) {
+        let at = self.graph.params.len() as u32;
+        let module = self.current();
+        self.graph.init_temporaries.push(InitTemporary {
+            shape,
+            dtype: Some(dtype),
+            alloc_at: at,
+            free_at: at,
+            module,
+        });
+    }
+
     /// Registers a module that holds parameters but is only used functionally (never "called").
     pub fn declare_module(&mut self, name: &str, type_name: &str) -> ModuleId {
         self.child(name, type_name).0

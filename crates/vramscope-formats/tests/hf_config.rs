@@ -1063,8 +1063,8 @@ fn minimal_configs_take_the_config_class_defaults() {
 /// Families whose `model_type` or class name only starts like a supported one (Llama-4, Qwen2-VL,
 /// Qwen3-Next, Phi-3-small, Gemma-3n, T5Gemma, RoBERTa-PreLayerNorm) are refused as unsupported,
 /// never built as the family they resemble; a class naming a head this front-end does not build
-/// (a bare `...Model`, token classification, question answering) is refused with the heads it
-/// does build, unless `--task` picks one; a config without `model_type` is read as its class's.
+/// (a bare `...Model`, multiple choice, a decoder's question answering) is refused with the heads
+/// it does build, unless `--task` picks one; a config without `model_type` is read as its class's.
 #[test]
 fn look_alike_families_and_unbuilt_heads_are_refused_by_name() {
     let body = r#""hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
@@ -1116,7 +1116,8 @@ fn look_alike_families_and_unbuilt_heads_are_refused_by_name() {
     }
     for (model_type, class, heads) in [
         ("bert", "BertModel", "--task masked-lm"),
-        ("bert", "BertForTokenClassification", "--task seq-cls"),
+        ("bert", "BertForMultipleChoice", "--task token-cls"),
+        ("roberta", "RobertaForCausalLM", "--task qa"),
         ("llama", "LlamaModel", "--task causal-lm"),
         ("opt", "OPTForQuestionAnswering", "--task causal-lm"),
         ("gpt2", "GPT2DoubleHeadsModel", "--task seq-cls"),
@@ -1151,4 +1152,86 @@ fn look_alike_families_and_unbuilt_heads_are_refused_by_name() {
     )
     .unwrap();
     assert_eq!(hf::build(&bert, &input()).unwrap().task, HfTask::MaskedLm);
+}
+
+/// The encoders' token-classification and question-answering heads count their parameters as
+/// transformers does (the truth tool's records), name their head modules as transformers does,
+/// and question answering refuses a `num_labels` other than 2 by name.
+#[test]
+fn encoder_token_and_qa_heads_follow_transformers() {
+    let text = std::fs::read_to_string(format!("{}/fixtures/truth/hf_encoder_heads.jsonl", root()))
+        .unwrap();
+    let mut checked = 0;
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let case: serde_json::Value = serde_json::from_str(line).unwrap();
+        let model = case["model"].as_str().unwrap();
+        let cfg = if model.ends_with(".json") {
+            hf::read_config(&format!("{}/{model}", root())).unwrap()
+        } else {
+            HfConfig::parse(model, vramscope_formats::hf_zoo::config(model).unwrap()).unwrap()
+        };
+        let task = case["task"].as_str().and_then(HfTask::parse);
+        assert!(
+            matches!(task, Some(HfTask::TokenCls | HfTask::QuestionAnswering)),
+            "{model}"
+        );
+        let m = hf::build(&cfg, &HfInput { task, ..input() }).unwrap();
+        assert_eq!(
+            m.graph.parameter_count(),
+            case["param_count"].as_u64().unwrap(),
+            "{} {model}",
+            case["name"]
+        );
+        let head = if task == Some(HfTask::TokenCls) {
+            "classifier"
+        } else {
+            "qa_outputs"
+        };
+        assert!(
+            m.graph.modules.iter().any(|x| x.path == head),
+            "{model}: no top-level {head}"
+        );
+        checked += 1;
+    }
+    assert_eq!(checked, 13);
+    // the class names the task when --task is not given
+    let cfg = HfConfig::parse(
+        "qa.json",
+        r#"{"model_type": "distilbert", "architectures": ["DistilBertForQuestionAnswering"],
+            "vocab_size": 100, "dim": 64, "n_layers": 1, "n_heads": 4, "hidden_dim": 128,
+            "max_position_embeddings": 128}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        hf::build(&cfg, &input()).unwrap().task,
+        HfTask::QuestionAnswering
+    );
+    let three = HfConfig::parse(
+        "qa3.json",
+        r#"{"model_type": "bert", "architectures": ["BertForQuestionAnswering"], "num_labels": 3,
+            "vocab_size": 100, "hidden_size": 64, "num_hidden_layers": 1,
+            "num_attention_heads": 4, "intermediate_size": 128, "max_position_embeddings": 128}"#,
+    )
+    .unwrap();
+    let e = hf::build(&three, &input()).unwrap_err().to_string();
+    assert!(
+        e.contains("qa3.json") && e.contains("num_labels") && e.contains("not 3"),
+        "{e}"
+    );
+    // a decoder has neither head: said with the heads it has
+    let cfg = HfConfig::parse(
+        "tok.json",
+        r#"{"model_type": "llama", "architectures": ["LlamaForTokenClassification"],
+            "vocab_size": 100, "hidden_size": 64, "num_hidden_layers": 1,
+            "num_attention_heads": 4, "intermediate_size": 128}"#,
+    )
+    .unwrap();
+    let e = hf::build(&cfg, &input()).unwrap_err();
+    assert!(matches!(e, HfError::HeadNotBuilt { .. }), "{e}");
+    let forced = HfInput {
+        task: Some(HfTask::TokenCls),
+        ..input()
+    };
+    let e = hf::build(&cfg, &forced).unwrap_err();
+    assert!(matches!(e, HfError::NoHead { .. }), "{e}");
 }

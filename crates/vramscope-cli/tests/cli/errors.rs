@@ -107,7 +107,8 @@ fn bad_flag_is_a_usage_error() {
 }
 
 /// Every built-in transformer config builds now; a config of a family the front-end does not
-/// build, and Gemma3's vision-language model, get clear errors naming the file and the way out.
+/// build (or one that only looks like a supported family), Gemma3's vision-language model and a
+/// class whose head is not built get clear errors naming the file and the way out.
 #[test]
 fn unsupported_transformer_configs() {
     let dir =
@@ -140,6 +141,45 @@ fn unsupported_transformer_configs() {
     fails_with(
         &["estimate", &vlm, "--seq-len", "512"],
         &["gemma3.json", "vision-language", "Gemma3ForCausalLM"],
+    );
+    // a look-alike of a supported family is not built as that family
+    let llama4 = dir.join("llama4.json");
+    std::fs::write(
+        &llama4,
+        r#"{"model_type": "llama4_text", "architectures": ["Llama4ForCausalLM"],
+            "hidden_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4,
+            "intermediate_size": 128, "vocab_size": 100}"#,
+    )
+    .unwrap();
+    let llama4 = llama4.to_string_lossy().to_string();
+    fails_with(
+        &["estimate", &llama4, "--seq-len", "64"],
+        &["llama4.json", "\"llama4_text\"", "not supported"],
+    );
+    // a bare encoder (sentence-embedding checkpoints): the heads that are built, and --task
+    let bare = dir.join("minilm.json");
+    std::fs::write(
+        &bare,
+        r#"{"model_type": "bert", "architectures": ["BertModel"], "hidden_size": 384,
+            "num_hidden_layers": 6, "num_attention_heads": 12, "intermediate_size": 1536,
+            "vocab_size": 30522, "max_position_embeddings": 512}"#,
+    )
+    .unwrap();
+    let bare = bare.to_string_lossy().to_string();
+    fails_with(
+        &["estimate", &bare, "--seq-len", "128"],
+        &[
+            "minilm.json",
+            "BertModel",
+            "--task masked-lm",
+            "--task token-cls",
+        ],
+    );
+    let out = vramscope(&["estimate", &bare, "--seq-len", "128", "--task", "token-cls"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
     std::fs::remove_dir_all(&dir).ok();
     fails_with(&["estimate", "gpt2"], &["gpt2", "needs --seq-len"]);

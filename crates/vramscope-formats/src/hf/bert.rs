@@ -6,7 +6,7 @@
 //! `output` dense + dropout + LayerNorm(h + input)), and the heads: `cls.predictions` /
 //! `lm_head` (dense, GELU, LayerNorm, decoder tied to the word embeddings with its own bias), BERT's
 //! pooler + dropout + `classifier`, RoBERTa's `classifier` (dense + tanh + out_proj on the first
-//! token). With `attn_implementation="eager"` the self-attention runs `eager_attention_forward`
+//! token), and the per-token heads of `encoder_heads.rs`. With `attn_implementation="eager"` the self-attention runs `eager_attention_forward`
 //! without a mask (`layers::eager_attention_core`) and each layer keeps its attention weights
 //! (`self_attention_output, _ = self.attention(...)`) until it returns.
 
@@ -18,7 +18,7 @@ use super::layers::{
     activation, activation_fn, activation_kind, add, dropout, embedding, encoder_self_attention,
     layer_norm, linear, tied_head_bias, view, Eager, EagerFlavor,
 };
-use super::{build_error, AttnImplementation, HfConfig, HfError, HfInput, HfTask};
+use super::{build_error, encoder_heads, AttnImplementation, HfConfig, HfError, HfInput, HfTask};
 
 /// Which encoder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,7 +105,7 @@ fn spec(cfg: &HfConfig, input: &HfInput) -> Result<Spec, HfError> {
     })
 }
 
-/// Builds `{Bert,Roberta}For{MaskedLM,SequenceClassification}`.
+/// Builds `{Bert,Roberta}For{MaskedLM,SequenceClassification,TokenClassification,QuestionAnswering}`.
 pub fn build(
     cfg: &HfConfig,
     flavor: Flavor,
@@ -130,11 +130,18 @@ pub fn build(
     };
     let head = match task {
         HfTask::SeqCls => "ForSequenceClassification",
+        HfTask::TokenCls => "ForTokenClassification",
+        HfTask::QuestionAnswering => "ForQuestionAnswering",
         _ => "ForMaskedLM",
     };
+    if task == HfTask::QuestionAnswering {
+        encoder_heads::check_question_answering_labels(cfg, s.num_labels)?;
+    }
     let (bsz, seq) = (input.batch, input.seq);
     let mut b = GraphBuilder::new(base, &format!("{prefix}{head}"));
     let ids = b.input(vec![bsz, seq], DType::I64);
+    let positions = (task == HfTask::QuestionAnswering)
+        .then(|| encoder_heads::question_answering_inputs(&mut b, bsz));
     let pooler = flavor == Flavor::Bert && task == HfTask::SeqCls;
     let (h, word, pooled) = b.module(base, &format!("{prefix}Model"), &[ids], |b| {
         let (x, word) = b.module("embeddings", &format!("{prefix}Embeddings"), &[ids], |b| {
@@ -159,12 +166,26 @@ pub fn build(
         } else {
             None
         };
+        // `post_init()` at the end of `{prefix}Model.__init__`: `_init_weights` copies a fresh
+        // `arange(max_position_embeddings)` into `position_ids`
+        b.temporary_at_init(vec![s.max_positions], DType::I64);
         (x, word, pooled)
     });
-    let (logits, task_ir) = b.frame(|b| {
+    let (outputs, task_ir) = b.frame(|b| {
         // `sequence_output` / `outputs` stay referenced until the forward returns
         b.hold(&[h]);
-        match task {
+        if let Some(positions) = positions {
+            let outputs = encoder_heads::question_answering(b, s.hidden, h, positions);
+            return (outputs, Task::LossInForward);
+        }
+        let (logits, task_ir) = match task {
+            HfTask::TokenCls => encoder_heads::token_classification(
+                b,
+                s.classifier_dropout,
+                s.hidden,
+                s.num_labels,
+                h,
+            ),
             HfTask::SeqCls => {
                 let logits = match pooled {
                     Some(p) => {
@@ -204,9 +225,10 @@ pub fn build(
                 }
                 (logits, Task::MaskedLm { vocab: s.vocab })
             }
-        }
+        };
+        (vec![logits], task_ir)
     });
-    let graph = b.finish(&[logits], task_ir).map_err(build_error(cfg))?;
+    let graph = b.finish(&outputs, task_ir).map_err(build_error(cfg))?;
     let layers = (0..s.layers)
         .map(|i| format!("{base}.encoder.layer.{i}"))
         .collect();

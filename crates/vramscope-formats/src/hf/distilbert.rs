@@ -4,7 +4,7 @@
 //! out_lin, `sa_layer_norm(attn + x)`, `ffn` lin1 + activation + lin2 + dropout,
 //! `output_layer_norm(ffn + attn)`), then `vocab_transform` + activation + `vocab_layer_norm` +
 //! `vocab_projector` (weight tied to the word embeddings) or `pre_classifier` + ReLU + dropout +
-//! `classifier` on the first token. With `attn_implementation="eager"` the attention runs
+//! `classifier` on the first token, or the per-token heads of `encoder_heads.rs` (dropout first). With `attn_implementation="eager"` the attention runs
 //! `eager_attention_forward` without a mask (`layers::eager_attention_core`) and each block keeps
 //! its attention weights until it returns.
 
@@ -17,7 +17,7 @@ use super::layers::{
     activation, activation_fn, activation_kind, add, dropout, embedding, encoder_self_attention,
     layer_norm, linear, tied_head_bias, view, Eager,
 };
-use super::{build_error, HfConfig, HfError, HfInput, HfTask};
+use super::{build_error, encoder_heads, HfConfig, HfError, HfInput, HfTask};
 
 struct Spec {
     vocab: u64,
@@ -29,6 +29,8 @@ struct Spec {
     dropout: f64,
     attn_dropout: f64,
     classif_dropout: f64,
+    /// `qa_dropout`: `DistilBertForQuestionAnswering`'s dropout before `qa_outputs`.
+    qa_dropout: f64,
     act: ActivationKind,
     num_labels: u64,
     /// `tie_word_embeddings` (true unless the config says otherwise): `vocab_projector`'s weight
@@ -65,6 +67,7 @@ fn spec(cfg: &HfConfig, input: &HfInput) -> Result<Spec, HfError> {
         dropout: cfg.prob_or("dropout", 0.1)?,
         attn_dropout: cfg.prob_or("attention_dropout", 0.1)?,
         classif_dropout: cfg.prob_or("seq_classif_dropout", 0.2)?,
+        qa_dropout: cfg.prob_or("qa_dropout", 0.1)?,
         act,
         num_labels: num_labels(cfg)?,
         tied: cfg.bool_or("tie_word_embeddings", true)?,
@@ -72,7 +75,7 @@ fn spec(cfg: &HfConfig, input: &HfInput) -> Result<Spec, HfError> {
     })
 }
 
-/// Builds `DistilBertFor{MaskedLM,SequenceClassification}`.
+/// Builds `DistilBertFor{MaskedLM,SequenceClassification,TokenClassification,QuestionAnswering}`.
 pub fn build(
     cfg: &HfConfig,
     task: HfTask,
@@ -86,13 +89,19 @@ pub fn build(
         )));
     }
     let (bsz, seq) = (input.batch, input.seq);
-    let head = if task == HfTask::SeqCls {
-        "DistilBertForSequenceClassification"
-    } else {
-        "DistilBertForMaskedLM"
+    let head = match task {
+        HfTask::SeqCls => "DistilBertForSequenceClassification",
+        HfTask::TokenCls => "DistilBertForTokenClassification",
+        HfTask::QuestionAnswering => "DistilBertForQuestionAnswering",
+        _ => "DistilBertForMaskedLM",
     };
+    if task == HfTask::QuestionAnswering {
+        encoder_heads::check_question_answering_labels(cfg, s.num_labels)?;
+    }
     let mut b = GraphBuilder::new("distilbert", head);
     let ids = b.input(vec![bsz, seq], DType::I64);
+    let positions = (task == HfTask::QuestionAnswering)
+        .then(|| encoder_heads::question_answering_inputs(&mut b, bsz));
     let (h, word) = b.module("distilbert", "DistilBertModel", &[ids], |b| {
         let (x, word) = b.module("embeddings", "Embeddings", &[ids], |b| {
             let pos_buf = b.buffer("position_ids", vec![s.max_positions], Some(DType::I64));
@@ -114,11 +123,23 @@ pub fn build(
                 }
             });
         });
+        // `post_init()` at the end of `DistilBertModel.__init__`: `_init_weights` copies a fresh
+        // `arange(max_position_embeddings)` into `position_ids`
+        b.temporary_at_init(vec![s.max_positions], DType::I64);
         (x, word)
     });
-    let (logits, task_ir) = b.frame(|b| {
+    let (outputs, task_ir) = b.frame(|b| {
         b.hold(&[h]);
-        if task == HfTask::SeqCls {
+        if let Some(positions) = positions {
+            // `self.dropout(hidden_states)` (qa_dropout), then qa_outputs; both locals
+            let x = dropout(b, "dropout", s.qa_dropout, h);
+            b.hold(&[x]);
+            let outputs = encoder_heads::question_answering(b, s.dim, x, positions);
+            return (outputs, Task::LossInForward);
+        }
+        let (logits, task_ir) = if task == HfTask::TokenCls {
+            encoder_heads::token_classification(b, s.dropout, s.dim, s.num_labels, h)
+        } else if task == HfTask::SeqCls {
             let first = b.op(Select { dim: 1 }, &[h]);
             let p = linear(b, "pre_classifier", s.dim, s.dim, true, first);
             let p = activation_fn(b, ActivationKind::ReLU, p);
@@ -143,9 +164,10 @@ pub fn build(
                 linear(b, "vocab_projector", s.dim, s.vocab, true, t)
             };
             (l, Task::MaskedLm { vocab: s.vocab })
-        }
+        };
+        (vec![logits], task_ir)
     });
-    let graph = b.finish(&[logits], task_ir).map_err(build_error(cfg))?;
+    let graph = b.finish(&outputs, task_ir).map_err(build_error(cfg))?;
     let layers = (0..s.layers)
         .map(|i| format!("distilbert.transformer.layer.{i}"))
         .collect();

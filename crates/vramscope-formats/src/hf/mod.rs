@@ -28,6 +28,7 @@
 mod bert;
 mod config;
 mod distilbert;
+mod encoder_heads;
 mod gemma;
 mod generate;
 mod gpt2;
@@ -56,27 +57,35 @@ pub enum HfTask {
     MaskedLm,
     /// `AutoModelForSequenceClassification`: one label per sequence.
     SeqCls,
+    /// `AutoModelForTokenClassification` (the encoders): one label per token.
+    TokenCls,
+    /// `AutoModelForQuestionAnswering` (the encoders): start and end logits per token, trained
+    /// on `start_positions` / `end_positions` `[B]`.
+    QuestionAnswering,
     /// `AutoModelForSeq2SeqLM` (`T5ForConditionalGeneration`): `input_ids` `[B, S]` for the
     /// encoder, `labels` `[B, T]` for the decoder, the loss computed inside forward.
     Seq2SeqLm,
 }
 
 impl HfTask {
-    /// Parses `causal-lm`, `masked-lm` or `seq-cls`.
+    /// Parses `causal-lm`, `masked-lm`, `seq-cls`, `token-cls`, `qa` or `seq2seq-lm`.
     pub fn parse(s: &str) -> Option<HfTask> {
         match s {
             "causal-lm" => Some(HfTask::CausalLm),
             "masked-lm" => Some(HfTask::MaskedLm),
             "seq-cls" => Some(HfTask::SeqCls),
+            "token-cls" => Some(HfTask::TokenCls),
+            "qa" => Some(HfTask::QuestionAnswering),
             "seq2seq-lm" => Some(HfTask::Seq2SeqLm),
             _ => None,
         }
     }
 
-    /// The task of the first `architectures` class whose head this front-end builds (as
-    /// transformers' auto classes would pick it): `...ForCausalLM` / `...LMHeadModel`,
-    /// `...ForMaskedLM`, `...ForSequenceClassification`, `...ForConditionalGeneration`; `None`
-    /// when no class names one of these (a bare `...Model`, `...ForTokenClassification`, ...).
+    /// The task of the first `architectures` class that names a head this front-end builds for
+    /// some family (as transformers' auto classes would pick it): `...ForCausalLM` /
+    /// `...LMHeadModel`, `...ForMaskedLM`, `...ForSequenceClassification`,
+    /// `...ForTokenClassification`, `...ForQuestionAnswering`, `...ForConditionalGeneration`;
+    /// `None` when no class does (a bare `...Model`, `...ForMultipleChoice`, ...).
     pub fn from_architectures(archs: &[String]) -> Option<HfTask> {
         archs.iter().find_map(|a| {
             HEADS
@@ -92,6 +101,8 @@ impl HfTask {
             HfTask::CausalLm => "causal-lm",
             HfTask::MaskedLm => "masked-lm",
             HfTask::SeqCls => "seq-cls",
+            HfTask::TokenCls => "token-cls",
+            HfTask::QuestionAnswering => "qa",
             HfTask::Seq2SeqLm => "seq2seq-lm",
         }
     }
@@ -103,6 +114,8 @@ const HEADS: &[(&str, HfTask)] = &[
     ("LMHeadModel", HfTask::CausalLm),
     ("ForMaskedLM", HfTask::MaskedLm),
     ("ForSequenceClassification", HfTask::SeqCls),
+    ("ForTokenClassification", HfTask::TokenCls),
+    ("ForQuestionAnswering", HfTask::QuestionAnswering),
     ("ForConditionalGeneration", HfTask::Seq2SeqLm),
 ];
 
@@ -399,23 +412,37 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
     let encoder = matches!(family, Family::Bert(_) | Family::DistilBert);
     let seq2seq = matches!(family, Family::T5);
     let heads = if encoder {
-        "ForMaskedLM (--task masked-lm) and ForSequenceClassification (--task seq-cls)"
+        "ForMaskedLM (--task masked-lm), ForSequenceClassification (--task seq-cls), \
+         ForTokenClassification (--task token-cls) and ForQuestionAnswering (--task qa)"
     } else if seq2seq {
         "ForConditionalGeneration (--task seq2seq-lm)"
     } else {
         "ForCausalLM (--task causal-lm) and ForSequenceClassification (--task seq-cls)"
     };
+    let has_head = |task| match task {
+        HfTask::CausalLm => !encoder && !seq2seq,
+        HfTask::MaskedLm | HfTask::TokenCls | HfTask::QuestionAnswering => encoder,
+        HfTask::SeqCls => !seq2seq,
+        HfTask::Seq2SeqLm => seq2seq,
+    };
     let task = match input.task {
-        Some(task) => task,
+        Some(task) if has_head(task) => task,
+        Some(task) => {
+            return Err(HfError::NoHead {
+                path: cfg.path.clone(),
+                model_type,
+                task: task.name(),
+            })
+        }
         None => match HfTask::from_architectures(&archs) {
-            Some(task) => task,
+            Some(task) if has_head(task) => task,
             // no class named: the family's usual head
             None if archs.is_empty() && encoder => HfTask::MaskedLm,
             None if archs.is_empty() && seq2seq => HfTask::Seq2SeqLm,
             None if archs.is_empty() => HfTask::CausalLm,
             // a bare model or a head not built: not silently another head, whose parameters
             // and loss would differ from the class the checkpoint names
-            None => {
+            _ => {
                 return Err(HfError::HeadNotBuilt {
                     path: cfg.path.clone(),
                     architectures: archs,
@@ -425,19 +452,6 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
             }
         },
     };
-    let has_head = match task {
-        HfTask::CausalLm => !encoder && !seq2seq,
-        HfTask::MaskedLm => encoder,
-        HfTask::SeqCls => !seq2seq,
-        HfTask::Seq2SeqLm => seq2seq,
-    };
-    if !has_head {
-        return Err(HfError::NoHead {
-            path: cfg.path.clone(),
-            model_type,
-            task: task.name(),
-        });
-    }
     if input.target_seq.is_some() && !seq2seq {
         return Err(HfError::BadInput(format!(
             "{}: --target-len applies to encoder-decoder models (T5); {model_type} reads one sequence (--seq-len)",

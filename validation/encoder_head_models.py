@@ -1,0 +1,75 @@
+"""`measure.py --model py:validation/encoder_head_models.py:FACTORY` : the encoders' per-token heads
+built from a config.json as measure.py's `hf:` models are (random init, the config's own attention
+implementation unless `attn` is given, `gradient_checkpointing_enable()` for `checkpoint`):
+
+- `token_cls`: `AutoModelForTokenClassification`, labels `randint(0, num_labels, (B, S))`, the loss
+  `model.loss_function(logits, labels, config)` outside the forward (`ForTokenClassification`), as
+  measure.py computes the masked-LM and sequence-classification losses;
+- `question_answering`: `AutoModelForQuestionAnswering`, `start_positions` / `end_positions`
+  `randint(0, S, (B,))` made after the ids and handed to the forward, which computes the loss (as a
+  `Trainer` calls it); the loss phase reads `out.loss`. `out` (loss, start and end logits) stays
+  referenced until the next forward returns, as in a plain loop.
+
+`num_labels` is the config's unless `num_labels` is given.
+"""
+import json
+import os
+
+
+def _model(auto_name, config, attn, num_labels, checkpoint):
+    import transformers
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = config if os.path.isabs(config) else os.path.join(here, "..", config)
+    with open(path) as f:
+        # the built-in configs (crates/vramscope-formats/data/hf/*.json) carry a `_source` note
+        d = {k: v for k, v in json.load(f).items() if not k.startswith("_")}
+    cfg = transformers.CONFIG_MAPPING[d["model_type"]].from_dict(d)
+    if num_labels:
+        cfg.num_labels = int(num_labels)
+    cfg._attn_implementation = attn
+    auto = getattr(transformers, auto_name)
+    model = auto._model_mapping[type(cfg)](cfg)
+    assert model.config._attn_implementation == attn, model.config._attn_implementation
+    if checkpoint:
+        model.gradient_checkpointing_enable()
+    return model, cfg
+
+
+def token_cls(batch, seq, checkpoint=False, config="crates/vramscope-formats/data/hf/bert-base-uncased.json",
+              attn="sdpa", num_labels=None, **_):
+    import torch
+    model, cfg = _model("AutoModelForTokenClassification", config, attn, num_labels, checkpoint)
+    V, L = cfg.vocab_size, cfg.num_labels
+
+    def make_batch():
+        return torch.randint(0, V, (batch, seq)), torch.randint(0, L, (batch, seq))
+
+    def forward(m, x):
+        return m(input_ids=x).logits
+
+    def loss(out, y):
+        return model.loss_function(out, y, config=model.config)
+
+    return model, make_batch, loss, forward
+
+
+def question_answering(batch, seq, checkpoint=False, config="crates/vramscope-formats/data/hf/bert-base-uncased.json",
+                       attn="sdpa", **_):
+    import torch
+    model, cfg = _model("AutoModelForQuestionAnswering", config, attn, None, checkpoint)
+    V = cfg.vocab_size
+
+    def make_batch():
+        ids = torch.randint(0, V, (batch, seq))
+        start = torch.randint(0, seq, (batch,))
+        end = torch.randint(0, seq, (batch,))
+        return (ids, start, end), start
+
+    def forward(m, x):
+        ids, start, end = x
+        return m(input_ids=ids, start_positions=start, end_positions=end)
+
+    def loss(out, y):
+        return out.loss
+
+    return model, make_batch, loss, forward
