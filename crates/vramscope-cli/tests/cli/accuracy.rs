@@ -339,6 +339,18 @@ fn family_generation_cases_match_truth() {
     check_phase_peaks("hf_generate_families.jsonl");
 }
 
+/// `model.generate` past a sliding window (`validation/make_generate_window_fixtures.sh`):
+/// Mistral, Phi-3 and Gemma3 cut to 2 layers with a 64-position window (prefills longer than
+/// the window, decode steps crossing it; fp32, bf16, AMP bf16), Mistral-7B's 4096 and
+/// Gemma-3-1B's 512 windows, and Mistral-7B, Gemma-3-1B and Phi-3-mini at full depth: the mask
+/// each forward, the cache's view of its last `w - 1` positions, SDPA with the mask
+/// (`pack_gqa` for one query).
+#[test]
+fn generation_past_the_window_cases_match_truth() {
+    assert_eq!(cases("hf_generate_window.jsonl").len(), 13);
+    check_phase_peaks("hf_generate_window.jsonl");
+}
+
 /// `model.generate` with the KV cache for the Mixture-of-Experts decoders (Mixtral with 4 and 8
 /// experts, Qwen3-MoE): the prefill's grouped-GEMM experts, then the decode steps' `batched_mm`
 /// experts (each token's expert weights gathered); fp32, AMP bf16, bf16, batch 1 to 16, one long

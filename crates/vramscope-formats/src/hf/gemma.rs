@@ -22,8 +22,10 @@
 //!   with Gemma2's additive masks (measured: fixtures/truth/hf_eager_gemma.jsonl).
 //!
 //! The same forward runs each step of a generation (`generate.rs`, [`Model`]): `logits_to_keep`,
-//! the cache's sliding-window layers for Gemma3's sliding layers (inside the window, where SDPA
-//! needs no mask; eager attention, Gemma2's, adds `[B, 1, S, past + S]` masks).
+//! the cache's sliding-window layers for Gemma3's sliding layers (inside the window SDPA needs no
+//! mask; past it the sliding layers' mask is materialized each step and SDPA runs with it over
+//! the last `w - 1` cached positions; eager attention, Gemma2's, adds `[B, 1, S, past + S]` masks
+//! and stays inside the window).
 //!
 //! A `gemma3` config (the vision-language `Gemma3Config`) is read through its `text_config` when
 //! its architecture is `Gemma3ForCausalLM`; `Gemma3ForConditionalGeneration` (vision tower,
@@ -36,8 +38,8 @@ use super::generate::CausalLm;
 use super::layers::{
     activation_fn, add, apply_rotary, attention_mask, attention_output, cached_attention,
     eager_attention, embedding_lookup, gemma_rms_norm, linear, mul, mul_scalar, position_ids,
-    rotary, rotary_with_buffers, rotated_heads_view, sdpa, sdpa_masked, tied_head,
-    v_grad_heads_first, view, Call, Eager, EagerFlavor, MaskPattern,
+    rotary, rotary_with_buffers, rotated_heads_view, sdpa, sdpa_masked, sdpa_masked_one_query,
+    tied_head, v_grad_heads_first, view, Call, Eager, EagerFlavor, MaskPattern,
 };
 use super::seq_cls::{sequence_classification, DecoderHead};
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
@@ -334,6 +336,11 @@ impl Model {
 impl CausalLm for Model {
     /// `Gemma{,2,3}ForCausalLM.forward`: the model, `lm_head` on the last hidden state (its last
     /// position with `logits_to_keep=1`), the final soft-capping.
+    // the masks and the cache past a sliding window are modelled for SDPA (generate.rs)
+    fn generates_past_window(&self) -> bool {
+        !self.eager
+    }
+
     fn forward(&self, b: &mut GraphBuilder, ids: TensorId, call: &mut Call) -> TensorId {
         let s = &self.spec;
         let c = self.ctx(b.shape(ids)[0]);
@@ -440,15 +447,11 @@ fn model(b: &mut GraphBuilder, c: &Ctx, ids: TensorId, call: &mut Call) -> (Tens
     // `generate` refuse the rest) SDPA runs without one and the mask code skips even the
     // packed-sequence check
     let eager = c.eager.then_some(c.dtype);
-    // SDPA over a cache needs no mask; eager attention gets `[B, 1, S, past + S]` ones
+    // SDPA over a cache needs no mask but a sliding layer's past its window; eager attention
+    // gets `[B, 1, S, past + S]` ones
     let cache_len = call.cache.is_some().then_some(call.past + seq);
-    let masked = cache_len.is_none() || eager.is_some();
-    let full_mask = if masked {
-        attention_mask(b, c.bsz, seq, MaskPattern::Causal, eager, cache_len)
-    } else {
-        None
-    };
-    let sliding_mask = if s.flavor.sandwich() && masked {
+    let full_mask = attention_mask(b, c.bsz, seq, MaskPattern::Causal, eager, cache_len);
+    let sliding_mask = if s.flavor.sandwich() {
         attention_mask(
             b,
             c.bsz,
@@ -726,6 +729,27 @@ fn attention(
         dtype: c.dtype,
         autocast: c.amp.then_some(c.compute),
     };
+    let half = c.compute.size() == 2;
+    let merged = |b: &mut GraphBuilder, o| {
+        let o = attention_output(b, o, false, half);
+        view(b, "reshape", o, vec![bsz, seq, s.heads * d])
+    };
+    if let (Some(cache), Some(m), false) = (call.cache.as_deref_mut(), mask, c.eager) {
+        // a sliding layer past its window: the cache update, then SDPA with the layer's mask
+        // over the cached keys and values (query_states stays a local)
+        b.hold(&[q]);
+        let (k, v) = cache.update(b, layer, k, v);
+        let o = if seq == 1 {
+            sdpa_masked_one_query(b, q, k, v, m, s.attn_dropout, c.compute)
+        } else {
+            let o = sdpa_masked(b, q, k, v, m, s.attn_dropout, c.compute);
+            merged(b, o)
+        };
+        return (
+            linear(b, "o_proj", s.heads * d, s.hidden, s.attn_bias, o),
+            None,
+        );
+    }
     if call.cache.is_some() {
         // query_states stays a local; key_states / value_states are rebound to the cache's.
         // Eager attention adds the layer's mask to its scores
@@ -738,11 +762,6 @@ fn attention(
     }
     // query_states / key_states / value_states are locals until the forward returns
     b.hold(&[q, k, v]);
-    let half = c.compute.size() == 2;
-    let merged = |b: &mut GraphBuilder, o| {
-        let o = attention_output(b, o, false, half);
-        view(b, "reshape", o, vec![bsz, seq, s.heads * d])
-    };
     let (o, weights) = match (c.eager, mask) {
         (true, Some(m)) => {
             // eager_attention_forward is a function: the repeated k and v it keeps are freed

@@ -574,7 +574,8 @@ pub enum MaskPattern {
 ///   mask of `dtype` (`torch.where(mask, 0, finfo.min)`; the dtype of `inputs_embeds`).
 ///
 /// `cache_len`: with a cache, its length after this call's update (the masks are `[.., S, KV]`,
-/// and the mask code skips the packed-sequence check); `None` without one (`KV` = `S`).
+/// and the mask code skips the packed-sequence check; a sliding-window layer's `KV` stops at
+/// `w - 1` cached positions plus this call's); `None` without one (`KV` = `S`).
 pub fn attention_mask(
     b: &mut GraphBuilder,
     batch: u64,
@@ -586,7 +587,13 @@ pub fn attention_mask(
     if cache_len.is_none() {
         packed_sequence_check(b, batch, seq);
     }
-    let kv = cache_len.unwrap_or(seq);
+    // a sliding-window cache layer keeps its last `w - 1` positions: past the window the mask
+    // covers those and the new ones (`DynamicSlidingWindowLayer.get_mask_sizes`); Qwen2-MoE's
+    // window-0 mask goes with full cache layers (no sliding cache for a window of 0)
+    let kv = match (pattern, cache_len) {
+        (MaskPattern::SlidingWindow(w), Some(total)) if w > 0 => (total - seq).min(w - 1) + seq,
+        _ => cache_len.unwrap_or(seq),
+    };
     // SDPA skips a sliding-window mask while every key is inside the window
     let materialized = match pattern {
         MaskPattern::Causal => eager.is_some(),
@@ -736,6 +743,43 @@ pub fn sdpa_masked(
         b.hold(&[k, v]);
         sdpa_with_mask(b, q, k, v, mask, dropout_p, dtype)
     })
+}
+
+/// `sdpa_attention_forward` for one query with a boolean mask (a decode step of a sliding-window
+/// layer past its window): over GQA heads `pack_gqa` views q as `[B, H_kv, n_rep, D]` (no
+/// `repeat_kv`; the `[B, 1, 1, KV]` mask as it is), and the output, laid out `[B, n_rep, H_kv, D]`
+/// by the kernel, is copied back into `[B, H, 1, D]` (a view with one key/value head);
+/// `.transpose(1, 2).contiguous()` then copies nothing. Returns `[B, 1, H * D]`.
+pub fn sdpa_masked_one_query(
+    b: &mut GraphBuilder,
+    q: TensorId,
+    k: TensorId,
+    v: TensorId,
+    mask: TensorId,
+    dropout_p: f64,
+    dtype: DType,
+) -> TensorId {
+    let qs = b.shape(q).to_vec();
+    let kv_heads = b.shape(k)[1].max(1);
+    let n_rep = qs[1] / kv_heads;
+    if n_rep <= 1 {
+        let o = sdpa_with_mask(b, q, k, v, mask, dropout_p, dtype);
+        return merge_heads(b, o);
+    }
+    let packed = view(b, "reshape", q, vec![qs[0], kv_heads, n_rep, qs[3]]);
+    let o = sdpa_with_mask(b, packed, k, v, mask, dropout_p, dtype);
+    if kv_heads == 1 {
+        // one key/value head: the kernel's layout already is `[B, H, 1, D]`'s
+        let o = view(b, "reshape", o, qs);
+        return merge_heads(b, o);
+    }
+    let o = b.op(
+        Aten::new("clone", qs)
+            .dtype(DTypeRule::Like(0))
+            .not_differentiable(),
+        &[o],
+    );
+    merge_heads(b, o)
 }
 
 fn sdpa_with_mask(
@@ -991,8 +1035,8 @@ pub struct KvCache {
 
 impl KvCache {
     /// An empty cache whose layer `i` is a sliding-window layer when `windows[i]` is set (the
-    /// layer types of the config, as `DynamicCache(config=...)` reads them; only generations
-    /// that stay inside the window are modelled, see `generate`).
+    /// layer types of the config, as `DynamicCache(config=...)` reads them; past the window see
+    /// [`KvCache::update`] and `generate`).
     pub fn with_windows(windows: Vec<Option<u64>>) -> Self {
         KvCache {
             layers: vec![None; windows.len()],
@@ -1003,10 +1047,12 @@ impl KvCache {
 
     /// `past_key_values.update(key_states, value_states, layer)`. `DynamicLayer.update`:
     /// `keys = cat([keys, k], -2)`, old keys freed, then the same for the values.
-    /// `DynamicSlidingWindowLayer.update` (inside the window): both concatenations first, then
-    /// the old tensors go as `keys` and `values` are rebound; its first update moves the window
-    /// size to the device. Either way the new states stay referenced by the attention's locals
-    /// until both are cached. Returns the whole cached keys and values.
+    /// `DynamicSlidingWindowLayer.update`: both concatenations first, then the old tensors go as
+    /// `keys` and `values` are rebound; its first update moves the window size to the device;
+    /// past the window (more than `w - 1` positions) it keeps a view of the last `w - 1`, which
+    /// holds the whole concatenation until the next update. Either way the new states stay
+    /// referenced by the attention's locals until both are cached. Returns the whole
+    /// concatenated keys and values (what attention runs on).
     pub fn update(
         &mut self,
         b: &mut GraphBuilder,
@@ -1039,24 +1085,40 @@ impl KvCache {
                 None => (b.op(cat(true), &[k]), b.op(cat(true), &[v, k])),
             }
         });
+        // `self.keys = full_key_states[:, :, -w + 1:, :]`: past the window the layer keeps a view
+        // of the last `w - 1` positions, which holds the whole new tensor
+        let kept = match self.windows.get(layer).copied().flatten() {
+            Some(w) if b.shape(nk)[2] > w.saturating_sub(1) => {
+                (window_view(b, nk, w), window_view(b, nv, w))
+            }
+            _ => (nk, nv),
+        };
         if let Some(slot) = self.layers.get_mut(layer) {
-            *slot = Some((nk, nv));
+            *slot = Some(kept);
         }
         (nk, nv)
     }
 
     /// Makes every layer's cache `len` positions long at once, layer by layer (keys, then
     /// values): the jump over the decode steps a long generation does not simulate one by one.
+    /// A sliding-window layer stops at the `w` positions of its last concatenation (its view of
+    /// the last `w - 1` kept).
     pub fn grow_to(&mut self, b: &mut GraphBuilder, len: u64) {
-        for slot in self.layers.iter_mut() {
+        for (slot, window) in self.layers.iter_mut().zip(&self.windows) {
             if let Some((k, v)) = *slot {
+                let len = window.map_or(len, |w| len.min(w));
                 let grow = KvCacheUpdate {
                     first: false,
                     grow_to: Some(len),
                 };
                 let nk = b.op(grow.clone(), &[k]);
                 let nv = b.op(grow, &[v]);
-                *slot = Some((nk, nv));
+                *slot = Some(match window {
+                    &Some(w) if len > w.saturating_sub(1) => {
+                        (window_view(b, nk, w), window_view(b, nv, w))
+                    }
+                    _ => (nk, nv),
+                });
             }
         }
     }
@@ -1070,6 +1132,14 @@ impl KvCache {
             .chain(self.window_tensors.iter().copied())
             .collect()
     }
+}
+
+/// `t[:, :, -w + 1:, :]`: the last `w - 1` positions a sliding-window cache layer keeps, a view
+/// that holds all of `t`.
+fn window_view(b: &mut GraphBuilder, t: TensorId, w: u64) -> TensorId {
+    let mut shape = b.shape(t).to_vec();
+    shape[2] = w.saturating_sub(1);
+    view(b, "slice", t, shape)
 }
 
 /// One call of a causal LM's forward: the plain forward of training and inference, or one

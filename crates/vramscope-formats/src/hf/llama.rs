@@ -19,7 +19,8 @@
 //!
 //! The Mixture-of-Experts decoders (`moe.rs`) reuse the spec, the model around the layers
 //! (`causal_lm`), the attention and the MLP; `generate.rs` runs the same forward with a KV cache
-//! (Phi-3's sliding-window cache layers too, inside the window). Qwen3 and Phi-3 run eager
+//! (Mistral's and Phi-3's sliding-window cache layers too, past the window with SDPA: the mask
+//! each step, the cache's view of its last `w - 1` positions). Qwen3 and Phi-3 run eager
 //! attention through the same code as Llama (measured: fixtures/truth/hf_eager_families.jsonl).
 
 use vramscope_core::builder::RepeatedModule;
@@ -30,8 +31,8 @@ use super::generate::CausalLm;
 use super::layers::{
     add, apply_rotary, apply_rotary_sliced, attention_mask, attention_output, cached_attention,
     dropout, eager_causal_mask, embedding, linear, mul, packed_sequence_check, position_ids,
-    rms_norm, rotary, rotated_heads_view, sdpa, sdpa_masked, tied_head, v_grad_heads_first, view,
-    Call, Eager, EagerFlavor, MaskPattern,
+    rms_norm, rotary, rotated_heads_view, sdpa, sdpa_masked, sdpa_masked_one_query, tied_head,
+    v_grad_heads_first, view, Call, Eager, EagerFlavor, MaskPattern,
 };
 use super::seq_cls::{sequence_classification, DecoderHead};
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
@@ -695,7 +696,26 @@ pub(super) fn attention(
                 )
             }
         });
-        let o = if phi3 && call.cache.is_some() && call.eager_mask.is_none() {
+        let o = if let (Some(m), true) = (mask, call.cache.is_some()) {
+            // a generation past a sliding window: the cache update, then SDPA with the layer's
+            // mask over the cached keys and values (Phi-3's `qkv` is a local until the forward
+            // returns: v, a view of it, stands for it)
+            b.hold(&[q]);
+            if phi3 {
+                b.hold(&[v]);
+            }
+            let (k, v) = match call.cache.as_deref_mut() {
+                Some(c) => c.update(b, layer, k, v),
+                None => (k, v),
+            };
+            if seq == 1 {
+                sdpa_masked_one_query(b, q, k, v, m, s.attn_dropout, proj_dtype)
+            } else {
+                let o = sdpa_masked(b, q, k, v, m, s.attn_dropout, proj_dtype);
+                let o = attention_output(b, o, phi3, proj_dtype.size() == 2);
+                view(b, "reshape", o, vec![bsz, seq, s.heads * d])
+            }
+        } else if phi3 && call.cache.is_some() && call.eager_mask.is_none() {
             // a generation's forward: q stays referenced, the cache update, then SDPA on the
             // cached keys and values (causal only with more than one query); the output is
             // laid out like Phi-3's `cat`-made q, which `.contiguous()` copies in half precision
@@ -832,6 +852,11 @@ impl Model {
 }
 
 impl CausalLm for Model {
+    // the masks and the cache past a sliding window are modelled for SDPA (generate.rs)
+    fn generates_past_window(&self) -> bool {
+        !self.eager
+    }
+
     fn forward(&self, b: &mut GraphBuilder, ids: TensorId, call: &mut Call) -> TensorId {
         let (s, p, dtype) = (&self.spec, self.prefix, self.dtype);
         let (bsz, seq) = (b.shape(ids)[0], b.shape(ids)[1]);
