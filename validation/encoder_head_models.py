@@ -10,6 +10,10 @@ implementation unless `attn` is given, `gradient_checkpointing_enable()` for `ch
   `Trainer` calls it); the loss phase reads `out.loss`. `out` (loss, start and end logits) stays
   referenced until the next forward returns, as in a plain loop.
 
+- `feature_extraction`: the bare `AutoModel` (`BertModel`, `RobertaModel` with their poolers,
+  `DistilBertModel`), run in inference: `out = model(input_ids=x)` (last_hidden_state and, where
+  there is a pooler, pooler_output) stays referenced until the next forward returns.
+
 `num_labels` is the config's unless `num_labels` is given.
 """
 import json
@@ -73,3 +77,19 @@ def question_answering(batch, seq, checkpoint=False, config="crates/vramscope-fo
         return out.loss
 
     return model, make_batch, loss, forward
+
+
+def feature_extraction(batch, seq, checkpoint=False, config="crates/vramscope-formats/data/hf/bert-base-uncased.json",
+                       attn="sdpa", **_):
+    import torch
+    model, cfg = _model("AutoModel", config, attn, None, checkpoint)
+    V = cfg.vocab_size
+
+    def make_batch():
+        ids = torch.randint(0, V, (batch, seq))
+        return ids, ids
+
+    def forward(m, x):
+        return m(input_ids=x)
+
+    return model, make_batch, None, forward

@@ -45,7 +45,8 @@ pub struct ModelArgs {
     #[arg(long)]
     pub target_len: Option<u64>,
     /// Head and loss of a Hugging Face model: causal-lm, masked-lm, seq-cls, token-cls (encoders),
-    /// qa (encoders: question answering) or seq2seq-lm
+    /// qa (encoders: question answering), feature-extraction (the encoders' bare model, with
+    /// --mode infer) or seq2seq-lm
     /// (default: from the config's `architectures`).
     #[arg(long)]
     pub task: Option<String>,
@@ -273,6 +274,13 @@ pub fn is_transformer(args: &ModelArgs) -> bool {
 pub fn load(args: &ModelArgs, batch_size: u64, step: &StepConfig) -> Result<LoadedModel> {
     let generate = generation(args, step.mode)?;
     let mut m = load_base(args, batch_size, step.precision, generate)?;
+    if m.graph.task == vramscope_core::ir::Task::Features && step.mode == Mode::Train {
+        bail!(
+            "{}: a bare model ({}, --task feature-extraction) has no loss to train on: estimate it with --mode infer, or train a head (--task masked-lm, seq-cls, token-cls or qa)",
+            args.model,
+            m.graph.modules.first().map_or("", |m| &*m.type_name)
+        );
+    }
     if let Some(saved) = m.pre_quantized {
         // before the files' dtypes: a 4-bit checkpoint stores the packed weights and their
         // quantization state under the names the quantized model has
@@ -404,7 +412,7 @@ fn load_hf(
         None => None,
         Some(t) => Some(HfTask::parse(t).ok_or_else(|| {
             anyhow!(
-                "--task {t:?}: expected causal-lm, masked-lm, seq-cls, token-cls, qa or seq2seq-lm"
+                "--task {t:?}: expected causal-lm, masked-lm, seq-cls, token-cls, qa, feature-extraction or seq2seq-lm"
             )
         })?),
     };

@@ -185,6 +185,9 @@ pub enum Task {
     /// labels=labels)`): the labels are among the graph's inputs, the graph's first output is the
     /// scalar loss, and the loss phase only reads it (`loss = out.loss`).
     LossInForward,
+    /// A bare model (`AutoModel`: `BertModel`, ...): its outputs are features nothing is trained
+    /// on. Run in inference only; the data loader yields no labels.
+    Features,
 }
 
 /// The forward program of a model for one input shape.

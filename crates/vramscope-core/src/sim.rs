@@ -2573,8 +2573,8 @@ fn run(g: &Graph, cfg: &StepConfig, thread: ModelThread) -> Result<Simulation, S
                 let meta = s.meta(&shape, DType::I64);
                 Some(s.fresh(meta, Category::Inputs, Label::new("labels"), None, false))
             }
-            // the labels are graph inputs, made with the other inputs above
-            Task::LossInForward => None,
+            // the labels are graph inputs, made with the other inputs above; features have none
+            Task::LossInForward | Task::Features => None,
         };
         for r in std::mem::replace(&mut x, new_x) {
             s.release_rt(r);
@@ -2611,8 +2611,9 @@ fn run(g: &Graph, cfg: &StepConfig, thread: ModelThread) -> Result<Simulation, S
                 Task::Classification { .. } => vec![s.cross_entropy(logits, label_rt)],
                 Task::CausalLm { vocab } => vec![s.lm_loss(logits, label_rt, vocab, true)],
                 Task::MaskedLm { vocab } => vec![s.lm_loss(logits, label_rt, vocab, false)],
-                // `loss = out.loss`: one more reference to the forward's first output
-                Task::LossInForward => {
+                // `loss = out.loss`: one more reference to the forward's first output (features
+                // never get here: without labels there is no loss)
+                Task::LossInForward | Task::Features => {
                     s.incref(s.rts[logits as usize].storage);
                     vec![logits]
                 }

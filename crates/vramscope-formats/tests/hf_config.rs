@@ -1115,7 +1115,6 @@ fn look_alike_families_and_unbuilt_heads_are_refused_by_name() {
         );
     }
     for (model_type, class, heads) in [
-        ("bert", "BertModel", "--task masked-lm"),
         ("bert", "BertForMultipleChoice", "--task token-cls"),
         ("roberta", "RobertaForCausalLM", "--task qa"),
         ("llama", "LlamaModel", "--task causal-lm"),
@@ -1154,9 +1153,9 @@ fn look_alike_families_and_unbuilt_heads_are_refused_by_name() {
     assert_eq!(hf::build(&bert, &input()).unwrap().task, HfTask::MaskedLm);
 }
 
-/// The encoders' token-classification and question-answering heads count their parameters as
-/// transformers does (the truth tool's records), name their head modules as transformers does,
-/// and question answering refuses a `num_labels` other than 2 by name.
+/// The encoders' token-classification and question-answering heads, and their bare models, count
+/// their parameters as transformers does (the truth tool's records), name their modules as
+/// transformers does, and question answering refuses a `num_labels` other than 2 by name.
 #[test]
 fn encoder_token_and_qa_heads_follow_transformers() {
     let text = std::fs::read_to_string(format!("{}/fixtures/truth/hf_encoder_heads.jsonl", root()))
@@ -1172,7 +1171,10 @@ fn encoder_token_and_qa_heads_follow_transformers() {
         };
         let task = case["task"].as_str().and_then(HfTask::parse);
         assert!(
-            matches!(task, Some(HfTask::TokenCls | HfTask::QuestionAnswering)),
+            matches!(
+                task,
+                Some(HfTask::TokenCls | HfTask::QuestionAnswering | HfTask::FeatureExtraction)
+            ),
             "{model}"
         );
         let m = hf::build(&cfg, &HfInput { task, ..input() }).unwrap();
@@ -1182,10 +1184,11 @@ fn encoder_token_and_qa_heads_follow_transformers() {
             "{} {model}",
             case["name"]
         );
-        let head = if task == Some(HfTask::TokenCls) {
-            "classifier"
-        } else {
-            "qa_outputs"
+        let head = match task {
+            Some(HfTask::TokenCls) => "classifier",
+            Some(HfTask::QuestionAnswering) => "qa_outputs",
+            // the bare model: the encoder at the root of the names
+            _ => "embeddings",
         };
         assert!(
             m.graph.modules.iter().any(|x| x.path == head),
@@ -1193,7 +1196,7 @@ fn encoder_token_and_qa_heads_follow_transformers() {
         );
         checked += 1;
     }
-    assert_eq!(checked, 13);
+    assert_eq!(checked, 19);
     // the class names the task when --task is not given
     let cfg = HfConfig::parse(
         "qa.json",
@@ -1218,6 +1221,25 @@ fn encoder_token_and_qa_heads_follow_transformers() {
         e.contains("qa3.json") && e.contains("num_labels") && e.contains("not 3"),
         "{e}"
     );
+    // `BertModel` (sentence-embedding checkpoints) is the bare encoder, with its pooler
+    let bare = HfConfig::parse(
+        "minilm.json",
+        &std::fs::read_to_string(format!(
+            "{}/fixtures/hf/configs/all_minilm_l6_v2.json",
+            root()
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let m = hf::build(&bare, &input()).unwrap();
+    assert_eq!(m.task, HfTask::FeatureExtraction);
+    assert_eq!(m.graph.parameter_count(), 22_713_216);
+    assert!(m
+        .graph
+        .params
+        .iter()
+        .any(|p| p.name == "pooler.dense.weight"));
+    assert_eq!(m.checkpoint_layers[0], "encoder.layer.0");
     // a decoder has neither head: said with the heads it has
     let cfg = HfConfig::parse(
         "tok.json",

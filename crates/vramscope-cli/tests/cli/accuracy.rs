@@ -535,14 +535,16 @@ fn full_depth_cases_match_truth() {
     check("hf_full_depth.jsonl");
 }
 
-/// The encoders' per-token heads (`validation/make_encoder_head_fixtures.sh`): BERT base and
-/// large, RoBERTa base and DistilBERT as `{X}ForTokenClassification` (`--task token-cls`; 2 and 9
-/// labels) and `{X}ForQuestionAnswering` (`--task qa`, the loss computed by the forward from
-/// start/end positions), trained in fp32, AMP bf16/fp16, with checkpointing and eager attention,
-/// and run in bf16; all byte-exact in every phase.
+/// The encoders' per-token heads and bare models (`validation/make_encoder_head_fixtures.sh`):
+/// BERT base and large, RoBERTa base and DistilBERT as `{X}ForTokenClassification`
+/// (`--task token-cls`; 2 and 9 labels) and `{X}ForQuestionAnswering` (`--task qa`, the loss
+/// computed by the forward from start/end positions), trained in fp32, AMP bf16/fp16, with
+/// checkpointing and eager attention, and run in bf16; and the bare `{X}Model`
+/// (`--task feature-extraction`: all-MiniLM-L6-v2's `BertModel`, BERT, RoBERTa, DistilBERT) in
+/// inference; all byte-exact in every phase.
 #[test]
 fn encoder_head_cases_match_truth() {
-    assert_eq!(cases("hf_encoder_heads.jsonl").len(), 13);
+    assert_eq!(cases("hf_encoder_heads.jsonl").len(), 19);
     check("hf_encoder_heads.jsonl");
 }
 

@@ -156,7 +156,7 @@ fn unsupported_transformer_configs() {
         &["estimate", &llama4, "--seq-len", "64"],
         &["llama4.json", "\"llama4_text\"", "not supported"],
     );
-    // a bare encoder (sentence-embedding checkpoints): the heads that are built, and --task
+    // a bare encoder (sentence-embedding checkpoints) runs in inference; training it is refused
     let bare = dir.join("minilm.json");
     std::fs::write(
         &bare,
@@ -171,15 +171,34 @@ fn unsupported_transformer_configs() {
         &[
             "minilm.json",
             "BertModel",
+            "no loss",
+            "--mode infer",
             "--task masked-lm",
-            "--task token-cls",
         ],
     );
-    let out = vramscope(&["estimate", &bare, "--seq-len", "128", "--task", "token-cls"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    for extra in [&["--mode", "infer"][..], &["--task", "token-cls"][..]] {
+        let mut argv = vec!["estimate", &bare, "--seq-len", "128"];
+        argv.extend(extra);
+        let out = vramscope(&argv);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // a decoder's bare model is not built: the heads it has
+    let llama = dir.join("llama_model.json");
+    std::fs::write(
+        &llama,
+        r#"{"model_type": "llama", "architectures": ["LlamaModel"], "hidden_size": 64,
+            "num_hidden_layers": 1, "num_attention_heads": 4, "intermediate_size": 128,
+            "vocab_size": 100}"#,
+    )
+    .unwrap();
+    let llama = llama.to_string_lossy().to_string();
+    fails_with(
+        &["estimate", &llama, "--seq-len", "64", "--mode", "infer"],
+        &["llama_model.json", "LlamaModel", "--task causal-lm"],
     );
     std::fs::remove_dir_all(&dir).ok();
     fails_with(&["estimate", "gpt2"], &["gpt2", "needs --seq-len"]);

@@ -105,7 +105,8 @@ fn spec(cfg: &HfConfig, input: &HfInput) -> Result<Spec, HfError> {
     })
 }
 
-/// Builds `{Bert,Roberta}For{MaskedLM,SequenceClassification,TokenClassification,QuestionAnswering}`.
+/// Builds `{Bert,Roberta}For{MaskedLM,SequenceClassification,TokenClassification,QuestionAnswering}`
+/// or the bare `{Bert,Roberta}Model`.
 pub fn build(
     cfg: &HfConfig,
     flavor: Flavor,
@@ -132,8 +133,12 @@ pub fn build(
         HfTask::SeqCls => "ForSequenceClassification",
         HfTask::TokenCls => "ForTokenClassification",
         HfTask::QuestionAnswering => "ForQuestionAnswering",
+        HfTask::FeatureExtraction => "Model",
         _ => "ForMaskedLM",
     };
+    // `{prefix}Model` itself (`AutoModel`): no head, the encoder at the root of the names, and
+    // its pooler (`add_pooling_layer=True`)
+    let bare = task == HfTask::FeatureExtraction;
     if task == HfTask::QuestionAnswering {
         encoder_heads::check_question_answering_labels(cfg, s.num_labels)?;
     }
@@ -142,8 +147,8 @@ pub fn build(
     let ids = b.input(vec![bsz, seq], DType::I64);
     let positions = (task == HfTask::QuestionAnswering)
         .then(|| encoder_heads::question_answering_inputs(&mut b, bsz));
-    let pooler = flavor == Flavor::Bert && task == HfTask::SeqCls;
-    let (h, word, pooled) = b.module(base, &format!("{prefix}Model"), &[ids], |b| {
+    let pooler = bare || (flavor == Flavor::Bert && task == HfTask::SeqCls);
+    let encoder = |b: &mut GraphBuilder| {
         let (x, word) = b.module("embeddings", &format!("{prefix}Embeddings"), &[ids], |b| {
             embeddings(b, &s, flavor, ids)
         });
@@ -158,7 +163,7 @@ pub fn build(
             });
         });
         let pooled = if pooler {
-            Some(b.module("pooler", "BertPooler", &[x], |b| {
+            Some(b.module("pooler", &format!("{prefix}Pooler"), &[x], |b| {
                 let first = b.op(Select { dim: 1 }, &[x]);
                 let p = linear(b, "dense", s.hidden, s.hidden, true, first);
                 activation(b, "activation", ActivationKind::Tanh, p)
@@ -170,7 +175,25 @@ pub fn build(
         // `arange(max_position_embeddings)` into `position_ids`
         b.temporary_at_init(vec![s.max_positions], DType::I64);
         (x, word, pooled)
-    });
+    };
+    let layer_prefix = if bare {
+        String::new()
+    } else {
+        format!("{base}.")
+    };
+    let layers = (0..s.layers)
+        .map(|i| format!("{layer_prefix}encoder.layer.{i}"))
+        .collect();
+    if bare {
+        // BaseModelOutputWithPooling(last_hidden_state, pooler_output)
+        let (h, _, pooled) = encoder(&mut b);
+        let outputs: Vec<TensorId> = std::iter::once(h).chain(pooled).collect();
+        let graph = b
+            .finish(&outputs, Task::Features)
+            .map_err(build_error(cfg))?;
+        return Ok((graph, layers));
+    }
+    let (h, word, pooled) = b.module(base, &format!("{prefix}Model"), &[ids], encoder);
     let (outputs, task_ir) = b.frame(|b| {
         // `sequence_output` / `outputs` stay referenced until the forward returns
         b.hold(&[h]);
@@ -229,9 +252,6 @@ pub fn build(
         (vec![logits], task_ir)
     });
     let graph = b.finish(&outputs, task_ir).map_err(build_error(cfg))?;
-    let layers = (0..s.layers)
-        .map(|i| format!("{base}.encoder.layer.{i}"))
-        .collect();
     Ok((graph, layers))
 }
 

@@ -75,7 +75,8 @@ fn spec(cfg: &HfConfig, input: &HfInput) -> Result<Spec, HfError> {
     })
 }
 
-/// Builds `DistilBertFor{MaskedLM,SequenceClassification,TokenClassification,QuestionAnswering}`.
+/// Builds `DistilBertFor{MaskedLM,SequenceClassification,TokenClassification,QuestionAnswering}`
+/// or the bare `DistilBertModel`.
 pub fn build(
     cfg: &HfConfig,
     task: HfTask,
@@ -93,8 +94,11 @@ pub fn build(
         HfTask::SeqCls => "DistilBertForSequenceClassification",
         HfTask::TokenCls => "DistilBertForTokenClassification",
         HfTask::QuestionAnswering => "DistilBertForQuestionAnswering",
+        HfTask::FeatureExtraction => "DistilBertModel",
         _ => "DistilBertForMaskedLM",
     };
+    // `DistilBertModel` itself (`AutoModel`): no head, the encoder at the root of the names
+    let bare = task == HfTask::FeatureExtraction;
     if task == HfTask::QuestionAnswering {
         encoder_heads::check_question_answering_labels(cfg, s.num_labels)?;
     }
@@ -102,7 +106,7 @@ pub fn build(
     let ids = b.input(vec![bsz, seq], DType::I64);
     let positions = (task == HfTask::QuestionAnswering)
         .then(|| encoder_heads::question_answering_inputs(&mut b, bsz));
-    let (h, word) = b.module("distilbert", "DistilBertModel", &[ids], |b| {
+    let encoder = |b: &mut GraphBuilder| {
         let (x, word) = b.module("embeddings", "Embeddings", &[ids], |b| {
             let pos_buf = b.buffer("position_ids", vec![s.max_positions], Some(DType::I64));
             let (w, word) = embedding(b, "word_embeddings", s.vocab, s.dim, ids);
@@ -127,7 +131,18 @@ pub fn build(
         // `arange(max_position_embeddings)` into `position_ids`
         b.temporary_at_init(vec![s.max_positions], DType::I64);
         (x, word)
-    });
+    };
+    let layer_prefix = if bare { "" } else { "distilbert." };
+    let layers = (0..s.layers)
+        .map(|i| format!("{layer_prefix}transformer.layer.{i}"))
+        .collect();
+    if bare {
+        // BaseModelOutput(last_hidden_state)
+        let (h, _) = encoder(&mut b);
+        let graph = b.finish(&[h], Task::Features).map_err(build_error(cfg))?;
+        return Ok((graph, layers));
+    }
+    let (h, word) = b.module("distilbert", "DistilBertModel", &[ids], encoder);
     let (outputs, task_ir) = b.frame(|b| {
         b.hold(&[h]);
         if let Some(positions) = positions {
@@ -168,9 +183,6 @@ pub fn build(
         (vec![logits], task_ir)
     });
     let graph = b.finish(&outputs, task_ir).map_err(build_error(cfg))?;
-    let layers = (0..s.layers)
-        .map(|i| format!("distilbert.transformer.layer.{i}"))
-        .collect();
     Ok((graph, layers))
 }
 

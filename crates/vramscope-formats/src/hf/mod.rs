@@ -62,13 +62,17 @@ pub enum HfTask {
     /// `AutoModelForQuestionAnswering` (the encoders): start and end logits per token, trained
     /// on `start_positions` / `end_positions` `[B]`.
     QuestionAnswering,
+    /// `AutoModel` (the encoders' `{X}Model`): the bare encoder's features (`last_hidden_state`,
+    /// and BERT's and RoBERTa's `pooler_output`), for inference only.
+    FeatureExtraction,
     /// `AutoModelForSeq2SeqLM` (`T5ForConditionalGeneration`): `input_ids` `[B, S]` for the
     /// encoder, `labels` `[B, T]` for the decoder, the loss computed inside forward.
     Seq2SeqLm,
 }
 
 impl HfTask {
-    /// Parses `causal-lm`, `masked-lm`, `seq-cls`, `token-cls`, `qa` or `seq2seq-lm`.
+    /// Parses `causal-lm`, `masked-lm`, `seq-cls`, `token-cls`, `qa`, `feature-extraction` or
+    /// `seq2seq-lm`.
     pub fn parse(s: &str) -> Option<HfTask> {
         match s {
             "causal-lm" => Some(HfTask::CausalLm),
@@ -76,6 +80,7 @@ impl HfTask {
             "seq-cls" => Some(HfTask::SeqCls),
             "token-cls" => Some(HfTask::TokenCls),
             "qa" => Some(HfTask::QuestionAnswering),
+            "feature-extraction" => Some(HfTask::FeatureExtraction),
             "seq2seq-lm" => Some(HfTask::Seq2SeqLm),
             _ => None,
         }
@@ -84,14 +89,19 @@ impl HfTask {
     /// The task of the first `architectures` class that names a head this front-end builds for
     /// some family (as transformers' auto classes would pick it): `...ForCausalLM` /
     /// `...LMHeadModel`, `...ForMaskedLM`, `...ForSequenceClassification`,
-    /// `...ForTokenClassification`, `...ForQuestionAnswering`, `...ForConditionalGeneration`;
-    /// `None` when no class does (a bare `...Model`, `...ForMultipleChoice`, ...).
+    /// `...ForTokenClassification`, `...ForQuestionAnswering`, `...ForConditionalGeneration`, or
+    /// a bare `{X}Model`; `None` when no class does (`...ForMultipleChoice`, ...).
     pub fn from_architectures(archs: &[String]) -> Option<HfTask> {
         archs.iter().find_map(|a| {
-            HEADS
+            let head = HEADS
                 .iter()
                 .find(|(suffix, _)| a.ends_with(suffix))
-                .map(|&(_, task)| task)
+                .map(|&(_, task)| task);
+            // a bare `{X}Model` of a supported family
+            let bare = CLASS_PREFIXES
+                .iter()
+                .any(|(prefix, _)| a.strip_prefix(prefix) == Some("Model"));
+            head.or(bare.then_some(HfTask::FeatureExtraction))
         })
     }
 
@@ -103,6 +113,7 @@ impl HfTask {
             HfTask::SeqCls => "seq-cls",
             HfTask::TokenCls => "token-cls",
             HfTask::QuestionAnswering => "qa",
+            HfTask::FeatureExtraction => "feature-extraction",
             HfTask::Seq2SeqLm => "seq2seq-lm",
         }
     }
@@ -413,7 +424,8 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
     let seq2seq = matches!(family, Family::T5);
     let heads = if encoder {
         "ForMaskedLM (--task masked-lm), ForSequenceClassification (--task seq-cls), \
-         ForTokenClassification (--task token-cls) and ForQuestionAnswering (--task qa)"
+         ForTokenClassification (--task token-cls), ForQuestionAnswering (--task qa) and the \
+         bare Model (--task feature-extraction, inference)"
     } else if seq2seq {
         "ForConditionalGeneration (--task seq2seq-lm)"
     } else {
@@ -421,7 +433,10 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
     };
     let has_head = |task| match task {
         HfTask::CausalLm => !encoder && !seq2seq,
-        HfTask::MaskedLm | HfTask::TokenCls | HfTask::QuestionAnswering => encoder,
+        HfTask::MaskedLm
+        | HfTask::TokenCls
+        | HfTask::QuestionAnswering
+        | HfTask::FeatureExtraction => encoder,
         HfTask::SeqCls => !seq2seq,
         HfTask::Seq2SeqLm => seq2seq,
     };
