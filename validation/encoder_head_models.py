@@ -14,6 +14,9 @@ implementation unless `attn` is given, `gradient_checkpointing_enable()` for `ch
   `DistilBertModel`), run in inference: `out = model(input_ids=x)` (last_hidden_state and, where
   there is a pooler, pooler_output) stays referenced until the next forward returns.
 
+- `t5_encoder`: `T5EncoderModel` (`MT5EncoderModel`, `UMT5EncoderModel` for those model types),
+  run in inference the same way.
+
 `num_labels` is the config's unless `num_labels` is given.
 """
 import json
@@ -83,6 +86,30 @@ def feature_extraction(batch, seq, checkpoint=False, config="crates/vramscope-fo
                        attn="sdpa", **_):
     import torch
     model, cfg = _model("AutoModel", config, attn, None, checkpoint)
+    V = cfg.vocab_size
+
+    def make_batch():
+        ids = torch.randint(0, V, (batch, seq))
+        return ids, ids
+
+    def forward(m, x):
+        return m(input_ids=x)
+
+    return model, make_batch, None, forward
+
+
+def t5_encoder(batch, seq, checkpoint=False, config="crates/vramscope-formats/data/hf/t5-small.json", attn="sdpa", **_):
+    import torch
+    import transformers
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = config if os.path.isabs(config) else os.path.join(here, "..", config)
+    with open(path) as f:
+        d = {k: v for k, v in json.load(f).items() if not k.startswith("_")}
+    cfg = transformers.CONFIG_MAPPING[d["model_type"]].from_dict(d)
+    cfg._attn_implementation = attn
+    cls = {"t5": transformers.T5EncoderModel, "mt5": transformers.MT5EncoderModel,
+           "umt5": transformers.UMT5EncoderModel}[d["model_type"]]
+    model = cls(cfg)
     V = cfg.vocab_size
 
     def make_batch():

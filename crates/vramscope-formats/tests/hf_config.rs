@@ -1120,7 +1120,7 @@ fn look_alike_families_and_unbuilt_heads_are_refused_by_name() {
         ("llama", "LlamaModel", "--task causal-lm"),
         ("opt", "OPTForQuestionAnswering", "--task causal-lm"),
         ("gpt2", "GPT2DoubleHeadsModel", "--task seq-cls"),
-        ("t5", "T5EncoderModel", "--task seq2seq-lm"),
+        ("t5", "T5Model", "--task feature-extraction"),
     ] {
         let e = hf::build(&config(Some(model_type), class), &input()).unwrap_err();
         assert!(matches!(e, HfError::HeadNotBuilt { .. }), "{class}: {e}");
@@ -1187,16 +1187,24 @@ fn encoder_token_and_qa_heads_follow_transformers() {
         let head = match task {
             Some(HfTask::TokenCls) => "classifier",
             Some(HfTask::QuestionAnswering) => "qa_outputs",
-            // the bare model: the encoder at the root of the names
-            _ => "embeddings",
+            // the bare model: the encoder at the root of the names (T5: `shared`, `encoder`)
+            _ => {
+                let first = &m.graph.params[0].name;
+                assert!(
+                    first.starts_with("embeddings.") || first == "shared.weight",
+                    "{model}: {first}"
+                );
+                "encoder"
+            }
         };
+        let has = |path: &str| m.graph.modules.iter().any(|x| x.path == path);
         assert!(
-            m.graph.modules.iter().any(|x| x.path == head),
+            has(head) || has("transformer"),
             "{model}: no top-level {head}"
         );
         checked += 1;
     }
-    assert_eq!(checked, 19);
+    assert_eq!(checked, 25);
     // the class names the task when --task is not given
     let cfg = HfConfig::parse(
         "qa.json",
@@ -1240,6 +1248,27 @@ fn encoder_token_and_qa_heads_follow_transformers() {
         .iter()
         .any(|p| p.name == "pooler.dense.weight"));
     assert_eq!(m.checkpoint_layers[0], "encoder.layer.0");
+    // T5's encoder alone is `T5EncoderModel`; the bare encoder-decoder `T5Model` is not built
+    let t5 = |class: &str| {
+        HfConfig::parse(
+            "t5.json",
+            &format!(
+                r#"{{"model_type": "t5", "architectures": ["{class}"], "vocab_size": 100,
+                    "d_model": 64, "d_kv": 16, "d_ff": 128, "num_layers": 1, "num_heads": 4,
+                    "decoder_start_token_id": 0}}"#
+            ),
+        )
+        .unwrap()
+    };
+    let m = hf::build(&t5("T5EncoderModel"), &input()).unwrap();
+    assert_eq!(m.task, HfTask::FeatureExtraction);
+    assert!(!m
+        .graph
+        .params
+        .iter()
+        .any(|p| p.name.starts_with("decoder.")));
+    let e = hf::build(&t5("T5Model"), &input()).unwrap_err();
+    assert!(matches!(e, HfError::HeadNotBuilt { .. }), "{e}");
     // a decoder has neither head: said with the heads it has
     let cfg = HfConfig::parse(
         "tok.json",

@@ -540,11 +540,12 @@ fn full_depth_cases_match_truth() {
 /// (`--task token-cls`; 2 and 9 labels) and `{X}ForQuestionAnswering` (`--task qa`, the loss
 /// computed by the forward from start/end positions), trained in fp32, AMP bf16/fp16, with
 /// checkpointing and eager attention, and run in bf16; and the bare `{X}Model`
-/// (`--task feature-extraction`: all-MiniLM-L6-v2's `BertModel`, BERT, RoBERTa, DistilBERT) in
+/// (`--task feature-extraction`: all-MiniLM-L6-v2's `BertModel`, BERT, RoBERTa, DistilBERT) and
+/// `T5EncoderModel` (T5, FLAN-T5, T5-v1.1-XXL's shapes as FLUX.1 loads it, mT5, UMT5) in
 /// inference; all byte-exact in every phase.
 #[test]
 fn encoder_head_cases_match_truth() {
-    assert_eq!(cases("hf_encoder_heads.jsonl").len(), 19);
+    assert_eq!(cases("hf_encoder_heads.jsonl").len(), 25);
     check("hf_encoder_heads.jsonl");
 }
 

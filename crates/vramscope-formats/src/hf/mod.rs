@@ -62,8 +62,9 @@ pub enum HfTask {
     /// `AutoModelForQuestionAnswering` (the encoders): start and end logits per token, trained
     /// on `start_positions` / `end_positions` `[B]`.
     QuestionAnswering,
-    /// `AutoModel` (the encoders' `{X}Model`): the bare encoder's features (`last_hidden_state`,
-    /// and BERT's and RoBERTa's `pooler_output`), for inference only.
+    /// `AutoModel` (the encoders' `{X}Model`, T5's `{X}EncoderModel`): the bare encoder's
+    /// features (`last_hidden_state`, and BERT's and RoBERTa's `pooler_output`), for inference
+    /// only.
     FeatureExtraction,
     /// `AutoModelForSeq2SeqLM` (`T5ForConditionalGeneration`): `input_ids` `[B, S]` for the
     /// encoder, `labels` `[B, T]` for the decoder, the loss computed inside forward.
@@ -97,10 +98,10 @@ impl HfTask {
                 .iter()
                 .find(|(suffix, _)| a.ends_with(suffix))
                 .map(|&(_, task)| task);
-            // a bare `{X}Model` of a supported family
-            let bare = CLASS_PREFIXES
-                .iter()
-                .any(|(prefix, _)| a.strip_prefix(prefix) == Some("Model"));
+            // a bare `{X}Model` of a supported family, or T5's `{X}EncoderModel`
+            let bare = CLASS_PREFIXES.iter().any(|(prefix, _)| {
+                matches!(a.strip_prefix(prefix), Some("Model" | "EncoderModel"))
+            });
             head.or(bare.then_some(HfTask::FeatureExtraction))
         })
     }
@@ -427,19 +428,23 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
          ForTokenClassification (--task token-cls), ForQuestionAnswering (--task qa) and the \
          bare Model (--task feature-extraction, inference)"
     } else if seq2seq {
-        "ForConditionalGeneration (--task seq2seq-lm)"
+        "ForConditionalGeneration (--task seq2seq-lm) and the encoder alone, EncoderModel \
+         (--task feature-extraction, inference)"
     } else {
         "ForCausalLM (--task causal-lm) and ForSequenceClassification (--task seq-cls)"
     };
     let has_head = |task| match task {
         HfTask::CausalLm => !encoder && !seq2seq,
-        HfTask::MaskedLm
-        | HfTask::TokenCls
-        | HfTask::QuestionAnswering
-        | HfTask::FeatureExtraction => encoder,
+        HfTask::MaskedLm | HfTask::TokenCls | HfTask::QuestionAnswering => encoder,
+        HfTask::FeatureExtraction => encoder || seq2seq,
         HfTask::SeqCls => !seq2seq,
         HfTask::Seq2SeqLm => seq2seq,
     };
+    // T5's bare encoder-decoder (`T5Model`, which needs decoder inputs) is not its encoder
+    let t5_model = seq2seq
+        && input.task.is_none()
+        && !archs.iter().any(|a| a.ends_with("EncoderModel"))
+        && archs.iter().any(|a| a.ends_with("Model"));
     let task = match input.task {
         Some(task) if has_head(task) => task,
         Some(task) => {
@@ -450,7 +455,7 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
             })
         }
         None => match HfTask::from_architectures(&archs) {
-            Some(task) if has_head(task) => task,
+            Some(task) if has_head(task) && !t5_model => task,
             // no class named: the family's usual head
             None if archs.is_empty() && encoder => HfTask::MaskedLm,
             None if archs.is_empty() && seq2seq => HfTask::Seq2SeqLm,
@@ -543,6 +548,9 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
         Family::Moe => moe::build(cfg, &model_type, input, dtype, head)?,
         Family::Bert(f) => bert::build(cfg, f, task, input)?,
         Family::DistilBert => distilbert::build(cfg, task, input)?,
+        Family::T5 if task == HfTask::FeatureExtraction => {
+            t5::build_encoder(cfg, &model_type, input)?
+        }
         Family::T5 => t5::build(cfg, &model_type, input)?,
     };
     Ok(HfModel {

@@ -280,7 +280,7 @@ pub fn build(
         ));
     }
     let mut b = GraphBuilder::new(model_type, &s.class("ForConditionalGeneration"));
-    let shared = declare_model(&mut b, &s);
+    let shared = declare_model(&mut b, &s, true);
     let ids = b.input(vec![bsz, src], DType::I64);
     let labels = b.input(vec![bsz, tgt], DType::I64);
     let enc = b.module("encoder", &s.class("Stack"), &[ids], |b| {
@@ -327,17 +327,50 @@ pub fn build(
     Ok((graph, layers))
 }
 
+/// Builds `T5EncoderModel` (`MT5...`, `UMT5...`): `shared` and the encoder stack alone, run on
+/// `input_ids` `[B, S]` in inference (the text encoder of diffusion pipelines and of
+/// sentence-T5); its output is the encoder's last hidden state. Returns the graph and the
+/// encoder's blocks.
+pub fn build_encoder(
+    cfg: &HfConfig,
+    model_type: &str,
+    input: &HfInput,
+) -> Result<(Graph, Vec<String>), HfError> {
+    let s = spec(cfg, Variant::of(model_type), input)?;
+    let (bsz, src) = (input.batch, input.seq);
+    if input.target_seq.is_some() {
+        return Err(HfError::BadInput(format!(
+            "{}: --target-len is the decoder's length; {} has no decoder",
+            cfg.path,
+            s.class("EncoderModel")
+        )));
+    }
+    let mut b = GraphBuilder::new(model_type, &s.class("EncoderModel"));
+    let shared = declare_model(&mut b, &s, false);
+    let ids = b.input(vec![bsz, src], DType::I64);
+    let enc = b.module("encoder", &s.class("Stack"), &[ids], |b| {
+        stack(b, &s, false, s.enc_layers, shared, ids, None)
+    });
+    let graph = b.finish(&[enc], Task::Features).map_err(build_error(cfg))?;
+    let layers = (0..s.enc_layers)
+        .map(|i| format!("encoder.block.{i}"))
+        .collect();
+    Ok((graph, layers))
+}
+
 /// Registers every module and parameter in `__init__` order (the order they are allocated in),
-/// with the per-stack `embed_tokens` and `lm_head` weights that tying drops. Returns
-/// `shared.weight`.
-fn declare_model(b: &mut GraphBuilder, s: &Spec) -> TensorId {
+/// with the per-stack `embed_tokens` and `lm_head` weights that tying drops (`with_decoder`:
+/// the whole `ForConditionalGeneration`; otherwise `EncoderModel`'s `shared` and encoder).
+/// Returns `shared.weight`.
+fn declare_model(b: &mut GraphBuilder, s: &Spec, with_decoder: bool) -> TensorId {
     let shared = b.declare("shared", "Embedding", |b| {
         b.parameter("weight", vec![s.vocab, s.d_model])
     });
-    for (name, decoder, layers) in [
+    let stacks = [
         ("encoder", false, s.enc_layers),
         ("decoder", true, s.dec_layers),
-    ] {
+    ];
+    for &(name, decoder, layers) in &stacks[..if with_decoder { 2 } else { 1 }] {
         b.declare(name, &s.class("Stack"), |b| {
             b.declare_module("embed_tokens", "Embedding");
             b.untied_at_init(vec![s.vocab, s.d_model]);
@@ -356,10 +389,12 @@ fn declare_model(b: &mut GraphBuilder, s: &Spec) -> TensorId {
             b.declare_module("dropout", "Dropout");
         });
     }
-    // its weight is `shared.weight` (named_parameters() lists it once, as shared.weight)
-    b.declare_module("lm_head", "Linear");
-    // post_init: lm_head's own weight is allocated, then every untied weight is dropped
-    b.tie_at_init(&[vec![s.vocab, s.d_model]], 1, None);
+    if with_decoder {
+        // its weight is `shared.weight` (named_parameters() lists it once, as shared.weight)
+        b.declare_module("lm_head", "Linear");
+        // post_init: lm_head's own weight is allocated, then every untied weight is dropped
+        b.tie_at_init(&[vec![s.vocab, s.d_model]], 1, None);
+    }
     shared
 }
 
