@@ -23,14 +23,20 @@ import json
 import os
 
 
-def _model(auto_name, config, attn, num_labels, checkpoint):
+def _read_config(config):
+    """The config at `config` (relative to the repository root) as its model type's config class."""
     import transformers
     here = os.path.dirname(os.path.abspath(__file__))
     path = config if os.path.isabs(config) else os.path.join(here, "..", config)
     with open(path) as f:
         # the built-in configs (crates/vramscope-formats/data/hf/*.json) carry a `_source` note
         d = {k: v for k, v in json.load(f).items() if not k.startswith("_")}
-    cfg = transformers.CONFIG_MAPPING[d["model_type"]].from_dict(d)
+    return transformers.CONFIG_MAPPING[d["model_type"]].from_dict(d)
+
+
+def _model(auto_name, config, attn, num_labels, checkpoint):
+    import transformers
+    cfg = _read_config(config)
     if num_labels:
         cfg.num_labels = int(num_labels)
     cfg._attn_implementation = attn
@@ -82,41 +88,31 @@ def question_answering(batch, seq, checkpoint=False, config="crates/vramscope-fo
     return model, make_batch, loss, forward
 
 
-def feature_extraction(batch, seq, checkpoint=False, config="crates/vramscope-formats/data/hf/bert-base-uncased.json",
-                       attn="sdpa", **_):
+def _features(model, vocab, batch, seq):
+    """An inference run of a bare model: ids in, `out = model(input_ids=x)` kept until the next
+    forward returns."""
     import torch
-    model, cfg = _model("AutoModel", config, attn, None, checkpoint)
-    V = cfg.vocab_size
 
     def make_batch():
-        ids = torch.randint(0, V, (batch, seq))
+        ids = torch.randint(0, vocab, (batch, seq))
         return ids, ids
 
     def forward(m, x):
         return m(input_ids=x)
 
     return model, make_batch, None, forward
+
+
+def feature_extraction(batch, seq, checkpoint=False, config="crates/vramscope-formats/data/hf/bert-base-uncased.json",
+                       attn="sdpa", **_):
+    model, cfg = _model("AutoModel", config, attn, None, checkpoint)
+    return _features(model, cfg.vocab_size, batch, seq)
 
 
 def t5_encoder(batch, seq, checkpoint=False, config="crates/vramscope-formats/data/hf/t5-small.json", attn="sdpa", **_):
-    import torch
     import transformers
-    here = os.path.dirname(os.path.abspath(__file__))
-    path = config if os.path.isabs(config) else os.path.join(here, "..", config)
-    with open(path) as f:
-        d = {k: v for k, v in json.load(f).items() if not k.startswith("_")}
-    cfg = transformers.CONFIG_MAPPING[d["model_type"]].from_dict(d)
+    cfg = _read_config(config)
     cfg._attn_implementation = attn
     cls = {"t5": transformers.T5EncoderModel, "mt5": transformers.MT5EncoderModel,
-           "umt5": transformers.UMT5EncoderModel}[d["model_type"]]
-    model = cls(cfg)
-    V = cfg.vocab_size
-
-    def make_batch():
-        ids = torch.randint(0, V, (batch, seq))
-        return ids, ids
-
-    def forward(m, x):
-        return m(input_ids=x)
-
-    return model, make_batch, None, forward
+           "umt5": transformers.UMT5EncoderModel}[cfg.model_type]
+    return _features(cls(cfg), cfg.vocab_size, batch, seq)
