@@ -16,9 +16,14 @@ use crate::AdviceError;
 pub trait ModelSource {
     /// The graph at `batch` with the user's input.
     fn build(&self, batch: u64) -> Result<Graph, String>;
-    /// A smaller input at `batch` (a lower resolution; a shorter sequence for sequence models),
-    /// described (`3x168x168`); `None` when there is no smaller input to try.
+    /// A smaller image at `batch` (a lower resolution), described (`3x168x168`); `None` when
+    /// there is no smaller image to try (sequence models among them).
     fn smaller_input(&self, batch: u64) -> Option<(String, Result<Graph, String>)>;
+    /// Shorter sequences at `batch` for a sequence model: the length tried and its graph; `None`
+    /// for other models (the default).
+    fn shorter_sequence(&self, _batch: u64) -> Option<(u64, Result<Graph, String>)> {
+        None
+    }
 }
 
 /// The peak of one simulated step.
@@ -48,6 +53,8 @@ pub enum Change {
     Accumulate(u64),
     /// A smaller input (described).
     SmallerInput(String),
+    /// Shorter sequences (tokens per sequence).
+    ShorterSequence(u64),
     /// A precision.
     Precision(String),
     /// Checkpointed modules (`layer3`, `features:4`).
@@ -184,6 +191,21 @@ pub fn tricks<S: ModelSource>(
                 desc.rsplit('x').next().unwrap_or(&desc)
             ),
             "activations scale with the input's area".into(),
+        );
+    }
+    if let Some((tokens, g)) = src.shorter_sequence(batch) {
+        let g = g.map_err(|m| AdviceError::Build {
+            size: batch,
+            message: m,
+        })?;
+        push(
+            format!("shorter sequences ({tokens} tokens)"),
+            Change::ShorterSequence(tokens),
+            Some(sim(&g, cfg)?),
+            "accuracy: longer texts are truncated, or split into overlapping chunks",
+            format!("tokenizer(texts, truncation=True, max_length={tokens})"),
+            "activations scale with the sequence length (eager attention's scores with its square)"
+                .into(),
         );
     }
     // precision

@@ -37,6 +37,10 @@ impl ModelSource for Source<'_> {
     }
 
     fn smaller_input(&self, batch: u64) -> Option<(String, Result<Graph, String>)> {
+        // a sequence model's input is its tokens (`shorter_sequence`), not an image
+        if self.0.seq_len.is_some() || self.0.prompt_len.is_some() {
+            return None;
+        }
         let (c, h, w) = parse_input(&self.0.input).ok()?;
         // three quarters of the side, a multiple of 8
         let (h2, w2) = ((h * 3 / 4) / 8 * 8, (w * 3 / 4) / 8 * 8);
@@ -49,6 +53,20 @@ impl ModelSource for Source<'_> {
             ..self.0.clone()
         };
         Some((desc, Source(&args, self.1).build(batch)))
+    }
+
+    fn shorter_sequence(&self, batch: u64) -> Option<(u64, Result<Graph, String>)> {
+        // three quarters of `--seq-len`, a multiple of 8 (a generation's prompt is left alone)
+        let seq = self.0.seq_len?;
+        let shorter = (seq * 3 / 4) / 8 * 8;
+        if shorter < 8 {
+            return None;
+        }
+        let args = ModelArgs {
+            seq_len: Some(shorter),
+            ..self.0.clone()
+        };
+        Some((shorter, Source(&args, self.1).build(batch)))
     }
 }
 

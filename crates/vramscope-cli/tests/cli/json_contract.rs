@@ -436,6 +436,48 @@ fn tricks_checkpoint_every_t5_container() {
     );
 }
 
+/// `tricks` on a sequence model shortens its sequences (three quarters of `--seq-len`), re-simulated
+/// exactly as `estimate --seq-len` at that length, and offers no image resize.
+#[test]
+fn tricks_shorten_sequences_not_images() {
+    let out = crate::vramscope(&[
+        "tricks",
+        "bert-base-uncased",
+        "--seq-len",
+        "128",
+        "-b",
+        "4",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = rows.as_array().unwrap();
+    assert!(
+        !rows
+            .iter()
+            .any(|r| r["change"].get("SmallerInput").is_some()),
+        "an image resize for a text model"
+    );
+    let shorter = rows
+        .iter()
+        .find(|r| r["change"].get("ShorterSequence").is_some())
+        .expect("a shorter-sequence row");
+    assert_eq!(shorter["change"]["ShorterSequence"], 96);
+    let direct = estimate_json(&["bert-base-uncased", "--seq-len", "96", "-b", "4"]);
+    assert_eq!(
+        shorter["after"]["allocated_bytes"],
+        direct["peak"]["allocated_bytes"]
+    );
+    assert_eq!(
+        shorter["after"]["reserved_bytes"],
+        direct["peak"]["reserved_bytes"]
+    );
+}
+
 /// `--mode generate` adds `generation` (and only then); the KV cache at the peak is its own
 /// category, and the cache at the end is what its shape and dtype say.
 #[test]
