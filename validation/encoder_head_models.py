@@ -11,8 +11,10 @@ implementation unless `attn` is given, `gradient_checkpointing_enable()` for `ch
   referenced until the next forward returns, as in a plain loop.
 
 - `feature_extraction`: the bare `AutoModel` (`BertModel`, `RobertaModel` with their poolers,
-  `DistilBertModel`), run in inference: `out = model(input_ids=x)` (last_hidden_state and, where
-  there is a pooler, pooler_output) stays referenced until the next forward returns.
+  `DistilBertModel`, the Llama family's `{X}Model`), run in inference: `out = model(input_ids=x)`
+  (last_hidden_state and, where there is a pooler, pooler_output; a decoder whose config keeps
+  `use_cache` also returns the `DynamicCache` its forward filled) stays referenced until the next
+  forward returns. The packed-sequence patch of measure.py's `hf:` route is applied.
 
 - `t5_encoder`: `T5EncoderModel` (`MT5EncoderModel`, `UMT5EncoderModel` for those model types),
   run in inference the same way.
@@ -21,6 +23,10 @@ implementation unless `attn` is given, `gradient_checkpointing_enable()` for `ch
 """
 import json
 import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from lora_models import _patch_packed_sequence_detection  # noqa: E402  (measure.py loads this file by path)
 
 
 def _read_config(config):
@@ -36,6 +42,8 @@ def _read_config(config):
 
 def _model(auto_name, config, attn, num_labels, checkpoint):
     import transformers
+    # the decoders' mask code under FakeTensors keeps a packed-sequence mask a real run drops
+    _patch_packed_sequence_detection()
     cfg = _read_config(config)
     if num_labels:
         cfg.num_labels = int(num_labels)

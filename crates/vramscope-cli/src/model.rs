@@ -276,7 +276,7 @@ pub fn load(args: &ModelArgs, batch_size: u64, step: &StepConfig) -> Result<Load
     let mut m = load_base(args, batch_size, step.precision, generate)?;
     if m.graph.task == vramscope_core::ir::Task::Features && step.mode == Mode::Train {
         bail!(
-            "{}: a bare model ({}, --task feature-extraction) has no loss to train on: estimate it with --mode infer, or train a head (--task masked-lm, seq-cls, token-cls or qa)",
+            "{}: a bare model ({}, --task feature-extraction) has no loss to train on: estimate it with --mode infer, or train one of its heads (--task; `vramscope estimate --help` lists them)",
             args.model,
             m.graph.modules.first().map_or("", |m| &*m.type_name)
         );

@@ -1117,7 +1117,7 @@ fn look_alike_families_and_unbuilt_heads_are_refused_by_name() {
     for (model_type, class, heads) in [
         ("bert", "BertForMultipleChoice", "--task token-cls"),
         ("roberta", "RobertaForCausalLM", "--task qa"),
-        ("llama", "LlamaModel", "--task causal-lm"),
+        ("gpt2", "GPT2Model", "--task causal-lm"),
         ("opt", "OPTForQuestionAnswering", "--task causal-lm"),
         ("gpt2", "GPT2DoubleHeadsModel", "--task seq-cls"),
         ("t5", "T5Model", "--task feature-extraction"),
@@ -1187,24 +1187,33 @@ fn encoder_token_and_qa_heads_follow_transformers() {
         let head = match task {
             Some(HfTask::TokenCls) => "classifier",
             Some(HfTask::QuestionAnswering) => "qa_outputs",
-            // the bare model: the encoder at the root of the names (T5: `shared`, `encoder`)
+            // the bare model: its own modules at the root of the names
             _ => {
                 let first = &m.graph.params[0].name;
                 assert!(
-                    first.starts_with("embeddings.") || first == "shared.weight",
+                    ["embeddings.", "shared.", "embed_tokens."]
+                        .iter()
+                        .any(|p| first.starts_with(p)),
                     "{model}: {first}"
                 );
-                "encoder"
+                assert!(
+                    !m.graph
+                        .params
+                        .iter()
+                        .any(|p| p.name.starts_with("model.") || p.name.starts_with("lm_head")),
+                    "{model}"
+                );
+                "layers"
             }
         };
         let has = |path: &str| m.graph.modules.iter().any(|x| x.path == path);
         assert!(
-            has(head) || has("transformer"),
+            has(head) || has("encoder") || has("transformer"),
             "{model}: no top-level {head}"
         );
         checked += 1;
     }
-    assert_eq!(checked, 25);
+    assert_eq!(checked, 31);
     // the class names the task when --task is not given
     let cfg = HfConfig::parse(
         "qa.json",

@@ -541,11 +541,13 @@ fn full_depth_cases_match_truth() {
 /// computed by the forward from start/end positions), trained in fp32, AMP bf16/fp16, with
 /// checkpointing and eager attention, and run in bf16; and the bare `{X}Model`
 /// (`--task feature-extraction`: all-MiniLM-L6-v2's `BertModel`, BERT, RoBERTa, DistilBERT) and
-/// `T5EncoderModel` (T5, FLAN-T5, T5-v1.1-XXL's shapes as FLUX.1 loads it, mT5, UMT5) in
-/// inference; all byte-exact in every phase.
+/// `T5EncoderModel` (T5, FLAN-T5, T5-v1.1-XXL's shapes as FLUX.1 loads it, mT5, UMT5) and the
+/// Llama family's `{X}Model` (e5-mistral-7b, Qwen2, Llama-3.2-1B, Phi-3 past its window, Qwen3,
+/// Mistral-7B past its window; the `DynamicCache` a `use_cache` config fills) in inference; all
+/// byte-exact in every phase.
 #[test]
 fn encoder_head_cases_match_truth() {
-    assert_eq!(cases("hf_encoder_heads.jsonl").len(), 25);
+    assert_eq!(cases("hf_encoder_heads.jsonl").len(), 31);
     check("hf_encoder_heads.jsonl");
 }
 

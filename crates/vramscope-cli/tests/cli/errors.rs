@@ -173,7 +173,7 @@ fn unsupported_transformer_configs() {
             "BertModel",
             "no loss",
             "--mode infer",
-            "--task masked-lm",
+            "--task",
         ],
     );
     for extra in [&["--mode", "infer"][..], &["--task", "token-cls"][..]] {
@@ -186,19 +186,18 @@ fn unsupported_transformer_configs() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    // a decoder's bare model is not built: the heads it has
-    let llama = dir.join("llama_model.json");
+    // GPT-2's bare model is not built: the heads it has
+    let gpt2 = dir.join("gpt2_model.json");
     std::fs::write(
-        &llama,
-        r#"{"model_type": "llama", "architectures": ["LlamaModel"], "hidden_size": 64,
-            "num_hidden_layers": 1, "num_attention_heads": 4, "intermediate_size": 128,
-            "vocab_size": 100}"#,
+        &gpt2,
+        r#"{"model_type": "gpt2", "architectures": ["GPT2Model"], "n_embd": 64, "n_layer": 1,
+            "n_head": 4, "vocab_size": 100, "n_positions": 128}"#,
     )
     .unwrap();
-    let llama = llama.to_string_lossy().to_string();
+    let gpt2 = gpt2.to_string_lossy().to_string();
     fails_with(
-        &["estimate", &llama, "--seq-len", "64", "--mode", "infer"],
-        &["llama_model.json", "LlamaModel", "--task causal-lm"],
+        &["estimate", &gpt2, "--seq-len", "64", "--mode", "infer"],
+        &["gpt2_model.json", "GPT2Model", "--task causal-lm"],
     );
     std::fs::remove_dir_all(&dir).ok();
     fails_with(&["estimate", "gpt2"], &["gpt2", "needs --seq-len"]);

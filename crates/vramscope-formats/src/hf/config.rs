@@ -235,6 +235,21 @@ impl HfConfig {
         }
     }
 
+    /// A string inside an object field (`rope_scaling.rope_type`): `None` when either is absent
+    /// or `null`.
+    pub fn nested_str(&self, holder: &str, key: &str) -> Result<Option<&str>, HfError> {
+        match self.get(holder) {
+            Some(Value::Object(m)) => match m.get(key) {
+                None | Some(Value::Null) => Ok(None),
+                Some(v) => v
+                    .as_str()
+                    .map(Some)
+                    .ok_or_else(|| self.err(&format!("{holder}.{key}"), "a string")),
+            },
+            _ => Ok(None),
+        }
+    }
+
     /// A number field that may be `null` (Gemma's soft-capping): `default` when the key is
     /// absent, `None` when it is `null`.
     pub fn nullable_f64(&self, key: &str, default: Option<f64>) -> Result<Option<f64>, HfError> {

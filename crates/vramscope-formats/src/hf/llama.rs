@@ -32,7 +32,7 @@ use super::layers::{
     add, apply_rotary, apply_rotary_sliced, attention_mask, attention_output, cached_attention,
     dropout, eager_causal_mask, embedding, linear, mul, packed_sequence_check, position_ids,
     rms_norm, rotary, rotated_heads_view, sdpa, sdpa_masked, sdpa_masked_one_query, tied_head,
-    v_grad_heads_first, view, Call, Eager, EagerFlavor, MaskPattern,
+    v_grad_heads_first, view, Call, Eager, EagerFlavor, KvCache, MaskPattern,
 };
 use super::seq_cls::{sequence_classification, DecoderHead};
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
@@ -379,8 +379,22 @@ pub(super) fn causal_lm(
     let mut b = GraphBuilder::new(model_type, &head.class(p));
     let ids = b.input(vec![bsz, seq], DType::I64);
     let eager = input.attn == AttnImplementation::Eager;
+    // the bare model with the config's `use_cache` (true by default) fills a `DynamicCache` and
+    // returns it with the hidden states; the heads are built with use_cache=False
+    let mut cache = KvCache::with_windows(vec![s.sliding_window; s.layers as usize]);
+    let use_cache = head == DecoderHead::Bare && cfg.bool_or("use_cache", true)?;
+    if use_cache && cfg.bool_or("use_sliding_window", false)? {
+        return Err(HfError::Field {
+            path: cfg.path.clone(),
+            field: "use_sliding_window".into(),
+            expected: "false for the bare model with use_cache (its per-layer sliding caches are not modelled); set use_cache to false".into(),
+        });
+    }
     let mut call = Call::plain(seq, head);
-    let logits = forward(
+    if use_cache {
+        call.cache = Some(&mut cache);
+    }
+    let out = forward(
         &mut b,
         (s, p, dtype, eager),
         ids,
@@ -389,11 +403,41 @@ pub(super) fn causal_lm(
         layer,
         Some(layer_kind),
     );
+    drop(call);
+    if head == DecoderHead::Bare {
+        // `post_init()` at the end of `{p}Model.__init__` recomputes the rotary `inv_freq` into
+        // its buffer: float32 `[rotary_dim / 2]` temporaries, three alive at once for the
+        // default rope, eight for Llama 3's (truth traces; the other rope types are taken as the
+        // default's)
+        for _ in 0..rope_init_temporaries(cfg)? {
+            b.temporary_at_init(vec![s.rotary_dim / 2], DType::F32);
+        }
+    }
+    let outputs: Vec<TensorId> = std::iter::once(out).chain(cache.tensors()).collect();
     let graph = b
-        .finish(&[logits], head.task(s.vocab))
+        .finish(&outputs, head.task(s.vocab))
         .map_err(build_error(cfg))?;
-    let layers = (0..s.layers).map(|i| format!("model.layers.{i}")).collect();
+    // the bare model's layers are at the root of the names
+    let root = if head == DecoderHead::Bare {
+        ""
+    } else {
+        "model."
+    };
+    let layers = (0..s.layers).map(|i| format!("{root}layers.{i}")).collect();
     Ok((graph, layers))
+}
+
+/// How many `[rotary_dim / 2]` float32 temporaries are alive at once while `post_init()`
+/// recomputes `inv_freq`: 8 for `rope_type: "llama3"`, 3 otherwise.
+fn rope_init_temporaries(cfg: &HfConfig) -> Result<u64, HfError> {
+    for holder in ["rope_parameters", "rope_scaling"] {
+        for key in ["rope_type", "type"] {
+            if cfg.nested_str(holder, key)? == Some("llama3") {
+                return Ok(8);
+            }
+        }
+    }
+    Ok(3)
 }
 
 /// One call of `{p}ForCausalLM` on `ids` (the plain forward, or one forward of a generation with
@@ -409,7 +453,8 @@ pub(super) fn forward(
 ) -> TensorId {
     let bsz = b.shape(ids)[0];
     let seq = call.seq;
-    let (h, emb) = b.module("model", &format!("{p}Model"), &[ids], |b| {
+    let bare = call.head == DecoderHead::Bare;
+    let mut model = |b: &mut GraphBuilder| {
         let (x, emb) = embedding(b, "embed_tokens", s.vocab, s.hidden, ids);
         let pos = match call.position_ids {
             // `generate` passes them (its model inputs keep them)
@@ -467,7 +512,12 @@ pub(super) fn forward(
             rms_norm(b, "norm", &format!("{p}RMSNorm"), s.hidden, dtype, x),
             emb,
         )
-    });
+    };
+    if bare {
+        // `{p}Model` itself: its last hidden state is the output
+        return model(b).0;
+    }
+    let (h, emb) = b.module("model", &format!("{p}Model"), &[ids], model);
     if let DecoderHead::SequenceClassification(c) = call.head {
         return sequence_classification(b, c, s.hidden, ids, h);
     }

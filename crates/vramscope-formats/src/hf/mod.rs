@@ -62,9 +62,9 @@ pub enum HfTask {
     /// `AutoModelForQuestionAnswering` (the encoders): start and end logits per token, trained
     /// on `start_positions` / `end_positions` `[B]`.
     QuestionAnswering,
-    /// `AutoModel` (the encoders' `{X}Model`, T5's `{X}EncoderModel`): the bare encoder's
-    /// features (`last_hidden_state`, and BERT's and RoBERTa's `pooler_output`), for inference
-    /// only.
+    /// `AutoModel` (the encoders' `{X}Model`, T5's `{X}EncoderModel`, the Llama family's
+    /// `{X}Model`): the bare model's features (`last_hidden_state`, and BERT's and RoBERTa's
+    /// `pooler_output`), for inference only.
     FeatureExtraction,
     /// `AutoModelForSeq2SeqLM` (`T5ForConditionalGeneration`): `input_ids` `[B, S]` for the
     /// encoder, `labels` `[B, T]` for the decoder, the loss computed inside forward.
@@ -430,13 +430,17 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
     } else if seq2seq {
         "ForConditionalGeneration (--task seq2seq-lm) and the encoder alone, EncoderModel \
          (--task feature-extraction, inference)"
+    } else if matches!(family, Family::Llama) {
+        "ForCausalLM (--task causal-lm), ForSequenceClassification (--task seq-cls) and the bare \
+         Model (--task feature-extraction, inference)"
     } else {
         "ForCausalLM (--task causal-lm) and ForSequenceClassification (--task seq-cls)"
     };
     let has_head = |task| match task {
         HfTask::CausalLm => !encoder && !seq2seq,
         HfTask::MaskedLm | HfTask::TokenCls | HfTask::QuestionAnswering => encoder,
-        HfTask::FeatureExtraction => encoder || seq2seq,
+        // the decoders' bare model: the Llama family's (measured)
+        HfTask::FeatureExtraction => encoder || seq2seq || matches!(family, Family::Llama),
         HfTask::SeqCls => !seq2seq,
         HfTask::Seq2SeqLm => seq2seq,
     };
@@ -490,7 +494,15 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
             cfg.path
         )));
     }
-    let head = if task == HfTask::SeqCls && !encoder {
+    let head = if task == HfTask::FeatureExtraction && !encoder && !seq2seq {
+        if input.generate.is_some() {
+            return Err(HfError::BadInput(format!(
+                "{}: --mode generate needs a causal LM; the task is feature-extraction (a bare model has no generate())",
+                cfg.path
+            )));
+        }
+        DecoderHead::Bare
+    } else if task == HfTask::SeqCls && !encoder {
         if input.generate.is_some() {
             return Err(HfError::BadInput(format!(
                 "{}: --mode generate needs a causal LM; the task is seq-cls (a classifier has no generate())",

@@ -19,6 +19,9 @@ pub enum DecoderHead {
     Lm,
     /// `{X}ForSequenceClassification`.
     SequenceClassification(SeqCls),
+    /// The bare `{X}Model` (`AutoModel`): the final norm's hidden states, for inference (the Llama
+    /// family; embedding checkpoints such as e5-mistral).
+    Bare,
 }
 
 impl DecoderHead {
@@ -29,6 +32,7 @@ impl DecoderHead {
             DecoderHead::SequenceClassification(_) => {
                 format!("{prefix}ForSequenceClassification")
             }
+            DecoderHead::Bare => format!("{prefix}Model"),
         }
     }
 
@@ -39,6 +43,7 @@ impl DecoderHead {
             DecoderHead::SequenceClassification(c) => Task::Classification {
                 num_classes: c.num_labels,
             },
+            DecoderHead::Bare => Task::Features,
         }
     }
 }
