@@ -15,9 +15,13 @@
 //! float32, GELU-tanh MLP, Gemma2/3 sandwich norms and sliding/full layers, Gemma2's eager
 //! attention with logit soft-capping, Gemma3's q/k norms and per-layer-type rotary), all causal
 //! LMs; the encoders BERT (`bert`), RoBERTa (`roberta`) and DistilBERT (`distilbert`) with
-//! masked-LM and sequence-classification heads; and the encoder-decoders T5 (`t5`, T5 v1.1 /
-//! FLAN-T5 included), mT5 (`mt5`) and UMT5 (`umt5`) trained on
-//! `model(input_ids, labels=labels).loss`.
+//! masked-LM, sequence-classification, token-classification and question-answering heads
+//! (`encoder_heads.rs`); and the encoder-decoders T5 (`t5`, T5 v1.1 / FLAN-T5 included), mT5
+//! (`mt5`) and UMT5 (`umt5`) trained on `model(input_ids, labels=labels).loss`. The bare models
+//! of the encoders, of T5's encoder (`T5EncoderModel`) and of the Llama family run as
+//! `feature-extraction` in inference. `model_type` is matched exactly (a config without one
+//! takes its class's), so a family that only looks like a supported one is refused, and so is
+//! a class whose head is not built (with the heads that are).
 //! `Gemma3ForConditionalGeneration` (the vision-language model) is refused with an error that
 //! says how to estimate its language model.
 //! The causal LMs can also be built as a whole `model.generate(...)` with the KV cache
