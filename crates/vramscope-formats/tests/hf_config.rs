@@ -668,10 +668,8 @@ fn moe_configs_it_cannot_model_are_refused() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("`router_jitter_noise`"), "{e}");
-    let e = mixtral(r#", "sliding_window": 64"#)
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("sliding_window = 64"), "{e}");
+    // Mixtral's window is modelled past its edge too (every layer slides, as Mistral's)
+    assert!(mixtral(r#", "sliding_window": 64"#).is_ok());
     assert!(mixtral(r#", "sliding_window": 65"#).is_ok());
 }
 

@@ -91,6 +91,8 @@ struct Moe {
     sliding_window: Option<u64>,
     /// Qwen2-MoE builds both the full and the sliding-window mask whatever its layers use
     both_masks: bool,
+    /// Mixtral: with a window, every layer attends with the sliding-window mask
+    all_layers_slide: bool,
 }
 
 fn field_error(cfg: &HfConfig, field: &str, expected: String) -> HfError {
@@ -150,6 +152,7 @@ fn moe_spec(cfg: &HfConfig, flavor: Flavor, layers: u64) -> Result<Moe, HfError>
         sparse: vec![true; layers as usize],
         sliding_window: None,
         both_masks: false,
+        all_layers_slide: false,
     };
     match flavor {
         Flavor::Mixtral => {
@@ -169,6 +172,7 @@ fn moe_spec(cfg: &HfConfig, flavor: Flavor, layers: u64) -> Result<Moe, HfError>
             }
             moe.expert_intermediate = cfg.u64(&["intermediate_size"])?;
             moe.sliding_window = cfg.opt_u64(&["sliding_window"])?;
+            moe.all_layers_slide = true;
         }
         Flavor::Qwen2Moe | Flavor::Qwen3Moe => {
             if experts > 0 {
@@ -240,10 +244,12 @@ pub fn build(
 ) -> Result<(Graph, Vec<String>), HfError> {
     let (flavor, s, m) = specs(cfg, model_type)?;
     let (bsz, seq) = (input.batch, input.seq);
+    // Qwen's `use_sliding_window` layers (from `max_window_layers` on) are not modelled once the
+    // keys reach the window; Mixtral's window is (every layer slides, as Mistral's)
     let window_used = m.sliding_window.filter(|&w| w > 0 && seq >= w);
-    if let Some(w) = window_used {
+    if let (Some(w), false) = (window_used, flavor == Flavor::Mixtral) {
         return Err(HfError::BadInput(format!(
-            "{}: --seq-len {seq} reaches sliding_window = {w}: attention with a sliding-window mask is not modelled for {model_type}; use a shorter sequence",
+            "{}: --seq-len {seq} reaches sliding_window = {w}: attention with a sliding-window mask is not modelled for {model_type} (use_sliding_window); use a shorter sequence",
             cfg.path
         )));
     }
@@ -351,17 +357,29 @@ pub struct Model {
     autocast: Option<DType>,
 }
 
-/// What the model's mask code makes (`create_causal_mask`, and Qwen2-MoE's
-/// `create_sliding_window_causal_mask` too): without a cache the packed-sequence checks; a
-/// sliding-window mask where the keys reach the window (always, for Qwen2-MoE's window of 0, which
-/// a cached forward sizes over the whole cache: `[1, 1, S, past + S]`). No layer attends with a
-/// mask (a window the layers use and the keys reach is refused), so every entry is `None`.
+/// What the model's mask code makes. Mixtral with a `sliding_window`: only
+/// `create_sliding_window_causal_mask` (its packed-sequence check, and the mask once the keys
+/// reach the window, which every layer attends with). Otherwise `create_causal_mask`, and
+/// Qwen2-MoE's `create_sliding_window_causal_mask` too: without a cache the packed-sequence
+/// checks; a sliding-window mask where the keys reach the window (always, for Qwen2-MoE's window
+/// of 0, which a cached forward sizes over the whole cache: `[1, 1, S, past + S]`), which no
+/// layer attends with.
 fn mask_code(
     b: &mut GraphBuilder,
     m: &Moe,
     (bsz, seq): (u64, u64),
     cache_len: Option<u64>,
 ) -> Vec<Option<TensorId>> {
+    if let (Some(w), true) = (m.sliding_window.filter(|&w| w > 0), m.all_layers_slide) {
+        return vec![attention_mask(
+            b,
+            bsz,
+            seq,
+            MaskPattern::SlidingWindow(w),
+            None,
+            cache_len,
+        )];
+    }
     if cache_len.is_none() {
         packed_sequence_check(b, bsz, seq);
     }
@@ -376,7 +394,7 @@ fn mask_code(
 
 impl Model {
     /// Reads the config and checks the input against it: generation with Qwen's
-    /// `use_sliding_window` is not measured (Mixtral's sliding window is, inside the window).
+    /// `use_sliding_window` is not measured (Mixtral's sliding window is, past the window too).
     pub fn new(
         cfg: &HfConfig,
         model_type: &str,
@@ -411,6 +429,12 @@ impl Model {
 }
 
 impl CausalLm for Model {
+    // Mixtral's sliding-window cache past its window: the masks and the cache as the Llama
+    // family's (generate.rs); generation runs SDPA here (eager is refused for the MoE decoders)
+    fn generates_past_window(&self) -> bool {
+        self.flavor == Flavor::Mixtral
+    }
+
     fn forward(&self, b: &mut GraphBuilder, ids: TensorId, call: &mut Call) -> TensorId {
         let (s, m) = (&self.spec, &self.moe);
         let c = Ctx {
@@ -840,11 +864,10 @@ mod tests {
     #[test]
     fn generation_is_refused_where_it_is_not_measured_and_qwen2_moe_masks_the_cache() {
         let input = generation(1, 4);
-        // Mixtral's sliding-window cache inside the window (measured), not past it
+        // Mixtral's sliding-window cache inside the window and past it (both measured)
         let mixtral = config(r#", "sliding_window": 64"#);
         hf::build(&mixtral, &input).expect("inside the window");
-        let err = hf::build(&mixtral, &generation(1, 60)).expect_err("past the window");
-        assert!(err.to_string().contains("sliding_window = 64"), "{err}");
+        hf::build(&mixtral, &generation(1, 60)).expect("past the window");
         let qwen3 = HfConfig::parse(
             "qwen3_moe.json",
             r#"{"model_type": "qwen3_moe", "hidden_size": 64, "intermediate_size": 96,
