@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Compare `vramscope estimate --json` with truth records (JSONL from ../shared/truth/run_cases.py).
 
-Usage: python3 validation/compare.py TRUTH.jsonl [--only SUBSTR] [--phases] [--bin target/release/vramscope]
+Usage: python3 validation/compare.py TRUTH.jsonl [--only SUBSTR] [--phases] [--exact] [--bin target/release/vramscope]
 Prints, per case, truth vs vramscope peak allocated / reserved and the error; with --phases, the
-per-phase allocated-after values. Needs only the Python standard library.
+per-phase allocated-after values; with --exact, every byte difference (peak allocated and
+reserved, each phase's allocated-after, peak allocated and peak reserved) and how many cases are
+byte-exact in all of them. Needs only the Python standard library.
 """
 import argparse, json, subprocess, sys, statistics
 
@@ -42,12 +44,13 @@ def main():
     ap.add_argument("truth")
     ap.add_argument("--only", default="")
     ap.add_argument("--phases", action="store_true")
+    ap.add_argument("--exact", action="store_true", help="list byte differences and count byte-exact cases")
     ap.add_argument("--bin", default="target/release/vramscope")
     ap.add_argument("--json-out")
     ap.add_argument("--markdown", help="append a Markdown table of the results to this file")
     ap.add_argument("--title", default=None)
     o = ap.parse_args()
-    rows, errs = [], []
+    rows, errs, inexact = [], [], []
     for line in open(o.truth):
         rec = json.loads(line)
         if "case" not in rec:  # the compact fixture format of fixtures/truth/*.jsonl
@@ -81,6 +84,19 @@ def main():
                          truth_phase=rec["overall"]["peak_phase"], est_phase=est["peak"]["phase"], worst_phase=worst_phase))
         print(f"{case['name']:45s} truth {t_alloc/2**20:9.1f} est {e_alloc/2**20:9.1f} MiB {err:+6.2f}%  reserved {rerr:+6.2f}%  "
               f"peak {rec['overall']['peak_phase']}/{est['peak']['phase']}  worst phase {worst_phase[1]} {worst_phase[0]:.2f}%")
+        if o.exact:
+            diffs = [(k, e - t) for k, e, t in [("peak", e_alloc, t_alloc), ("reserved", e_res, t_res)] if e != t]
+            for ph in est["phases"]:
+                t = tph.get(ph["name"])
+                if t:
+                    for k, e, tv in [("after", ph["allocated_after_bytes"], t["after"]["alloc"]),
+                                     ("peak", ph["peak_allocated_bytes"], t["peak"]["alloc"]),
+                                     ("peak reserved", ph["peak_reserved_bytes"], t["peak"]["reserved"])]:
+                        if e != tv:
+                            diffs.append((f"{ph['name']} {k}", e - tv))
+            if diffs:
+                inexact.append(case["name"])
+                print("    not byte-exact: " + ", ".join(f"{k} {d:+d} B" for k, d in diffs[:6]))
         if o.phases:
             for ph in est["phases"]:
                 t = tph.get(ph["name"])
@@ -91,6 +107,8 @@ def main():
     if errs:
         a = [abs(e) for e in errs]
         print(f"\n{len(errs)} cases: median |err| {statistics.median(a):.2f}%, worst {max(a):.2f}%, under-estimates >3%: {sum(e < -3 for e in errs)}")
+        if o.exact:
+            print(f"{len(errs) - len(inexact)} of {len(errs)} cases byte-exact in every phase")
     if o.json_out:
         json.dump(rows, open(o.json_out, "w"), indent=1)
     if o.markdown:
