@@ -220,34 +220,36 @@ impl HfConfig {
         }
     }
 
-    /// A number field `key` inside the object field `holder` (`rope_parameters.partial_rotary_factor`),
-    /// if both are present.
-    pub fn nested_f64(&self, holder: &str, key: &str) -> Result<Option<f64>, HfError> {
+    /// The value of `key` inside the object field `holder`, read with `read` (`None` when either
+    /// is absent or `null`; `expected` names the type in the error).
+    fn nested<'a, T>(
+        &'a self,
+        holder: &str,
+        key: &str,
+        read: impl FnOnce(&'a Value) -> Option<T>,
+        expected: &str,
+    ) -> Result<Option<T>, HfError> {
         match self.get(holder) {
             Some(Value::Object(m)) => match m.get(key) {
                 None | Some(Value::Null) => Ok(None),
-                Some(v) => v
-                    .as_f64()
+                Some(v) => read(v)
                     .map(Some)
-                    .ok_or_else(|| self.err(&format!("{holder}.{key}"), "a number")),
+                    .ok_or_else(|| self.err(&format!("{holder}.{key}"), expected)),
             },
             _ => Ok(None),
         }
     }
 
+    /// A number field `key` inside the object field `holder` (`rope_parameters.partial_rotary_factor`),
+    /// if both are present.
+    pub fn nested_f64(&self, holder: &str, key: &str) -> Result<Option<f64>, HfError> {
+        self.nested(holder, key, Value::as_f64, "a number")
+    }
+
     /// A string inside an object field (`rope_scaling.rope_type`): `None` when either is absent
     /// or `null`.
     pub fn nested_str(&self, holder: &str, key: &str) -> Result<Option<&str>, HfError> {
-        match self.get(holder) {
-            Some(Value::Object(m)) => match m.get(key) {
-                None | Some(Value::Null) => Ok(None),
-                Some(v) => v
-                    .as_str()
-                    .map(Some)
-                    .ok_or_else(|| self.err(&format!("{holder}.{key}"), "a string")),
-            },
-            _ => Ok(None),
-        }
+        self.nested(holder, key, Value::as_str, "a string")
     }
 
     /// A number field that may be `null` (Gemma's soft-capping): `default` when the key is

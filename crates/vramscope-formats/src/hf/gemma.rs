@@ -38,8 +38,8 @@ use super::generate::CausalLm;
 use super::layers::{
     activation_fn, add, apply_rotary, attention_mask, attention_output, cached_attention,
     eager_attention, embedding_lookup, gemma_rms_norm, linear, mul, mul_scalar, position_ids,
-    rotary, rotary_with_buffers, rotated_heads_view, sdpa, sdpa_masked, sdpa_masked_one_query,
-    tied_head, v_grad_heads_first, view, Call, Eager, EagerFlavor, MaskPattern,
+    rotary, rotary_with_buffers, rotated_heads_view, sdpa, sdpa_masked, tied_head,
+    v_grad_heads_first, view, Call, Eager, EagerFlavor, MaskPattern,
 };
 use super::seq_cls::{sequence_classification, DecoderHead};
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
@@ -739,12 +739,8 @@ fn attention(
         // over the cached keys and values (query_states stays a local)
         b.hold(&[q]);
         let (k, v) = cache.update(b, layer, k, v);
-        let o = if seq == 1 {
-            sdpa_masked_one_query(b, q, k, v, m, s.attn_dropout, c.compute)
-        } else {
-            let o = sdpa_masked(b, q, k, v, m, s.attn_dropout, c.compute);
-            merged(b, o)
-        };
+        let o = sdpa_masked(b, q, k, v, m, s.attn_dropout, c.compute);
+        let o = merged(b, o);
         return (
             linear(b, "o_proj", s.heads * d, s.hidden, s.attn_bias, o),
             None,

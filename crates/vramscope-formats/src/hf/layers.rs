@@ -724,33 +724,12 @@ pub fn v_grad_heads_first(masked: bool, heads: u64, kv_heads: u64) -> bool {
 /// calls it when the mask function returned a boolean mask: k and v repeated to all heads (no
 /// `enable_gqa` with a mask), the boolean mask turned into an additive `[B, 1, L, S]` mask of
 /// `dtype` (the dtype attention runs in) inside the SDPA call, and the kernel keeping it for
-/// backward.
+/// backward. One query over GQA heads (a decode step past a sliding window) is `pack_gqa`
+/// instead: q viewed as `[B, H_kv, n_rep, D]`, no repeat, and the output, laid out
+/// `[B, n_rep, H_kv, D]` by the kernel, reshaped back into `[B, H, 1, D]` (a copy unless there
+/// is one key/value head). Returns `[B, H, L, D]`.
 #[allow(clippy::too_many_arguments)]
 pub fn sdpa_masked(
-    b: &mut GraphBuilder,
-    q: TensorId,
-    k: TensorId,
-    v: TensorId,
-    mask: TensorId,
-    dropout_p: f64,
-    dtype: DType,
-) -> TensorId {
-    // sdpa_attention_forward's `key` / `value` locals: the repeated k, v live until it returns
-    b.frame(|b| {
-        let n_rep = b.shape(q)[1] / b.shape(k)[1].max(1);
-        let k = repeat_kv(b, k, n_rep);
-        let v = repeat_kv(b, v, n_rep);
-        b.hold(&[k, v]);
-        sdpa_with_mask(b, q, k, v, mask, dropout_p, dtype)
-    })
-}
-
-/// `sdpa_attention_forward` for one query with a boolean mask (a decode step of a sliding-window
-/// layer past its window): over GQA heads `pack_gqa` views q as `[B, H_kv, n_rep, D]` (no
-/// `repeat_kv`; the `[B, 1, 1, KV]` mask as it is), and the output, laid out `[B, n_rep, H_kv, D]`
-/// by the kernel, is copied back into `[B, H, 1, D]` (a view with one key/value head);
-/// `.transpose(1, 2).contiguous()` then copies nothing. Returns `[B, 1, H * D]`.
-pub fn sdpa_masked_one_query(
     b: &mut GraphBuilder,
     q: TensorId,
     k: TensorId,
@@ -762,24 +741,26 @@ pub fn sdpa_masked_one_query(
     let qs = b.shape(q).to_vec();
     let kv_heads = b.shape(k)[1].max(1);
     let n_rep = qs[1] / kv_heads;
-    if n_rep <= 1 {
-        let o = sdpa_with_mask(b, q, k, v, mask, dropout_p, dtype);
-        return merge_heads(b, o);
+    if qs[2] == 1 && n_rep > 1 {
+        let packed = view(b, "reshape", q, vec![qs[0], kv_heads, n_rep, qs[3]]);
+        let o = sdpa_with_mask(b, packed, k, v, mask, dropout_p, dtype);
+        if kv_heads == 1 {
+            return view(b, "reshape", o, qs);
+        }
+        return b.op(
+            Aten::new("clone", qs)
+                .dtype(DTypeRule::Like(0))
+                .not_differentiable(),
+            &[o],
+        );
     }
-    let packed = view(b, "reshape", q, vec![qs[0], kv_heads, n_rep, qs[3]]);
-    let o = sdpa_with_mask(b, packed, k, v, mask, dropout_p, dtype);
-    if kv_heads == 1 {
-        // one key/value head: the kernel's layout already is `[B, H, 1, D]`'s
-        let o = view(b, "reshape", o, qs);
-        return merge_heads(b, o);
-    }
-    let o = b.op(
-        Aten::new("clone", qs)
-            .dtype(DTypeRule::Like(0))
-            .not_differentiable(),
-        &[o],
-    );
-    merge_heads(b, o)
+    // sdpa_attention_forward's `key` / `value` locals: the repeated k, v live until it returns
+    b.frame(|b| {
+        let k = repeat_kv(b, k, n_rep);
+        let v = repeat_kv(b, v, n_rep);
+        b.hold(&[k, v]);
+        sdpa_with_mask(b, q, k, v, mask, dropout_p, dtype)
+    })
 }
 
 fn sdpa_with_mask(

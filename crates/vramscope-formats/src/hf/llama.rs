@@ -31,8 +31,8 @@ use super::generate::CausalLm;
 use super::layers::{
     add, apply_rotary, apply_rotary_sliced, attention_mask, attention_output, cached_attention,
     dropout, eager_causal_mask, embedding, linear, mul, packed_sequence_check, position_ids,
-    rms_norm, rotary, rotated_heads_view, sdpa, sdpa_masked, sdpa_masked_one_query, tied_head,
-    v_grad_heads_first, view, Call, Eager, EagerFlavor, KvCache, MaskPattern,
+    rms_norm, rotary, rotated_heads_view, sdpa, sdpa_masked, tied_head, v_grad_heads_first, view,
+    Call, Eager, EagerFlavor, KvCache, MaskPattern,
 };
 use super::seq_cls::{sequence_classification, DecoderHead};
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
@@ -381,7 +381,6 @@ pub(super) fn causal_lm(
     let eager = input.attn == AttnImplementation::Eager;
     // the bare model with the config's `use_cache` (true by default) fills a `DynamicCache` and
     // returns it with the hidden states; the heads are built with use_cache=False
-    let mut cache = KvCache::with_windows(vec![s.sliding_window; s.layers as usize]);
     let use_cache = head == DecoderHead::Bare && cfg.bool_or("use_cache", true)?;
     if use_cache && cfg.bool_or("use_sliding_window", false)? {
         return Err(HfError::Field {
@@ -390,10 +389,10 @@ pub(super) fn causal_lm(
             expected: "false for the bare model with use_cache (its per-layer sliding caches are not modelled); set use_cache to false".into(),
         });
     }
+    let mut cache =
+        use_cache.then(|| KvCache::with_windows(vec![s.sliding_window; s.layers as usize]));
     let mut call = Call::plain(seq, head);
-    if use_cache {
-        call.cache = Some(&mut cache);
-    }
+    call.cache = cache.as_mut();
     let out = forward(
         &mut b,
         (s, p, dtype, eager),
@@ -413,7 +412,9 @@ pub(super) fn causal_lm(
             b.temporary_at_init(vec![s.rotary_dim / 2], DType::F32);
         }
     }
-    let outputs: Vec<TensorId> = std::iter::once(out).chain(cache.tensors()).collect();
+    let outputs: Vec<TensorId> = std::iter::once(out)
+        .chain(cache.iter().flat_map(KvCache::tensors))
+        .collect();
     let graph = b
         .finish(&outputs, head.task(s.vocab))
         .map_err(build_error(cfg))?;
@@ -758,13 +759,10 @@ pub(super) fn attention(
                 Some(c) => c.update(b, layer, k, v),
                 None => (k, v),
             };
-            if seq == 1 {
-                sdpa_masked_one_query(b, q, k, v, m, s.attn_dropout, proj_dtype)
-            } else {
-                let o = sdpa_masked(b, q, k, v, m, s.attn_dropout, proj_dtype);
-                let o = attention_output(b, o, phi3, proj_dtype.size() == 2);
-                view(b, "reshape", o, vec![bsz, seq, s.heads * d])
-            }
+            let o = sdpa_masked(b, q, k, v, m, s.attn_dropout, proj_dtype);
+            // one query: the output is already laid out like q
+            let o = attention_output(b, o, phi3 && seq > 1, proj_dtype.size() == 2);
+            view(b, "reshape", o, vec![bsz, seq, s.heads * d])
         } else if phi3 && call.cache.is_some() && call.eager_mask.is_none() {
             // a generation's forward: q stays referenced, the cache update, then SDPA on the
             // cached keys and values (causal only with more than one query); the output is
