@@ -336,7 +336,10 @@ fn load_base(
     }
     if let Some(text) = hf_zoo::config(&args.model) {
         let cfg = hf::HfConfig::parse(&format!("built-in {}", args.model), text)?;
-        return load_hf(args, cfg, batch_size, precision, generate, "zoo");
+        let mut loaded = load_hf(args, cfg, batch_size, precision, generate, "zoo")?;
+        // the report names the checkpoint the user asked for (`llama-3-70b`), not its model_type
+        loaded.graph.name.clone_from(&args.model);
+        return Ok(loaded);
     }
     if generate.is_some() {
         bail!(
