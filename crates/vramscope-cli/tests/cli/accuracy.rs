@@ -551,6 +551,14 @@ fn encoder_head_cases_match_truth() {
     check("hf_encoder_heads.jsonl");
 }
 
+/// The Gemma decoders as their bare model (`--task feature-extraction`): EmbeddingGemma's
+/// bidirectional masks (built through `torch.vmap`, always materialized) and the causal ones.
+#[test]
+fn gemma_bare_model_cases_match_truth() {
+    assert_eq!(cases("hf_gemma_features.jsonl").len(), 11);
+    check("hf_gemma_features.jsonl");
+}
+
 /// Config fields that change the model from what the built-in configs build
 /// (`validation/make_config_variant_fixtures.sh`): BERT, RoBERTa and DistilBERT masked LMs with
 /// `tie_word_embeddings: false`, whose MLM decoder keeps its own weight and bias (BERT's and

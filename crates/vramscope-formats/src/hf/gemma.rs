@@ -27,6 +27,13 @@
 //! the last `w - 1` cached positions; eager attention, Gemma2's, adds `[B, 1, S, past + S]` masks
 //! and stays inside the window).
 //!
+//! The bare model (`GemmaModel`, `Gemma2Model`, `Gemma3TextModel`: `--task feature-extraction`,
+//! inference) returns the last hidden state and, with the config's `use_cache`, the
+//! `DynamicCache` its forward filled. Gemma3's `use_bidirectional_attention` (EmbeddingGemma) is
+//! read for it only: the config class halves the window on load (`w // 2 + 1`), both mask
+//! functions get an `or_mask_function` (every key; keys within the window either side), which
+//! builds them through `torch.vmap` and never skips them, so SDPA runs masked on every layer.
+//!
 //! A `gemma3` config (the vision-language `Gemma3Config`) is read through its `text_config` when
 //! its architecture is `Gemma3ForCausalLM`; `Gemma3ForConditionalGeneration` (vision tower,
 //! projector and language model) is refused with an error saying so.
@@ -39,7 +46,7 @@ use super::layers::{
     activation_fn, add, apply_rotary, attention_mask, attention_output, cached_attention,
     eager_attention, embedding_lookup, gemma_rms_norm, linear, mul, mul_scalar, position_ids,
     rotary, rotary_with_buffers, rotated_heads_view, sdpa, sdpa_masked, tied_head,
-    v_grad_heads_first, view, Call, Eager, EagerFlavor, MaskPattern,
+    v_grad_heads_first, view, Call, Eager, EagerFlavor, KvCache, MaskPattern,
 };
 use super::seq_cls::{sequence_classification, DecoderHead};
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
@@ -103,6 +110,9 @@ struct Spec {
     layer_types: Vec<LayerType>,
     attn_softcap: Option<f64>,
     final_softcap: Option<f64>,
+    /// `use_bidirectional_attention` (EmbeddingGemma): both masks let every query see keys on
+    /// both sides (inside the window on sliding layers).
+    bidirectional: bool,
 }
 
 fn field_err(cfg: &HfConfig, field: &str, expected: String) -> HfError {
@@ -149,14 +159,21 @@ fn spec(cfg: &HfConfig, flavor: Flavor) -> Result<Spec, HfError> {
             ));
         }
     }
-    if cfg.bool_or("use_bidirectional_attention", false)? {
+    // Gemma3TextConfig's (EmbeddingGemma); the other Gemma classes do not read it
+    let bidirectional = cfg.bool_or("use_bidirectional_attention", false)?;
+    if bidirectional && flavor != Flavor::Gemma3 {
         return Err(field_err(
             cfg,
             "use_bidirectional_attention",
-            "false (bidirectional Gemma attention is not modelled)".into(),
+            "false (only Gemma3 reads it)".into(),
         ));
     }
-    let sliding_window = or(&["sliding_window"], 4096)?;
+    // Gemma3TextConfig halves a bidirectional model's window on load (`w // 2 + 1`, an exclusive
+    // bound either side; `to_dict` writes `(w - 1) * 2` back)
+    let sliding_window = match or(&["sliding_window"], 4096)? {
+        w if bidirectional => w / 2 + 1,
+        w => w,
+    };
     let layer_types = match (flavor, cfg.str_list("layer_types")?) {
         (Flavor::Gemma, _) => vec![LayerType::Full; layers as usize],
         (_, Some(list)) => {
@@ -221,6 +238,7 @@ fn spec(cfg: &HfConfig, flavor: Flavor) -> Result<Spec, HfError> {
         layer_types,
         attn_softcap,
         final_softcap,
+        bidirectional,
     })
 }
 
@@ -278,19 +296,58 @@ pub fn build(
 ) -> Result<(Graph, Vec<String>), HfError> {
     let m = Model::new(cfg, flavor, input, dtype)?;
     let s = &m.spec;
+    let bare = head == DecoderHead::Bare;
+    if s.bidirectional && !bare {
+        return Err(field_err(
+            cfg,
+            "use_bidirectional_attention",
+            "false, or the bare Gemma3TextModel (--task feature-extraction): bidirectional \
+             attention is modelled for embedding models such as EmbeddingGemma"
+                .into(),
+        ));
+    }
     let prefix = match (flavor, head) {
-        (Flavor::Gemma3, DecoderHead::SequenceClassification(_)) => "Gemma3Text",
+        (Flavor::Gemma3, DecoderHead::SequenceClassification(_) | DecoderHead::Bare) => {
+            "Gemma3Text"
+        }
         _ => flavor.prefix(),
     };
     let mut b = GraphBuilder::new(flavor.model_type(), &head.class(prefix));
     let ids = b.input(vec![input.batch, input.seq], DType::I64);
+    // the bare model with the config's `use_cache` (true by default) fills a
+    // `DynamicCache(config=...)` and returns it with the hidden states; the heads are built with
+    // use_cache=False
+    let mut cache =
+        (bare && cfg.bool_or("use_cache", true)?).then(|| KvCache::with_windows(m.cache_windows()));
     let mut call = Call::plain(input.seq, head);
-    let logits = m.forward(&mut b, ids, &mut call);
+    call.cache = cache.as_mut();
+    let out = m.forward(&mut b, ids, &mut call);
+    drop(call);
+    if bare {
+        // `post_init()` recomputes the rotary `inv_freq` buffers: float32 `[head_dim / 2]`
+        // temporaries, three alive at once for one frequency set; Gemma3 computes one per layer
+        // type and keeps each until the next is made (truth traces)
+        let sets = match flavor {
+            Flavor::Gemma3 => [LayerType::Full, LayerType::Sliding]
+                .iter()
+                .filter(|t| s.layer_types.contains(t))
+                .count(),
+            _ => 1,
+        };
+        for _ in 0..2 + sets {
+            b.temporary_at_init(vec![s.head_dim / 2], DType::F32);
+        }
+    }
+    let outputs: Vec<TensorId> = std::iter::once(out)
+        .chain(cache.iter().flat_map(KvCache::tensors))
+        .collect();
     let graph = b
-        .finish(&[logits], head.task(s.vocab))
+        .finish(&outputs, head.task(s.vocab))
         .map_err(build_error(cfg))?;
+    // the bare model's layers are at the root of the names
+    let root = if bare { "" } else { "model." };
     let layers = (0..s.layer_types.len())
-        .map(|i| format!("model.layers.{i}"))
+        .map(|i| format!("{root}layers.{i}"))
         .collect();
     Ok((graph, layers))
 }
@@ -349,6 +406,10 @@ impl CausalLm for Model {
             Flavor::Gemma3 => "Gemma3TextModel".to_string(),
             _ => format!("{p}Model"),
         };
+        if call.head == DecoderHead::Bare {
+            // the model itself: its last hidden state is the output
+            return model(b, &c, ids, call).0;
+        }
         let (h, emb) = b.module("model", &model_class, &[ids], |b| model(b, &c, ids, call));
         if let DecoderHead::SequenceClassification(head) = call.head {
             return sequence_classification(b, head, s.hidden, ids, h);
@@ -450,16 +511,20 @@ fn model(b: &mut GraphBuilder, c: &Ctx, ids: TensorId, call: &mut Call) -> (Tens
     // SDPA over a cache needs no mask but a sliding layer's past its window; eager attention
     // gets `[B, 1, S, past + S]` ones
     let cache_len = call.cache.is_some().then_some(call.past + seq);
-    let full_mask = attention_mask(b, c.bsz, seq, MaskPattern::Causal, eager, cache_len);
-    let sliding_mask = if s.flavor.sandwich() {
-        attention_mask(
-            b,
-            c.bsz,
-            seq,
-            MaskPattern::SlidingWindow(s.sliding_window),
-            eager,
-            cache_len,
+    let (full, sliding) = if s.bidirectional {
+        (
+            MaskPattern::Bidirectional,
+            MaskPattern::BidirectionalSlidingWindow(s.sliding_window),
         )
+    } else {
+        (
+            MaskPattern::Causal,
+            MaskPattern::SlidingWindow(s.sliding_window),
+        )
+    };
+    let full_mask = attention_mask(b, c.bsz, seq, full, eager, cache_len);
+    let sliding_mask = if s.flavor.sandwich() {
+        attention_mask(b, c.bsz, seq, sliding, eager, cache_len)
     } else {
         None
     };
@@ -703,10 +768,14 @@ fn attention(
     let (q, k) = if s.flavor == Flavor::Gemma3 {
         // per-head GemmaRMSNorm on the transposed q and k, in the projections' dtype
         let norm = format!("{p}RMSNorm");
-        (
-            gemma_rms_norm(b, "q_norm", &norm, d, (c.compute, c.dtype), q),
-            gemma_rms_norm(b, "k_norm", &norm, d, (c.compute, c.dtype), k),
-        )
+        // `query_states = self.q_norm(query_states)`: the projection's output goes once the norm
+        // has returned, after its locals (under autocast the float32 product; truth traces of
+        // EmbeddingGemma in AMP)
+        let qn = gemma_rms_norm(b, "q_norm", &norm, d, (c.compute, c.dtype), q);
+        b.keep_until_now(&[q]);
+        let kn = gemma_rms_norm(b, "k_norm", &norm, d, (c.compute, c.dtype), k);
+        b.keep_until_now(&[k]);
+        (qn, kn)
     } else {
         (q, k)
     };

@@ -562,6 +562,21 @@ pub enum MaskPattern {
     Causal,
     /// `create_sliding_window_causal_mask(sliding_window)`.
     SlidingWindow(u64),
+    /// `create_causal_mask` with Gemma3's `use_bidirectional_attention` overlay (an
+    /// `or_mask_function` that is always true): every key visible, the mask still materialized.
+    Bidirectional,
+    /// `create_sliding_window_causal_mask(sliding_window)` with Gemma3's bidirectional window
+    /// overlay (`abs(q - kv) < sliding_window`).
+    BidirectionalSlidingWindow(u64),
+}
+
+impl MaskPattern {
+    fn window(self) -> Option<u64> {
+        match self {
+            MaskPattern::SlidingWindow(w) | MaskPattern::BidirectionalSlidingWindow(w) => Some(w),
+            MaskPattern::Causal | MaskPattern::Bidirectional => None,
+        }
+    }
 }
 
 /// The attention mask `create_causal_mask` / `create_sliding_window_causal_mask` return for a
@@ -572,6 +587,10 @@ pub enum MaskPattern {
 ///   mask expanded (a view) to `[B, 1, S, KV]`.
 /// * `eager: Some(dtype)`: never skipped; the boolean mask turned into an additive `[B, 1, S, S]`
 ///   mask of `dtype` (`torch.where(mask, 0, finfo.min)`; the dtype of `inputs_embeds`).
+/// * The bidirectional patterns pass an `or_mask_function`, which turns the skip off and builds
+///   the mask through `torch.vmap` over the four index vectors: every step's result is the
+///   `[S, KV]` plane (a `[S]` one where only the query index is in it), expanded to
+///   `[B, 1, S, KV]` at the end (truth traces of EmbeddingGemma's `Gemma3TextModel`).
 ///
 /// `cache_len`: with a cache, its length after this call's update (the masks are `[.., S, KV]`,
 /// and the mask code skips the packed-sequence check; a sliding-window layer's `KV` stops at
@@ -590,14 +609,15 @@ pub fn attention_mask(
     // a sliding-window cache layer keeps its last `w - 1` positions: past the window the mask
     // covers those and the new ones (`DynamicSlidingWindowLayer.get_mask_sizes`); Qwen2-MoE's
     // window-0 mask goes with full cache layers (no sliding cache for a window of 0)
-    let kv = match (pattern, cache_len) {
-        (MaskPattern::SlidingWindow(w), Some(total)) if w > 0 => (total - seq).min(w - 1) + seq,
+    let kv = match (pattern.window(), cache_len) {
+        (Some(w), Some(total)) if w > 0 => (total - seq).min(w - 1) + seq,
         _ => cache_len.unwrap_or(seq),
     };
     // SDPA skips a sliding-window mask while every key is inside the window
     let materialized = match pattern {
         MaskPattern::Causal => eager.is_some(),
         MaskPattern::SlidingWindow(w) => eager.is_some() || kv >= w,
+        MaskPattern::Bidirectional | MaskPattern::BidirectionalSlidingWindow(_) => true,
     };
     if !materialized {
         return None;
@@ -639,8 +659,47 @@ pub fn attention_mask(
                 &[kv_idx, q_idx],
             )
         };
+        let plane = vec![seq, kv];
+        fn mask_op(
+            b: &mut GraphBuilder,
+            name: &'static str,
+            shape: &[u64],
+            dtype: DTypeRule,
+            inputs: &[TensorId],
+        ) -> TensorId {
+            b.op(
+                Aten::new(name, shape.to_vec())
+                    .dtype(dtype)
+                    .not_differentiable(),
+                inputs,
+            )
+        }
         match pattern {
             MaskPattern::Causal => causal(b),
+            MaskPattern::Bidirectional => {
+                // or_masks(causal, lambda: torch.tensor(True)): new_zeros(()) | (kv <= q), then
+                // | the scalar copied to the device
+                let zeros = mask_op(b, "new_zeros", &[seq], bool_, &[]);
+                let le = mask_op(b, "le", &plane, bool_, &[kv_idx, q_idx]);
+                let causal = mask_op(b, "bitwise_or", &plane, bool_, &[zeros, le]);
+                let all = mask_op(b, "_to_copy", &[], bool_, &[]);
+                mask_op(b, "bitwise_or", &plane, bool_, &[causal, all])
+            }
+            MaskPattern::BidirectionalSlidingWindow(_) => {
+                // or_masks(and_masks(sliding_window_overlay, causal), abs(q - kv) < w)
+                let zeros = mask_op(b, "new_zeros", &[seq], bool_, &[]);
+                let ones = mask_op(b, "new_ones", &[seq], bool_, &[]);
+                let shifted = mask_op(b, "sub", &[seq], i64, &[q_idx]);
+                let gt = mask_op(b, "gt", &plane, bool_, &[kv_idx, shifted]);
+                let inside = mask_op(b, "bitwise_and", &plane, bool_, &[ones, gt]);
+                let le = mask_op(b, "le", &plane, bool_, &[kv_idx, q_idx]);
+                let window = mask_op(b, "bitwise_and", &plane, bool_, &[inside, le]);
+                let causal = mask_op(b, "bitwise_or", &plane, bool_, &[zeros, window]);
+                let diff = mask_op(b, "sub", &plane, i64, &[q_idx, kv_idx]);
+                let distance = mask_op(b, "abs", &plane, i64, &[diff]);
+                let near = mask_op(b, "lt", &plane, bool_, &[distance]);
+                mask_op(b, "bitwise_or", &plane, bool_, &[causal, near])
+            }
             MaskPattern::SlidingWindow(_) => {
                 // and_masks(sliding_window_overlay, causal): new_ones(()) & (kv > q - w), then
                 // & (kv <= q)
@@ -772,6 +831,19 @@ fn sdpa_with_mask(
     dropout_p: f64,
     dtype: DType,
 ) -> TensorId {
+    // the autocast wrapper casts the arguments (right to left) before the kernel turns the
+    // boolean mask into an additive one: under autocast, float32 q, k, v (after rotary, or a
+    // cache made float32) are cast first (truth traces of EmbeddingGemma under AMP)
+    let autocast_arg = |b: &mut GraphBuilder, t: TensorId| {
+        let shape = b.shape(t).to_vec();
+        b.op(
+            Aten::view("alias", shape).autocast(Autocast::LowerPrecision),
+            &[t],
+        )
+    };
+    let v = autocast_arg(b, v);
+    let k = autocast_arg(b, k);
+    let q = autocast_arg(b, q);
     let shape = b.shape(mask).to_vec();
     let additive = b.op(
         Aten::new("where", shape)

@@ -145,6 +145,7 @@ const CLASS_PREFIXES: &[(&str, &str)] = &[
     ("Mixtral", "mixtral"),
     ("Mistral", "mistral"),
     ("Roberta", "roberta"),
+    ("Gemma3Text", "gemma3_text"),
     ("Gemma2", "gemma2"),
     ("Gemma3", "gemma3"),
     ("Gemma", "gemma"),
@@ -388,6 +389,18 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
     // class this front-end knows (transformers' auto classes map classes to configs the same way)
     let model_type = match cfg.str("model_type")? {
         Some(m) => m.to_string(),
+        // an old config (transformers guessed the family from the checkpoint's name)
+        None if archs.is_empty() => {
+            return Err(HfError::Field {
+                path: cfg.path.clone(),
+                field: "model_type".into(),
+                expected: format!(
+                    "the model's family (the config names neither model_type nor \
+                     architectures): add \"model_type\": one of {}",
+                    SUPPORTED.join(", ")
+                ),
+            })
+        }
         None => archs
             .iter()
             .find_map(|a| model_type_of_class(a))
@@ -434,7 +447,7 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
     } else if seq2seq {
         "ForConditionalGeneration (--task seq2seq-lm) and the encoder alone, EncoderModel \
          (--task feature-extraction, inference)"
-    } else if matches!(family, Family::Llama) {
+    } else if matches!(family, Family::Llama | Family::Gemma(_)) {
         "ForCausalLM (--task causal-lm), ForSequenceClassification (--task seq-cls) and the bare \
          Model (--task feature-extraction, inference)"
     } else {
@@ -443,8 +456,10 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
     let has_head = |task| match task {
         HfTask::CausalLm => !encoder && !seq2seq,
         HfTask::MaskedLm | HfTask::TokenCls | HfTask::QuestionAnswering => encoder,
-        // the decoders' bare model: the Llama family's (measured)
-        HfTask::FeatureExtraction => encoder || seq2seq || matches!(family, Family::Llama),
+        // the decoders' bare model: the Llama family's and Gemma's (measured)
+        HfTask::FeatureExtraction => {
+            encoder || seq2seq || matches!(family, Family::Llama | Family::Gemma(_))
+        }
         HfTask::SeqCls => !seq2seq,
         HfTask::Seq2SeqLm => seq2seq,
     };
