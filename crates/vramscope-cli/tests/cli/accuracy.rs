@@ -559,6 +559,15 @@ fn gemma_bare_model_cases_match_truth() {
     check("hf_gemma_features.jsonl");
 }
 
+/// Gemma 3's vision-language class (`Gemma3ForConditionalGeneration`, gemma-3-4b-it) trained and
+/// run on text: the SigLIP tower and projector on the device, never run, with no gradient and no
+/// optimizer state.
+#[test]
+fn gemma3_vision_language_text_cases_match_truth() {
+    assert_eq!(cases("hf_gemma3_multimodal.jsonl").len(), 7);
+    check("hf_gemma3_multimodal.jsonl");
+}
+
 /// Config fields that change the model from what the built-in configs build
 /// (`validation/make_config_variant_fixtures.sh`): BERT, RoBERTa and DistilBERT masked LMs with
 /// `tie_word_embeddings: false`, whose MLM decoder keeps its own weight and bias (BERT's and

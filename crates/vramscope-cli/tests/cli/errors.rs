@@ -107,8 +107,9 @@ fn bad_flag_is_a_usage_error() {
 }
 
 /// Every built-in transformer config builds now; a config of a family the front-end does not
-/// build (or one that only looks like a supported family), Gemma3's vision-language model and a
-/// class whose head is not built get clear errors naming the file and the way out.
+/// build (or one that only looks like a supported family), Gemma3's vision-language model with
+/// another vision tower or class, and a class whose head is not built get clear errors naming the
+/// file and the way out.
 #[test]
 fn unsupported_transformer_configs() {
     let dir =
@@ -130,17 +131,39 @@ fn unsupported_transformer_configs() {
             "supported model types",
         ],
     );
+    // Gemma3's vision-language model builds with a SigLIP tower; another tower does not
     let vlm = dir.join("gemma3.json");
     std::fs::write(
         &vlm,
         r#"{"model_type": "gemma3", "architectures": ["Gemma3ForConditionalGeneration"],
-            "text_config": {"hidden_size": 2560, "num_hidden_layers": 34}}"#,
+            "text_config": {"hidden_size": 2560, "num_hidden_layers": 34},
+            "vision_config": {"model_type": "clip_vision_model"}}"#,
     )
     .unwrap();
     let vlm = vlm.to_string_lossy().to_string();
     fails_with(
         &["estimate", &vlm, "--seq-len", "512"],
-        &["gemma3.json", "vision-language", "Gemma3ForCausalLM"],
+        &[
+            "gemma3.json",
+            "vision_config.model_type",
+            "siglip_vision_model",
+        ],
+    );
+    let vlm_other = dir.join("gemma3_other.json");
+    std::fs::write(
+        &vlm_other,
+        r#"{"model_type": "gemma3", "architectures": ["Gemma3ForImageTextToText"],
+            "text_config": {"hidden_size": 2560, "num_hidden_layers": 34}}"#,
+    )
+    .unwrap();
+    let vlm_other = vlm_other.to_string_lossy().to_string();
+    fails_with(
+        &["estimate", &vlm_other, "--seq-len", "512"],
+        &[
+            "gemma3_other.json",
+            "Gemma3ForConditionalGeneration",
+            "Gemma3ForCausalLM",
+        ],
     );
     // a look-alike of a supported family is not built as that family
     let llama4 = dir.join("llama4.json");
@@ -258,6 +281,44 @@ fn bad_lora_and_freeze_flags() {
             "q_proj",
         ],
         &["--lora-targets needs --lora"],
+    );
+}
+
+/// Gemma 3's vision-language class on text: what is not modelled is refused, naming why.
+#[test]
+fn gemma3_vision_language_limits() {
+    let cfg = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../fixtures/hf/configs/gemma3_4b_it_6l.json"
+    );
+    // PEFT's default targets match the vision tower's q_proj / v_proj too, which never run
+    fails_with(
+        &["estimate", cfg, "--seq-len", "64", "--lora", "8"],
+        &[
+            "never called",
+            "model.vision_tower.vision_model.encoder.layers.0.self_attn",
+        ],
+    );
+    fails_with(
+        &[
+            "estimate",
+            cfg,
+            "--mode",
+            "generate",
+            "--prompt-len",
+            "16",
+            "--new-tokens",
+            "4",
+        ],
+        &[
+            "--mode generate",
+            "Gemma3ForConditionalGeneration",
+            "Gemma3ForCausalLM",
+        ],
+    );
+    fails_with(
+        &["estimate", cfg, "--seq-len", "64", "--task", "seq-cls"],
+        &["causal LM on text", "Gemma3ForCausalLM"],
     );
 }
 

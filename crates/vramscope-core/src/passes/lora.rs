@@ -101,6 +101,15 @@ pub enum PassError {
         /// The distinct last path components of the model's Linear and Conv1D modules.
         available: String,
     },
+    /// Targets that the forward never calls (a vision tower run on text alone): PEFT would give
+    /// them adapters, which are not modelled.
+    #[error("--lora: {count} target module(s) are never called by the forward ({example}, ...): PEFT would wrap them too, which is not modelled; name the language model's modules with --lora-targets by their full paths, or estimate the language model alone")]
+    UncalledLoraTarget {
+        /// How many.
+        count: usize,
+        /// The first one's path.
+        example: String,
+    },
     /// A bad rank or dropout.
     #[error("{0}")]
     BadOption(String),
@@ -198,6 +207,24 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
         if let (true, Some(&x)) = (whole, s.inputs.first()) {
             targets[end - 1] = Some(x);
         }
+    }
+    // a target module that owns parameters but is never called (declared only)
+    let called: std::collections::HashSet<ModuleId> = g.scopes.iter().map(|s| s.module).collect();
+    let uncalled: Vec<&ModuleDef> = g
+        .modules
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| {
+            let id = ModuleId(i as u32);
+            is_target(id) && !called.contains(&id) && g.params.iter().any(|p| p.module == id)
+        })
+        .map(|(_, m)| m)
+        .collect();
+    if let Some(first) = uncalled.first() {
+        return Err(PassError::UncalledLoraTarget {
+            count: uncalled.len(),
+            example: first.path.clone(),
+        });
     }
     if !targets.iter().any(Option::is_some) {
         let mut names: Vec<&str> = g

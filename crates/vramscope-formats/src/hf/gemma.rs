@@ -34,16 +34,20 @@
 //! functions get an `or_mask_function` (every key; keys within the window either side), which
 //! builds them through `torch.vmap` and never skips them, so SDPA runs masked on every layer.
 //!
-//! A `gemma3` config (the vision-language `Gemma3Config`) is read through its `text_config` when
-//! its architecture is `Gemma3ForCausalLM`; `Gemma3ForConditionalGeneration` (vision tower,
-//! projector and language model) is refused with an error saying so.
+//! A `gemma3` config (the vision-language `Gemma3Config`) is read through its `text_config`. As
+//! `Gemma3ForCausalLM` it is the language model alone; as `Gemma3ForConditionalGeneration` (the
+//! class of gemma-3-4b-it and larger) it is the whole model run on token ids: the SigLIP vision
+//! tower and the projector are built and moved to the device but never run (no gradient, no
+//! optimizer state), `model.language_model` is the text model, and `Gemma3Model` makes the masks
+//! before it, without the packed-sequence check. Its generation, other heads, and LoRA (PEFT
+//! would also wrap the tower's projections) are refused.
 
 use vramscope_core::ops::{ActivationKind, Aten, GradIn, Linear, Saved};
 use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
 use super::generate::CausalLm;
 use super::layers::{
-    activation_fn, add, apply_rotary, attention_mask, attention_output, cached_attention,
+    activation_fn, add, apply_rotary, attention_mask_checked, attention_output, cached_attention,
     eager_attention, embedding_lookup, gemma_rms_norm, linear, mul, mul_scalar, position_ids,
     rotary, rotary_with_buffers, rotated_heads_view, sdpa, sdpa_masked, tied_head,
     v_grad_heads_first, view, Call, Eager, EagerFlavor, KvCache, MaskPattern,
@@ -254,23 +258,184 @@ pub fn flavor_of(
         "gemma2" => Some(Flavor::Gemma2),
         "gemma3_text" => Some(Flavor::Gemma3),
         "gemma3" => {
-            if archs.iter().any(|a| a == "Gemma3ForCausalLM") {
+            if archs
+                .iter()
+                .any(|a| a == "Gemma3ForCausalLM" || a == "Gemma3ForConditionalGeneration")
+            {
                 Some(Flavor::Gemma3)
             } else {
                 return Err(HfError::Field {
                     path: cfg.path.clone(),
                     field: "architectures".into(),
                     expected: format!(
-                        "[\"Gemma3ForCausalLM\"]: {archs:?} is the vision-language model (SigLIP \
-                         vision tower, projector and language model), which is not built; set \
-                         architectures to [\"Gemma3ForCausalLM\"] to estimate its language model \
-                         (read from text_config) alone"
+                        "[\"Gemma3ForConditionalGeneration\"] (the vision-language model, run \
+                         on text) or [\"Gemma3ForCausalLM\"] (its language model alone, read \
+                         from text_config); got {archs:?}"
                     ),
                 });
             }
         }
         _ => None,
     })
+}
+
+/// `Gemma3ForConditionalGeneration`'s SigLIP vision tower (`vision_config`) and its
+/// `Gemma3MultiModalProjector`. A batch of token ids never runs them, but they are built, moved
+/// to the device and counted like the language model (trainable, though no gradient reaches them,
+/// so no optimizer state either).
+struct VisionTower {
+    hidden: u64,
+    intermediate: u64,
+    layers: u64,
+    channels: u64,
+    patch: u64,
+    patches: u64,
+    /// `vision_use_head`: SigLIP's attention-pooling head.
+    head: bool,
+}
+
+impl VisionTower {
+    /// The tower of a `gemma3` config whose class is `Gemma3ForConditionalGeneration`; `None` for
+    /// the text-only classes.
+    fn of(cfg: &HfConfig) -> Result<Option<VisionTower>, HfError> {
+        if cfg.str("model_type")? != Some("gemma3")
+            || !cfg
+                .architectures()?
+                .iter()
+                .any(|a| a == "Gemma3ForConditionalGeneration")
+        {
+            return Ok(None);
+        }
+        let empty = serde_json::Map::new();
+        let v = cfg.object("vision_config")?.unwrap_or(&empty);
+        let field = |key: &str, default: u64| -> Result<u64, HfError> {
+            match v.get(key) {
+                None | Some(serde_json::Value::Null) => Ok(default),
+                Some(x) => x.as_u64().filter(|&n| n > 0).ok_or_else(|| {
+                    field_err(
+                        cfg,
+                        &format!("vision_config.{key}"),
+                        "a positive integer".into(),
+                    )
+                }),
+            }
+        };
+        if let Some(t) = v.get("model_type").and_then(serde_json::Value::as_str) {
+            if t != "siglip_vision_model" {
+                return Err(field_err(
+                    cfg,
+                    "vision_config.model_type",
+                    format!("\"siglip_vision_model\" (Gemma 3's vision tower; got {t:?})"),
+                ));
+            }
+        }
+        // SiglipVisionConfig's default keeps the pooling head (Gemma 3's configs turn it off)
+        let head = match v.get("vision_use_head") {
+            None | Some(serde_json::Value::Null) => true,
+            Some(x) => x.as_bool().ok_or_else(|| {
+                field_err(cfg, "vision_config.vision_use_head", "true or false".into())
+            })?,
+        };
+        // SiglipVisionConfig's defaults
+        let (image, patch) = (field("image_size", 224)?, field("patch_size", 16)?);
+        if image % patch != 0 {
+            return Err(field_err(
+                cfg,
+                "vision_config.image_size",
+                format!("a multiple of patch_size = {patch}"),
+            ));
+        }
+        let image_token = cfg.opt_u64(&["image_token_index", "image_token_id"])?;
+        if image_token.unwrap_or(262_144) >= cfg.u64(&["vocab_size"])? {
+            return Err(field_err(
+                cfg,
+                "image_token_index",
+                "an id inside vocab_size (an image token outside it makes the forward rewrite the ids, which is not modelled)".into(),
+            ));
+        }
+        Ok(Some(VisionTower {
+            hidden: field("hidden_size", 768)?,
+            intermediate: field("intermediate_size", 3072)?,
+            layers: field("num_hidden_layers", 12)?,
+            channels: field("num_channels", 3)?,
+            patch,
+            patches: (image / patch) * (image / patch),
+            head,
+        }))
+    }
+
+    /// Registers the tower's and the projector's parameters in `__init__` order, and the
+    /// tower's `post_init` temporary (`position_ids` set again from an int64 `arange`).
+    fn declare(&self, b: &mut GraphBuilder, text_hidden: u64) {
+        let h = self.hidden;
+        let linear = |i, o| Linear {
+            in_features: i,
+            out_features: o,
+            bias: true,
+        };
+        let layer_norm = |b: &mut GraphBuilder, name: &str| {
+            b.declare(name, "LayerNorm", |b| {
+                b.parameter("weight", vec![h]);
+                b.parameter("bias", vec![h]);
+            })
+        };
+        b.declare("vision_tower", "SiglipVisionModel", |b| {
+            b.declare("vision_model", "SiglipVisionTransformer", |b| {
+                b.declare("embeddings", "SiglipVisionEmbeddings", |b| {
+                    b.declare("patch_embedding", "Conv2d", |b| {
+                        b.parameter("weight", vec![h, self.channels, self.patch, self.patch]);
+                        b.parameter("bias", vec![h]);
+                    });
+                    b.declare("position_embedding", "Embedding", |b| {
+                        b.parameter("weight", vec![self.patches, h]);
+                    });
+                    b.buffer("position_ids", vec![1, self.patches], Some(DType::I64));
+                });
+                b.declare("encoder", "SiglipEncoder", |b| {
+                    b.declare("layers", "ModuleList", |b| {
+                        for i in 0..self.layers {
+                            b.declare(&i.to_string(), "SiglipEncoderLayer", |b| {
+                                layer_norm(b, "layer_norm1");
+                                b.declare("self_attn", "SiglipAttention", |b| {
+                                    for n in ["k_proj", "v_proj", "q_proj", "out_proj"] {
+                                        b.declare_layer(n, &linear(h, h));
+                                    }
+                                });
+                                layer_norm(b, "layer_norm2");
+                                b.declare("mlp", "SiglipMLP", |b| {
+                                    b.declare_layer("fc1", &linear(h, self.intermediate));
+                                    b.declare_layer("fc2", &linear(self.intermediate, h));
+                                });
+                            });
+                        }
+                    });
+                });
+                layer_norm(b, "post_layernorm");
+                if self.head {
+                    b.declare("head", "SiglipMultiheadAttentionPoolingHead", |b| {
+                        b.parameter("probe", vec![1, 1, h]);
+                        b.declare("attention", "MultiheadAttention", |b| {
+                            b.parameter("in_proj_weight", vec![3 * h, h]);
+                            b.parameter("in_proj_bias", vec![3 * h]);
+                            b.declare_layer("out_proj", &linear(h, h));
+                        });
+                        layer_norm(b, "layernorm");
+                        b.declare("mlp", "SiglipMLP", |b| {
+                            b.declare_layer("fc1", &linear(h, self.intermediate));
+                            b.declare_layer("fc2", &linear(self.intermediate, h));
+                        });
+                    });
+                }
+            });
+        });
+        b.temporary_at_init(vec![self.patches], DType::I64);
+        b.declare("multi_modal_projector", "Gemma3MultiModalProjector", |b| {
+            b.parameter("mm_input_projection_weight", vec![h, text_hidden]);
+            b.declare("mm_soft_emb_norm", "Gemma3RMSNorm", |b| {
+                b.parameter("weight", vec![h]);
+            });
+        });
+    }
 }
 
 /// What every decoder layer of one build shares.
@@ -284,6 +449,8 @@ struct Ctx<'a> {
     amp: bool,
     /// Eager attention: always for Gemma2, on `--attn-implementation eager` for the others.
     eager: bool,
+    /// `Gemma3ForConditionalGeneration`: the masks are made outside the language model.
+    masks_outside: bool,
 }
 
 /// Builds `Gemma{,2,3}ForCausalLM`; returns the graph and the checkpointed layers.
@@ -312,7 +479,21 @@ pub fn build(
         }
         _ => flavor.prefix(),
     };
-    let mut b = GraphBuilder::new(flavor.model_type(), &head.class(prefix));
+    let class = match &m.vision {
+        Some(_) if head != DecoderHead::Lm => {
+            return Err(HfError::BadInput(format!(
+                "{}: Gemma3ForConditionalGeneration is modelled as a causal LM on text (--task causal-lm); for another head set architectures to [\"Gemma3ForCausalLM\"] (its language model alone)",
+                cfg.path
+            )))
+        }
+        Some(_) => "Gemma3ForConditionalGeneration".to_string(),
+        None => head.class(prefix),
+    };
+    let name = match &m.vision {
+        Some(_) => "gemma3",
+        None => flavor.model_type(),
+    };
+    let mut b = GraphBuilder::new(name, &class);
     let ids = b.input(vec![input.batch, input.seq], DType::I64);
     // the bare model with the config's `use_cache` (true by default) fills a
     // `DynamicCache(config=...)` and returns it with the hidden states; the heads are built with
@@ -345,7 +526,11 @@ pub fn build(
         .finish(&outputs, head.task(s.vocab))
         .map_err(build_error(cfg))?;
     // the bare model's layers are at the root of the names
-    let root = if bare { "" } else { "model." };
+    let root = match (bare, &m.vision) {
+        (true, _) => "",
+        (false, Some(_)) => "model.language_model.",
+        (false, None) => "model.",
+    };
     let layers = (0..s.layer_types.len())
         .map(|i| format!("{root}layers.{i}"))
         .collect();
@@ -358,6 +543,8 @@ pub struct Model {
     dtype: DType,
     autocast: Option<DType>,
     eager: bool,
+    /// `Gemma3ForConditionalGeneration`'s vision tower (run on text alone: built, never called).
+    vision: Option<VisionTower>,
 }
 
 impl Model {
@@ -370,11 +557,19 @@ impl Model {
     ) -> Result<Model, HfError> {
         let spec = spec(cfg, flavor)?;
         check_positions(cfg, input, "max_position_embeddings", spec.max_positions)?;
+        let vision = VisionTower::of(cfg)?;
+        if vision.is_some() && input.generate.is_some() {
+            return Err(HfError::BadInput(format!(
+                "{}: --mode generate of Gemma3ForConditionalGeneration is not modelled (its forward on text is); set architectures to [\"Gemma3ForCausalLM\"] to estimate the language model's generation",
+                cfg.path
+            )));
+        }
         Ok(Model {
             eager: flavor == Flavor::Gemma2 || input.attn == AttnImplementation::Eager,
             spec,
             dtype,
             autocast: input.precision.autocast_dtype(),
+            vision,
         })
     }
 
@@ -386,6 +581,7 @@ impl Model {
             compute: self.autocast.unwrap_or(self.dtype),
             amp: self.autocast.is_some(),
             eager: self.eager,
+            masks_outside: self.vision.is_some(),
         }
     }
 }
@@ -410,7 +606,18 @@ impl CausalLm for Model {
             // the model itself: its last hidden state is the output
             return model(b, &c, ids, call).0;
         }
-        let (h, emb) = b.module("model", &model_class, &[ids], |b| model(b, &c, ids, call));
+        let (h, emb) = match &self.vision {
+            // Gemma3Model: the vision tower and projector, built first, then the language model
+            Some(v) => b.module("model", "Gemma3Model", &[ids], |b| {
+                if call.first {
+                    v.declare(b, s.hidden);
+                }
+                b.module("language_model", &model_class, &[ids], |b| {
+                    model(b, &c, ids, call)
+                })
+            }),
+            None => b.module("model", &model_class, &[ids], |b| model(b, &c, ids, call)),
+        };
         if let DecoderHead::SequenceClassification(head) = call.head {
             return sequence_classification(b, head, s.hidden, ids, h);
         }
@@ -496,6 +703,10 @@ fn model(b: &mut GraphBuilder, c: &Ctx, ids: TensorId, call: &mut Call) -> (Tens
     if call.first {
         declare_in_init_order(b, s);
     }
+    // Gemma3ForConditionalGeneration's model makes the masks (create_masks_for_generate, without
+    // position ids, so without the packed-sequence check) before its language model runs, which
+    // then makes its position ids and no masks
+    let outer = c.masks_outside.then(|| masks(b, c, call, false));
     let pos = match call.position_ids {
         // `generate` passes them (its model inputs keep them)
         Some(pos) => pos,
@@ -503,38 +714,10 @@ fn model(b: &mut GraphBuilder, c: &Ctx, ids: TensorId, call: &mut Call) -> (Tens
     };
     // inputs_embeds and position_ids are locals of the model's forward until it returns
     b.hold(&[x, pos]);
-    // the masks: one per layer type (Gemma: the causal one); eager masks (Gemma2's always) are
-    // additive in the embeddings' dtype. With a cache (inside the sliding window: Model::new and
-    // `generate` refuse the rest) SDPA runs without one and the mask code skips even the
-    // packed-sequence check
-    let eager = c.eager.then_some(c.dtype);
-    // SDPA over a cache needs no mask but a sliding layer's past its window; eager attention
-    // gets `[B, 1, S, past + S]` ones
-    let cache_len = call.cache.is_some().then_some(call.past + seq);
-    let (full, sliding) = if s.bidirectional {
-        (
-            MaskPattern::Bidirectional,
-            MaskPattern::BidirectionalSlidingWindow(s.sliding_window),
-        )
-    } else {
-        (
-            MaskPattern::Causal,
-            MaskPattern::SlidingWindow(s.sliding_window),
-        )
+    let (full_mask, sliding_mask) = match outer {
+        Some(m) => m,
+        None => masks(b, c, call, call.cache.is_none()),
     };
-    let full_mask = attention_mask(b, c.bsz, seq, full, eager, cache_len);
-    let sliding_mask = if s.flavor.sandwich() {
-        attention_mask(b, c.bsz, seq, sliding, eager, cache_len)
-    } else {
-        None
-    };
-    // the causal_mask_mapping dict holds both until the forward returns
-    let masks: Vec<TensorId> = full_mask
-        .iter()
-        .chain(sliding_mask.iter())
-        .copied()
-        .collect();
-    b.hold(&masks);
     // rotary embeddings: one module; Gemma3 calls it once per layer type present
     let rope = if s.flavor == Flavor::Gemma3 {
         let has = |t| s.layer_types.contains(&t);
@@ -593,6 +776,50 @@ fn model(b: &mut GraphBuilder, c: &Ctx, ids: TensorId, call: &mut Call) -> (Tens
         gemma_rms_norm(b, "norm", &norm, s.hidden, (c.dtype, c.dtype), x),
         emb,
     )
+}
+
+/// The masks of one forward: one per layer type (Gemma: the causal one), held until the forward
+/// returns (the `causal_mask_mapping` dict); eager masks (Gemma2's always) are additive in the
+/// embeddings' dtype. Over a cache SDPA needs no mask but a sliding layer's past its window (inside
+/// it `Model::new` and `generate` refuse the rest), and the mask code skips the packed-sequence
+/// check; eager attention gets `[B, 1, S, past + S]` masks.
+fn masks(
+    b: &mut GraphBuilder,
+    c: &Ctx,
+    call: &Call,
+    packed_check: bool,
+) -> (Option<TensorId>, Option<TensorId>) {
+    let s = c.s;
+    let seq = call.seq;
+    let eager = c.eager.then_some(c.dtype);
+    let cache_len = call.cache.is_some().then_some(call.past + seq);
+    let (full, sliding) = if s.bidirectional {
+        (
+            MaskPattern::Bidirectional,
+            MaskPattern::BidirectionalSlidingWindow(s.sliding_window),
+        )
+    } else {
+        (
+            MaskPattern::Causal,
+            MaskPattern::SlidingWindow(s.sliding_window),
+        )
+    };
+    let mask = |b: &mut GraphBuilder, pattern| {
+        attention_mask_checked(b, c.bsz, seq, pattern, eager, cache_len, packed_check)
+    };
+    let full_mask = mask(b, full);
+    let sliding_mask = if s.flavor.sandwich() {
+        mask(b, sliding)
+    } else {
+        None
+    };
+    let held: Vec<TensorId> = full_mask
+        .iter()
+        .chain(sliding_mask.iter())
+        .copied()
+        .collect();
+    b.hold(&held);
+    (full_mask, sliding_mask)
 }
 
 /// Registers the layers', final norm's and rotary module's parameters and buffers in the order

@@ -603,7 +603,22 @@ pub fn attention_mask(
     eager: Option<DType>,
     cache_len: Option<u64>,
 ) -> Option<TensorId> {
-    if cache_len.is_none() {
+    let packed_check = cache_len.is_none();
+    attention_mask_checked(b, batch, seq, pattern, eager, cache_len, packed_check)
+}
+
+/// [`attention_mask`] with the packed-sequence check run or not (`create_masks_for_generate`
+/// called without position ids, as `Gemma3Model` does, skips it).
+pub fn attention_mask_checked(
+    b: &mut GraphBuilder,
+    batch: u64,
+    seq: u64,
+    pattern: MaskPattern,
+    eager: Option<DType>,
+    cache_len: Option<u64>,
+    packed_check: bool,
+) -> Option<TensorId> {
+    if packed_check {
         packed_sequence_check(b, batch, seq);
     }
     // a sliding-window cache layer keeps its last `w - 1` positions: past the window the mask

@@ -1,0 +1,32 @@
+"""`measure.py --model py:validation/multimodal_models.py:FACTORY`: vision-language checkpoints run
+on text alone, built from their config.json (random init, SDPA unless `attn` says otherwise,
+`use_cache=False`,
+`gradient_checkpointing_enable()` for `checkpoint`):
+
+- `gemma3_text_only`: `Gemma3ForConditionalGeneration` (the class of google/gemma-3-4b-it and its
+  larger siblings, which `AutoModelForCausalLM` also picks for a `gemma3` config): the SigLIP vision
+  tower and the projector are built and moved to the device with the language model, but a batch
+  of token ids alone never runs them. `labels = input_ids`, `logits = model(input_ids,
+  use_cache=False).logits`, the loss `model.loss_function` outside the forward, as measure.py's
+  `hf:` route does for causal LMs (which cannot build this class: `Gemma3Config` has no
+  `vocab_size` of its own).
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from lora_models import _patch_packed_sequence_detection, causal_lm_step  # noqa: E402
+
+
+def gemma3_text_only(batch, seq, checkpoint=False, config=None, attn="sdpa", **_):
+    import transformers
+    _patch_packed_sequence_detection()
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = config if os.path.isabs(config) else os.path.join(here, "..", config)
+    cfg = transformers.AutoConfig.from_pretrained(path)
+    cfg._attn_implementation = attn
+    cfg.text_config.use_cache = False
+    model = transformers.Gemma3ForConditionalGeneration(cfg)
+    if checkpoint:
+        model.gradient_checkpointing_enable()
+    return causal_lm_step(model, model, cfg.text_config, batch, seq)
