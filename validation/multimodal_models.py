@@ -30,3 +30,19 @@ def gemma3_text_only(batch, seq, checkpoint=False, config=None, attn="sdpa", **_
     if checkpoint:
         model.gradient_checkpointing_enable()
     return causal_lm_step(model, model, cfg.text_config, batch, seq)
+
+
+def gemma3_text_only_lora(batch, seq, checkpoint=False, config=None, attn="sdpa", r=8, alpha=8,
+                          dropout=0.0, targets=None, upcast=False, **_):
+    """`gemma3_text_only` with LoRA as PEFT injects it (lora_models.py's `apply_lora`): every
+    target Linear in `named_modules()` order gets adapters, the vision tower's `q_proj` /
+    `v_proj` first, though they never run; `upcast` as in lora_models.py's `lora`."""
+    from lora_models import apply_lora, upcast_adapters
+    model, make_batch, loss, forward = gemma3_text_only(batch, seq, False, config, attn)
+    tg = targets.split(",") if targets else ["q_proj", "v_proj"]
+    model = apply_lora(model, int(r), alpha, float(dropout), tg)
+    if upcast:
+        upcast_adapters(model)
+    if checkpoint:
+        model.gradient_checkpointing_enable()
+    return model, make_batch, loss, forward

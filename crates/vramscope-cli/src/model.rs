@@ -466,11 +466,22 @@ fn load_hf(
     })
 }
 
-/// The output of `get_input_embeddings()`: the first `embedding` lookup of the token ids.
+/// The output of `get_input_embeddings()`: the module whose forward looks the token ids up first
+/// (its `embedding` op's output, or what the module makes of it: Gemma's scaled embedding
+/// multiplies it, and the hook marks the product).
 fn input_embeddings_output(g: &Graph) -> Option<vramscope_core::TensorId> {
     let ids = *g.inputs.first()?;
-    g.nodes
+    let (i, n) = g
+        .nodes
         .iter()
-        .find(|n| n.op.kind() == "embedding" && n.inputs.contains(&ids))
-        .and_then(|n| n.outputs.first().copied())
+        .enumerate()
+        .find(|(_, n)| n.op.kind() == "embedding" && n.inputs.contains(&ids))?;
+    let last = g
+        .scopes
+        .iter()
+        .filter(|s| s.module == n.module && (s.first as usize) <= i && i < s.end as usize)
+        .map(|s| s.end as usize - 1)
+        .max()
+        .unwrap_or(i);
+    g.nodes[last].outputs.first().copied()
 }

@@ -291,11 +291,11 @@ fn gemma3_vision_language_limits() {
         env!("CARGO_MANIFEST_DIR"),
         "/../../fixtures/hf/configs/gemma3_4b_it_6l.json"
     );
-    // PEFT's default targets match the vision tower's q_proj / v_proj too, which never run
+    // bitsandbytes would quantize the vision tower's Linear layers, which never run
     fails_with(
-        &["estimate", cfg, "--seq-len", "64", "--lora", "8"],
+        &["estimate", cfg, "--seq-len", "64", "--qlora", "8"],
         &[
-            "never called",
+            "never calls",
             "model.vision_tower.vision_model.encoder.layers.0.self_attn",
         ],
     );

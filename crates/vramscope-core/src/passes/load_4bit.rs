@@ -179,6 +179,20 @@ pub fn load_in_4bit(g: &Graph, cfg: &FourBitConfig) -> Result<Graph, PassError> 
             convert[first] = convertible(g, node);
         }
     }
+    // bitsandbytes would quantize a Linear the forward never calls (a vision tower run on text
+    // alone) while it loads; that is not modelled
+    let called: std::collections::HashSet<ModuleId> = g.scopes.iter().map(|s| s.module).collect();
+    if let Some(idle) = g.modules.iter().enumerate().find(|&(i, m)| {
+        let id = ModuleId(i as u32);
+        &*m.type_name == "Linear"
+            && !called.contains(&id)
+            && g.params.iter().any(|p| p.module == id)
+    }) {
+        return Err(PassError::BadOption(format!(
+            "--load-in-4bit / --qlora: nn.Linear layers the forward never calls ({}, ...) would be quantized while loading, which is not modelled; estimate the language model alone",
+            idle.1.path
+        )));
+    }
     if convert.iter().all(Option::is_none) {
         return Err(PassError::BadOption(
             "--load-in-4bit / --qlora: the model has no nn.Linear layer to quantize (the output head stays unquantized)".into(),

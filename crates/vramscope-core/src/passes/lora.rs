@@ -101,9 +101,9 @@ pub enum PassError {
         /// The distinct last path components of the model's Linear and Conv1D modules.
         available: String,
     },
-    /// Targets that the forward never calls (a vision tower run on text alone): PEFT would give
-    /// them adapters, which are not modelled.
-    #[error("--lora: {count} target module(s) are never called by the forward ({example}, ...): PEFT would wrap them too, which is not modelled; name the language model's modules with --lora-targets by their full paths, or estimate the language model alone")]
+    /// Targets that the forward never calls and that come after called ones, or are not plain
+    /// `nn.Linear`s: PEFT would give them adapters in an order that is not modelled.
+    #[error("--lora: {count} target module(s) are never called by the forward ({example}, ...) and are not all plain nn.Linear layers built before the called targets: PEFT would wrap them too, which is not modelled; name the called modules with --lora-targets by their full paths")]
     UncalledLoraTarget {
         /// How many.
         count: usize,
@@ -208,23 +208,31 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
             targets[end - 1] = Some(x);
         }
     }
-    // a target module that owns parameters but is never called (declared only)
+    // target modules that own parameters but are never called (a vision tower run on text
+    // alone): PEFT wraps them too, in `named_modules()` order. Modelled when they all come before
+    // the called targets (their adapters are then created first)
     let called: std::collections::HashSet<ModuleId> = g.scopes.iter().map(|s| s.module).collect();
-    let uncalled: Vec<&ModuleDef> = g
-        .modules
-        .iter()
-        .enumerate()
-        .filter(|&(i, _)| {
-            let id = ModuleId(i as u32);
-            is_target(id) && !called.contains(&id) && g.params.iter().any(|p| p.module == id)
-        })
-        .map(|(_, m)| m)
+    let owns_params = |id: ModuleId| g.params.iter().any(|p| p.module == id);
+    let uncalled: Vec<ModuleId> = (0..g.modules.len() as u32)
+        .map(ModuleId)
+        .filter(|&id| is_target(id) && !called.contains(&id) && owns_params(id))
         .collect();
-    if let Some(first) = uncalled.first() {
-        return Err(PassError::UncalledLoraTarget {
-            count: uncalled.len(),
-            example: first.path.clone(),
-        });
+    let first_called = g
+        .scopes
+        .iter()
+        .map(|s| s.module)
+        .filter(|&id| is_target(id))
+        .min_by_key(|id| id.0);
+    if let Some(&last) = uncalled.last() {
+        let plain = uncalled
+            .iter()
+            .all(|id| &*g.modules[id.0 as usize].type_name == "Linear");
+        if !plain || first_called.is_some_and(|f| f.0 < last.0) {
+            return Err(PassError::UncalledLoraTarget {
+                count: uncalled.len(),
+                example: g.modules[uncalled[0].0 as usize].path.clone(),
+            });
+        }
     }
     if !targets.iter().any(Option::is_some) {
         let mut names: Vec<&str> = g
@@ -256,6 +264,17 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
     let mut adapted: Vec<ModuleId> = Vec::new();
     // locals of the LoRA layers' forwards, in the new node numbering
     let mut new_holds: Vec<(TensorId, u32)> = Vec::new();
+    for &m in &uncalled {
+        // an nn.Linear's weight is [out, in]
+        let shape = g
+            .params
+            .iter()
+            .find(|p| p.module == m && last_component(&p.name) == "weight")
+            .map(|p| p.shape.clone());
+        if let Some([o, i]) = shape.as_deref() {
+            wrap_target(&mut out, m, &mut adapted, (*i, *o), cfg, cfg.upcast_dtype());
+        }
+    }
     for (i, node) in g.nodes.iter().enumerate() {
         new_index.push(out.nodes.len() as u32);
         let mut n = node.clone();
@@ -287,24 +306,24 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
             .min()
             .unwrap_or(out.nodes.len() as u32);
         out.nodes.push(n);
-        // the module tree: `P` becomes the LoRA layer, the original Linear its `base_layer`
-        let path = g.modules[m.0 as usize].path.clone();
-        let parent = g.modules[m.0 as usize].parent;
-        let lora_mod = add_module(&mut out, &path, "lora.Linear", parent);
-        if !adapted.contains(&m) {
-            adapted.push(m);
-            out.modules[m.0 as usize].path = format!("{path}.base_layer");
-            out.modules[m.0 as usize].parent = Some(lora_mod);
-            for p in out.params.iter_mut().filter(|p| p.module == m) {
-                let attr = last_component(&p.name).to_string();
-                p.name = format!("{path}.base_layer.{attr}");
-            }
-        }
         // peft.tuners.lora.bnb.Linear4bit: `result = result.clone()` (a defensive copy), and
         // without autocast `x.to(lora_A.weight.dtype)` (float32) and `output.to(result.dtype)`
         let upcast = if four_bit { None } else { cfg.upcast_dtype() };
         let adapters_dtype = if four_bit { Some(DType::F32) } else { upcast };
         let convert = four_bit && !cfg.autocast;
+        let Wrapped {
+            lora_mod,
+            dropout_mod,
+            a: (a_mod, a_weight, a_op),
+            b: (b_mod, b_weight, b_op),
+        } = wrap_target(
+            &mut out,
+            m,
+            &mut adapted,
+            (in_f, out_f),
+            cfg,
+            adapters_dtype,
+        );
         let result = if four_bit {
             let shape = g.tensors[base_out.0 as usize].shape.clone();
             let clone = Aten::new("clone", shape.to_vec())
@@ -320,57 +339,6 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
         } else {
             base_out
         };
-        // the module tree as PEFT's `update_layer` builds it: lora_dropout, lora_A, lora_B
-        let dropout_dict = add_module(
-            &mut out,
-            &format!("{path}.lora_dropout"),
-            "ModuleDict",
-            Some(lora_mod),
-        );
-        let dropout_type = if cfg.dropout > 0.0 {
-            "Dropout"
-        } else {
-            "Identity"
-        };
-        let dropout_mod = add_module(
-            &mut out,
-            &format!("{path}.lora_dropout.default"),
-            dropout_type,
-            Some(dropout_dict),
-        );
-        let mut adapter = |name: &str, i: u64, o: u64| {
-            let dict = add_module(
-                &mut out,
-                &format!("{path}.{name}"),
-                "ModuleDict",
-                Some(lora_mod),
-            );
-            let lm = add_module(
-                &mut out,
-                &format!("{path}.{name}.default"),
-                "Linear",
-                Some(dict),
-            );
-            let pid = ParamId(out.params.len() as u32);
-            out.params.push(ParamDef {
-                name: format!("{path}.{name}.default.weight"),
-                shape: [o, i].into_iter().collect(),
-                dtype: DType::F32,
-                stored_dtype: adapters_dtype,
-                kind: ParamKind::Parameter,
-                trainable: true,
-                module: lm,
-                init_rank: pid.0,
-            });
-            let op = Linear {
-                in_features: i,
-                out_features: o,
-                bias: false,
-            };
-            (lm, pid, op)
-        };
-        let (a_mod, a_weight, a_op) = adapter("lora_A", in_f, cfg.rank);
-        let (b_mod, b_weight, b_op) = adapter("lora_B", cfg.rank, out_f);
         let cast = if convert {
             push_node(
                 &mut out,
@@ -507,6 +475,97 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
     Ok(out)
 }
 
+/// What [`wrap_target`] made.
+struct Wrapped {
+    lora_mod: ModuleId,
+    dropout_mod: ModuleId,
+    a: (ModuleId, ParamId, Linear),
+    b: (ModuleId, ParamId, Linear),
+}
+
+/// Turns target `m` into PEFT's `lora.Linear` (the original module its `base_layer`, its
+/// parameters renamed) with the `lora_dropout`, `lora_A` and `lora_B` module dicts
+/// `update_layer` builds, and the two adapter weights (appended to the parameters, so created
+/// after the model's own).
+fn wrap_target(
+    out: &mut Graph,
+    m: ModuleId,
+    adapted: &mut Vec<ModuleId>,
+    (in_f, out_f): (u64, u64),
+    cfg: &LoraConfig,
+    adapters_dtype: Option<DType>,
+) -> Wrapped {
+    let path = out.modules[m.0 as usize]
+        .path
+        .strip_suffix(".base_layer")
+        .filter(|_| adapted.contains(&m))
+        .map(str::to_string)
+        .unwrap_or_else(|| out.modules[m.0 as usize].path.clone());
+    let parent = if adapted.contains(&m) {
+        out.modules[m.0 as usize]
+            .parent
+            .and_then(|l| out.modules[l.0 as usize].parent)
+    } else {
+        out.modules[m.0 as usize].parent
+    };
+    let lora_mod = add_module(out, &path, "lora.Linear", parent);
+    if !adapted.contains(&m) {
+        adapted.push(m);
+        out.modules[m.0 as usize].path = format!("{path}.base_layer");
+        out.modules[m.0 as usize].parent = Some(lora_mod);
+        for p in out.params.iter_mut().filter(|p| p.module == m) {
+            let attr = last_component(&p.name).to_string();
+            p.name = format!("{path}.base_layer.{attr}");
+        }
+    }
+    let dropout_dict = add_module(
+        out,
+        &format!("{path}.lora_dropout"),
+        "ModuleDict",
+        Some(lora_mod),
+    );
+    let dropout_type = if cfg.dropout > 0.0 {
+        "Dropout"
+    } else {
+        "Identity"
+    };
+    let dropout_mod = add_module(
+        out,
+        &format!("{path}.lora_dropout.default"),
+        dropout_type,
+        Some(dropout_dict),
+    );
+    let mut adapter = |name: &str, i: u64, o: u64| {
+        let dict = add_module(out, &format!("{path}.{name}"), "ModuleDict", Some(lora_mod));
+        let lm = add_module(out, &format!("{path}.{name}.default"), "Linear", Some(dict));
+        let pid = ParamId(out.params.len() as u32);
+        out.params.push(ParamDef {
+            name: format!("{path}.{name}.default.weight"),
+            shape: [o, i].into_iter().collect(),
+            dtype: DType::F32,
+            stored_dtype: adapters_dtype,
+            kind: ParamKind::Parameter,
+            trainable: true,
+            module: lm,
+            init_rank: pid.0,
+        });
+        let op = Linear {
+            in_features: i,
+            out_features: o,
+            bias: false,
+        };
+        (lm, pid, op)
+    };
+    let a = adapter("lora_A", in_f, cfg.rank);
+    let b = adapter("lora_B", cfg.rank, out_f);
+    Wrapped {
+        lora_mod,
+        dropout_mod,
+        a,
+        b,
+    }
+}
+
 /// Appends a module to the tree.
 pub(super) fn add_module(
     g: &mut Graph,
@@ -614,6 +673,59 @@ mod tests {
             param_dtype: DType::F32,
             upcast_adapters: true,
         }
+    }
+
+    /// A target the forward never calls (a vision tower run on text) is wrapped too, its
+    /// adapters created before the called targets'; one declared after a called target is not
+    /// modelled and is refused.
+    #[test]
+    fn never_called_targets_get_adapters_first() {
+        let idle_tower = |before: bool| {
+            let mut b = GraphBuilder::new("tiny", "Tiny");
+            let x = b.input(vec![16, 16], DType::F32);
+            let tower = |b: &mut GraphBuilder| {
+                b.declare("tower", "Tower", |b| {
+                    b.declare_layer("q_proj", &Linear::new(8, 8))
+                })
+            };
+            if before {
+                tower(&mut b);
+            }
+            let y = b.module("block", "Block", &[x], |b| {
+                let q = b.layer("q_proj", Linear::new(16, 16), &[x]);
+                b.layer("o_proj", Linear::new(16, 4), &[q])
+            });
+            if !before {
+                tower(&mut b);
+            }
+            b.finish(&[y], Task::Classification { num_classes: 4 })
+                .expect("graph")
+        };
+        let g = apply_lora(&idle_tower(true), &cfg(&["q_proj"])).expect("modelled");
+        let adapters: Vec<&str> = g
+            .params
+            .iter()
+            .filter(|p| p.trainable)
+            .map(|p| p.name.as_str())
+            .collect();
+        assert_eq!(
+            adapters,
+            [
+                "tower.q_proj.lora_A.default.weight",
+                "tower.q_proj.lora_B.default.weight",
+                "block.q_proj.lora_A.default.weight",
+                "block.q_proj.lora_B.default.weight",
+            ]
+        );
+        assert!(g
+            .params
+            .iter()
+            .any(|p| p.name == "tower.q_proj.base_layer.weight"));
+        let e = apply_lora(&idle_tower(false), &cfg(&["q_proj"])).unwrap_err();
+        assert!(
+            matches!(&e, PassError::UncalledLoraTarget { example, .. } if example == "tower.q_proj"),
+            "{e}"
+        );
     }
 
     /// PEFT's `autocast_adapter_dtype`: a bf16 model's adapters are float32, and the layer ends

@@ -39,8 +39,9 @@
 //! class of gemma-3-4b-it and larger) it is the whole model run on token ids: the SigLIP vision
 //! tower and the projector are built and moved to the device but never run (no gradient, no
 //! optimizer state), `model.language_model` is the text model, and `Gemma3Model` makes the masks
-//! before it, without the packed-sequence check. Its generation, other heads, and LoRA (PEFT
-//! would also wrap the tower's projections) are refused.
+//! before it, without the packed-sequence check. LoRA wraps the tower's matching projections
+//! too (the LoRA pass gives never-called targets adapters); its generation, other heads and
+//! 4-bit loading (which would quantize the tower) are refused.
 
 use vramscope_core::ops::{ActivationKind, Aten, GradIn, Linear, Saved};
 use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
