@@ -46,3 +46,34 @@ def gemma3_text_only_lora(batch, seq, checkpoint=False, config=None, attn="sdpa"
     if checkpoint:
         model.gradient_checkpointing_enable()
     return model, make_batch, loss, forward
+
+
+def gemma3_text_only_qlora(batch, seq, checkpoint=False, config=None, r=8, alpha=8, dropout=0.0,
+                           targets=None, double_quant=True, lora=True, amp="fp32", **_):
+    """`gemma3_text_only` loaded in 4 bits as qlora_models.py's `qlora` loads a causal LM: every
+    nn.Linear but the tied head quantized while loading, the vision tower's included though it
+    never runs; with `lora`, adapters on the 4-bit target layers in `named_modules()` order."""
+    import torch
+    import transformers
+    from qlora_models import Linear4bit, LoraLinear4bit, load_in_4bit
+    _patch_packed_sequence_detection()
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = config if os.path.isabs(config) else os.path.join(here, "..", config)
+    cfg = transformers.AutoConfig.from_pretrained(path)
+    cfg._attn_implementation = "sdpa"
+    cfg.text_config.use_cache = False
+    with torch.device("meta"):
+        model = transformers.Gemma3ForConditionalGeneration(cfg)
+    fp16 = amp == "fp16" or torch.get_default_dtype() == torch.float16
+    model = load_in_4bit(model, double_quant, torch.float16 if fp16 else torch.bfloat16)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    if lora:
+        tg = targets.split(",") if targets else ["q_proj", "v_proj"]
+        for _, mod in list(model.named_modules()):
+            for cname, child in list(mod.named_children()):
+                if cname in tg and isinstance(child, Linear4bit):
+                    setattr(mod, cname, LoraLinear4bit(child, int(r), alpha, float(dropout)))
+    if checkpoint:
+        model.gradient_checkpointing_enable()
+    return causal_lm_step(model, model, cfg.text_config, batch, seq)

@@ -179,20 +179,24 @@ pub fn load_in_4bit(g: &Graph, cfg: &FourBitConfig) -> Result<Graph, PassError> 
             convert[first] = convertible(g, node);
         }
     }
-    // bitsandbytes would quantize a Linear the forward never calls (a vision tower run on text
-    // alone) while it loads; that is not modelled
+    // nn.Linear layers the forward never calls (a vision tower run on text alone): bitsandbytes
+    // quantizes them while loading all the same
     let called: std::collections::HashSet<ModuleId> = g.scopes.iter().map(|s| s.module).collect();
-    if let Some(idle) = g.modules.iter().enumerate().find(|&(i, m)| {
-        let id = ModuleId(i as u32);
-        &*m.type_name == "Linear"
-            && !called.contains(&id)
-            && g.params.iter().any(|p| p.module == id)
-    }) {
-        return Err(PassError::BadOption(format!(
-            "--load-in-4bit / --qlora: nn.Linear layers the forward never calls ({}, ...) would be quantized while loading, which is not modelled; estimate the language model alone",
-            idle.1.path
-        )));
-    }
+    let idle: Vec<(ModuleId, ParamId)> = (0..g.modules.len() as u32)
+        .map(ModuleId)
+        .filter(|&id| {
+            &*g.modules[id.0 as usize].type_name == "Linear"
+                && !called.contains(&id)
+                && Some(id) != last_param
+        })
+        .filter_map(|id| {
+            let weight = (0..g.params.len() as u32).map(ParamId).find(|&p| {
+                let d = g.param(p);
+                d.module == id && d.name.ends_with(".weight") && d.shape.len() == 2
+            })?;
+            Some((id, weight))
+        })
+        .collect();
     if convert.iter().all(Option::is_none) {
         return Err(PassError::BadOption(
             "--load-in-4bit / --qlora: the model has no nn.Linear layer to quantize (the output head stays unquantized)".into(),
@@ -259,6 +263,10 @@ pub fn load_in_4bit(g: &Graph, cfg: &FourBitConfig) -> Result<Graph, PassError> 
         let end = out.nodes.len() as u32;
         out.holds.extend(inputs_held.into_iter().map(|t| (t, end)));
         subst[node.outputs[0].0 as usize] = back;
+    }
+    for &(m, weight) in &idle {
+        quantized[weight.0 as usize] = Some((m, false));
+        out.modules[m.0 as usize].type_name = FOUR_BIT_LINEAR.into();
     }
     new_index.push(out.nodes.len() as u32);
     let map = |k: u32| new_index[k as usize];

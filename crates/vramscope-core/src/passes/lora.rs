@@ -224,9 +224,12 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
         .filter(|&id| is_target(id))
         .min_by_key(|id| id.0);
     if let Some(&last) = uncalled.last() {
-        let plain = uncalled
-            .iter()
-            .all(|id| &*g.modules[id.0 as usize].type_name == "Linear");
+        let plain = uncalled.iter().all(|id| {
+            matches!(
+                &*g.modules[id.0 as usize].type_name,
+                "Linear" | FOUR_BIT_LINEAR
+            ) && idle_linear_features(g, *id).is_some()
+        });
         if !plain || first_called.is_some_and(|f| f.0 < last.0) {
             return Err(PassError::UncalledLoraTarget {
                 count: uncalled.len(),
@@ -265,14 +268,15 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
     // locals of the LoRA layers' forwards, in the new node numbering
     let mut new_holds: Vec<(TensorId, u32)> = Vec::new();
     for &m in &uncalled {
-        // an nn.Linear's weight is [out, in]
-        let shape = g
-            .params
-            .iter()
-            .find(|p| p.module == m && last_component(&p.name) == "weight")
-            .map(|p| p.shape.clone());
-        if let Some([o, i]) = shape.as_deref() {
-            wrap_target(&mut out, m, &mut adapted, (*i, *o), cfg, cfg.upcast_dtype());
+        if let Some(features) = idle_linear_features(g, m) {
+            // as for a called target: a 4-bit layer's adapters are float32
+            let four_bit = &*g.modules[m.0 as usize].type_name == FOUR_BIT_LINEAR;
+            let dtype = if four_bit {
+                Some(DType::F32)
+            } else {
+                cfg.upcast_dtype()
+            };
+            wrap_target(&mut out, m, &mut adapted, features, cfg, dtype);
         }
     }
     for (i, node) in g.nodes.iter().enumerate() {
@@ -473,6 +477,26 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
         *t = subst[t.0 as usize];
     }
     Ok(out)
+}
+
+/// `(in_features, out_features)` of a Linear module the forward never calls, from its weight
+/// (`[out, in]`); a 4-bit one's weight is packed, so its bias gives `out` (`None` without one).
+fn idle_linear_features(g: &Graph, m: ModuleId) -> Option<(u64, u64)> {
+    let param = |attr: &str| {
+        g.params
+            .iter()
+            .find(|p| p.module == m && last_component(&p.name) == attr)
+    };
+    let weight = param("weight")?;
+    if &*g.modules[m.0 as usize].type_name == FOUR_BIT_LINEAR {
+        let out = *param("bias")?.shape.first()?;
+        let n = 2 * weight.shape.first()?;
+        return (out > 0 && n % out == 0).then_some((n / out, out));
+    }
+    match weight.shape[..] {
+        [o, i] => Some((i, o)),
+        _ => None,
+    }
 }
 
 /// What [`wrap_target`] made.

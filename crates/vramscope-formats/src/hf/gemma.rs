@@ -40,8 +40,8 @@
 //! tower and the projector are built and moved to the device but never run (no gradient, no
 //! optimizer state), `model.language_model` is the text model, and `Gemma3Model` makes the masks
 //! before it, without the packed-sequence check. LoRA wraps the tower's matching projections
-//! too (the LoRA pass gives never-called targets adapters); its generation, other heads and
-//! 4-bit loading (which would quantize the tower) are refused.
+//! too and 4-bit loading quantizes its Linear layers (the passes treat never-called modules as
+//! PEFT and bitsandbytes do); its generation and other heads are refused.
 
 use vramscope_core::ops::{ActivationKind, Aten, GradIn, Linear, Saved};
 use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
