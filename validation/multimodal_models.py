@@ -77,3 +77,33 @@ def gemma3_text_only_qlora(batch, seq, checkpoint=False, config=None, r=8, alpha
     if checkpoint:
         model.gradient_checkpointing_enable()
     return causal_lm_step(model, model, cfg.text_config, batch, seq)
+
+
+def gemma3_generate(batch, seq, new_tokens=16, config=None, attn="sdpa", **_):
+    """`Gemma3ForConditionalGeneration.generate(input_ids, do_sample=False, max_new_tokens=N)` on
+    token ids alone, as generate_models.py's `generate` runs a causal LM (its `_ScriptedValues`
+    answering the value reads), with the cache on."""
+    import torch
+    import transformers
+    from generate_models import _ScriptedValues
+    _patch_packed_sequence_detection()
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = config if os.path.isabs(config) else os.path.join(here, "..", config)
+    cfg = transformers.AutoConfig.from_pretrained(path)
+    cfg._attn_implementation = attn
+    cfg.text_config.use_cache = True
+    model = transformers.Gemma3ForConditionalGeneration(cfg)
+    V = cfg.text_config.vocab_size
+    n = int(new_tokens)
+
+    def make_batch():
+        ids = torch.randint(0, V, (batch, seq))
+        return ids, ids
+
+    def forward(m, x):
+        with _ScriptedValues(seq + n):
+            out = m.generate(x, do_sample=False, max_new_tokens=n)
+        assert out.shape == (batch, seq + n), out.shape
+        return out
+
+    return model, make_batch, None, forward

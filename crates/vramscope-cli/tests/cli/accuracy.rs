@@ -562,10 +562,10 @@ fn gemma_bare_model_cases_match_truth() {
 /// Gemma 3's vision-language class (`Gemma3ForConditionalGeneration`, gemma-3-4b-it) trained and
 /// run on text: the SigLIP tower and projector on the device, never run, with no gradient and no
 /// optimizer state; under LoRA the tower's projections get adapters too (PEFT wraps them first),
-/// and 4-bit loading quantizes its Linear layers.
+/// and 4-bit loading quantizes its Linear layers; `generate` on a prompt of token ids.
 #[test]
 fn gemma3_vision_language_text_cases_match_truth() {
-    assert_eq!(cases("hf_gemma3_multimodal.jsonl").len(), 13);
+    assert_eq!(cases("hf_gemma3_multimodal.jsonl").len(), 17);
     check("hf_gemma3_multimodal.jsonl");
 }
 

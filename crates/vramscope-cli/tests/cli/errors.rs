@@ -292,23 +292,6 @@ fn gemma3_vision_language_limits() {
         "/../../fixtures/hf/configs/gemma3_4b_it_6l.json"
     );
     fails_with(
-        &[
-            "estimate",
-            cfg,
-            "--mode",
-            "generate",
-            "--prompt-len",
-            "16",
-            "--new-tokens",
-            "4",
-        ],
-        &[
-            "--mode generate",
-            "Gemma3ForConditionalGeneration",
-            "Gemma3ForCausalLM",
-        ],
-    );
-    fails_with(
         &["estimate", cfg, "--seq-len", "64", "--task", "seq-cls"],
         &["causal LM on text", "Gemma3ForCausalLM"],
     );

@@ -41,7 +41,8 @@
 //! optimizer state), `model.language_model` is the text model, and `Gemma3Model` makes the masks
 //! before it, without the packed-sequence check. LoRA wraps the tower's matching projections
 //! too and 4-bit loading quantizes its Linear layers (the passes treat never-called modules as
-//! PEFT and bitsandbytes do); its generation and other heads are refused.
+//! PEFT and bitsandbytes do); `generate` runs the same forward each step. Other heads are
+//! refused.
 
 use vramscope_core::ops::{ActivationKind, Aten, GradIn, Linear, Saved};
 use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
@@ -559,12 +560,6 @@ impl Model {
         let spec = spec(cfg, flavor)?;
         check_positions(cfg, input, "max_position_embeddings", spec.max_positions)?;
         let vision = VisionTower::of(cfg)?;
-        if vision.is_some() && input.generate.is_some() {
-            return Err(HfError::BadInput(format!(
-                "{}: --mode generate of Gemma3ForConditionalGeneration is not modelled (its forward on text is); set architectures to [\"Gemma3ForCausalLM\"] to estimate the language model's generation",
-                cfg.path
-            )));
-        }
         Ok(Model {
             eager: flavor == Flavor::Gemma2 || input.attn == AttnImplementation::Eager,
             spec,
