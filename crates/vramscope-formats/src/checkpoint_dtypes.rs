@@ -63,6 +63,23 @@ fn without_prefix(name: &str) -> Option<&str> {
     name.split_once('.').map(|(_, rest)| rest)
 }
 
+/// The name a vision-language checkpoint saved before transformers 5 gives a parameter
+/// (`_checkpoint_conversion_mapping` run backwards: `model.language_model.X` was
+/// `language_model.model.X`, `model.vision_tower.X` / `model.multi_modal_projector.X` were
+/// `vision_tower.X` / `multi_modal_projector.X`, `lm_head` was `language_model.lm_head`).
+fn legacy_vlm_name(name: &str) -> Option<String> {
+    if let Some(rest) = name.strip_prefix("model.language_model.") {
+        return Some(format!("language_model.model.{rest}"));
+    }
+    for part in ["vision_tower.", "multi_modal_projector."] {
+        if let Some(rest) = name.strip_prefix("model.").filter(|r| r.starts_with(part)) {
+            return Some(rest.to_string());
+        }
+    }
+    name.strip_prefix("lm_head.")
+        .map(|rest| format!("language_model.lm_head.{rest}"))
+}
+
 /// Gives every parameter and buffer of `graph` that the checkpoint `inv` holds the dtype stored in
 /// the file. Errors name the tensor and file: a shape that differs from the graph's, or a dtype
 /// the simulator has no type for.
@@ -87,7 +104,8 @@ pub fn apply_file_dtypes(
     for p in graph.params.iter_mut() {
         let found = by_name
             .get(p.name.as_str())
-            .or_else(|| without_prefix(&p.name).and_then(|n| by_name.get(n)));
+            .or_else(|| without_prefix(&p.name).and_then(|n| by_name.get(n)))
+            .or_else(|| legacy_vlm_name(&p.name).and_then(|n| by_name.get(n.as_str())));
         let Some(t) = found else {
             if p.kind == ParamKind::Parameter {
                 out.missing.push(p.name.clone());
@@ -134,6 +152,28 @@ pub fn apply_file_dtypes(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn vision_language_checkpoints_saved_before_transformers_5_match() {
+        use super::legacy_vlm_name as legacy;
+        assert_eq!(
+            legacy("model.language_model.layers.0.self_attn.q_proj.weight").as_deref(),
+            Some("language_model.model.layers.0.self_attn.q_proj.weight")
+        );
+        assert_eq!(
+            legacy("model.vision_tower.vision_model.post_layernorm.bias").as_deref(),
+            Some("vision_tower.vision_model.post_layernorm.bias")
+        );
+        assert_eq!(
+            legacy("model.multi_modal_projector.mm_input_projection_weight").as_deref(),
+            Some("multi_modal_projector.mm_input_projection_weight")
+        );
+        assert_eq!(
+            legacy("lm_head.weight").as_deref(),
+            Some("language_model.lm_head.weight")
+        );
+        assert_eq!(legacy("model.layers.0.mlp.up_proj.weight"), None);
+    }
+
     use std::collections::BTreeMap;
     use std::path::PathBuf;
 
