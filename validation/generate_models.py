@@ -123,11 +123,16 @@ def generate(batch, seq, new_tokens=16, config="fixtures/hf/configs/qwen2_small_
     # in the measured parameter dtype (measure.py's default dtype), not the config's `torch_dtype`
     # (Phi-3's and Llama 3.2's configs say bfloat16, which from_config would build in)
     model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.get_default_dtype())
-    V = cfg.vocab_size
+    return generation(model, cfg.vocab_size, batch, seq, new_tokens)
+
+
+def generation(model, vocab, batch, seq, new_tokens):
+    """The `py:` factory result of `model.generate(input_ids, do_sample=False,
+    max_new_tokens=N)` on `[B, seq]` random ids below `vocab`, under `_ScriptedValues`."""
     n = int(new_tokens)
 
     def make_batch():
-        ids = torch.randint(0, V, (batch, seq))
+        ids = torch.randint(0, vocab, (batch, seq))
         return ids, ids
 
     def forward(m, x):

@@ -18,14 +18,22 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from lora_models import _patch_packed_sequence_detection, causal_lm_step  # noqa: E402
 
 
-def gemma3_text_only(batch, seq, checkpoint=False, config=None, attn="sdpa", **_):
+def _gemma3_config(config, attn="sdpa", use_cache=False):
+    """The `Gemma3Config` at `config` (relative to the repository root), with the attention
+    implementation and the language model's `use_cache` set; the packed-sequence patch applied."""
     import transformers
     _patch_packed_sequence_detection()
     here = os.path.dirname(os.path.abspath(__file__))
     path = config if os.path.isabs(config) else os.path.join(here, "..", config)
     cfg = transformers.AutoConfig.from_pretrained(path)
     cfg._attn_implementation = attn
-    cfg.text_config.use_cache = False
+    cfg.text_config.use_cache = use_cache
+    return cfg
+
+
+def gemma3_text_only(batch, seq, checkpoint=False, config=None, attn="sdpa", **_):
+    import transformers
+    cfg = _gemma3_config(config, attn)
     model = transformers.Gemma3ForConditionalGeneration(cfg)
     if checkpoint:
         model.gradient_checkpointing_enable()
@@ -56,12 +64,7 @@ def gemma3_text_only_qlora(batch, seq, checkpoint=False, config=None, r=8, alpha
     import torch
     import transformers
     from qlora_models import Linear4bit, LoraLinear4bit, load_in_4bit
-    _patch_packed_sequence_detection()
-    here = os.path.dirname(os.path.abspath(__file__))
-    path = config if os.path.isabs(config) else os.path.join(here, "..", config)
-    cfg = transformers.AutoConfig.from_pretrained(path)
-    cfg._attn_implementation = "sdpa"
-    cfg.text_config.use_cache = False
+    cfg = _gemma3_config(config)
     with torch.device("meta"):
         model = transformers.Gemma3ForConditionalGeneration(cfg)
     fp16 = amp == "fp16" or torch.get_default_dtype() == torch.float16
@@ -83,27 +86,8 @@ def gemma3_generate(batch, seq, new_tokens=16, config=None, attn="sdpa", **_):
     """`Gemma3ForConditionalGeneration.generate(input_ids, do_sample=False, max_new_tokens=N)` on
     token ids alone, as generate_models.py's `generate` runs a causal LM (its `_ScriptedValues`
     answering the value reads), with the cache on."""
-    import torch
     import transformers
-    from generate_models import _ScriptedValues
-    _patch_packed_sequence_detection()
-    here = os.path.dirname(os.path.abspath(__file__))
-    path = config if os.path.isabs(config) else os.path.join(here, "..", config)
-    cfg = transformers.AutoConfig.from_pretrained(path)
-    cfg._attn_implementation = attn
-    cfg.text_config.use_cache = True
+    from generate_models import generation
+    cfg = _gemma3_config(config, attn, use_cache=True)
     model = transformers.Gemma3ForConditionalGeneration(cfg)
-    V = cfg.text_config.vocab_size
-    n = int(new_tokens)
-
-    def make_batch():
-        ids = torch.randint(0, V, (batch, seq))
-        return ids, ids
-
-    def forward(m, x):
-        with _ScriptedValues(seq + n):
-            out = m.generate(x, do_sample=False, max_new_tokens=n)
-        assert out.shape == (batch, seq + n), out.shape
-        return out
-
-    return model, make_batch, None, forward
+    return generation(model, cfg.text_config.vocab_size, batch, seq, new_tokens)
