@@ -718,6 +718,11 @@ fn gemma3_vision_language_configs_are_built_and_text_configs_read() {
     // the language model, SiglipVisionConfig's default tower (768 wide, 12 layers, 224 / 16, with
     // its pooling head: 92,884,224) and the projector (1,966,848)
     assert_eq!(m.graph.parameter_count(), 3_707_727_360);
+    // the same without `model_type`: the class says it, the language model is under text_config
+    let unnamed = vlm.replace(r#""model_type": "gemma3", "#, "");
+    let cfg = HfConfig::parse("g.json", &unnamed).unwrap();
+    let unnamed = hf::build(&cfg, &input()).unwrap();
+    assert_eq!(unnamed.graph.parameter_count(), 3_707_727_360);
     let names: Vec<&str> = m.graph.params.iter().map(|p| p.name.as_str()).collect();
     for n in [
         "model.vision_tower.vision_model.embeddings.patch_embedding.weight",

@@ -300,7 +300,11 @@ impl VisionTower {
     /// The tower of a `gemma3` config whose class is `Gemma3ForConditionalGeneration`; `None` for
     /// the text-only classes.
     fn of(cfg: &HfConfig) -> Result<Option<VisionTower>, HfError> {
-        if cfg.str("model_type")? != Some("gemma3")
+        // a `Gemma3Config`: `model_type` "gemma3", or (a config without one, which `build` gives
+        // the text class's defaults) the language model under `text_config`
+        let vision_language =
+            cfg.str("model_type")? == Some("gemma3") || cfg.object("text_config")?.is_some();
+        if !vision_language
             || !cfg
                 .architectures()?
                 .iter()
