@@ -274,6 +274,10 @@ pub fn tricks_text(what: &str, batch: u64, rows: &[crate::tricks::Trick]) -> Str
         ]);
     }
     out.push_str(&t.to_string());
-    out.push_str("\nRanked by peak reserved memory saved (what decides an out-of-memory error); every \"after\" is a re-simulation with that change alone. ZeRO rows count model states only.\n");
+    out.push_str("\nRanked by peak reserved memory saved (what decides an out-of-memory error); every \"after\" is a re-simulation with that change alone.");
+    if rows.iter().any(|r| r.name.starts_with("ZeRO")) {
+        out.push_str(" ZeRO rows count model states only.");
+    }
+    out.push('\n');
     out
 }

@@ -147,9 +147,18 @@ pub fn tricks<S: ModelSource>(
             format!("halve the batch ({batch} -> {half})"),
             Change::Batch(half),
             Some(sim(&g, cfg)?),
-            "2x the steps per epoch; changes the optimisation (learning rate, batch-norm statistics)",
+            if train {
+                "2x the steps per epoch; changes the optimisation (learning rate, batch-norm statistics)"
+            } else {
+                "2x the forward passes (lower throughput)"
+            },
             format!("DataLoader(..., batch_size={half})"),
-            "activations scale with the batch; parameters, gradients and optimizer states do not".into(),
+            if train {
+                "activations scale with the batch; parameters, gradients and optimizer states do not"
+            } else {
+                "activations scale with the batch; the weights do not"
+            }
+            .into(),
         );
         if train {
             let c = StepConfig {
@@ -209,24 +218,64 @@ pub fn tricks<S: ModelSource>(
         );
     }
     // precision
-    for (p, cost, how) in [
-        (Precision::AmpBf16, "none on Ampere and newer (bf16 tensor cores); small accuracy risk", "with torch.autocast('cuda', dtype=torch.bfloat16): loss = loss_fn(model(x), y)"),
-        (Precision::AmpFp16, "GradScaler bookkeeping; overflow risk handled by loss scaling", "scaler = torch.amp.GradScaler(); with torch.autocast('cuda', dtype=torch.float16): ...; scaler.scale(loss).backward()"),
-        (Precision::Bf16, "accuracy risk: bf16 weights lose small updates (use Kahan summation or fp32 master weights)", "model = model.to(torch.bfloat16); x = x.to(torch.bfloat16)"),
-    ] {
+    // inference: no loss scaling, no updates to lose
+    let precisions = if train {
+        [
+            (Precision::AmpBf16, "none on Ampere and newer (bf16 tensor cores); small accuracy risk", "with torch.autocast('cuda', dtype=torch.bfloat16): loss = loss_fn(model(x), y)"),
+            (Precision::AmpFp16, "GradScaler bookkeeping; overflow risk handled by loss scaling", "scaler = torch.amp.GradScaler(); with torch.autocast('cuda', dtype=torch.float16): ...; scaler.scale(loss).backward()"),
+            (Precision::Bf16, "accuracy risk: bf16 weights lose small updates (use Kahan summation or fp32 master weights)", "model = model.to(torch.bfloat16); x = x.to(torch.bfloat16)"),
+        ]
+    } else {
+        [
+            (
+                Precision::AmpBf16,
+                "none on Ampere and newer (bf16 tensor cores); small accuracy risk",
+                "with torch.autocast('cuda', dtype=torch.bfloat16): out = model(x)",
+            ),
+            (
+                Precision::AmpFp16,
+                "small accuracy risk (fp16 overflow in large activations)",
+                "with torch.autocast('cuda', dtype=torch.float16): out = model(x)",
+            ),
+            (
+                Precision::Bf16,
+                "small accuracy risk (bf16 weights and activations)",
+                "model = model.to(torch.bfloat16); x = x.to(torch.bfloat16)",
+            ),
+        ]
+    };
+    for (p, cost, how) in precisions {
         let name = format!("precision {}", p.name());
         if cfg.precision == p {
-            push(name, Change::None, None, cost, how.into(), format!("already {}", p.name()));
+            push(
+                name,
+                Change::None,
+                None,
+                cost,
+                how.into(),
+                format!("already {}", p.name()),
+            );
             continue;
         }
-        let c = StepConfig { precision: p, ..cfg.clone() };
-        let after = sim(&base_graph, &c)?;
-        let note = if p.autocast_dtype().is_some() {
-            "activations saved in half precision; fp32 weights, gradients and states stay, plus autocast's cached half copies of the weights"
-        } else {
-            "everything in half precision: weights, gradients, optimizer states and activations"
+        let c = StepConfig {
+            precision: p,
+            ..cfg.clone()
         };
-        push(name, Change::Precision(p.name().into()), Some(after), cost, how.into(), note.into());
+        let after = sim(&base_graph, &c)?;
+        let note = match (p.autocast_dtype().is_some(), train) {
+            (true, true) => "activations saved in half precision; fp32 weights, gradients and states stay, plus autocast's cached half copies of the weights",
+            (true, false) => "activations in half precision; the fp32 weights stay, with half-precision copies made for the layers that run in it",
+            (false, true) => "everything in half precision: weights, gradients, optimizer states and activations",
+            (false, false) => "weights and activations in half precision",
+        };
+        push(
+            name,
+            Change::Precision(p.name().into()),
+            Some(after),
+            cost,
+            how.into(),
+            note.into(),
+        );
     }
     // checkpointing
     if train {
@@ -365,29 +414,36 @@ pub fn tricks<S: ModelSource>(
             ..cfg.clone()
         };
         let after = sim(&base_graph, &c)?;
+        // inference has an output and no loss
+        let (what, how) = if train {
+            ("output and loss", "del out, loss")
+        } else {
+            ("output", "del out")
+        };
         let note = if after.reserved_bytes >= before.reserved_bytes {
             "saves nothing here: the previous output (logits) is small next to the peak, or the peak is elsewhere".to_string()
         } else {
-            "the previous iteration's output and loss no longer live through the next forward"
-                .to_string()
+            format!("the previous iteration's {what} no longer live(s) through the next forward")
         };
         push(
-            "del out, loss at the end of each iteration".into(),
+            format!("{how} at the end of each iteration"),
             Change::FreeOutput,
             Some(after),
             "none",
-            "del out, loss".into(),
+            how.into(),
             note,
         );
     }
-    push(
-        "loss.item() instead of accumulating the loss tensor".into(),
-        Change::None,
-        None,
-        "none",
-        "total += loss.item()".into(),
-        "not applicable: the canonical loop calls backward on every loss, which frees the saved tensors; `total += loss` would keep only the small autograd nodes of each loss (a leak of the graph happens when backward is never called on it, e.g. an evaluation loop without no_grad)".into(),
-    );
+    if train {
+        push(
+            "loss.item() instead of accumulating the loss tensor".into(),
+            Change::None,
+            None,
+            "none",
+            "total += loss.item()".into(),
+            "not applicable: the canonical loop calls backward on every loss, which frees the saved tensors; `total += loss` would keep only the small autograd nodes of each loss (a leak of the graph happens when backward is never called on it, e.g. an evaluation loop without no_grad)".into(),
+        );
+    }
     let last = base_sim.phases.last();
     let (alloc_end, res_end) = last
         .map(|p| (p.allocated_after, p.reserved_after))
@@ -408,14 +464,25 @@ pub fn tricks<S: ModelSource>(
     if gpus > 1 {
         let per = (batch / gpus).max(1);
         let g = build(per)?;
-        push(
-            format!("DDP over {gpus} GPUs (batch {per} per GPU)"),
-            Change::Batch(per),
-            Some(sim(&g, cfg)?),
-            "N GPUs; gradient all-reduce (DDP's bucket copies of the gradients are not modelled)",
-            "model = DistributedDataParallel(model); DistributedSampler(dataset)".into(),
-            format!("the global batch {batch} is split: each GPU runs batch {per}; model states are replicated"),
-        );
+        if train {
+            push(
+                format!("DDP over {gpus} GPUs (batch {per} per GPU)"),
+                Change::Batch(per),
+                Some(sim(&g, cfg)?),
+                "N GPUs; gradient all-reduce (DDP's bucket copies of the gradients are not modelled)",
+                "model = DistributedDataParallel(model); DistributedSampler(dataset)".into(),
+                format!("the global batch {batch} is split: each GPU runs batch {per}; model states are replicated"),
+            );
+        } else {
+            push(
+                format!("data parallel over {gpus} GPUs (batch {per} per GPU)"),
+                Change::Batch(per),
+                Some(sim(&g, cfg)?),
+                "N GPUs, one copy of the model on each",
+                "one process per GPU (torchrun), each with DistributedSampler(dataset)'s share".into(),
+                format!("the batch {batch} is split: each GPU runs batch {per} and holds the whole model"),
+            );
+        }
         if train {
             let p = base_sim.parameter_bytes;
             let gr = base_sim.gradient_bytes;

@@ -576,3 +576,49 @@ fn fit_without_a_sequence_length_lists_the_largest_batch_per_length() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("`resnet50` is not one"));
 }
+
+/// `tricks` in inference speaks of inference: data parallelism without DDP's gradients, `del
+/// out` without a loss, precision costs without loss scaling or lost updates.
+#[test]
+fn tricks_in_inference_name_no_training_machinery() {
+    let out = crate::vramscope(&[
+        "tricks",
+        "gpt2",
+        "--seq-len",
+        "128",
+        "-b",
+        "8",
+        "--mode",
+        "infer",
+        "--gpus",
+        "2",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let text = rows.to_string();
+    for training in [
+        "DDP",
+        "loss.item()",
+        "GradScaler",
+        "Kahan",
+        "del out, loss",
+        "ZeRO",
+    ] {
+        assert!(!text.contains(training), "{training} in an inference row");
+    }
+    let names: Vec<&str> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["name"].as_str())
+        .collect();
+    assert!(
+        names.contains(&"data parallel over 2 GPUs (batch 4 per GPU)"),
+        "{names:?}"
+    );
+}
