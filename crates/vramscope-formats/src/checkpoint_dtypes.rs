@@ -64,17 +64,19 @@ fn without_prefix(name: &str) -> Option<&str> {
 }
 
 /// The name a vision-language checkpoint saved before transformers 5 gives a parameter
-/// (`_checkpoint_conversion_mapping` run backwards: `model.language_model.X` was
-/// `language_model.model.X`, `model.vision_tower.X` / `model.multi_modal_projector.X` were
-/// `vision_tower.X` / `multi_modal_projector.X`, `lm_head` was `language_model.lm_head`).
+/// (transformers' `conversion_mapping` for `gemma3` and SigLIP run backwards:
+/// `model.language_model.X` was `language_model.model.X`, `model.vision_tower.X` was
+/// `vision_tower.vision_model.X`, `model.multi_modal_projector.X` was `multi_modal_projector.X`,
+/// `lm_head` was `language_model.lm_head`).
 fn legacy_vlm_name(name: &str) -> Option<String> {
     if let Some(rest) = name.strip_prefix("model.language_model.") {
         return Some(format!("language_model.model.{rest}"));
     }
-    for part in ["vision_tower.", "multi_modal_projector."] {
-        if let Some(rest) = name.strip_prefix("model.").filter(|r| r.starts_with(part)) {
-            return Some(rest.to_string());
-        }
+    if let Some(rest) = name.strip_prefix("model.vision_tower.") {
+        return Some(format!("vision_tower.vision_model.{rest}"));
+    }
+    if let Some(rest) = name.strip_prefix("model.multi_modal_projector.") {
+        return Some(format!("multi_modal_projector.{rest}"));
     }
     name.strip_prefix("lm_head.")
         .map(|rest| format!("language_model.lm_head.{rest}"))
@@ -160,7 +162,7 @@ mod tests {
             Some("language_model.model.layers.0.self_attn.q_proj.weight")
         );
         assert_eq!(
-            legacy("model.vision_tower.vision_model.post_layernorm.bias").as_deref(),
+            legacy("model.vision_tower.post_layernorm.bias").as_deref(),
             Some("vision_tower.vision_model.post_layernorm.bias")
         );
         assert_eq!(

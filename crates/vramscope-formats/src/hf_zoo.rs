@@ -54,6 +54,14 @@ const CONFIGS: &[(&str, &str)] = &[
     ("qwen3-0.6b", include_str!("../data/hf/qwen3-0.6b.json")),
     ("qwen3-8b", include_str!("../data/hf/qwen3-8b.json")),
     ("gemma-3-1b", include_str!("../data/hf/gemma-3-1b.json")),
+    (
+        "gemma-3-4b-it",
+        include_str!("../data/hf/gemma-3-4b-it.json"),
+    ),
+    (
+        "embeddinggemma-300m",
+        include_str!("../data/hf/embeddinggemma-300m.json"),
+    ),
 ];
 
 /// The zoo names of the built-in transformer configs, in zoo order.
@@ -87,7 +95,7 @@ mod tests {
             assert!(v["architectures"][0].is_string(), "{name}");
             assert!(v["model_type"].is_string(), "{name}");
         }
-        assert_eq!(names().len(), 40);
+        assert_eq!(names().len(), 42);
         assert!(config("gpt3").is_none());
     }
 

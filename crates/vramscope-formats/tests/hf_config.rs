@@ -216,7 +216,7 @@ fn every_builtin_config_builds_with_the_reference_parameter_count() {
         assert_eq!(m.graph.parameter_count(), want, "{name}");
         built += 1;
     }
-    assert_eq!(built, 40, "every built-in config builds");
+    assert_eq!(built, 42, "every built-in config builds");
 }
 
 /// Real checkpoints' configs that are not built in (`fixtures/hf/unseen/`: other sizes and head
@@ -546,7 +546,7 @@ fn detailed_builtins_register_parameters_in_transformers_order() {
 fn other_builtins_register_parameters_in_transformers_order() {
     let (wrong, checked) = parameter_order_differences(false);
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
-    assert_eq!(checked, 27);
+    assert_eq!(checked, 29);
 }
 
 /// Every MoE fixture config builds with the parameter count transformers gave the truth tool.
@@ -725,9 +725,9 @@ fn gemma3_vision_language_configs_are_built_and_text_configs_read() {
     assert_eq!(unnamed.graph.parameter_count(), 3_707_727_360);
     let names: Vec<&str> = m.graph.params.iter().map(|p| p.name.as_str()).collect();
     for n in [
-        "model.vision_tower.vision_model.embeddings.patch_embedding.weight",
-        "model.vision_tower.vision_model.encoder.layers.11.mlp.fc2.bias",
-        "model.vision_tower.vision_model.head.attention.in_proj_weight",
+        "model.vision_tower.embeddings.patch_embedding.weight",
+        "model.vision_tower.encoder.layers.11.mlp.fc2.bias",
+        "model.vision_tower.head.attention.in_proj_weight",
         "model.multi_modal_projector.mm_input_projection_weight",
         "model.language_model.layers.33.self_attn.q_norm.weight",
     ] {

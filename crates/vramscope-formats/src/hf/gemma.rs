@@ -370,7 +370,8 @@ impl VisionTower {
         }))
     }
 
-    /// Registers the tower's and the projector's parameters in `__init__` order, and the
+    /// Registers the tower's and the projector's parameters in `__init__` order (transformers 5's
+    /// `SiglipVisionModel` holds `embeddings`, `encoder`, `post_layernorm` and `head` itself), and the
     /// tower's `post_init` temporary (`position_ids` set again from an int64 `arange`).
     fn declare(&self, b: &mut GraphBuilder, text_hidden: u64) {
         let h = self.hidden;
@@ -386,53 +387,51 @@ impl VisionTower {
             })
         };
         b.declare("vision_tower", "SiglipVisionModel", |b| {
-            b.declare("vision_model", "SiglipVisionTransformer", |b| {
-                b.declare("embeddings", "SiglipVisionEmbeddings", |b| {
-                    b.declare("patch_embedding", "Conv2d", |b| {
-                        b.parameter("weight", vec![h, self.channels, self.patch, self.patch]);
-                        b.parameter("bias", vec![h]);
-                    });
-                    b.declare("position_embedding", "Embedding", |b| {
-                        b.parameter("weight", vec![self.patches, h]);
-                    });
-                    b.buffer("position_ids", vec![1, self.patches], Some(DType::I64));
+            b.declare("embeddings", "SiglipVisionEmbeddings", |b| {
+                b.declare("patch_embedding", "Conv2d", |b| {
+                    b.parameter("weight", vec![h, self.channels, self.patch, self.patch]);
+                    b.parameter("bias", vec![h]);
                 });
-                b.declare("encoder", "SiglipEncoder", |b| {
-                    b.declare("layers", "ModuleList", |b| {
-                        for i in 0..self.layers {
-                            b.declare(&i.to_string(), "SiglipEncoderLayer", |b| {
-                                layer_norm(b, "layer_norm1");
-                                b.declare("self_attn", "SiglipAttention", |b| {
-                                    for n in ["k_proj", "v_proj", "q_proj", "out_proj"] {
-                                        b.declare_layer(n, &linear(h, h));
-                                    }
-                                });
-                                layer_norm(b, "layer_norm2");
-                                b.declare("mlp", "SiglipMLP", |b| {
-                                    b.declare_layer("fc1", &linear(h, self.intermediate));
-                                    b.declare_layer("fc2", &linear(self.intermediate, h));
-                                });
-                            });
-                        }
-                    });
+                b.declare("position_embedding", "Embedding", |b| {
+                    b.parameter("weight", vec![self.patches, h]);
                 });
-                layer_norm(b, "post_layernorm");
-                if self.head {
-                    b.declare("head", "SiglipMultiheadAttentionPoolingHead", |b| {
-                        b.parameter("probe", vec![1, 1, h]);
-                        b.declare("attention", "MultiheadAttention", |b| {
-                            b.parameter("in_proj_weight", vec![3 * h, h]);
-                            b.parameter("in_proj_bias", vec![3 * h]);
-                            b.declare_layer("out_proj", &linear(h, h));
-                        });
-                        layer_norm(b, "layernorm");
-                        b.declare("mlp", "SiglipMLP", |b| {
-                            b.declare_layer("fc1", &linear(h, self.intermediate));
-                            b.declare_layer("fc2", &linear(self.intermediate, h));
-                        });
-                    });
-                }
+                b.buffer("position_ids", vec![1, self.patches], Some(DType::I64));
             });
+            b.declare("encoder", "SiglipEncoder", |b| {
+                b.declare("layers", "ModuleList", |b| {
+                    for i in 0..self.layers {
+                        b.declare(&i.to_string(), "SiglipEncoderLayer", |b| {
+                            layer_norm(b, "layer_norm1");
+                            b.declare("self_attn", "SiglipAttention", |b| {
+                                for n in ["k_proj", "v_proj", "q_proj", "out_proj"] {
+                                    b.declare_layer(n, &linear(h, h));
+                                }
+                            });
+                            layer_norm(b, "layer_norm2");
+                            b.declare("mlp", "SiglipMLP", |b| {
+                                b.declare_layer("fc1", &linear(h, self.intermediate));
+                                b.declare_layer("fc2", &linear(self.intermediate, h));
+                            });
+                        });
+                    }
+                });
+            });
+            layer_norm(b, "post_layernorm");
+            if self.head {
+                b.declare("head", "SiglipMultiheadAttentionPoolingHead", |b| {
+                    b.parameter("probe", vec![1, 1, h]);
+                    b.declare("attention", "MultiheadAttention", |b| {
+                        b.parameter("in_proj_weight", vec![3 * h, h]);
+                        b.parameter("in_proj_bias", vec![3 * h]);
+                        b.declare_layer("out_proj", &linear(h, h));
+                    });
+                    layer_norm(b, "layernorm");
+                    b.declare("mlp", "SiglipMLP", |b| {
+                        b.declare_layer("fc1", &linear(h, self.intermediate));
+                        b.declare_layer("fc2", &linear(self.intermediate, h));
+                    });
+                });
+            }
         });
         b.temporary_at_init(vec![self.patches], DType::I64);
         b.declare("multi_modal_projector", "Gemma3MultiModalProjector", |b| {
