@@ -181,20 +181,12 @@ pub fn load_in_4bit(g: &Graph, cfg: &FourBitConfig) -> Result<Graph, PassError> 
     }
     // nn.Linear layers the forward never calls (a vision tower run on text alone): bitsandbytes
     // quantizes them while loading all the same
-    let called: std::collections::HashSet<ModuleId> = g.scopes.iter().map(|s| s.module).collect();
-    let idle: Vec<(ModuleId, ParamId)> = (0..g.modules.len() as u32)
-        .map(ModuleId)
-        .filter(|&id| {
-            &*g.modules[id.0 as usize].type_name == "Linear"
-                && !called.contains(&id)
-                && Some(id) != last_param
-        })
-        .filter_map(|id| {
-            let weight = (0..g.params.len() as u32).map(ParamId).find(|&p| {
-                let d = g.param(p);
-                d.module == id && d.name.ends_with(".weight") && d.shape.len() == 2
-            })?;
-            Some((id, weight))
+    let idle: Vec<(ModuleId, ParamId)> = super::idle_modules(g)
+        .iter()
+        .filter(|m| &*g.modules[m.id.0 as usize].type_name == "Linear" && Some(m.id) != last_param)
+        .filter_map(|m| {
+            let (weight, _) = m.param("weight").filter(|(_, w)| w.shape.len() == 2)?;
+            Some((m.id, weight))
         })
         .collect();
     if convert.iter().all(Option::is_none) {

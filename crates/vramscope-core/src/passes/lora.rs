@@ -211,11 +211,10 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
     // target modules that own parameters but are never called (a vision tower run on text
     // alone): PEFT wraps them too, in `named_modules()` order. Modelled when they all come before
     // the called targets (their adapters are then created first)
-    let called: std::collections::HashSet<ModuleId> = g.scopes.iter().map(|s| s.module).collect();
-    let owns_params = |id: ModuleId| g.params.iter().any(|p| p.module == id);
-    let uncalled: Vec<ModuleId> = (0..g.modules.len() as u32)
-        .map(ModuleId)
-        .filter(|&id| is_target(id) && !called.contains(&id) && owns_params(id))
+    let uncalled: Vec<(ModuleId, Option<(u64, u64)>)> = super::idle_modules(g)
+        .iter()
+        .filter(|m| is_target(m.id))
+        .map(|m| (m.id, idle_linear_features(g, m)))
         .collect();
     let first_called = g
         .scopes
@@ -223,17 +222,12 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
         .map(|s| s.module)
         .filter(|&id| is_target(id))
         .min_by_key(|id| id.0);
-    if let Some(&last) = uncalled.last() {
-        let plain = uncalled.iter().all(|id| {
-            matches!(
-                &*g.modules[id.0 as usize].type_name,
-                "Linear" | FOUR_BIT_LINEAR
-            ) && idle_linear_features(g, *id).is_some()
-        });
+    if let Some(&(last, _)) = uncalled.last() {
+        let plain = uncalled.iter().all(|(_, features)| features.is_some());
         if !plain || first_called.is_some_and(|f| f.0 < last.0) {
             return Err(PassError::UncalledLoraTarget {
                 count: uncalled.len(),
-                example: g.modules[uncalled[0].0 as usize].path.clone(),
+                example: g.modules[uncalled[0].0 .0 as usize].path.clone(),
             });
         }
     }
@@ -267,8 +261,8 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
     let mut adapted: Vec<ModuleId> = Vec::new();
     // locals of the LoRA layers' forwards, in the new node numbering
     let mut new_holds: Vec<(TensorId, u32)> = Vec::new();
-    for &m in &uncalled {
-        if let Some(features) = idle_linear_features(g, m) {
+    for &(m, features) in &uncalled {
+        if let Some(features) = features {
             // as for a called target: a 4-bit layer's adapters are float32
             let four_bit = &*g.modules[m.0 as usize].type_name == FOUR_BIT_LINEAR;
             let dtype = if four_bit {
@@ -479,22 +473,21 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
     Ok(out)
 }
 
-/// `(in_features, out_features)` of a Linear module the forward never calls, from its weight
-/// (`[out, in]`); a 4-bit one's weight is packed, so its bias gives `out` (`None` without one).
-fn idle_linear_features(g: &Graph, m: ModuleId) -> Option<(u64, u64)> {
-    let param = |attr: &str| {
-        g.params
-            .iter()
-            .find(|p| p.module == m && last_component(&p.name) == attr)
-    };
-    let weight = param("weight")?;
-    if &*g.modules[m.0 as usize].type_name == FOUR_BIT_LINEAR {
-        let out = *param("bias")?.shape.first()?;
-        let n = 2 * weight.shape.first()?;
-        return (out > 0 && n % out == 0).then_some((n / out, out));
-    }
-    match weight.shape[..] {
-        [o, i] => Some((i, o)),
+/// `(in_features, out_features)` of an idle Linear module (plain or 4-bit; `None` for other
+/// types), from its weight (`[out, in]`); a 4-bit one's weight is packed, so its bias gives `out`
+/// (`None` without one).
+fn idle_linear_features(g: &Graph, m: &super::IdleModule) -> Option<(u64, u64)> {
+    let (_, weight) = m.param("weight")?;
+    match &*g.modules[m.id.0 as usize].type_name {
+        "Linear" => match weight.shape[..] {
+            [o, i] => Some((i, o)),
+            _ => None,
+        },
+        FOUR_BIT_LINEAR => {
+            let out = *m.param("bias")?.1.shape.first()?;
+            let n = 2 * weight.shape.first()?;
+            (out > 0 && n % out == 0).then_some((n / out, out))
+        }
         _ => None,
     }
 }
