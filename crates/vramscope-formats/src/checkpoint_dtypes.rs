@@ -69,17 +69,15 @@ fn without_prefix(name: &str) -> Option<&str> {
 /// `vision_tower.vision_model.X`, `model.multi_modal_projector.X` was `multi_modal_projector.X`,
 /// `lm_head` was `language_model.lm_head`).
 fn legacy_vlm_name(name: &str) -> Option<String> {
-    if let Some(rest) = name.strip_prefix("model.language_model.") {
-        return Some(format!("language_model.model.{rest}"));
-    }
-    if let Some(rest) = name.strip_prefix("model.vision_tower.") {
-        return Some(format!("vision_tower.vision_model.{rest}"));
-    }
-    if let Some(rest) = name.strip_prefix("model.multi_modal_projector.") {
-        return Some(format!("multi_modal_projector.{rest}"));
-    }
-    name.strip_prefix("lm_head.")
-        .map(|rest| format!("language_model.lm_head.{rest}"))
+    const RENAMED: [(&str, &str); 4] = [
+        ("model.language_model.", "language_model.model."),
+        ("model.vision_tower.", "vision_tower.vision_model."),
+        ("model.multi_modal_projector.", "multi_modal_projector."),
+        ("lm_head.", "language_model.lm_head."),
+    ];
+    RENAMED
+        .iter()
+        .find_map(|(now, then)| name.strip_prefix(now).map(|rest| format!("{then}{rest}")))
 }
 
 /// Gives every parameter and buffer of `graph` that the checkpoint `inv` holds the dtype stored in
