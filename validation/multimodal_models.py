@@ -63,22 +63,11 @@ def gemma3_text_only_qlora(batch, seq, checkpoint=False, config=None, r=8, alpha
     never runs; with `lora`, adapters on the 4-bit target layers in `named_modules()` order."""
     import torch
     import transformers
-    from qlora_models import Linear4bit, LoraLinear4bit, load_in_4bit
+    from qlora_models import load_and_adapt
     cfg = _gemma3_config(config)
     with torch.device("meta"):
         model = transformers.Gemma3ForConditionalGeneration(cfg)
-    fp16 = amp == "fp16" or torch.get_default_dtype() == torch.float16
-    model = load_in_4bit(model, double_quant, torch.float16 if fp16 else torch.bfloat16)
-    for p in model.parameters():
-        p.requires_grad_(False)
-    if lora:
-        tg = targets.split(",") if targets else ["q_proj", "v_proj"]
-        for _, mod in list(model.named_modules()):
-            for cname, child in list(mod.named_children()):
-                if cname in tg and isinstance(child, Linear4bit):
-                    setattr(mod, cname, LoraLinear4bit(child, int(r), alpha, float(dropout)))
-    if checkpoint:
-        model.gradient_checkpointing_enable()
+    model = load_and_adapt(model, double_quant, amp, lora, targets, r, alpha, dropout, checkpoint)
     return causal_lm_step(model, model, cfg.text_config, batch, seq)
 
 

@@ -266,6 +266,14 @@ def qlora(batch, seq, config="fixtures/hf/configs/qwen2_small_2l.json", layers=N
     # from_pretrained(dtype=DTYPE): measure.py's param_dtype is the default dtype here
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(cfg)
+    model = load_and_adapt(model, double_quant, amp, lora, targets, r, alpha, dropout, checkpoint)
+    return causal_lm_step(model, model, cfg, batch, seq)
+
+
+def load_and_adapt(model, double_quant, amp, lora, targets, r, alpha, dropout, checkpoint):
+    """A meta-device `model` loaded in 4 bits, frozen, with QLoRA adapters on the 4-bit `targets`
+    (`q_proj,v_proj` by default) when `lora`, in `named_modules()` order, then
+    `gradient_checkpointing_enable()` when `checkpoint`."""
     # bnb_4bit_compute_dtype: bf16, fp16 on the fp16 recipes (GPUs without bf16)
     fp16 = amp == "fp16" or torch.get_default_dtype() == torch.float16
     compute = torch.float16 if fp16 else torch.bfloat16
@@ -280,4 +288,4 @@ def qlora(batch, seq, config="fixtures/hf/configs/qwen2_small_2l.json", layers=N
                     setattr(mod, cname, LoraLinear4bit(child, int(r), alpha, float(dropout)))
     if checkpoint:
         model.gradient_checkpointing_enable()
-    return causal_lm_step(model, model, cfg, batch, seq)
+    return model
