@@ -284,6 +284,26 @@ fn bad_lora_and_freeze_flags() {
     );
 }
 
+/// A config that names neither `model_type` nor `architectures` (an old one, whose family
+/// transformers guessed from the checkpoint's name) is refused naming the field to add.
+#[test]
+fn config_without_model_type_or_architectures() {
+    let dir = std::env::temp_dir().join(format!("vramscope-cli-untyped-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let old = dir.join("old_gpt2.json");
+    std::fs::write(
+        &old,
+        r#"{"n_layer": 12, "n_embd": 768, "n_head": 12, "vocab_size": 21128}"#,
+    )
+    .unwrap();
+    let old = old.to_string_lossy().to_string();
+    fails_with(
+        &["estimate", &old, "--seq-len", "64"],
+        &["old_gpt2.json", "model_type", "gpt2"],
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// Gemma 3's vision-language class on text: what is not modelled is refused, naming why.
 #[test]
 fn gemma3_vision_language_limits() {

@@ -478,8 +478,9 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
             })
         }
         None => match HfTask::from_architectures(&archs) {
-            // Gemma 3's vision-language class generates text: a causal LM
-            Some(HfTask::Seq2SeqLm) if matches!(family, Family::Gemma(_)) => HfTask::CausalLm,
+            // `ForConditionalGeneration` is the class that generates text: an encoder-decoder's,
+            // or a decoder's under a vision tower (Gemma 3), which is a causal LM
+            Some(HfTask::Seq2SeqLm) if !seq2seq && !encoder => HfTask::CausalLm,
             Some(task) if has_head(task) && !t5_model => task,
             // no class named: the family's usual head
             None if archs.is_empty() && encoder => HfTask::MaskedLm,
