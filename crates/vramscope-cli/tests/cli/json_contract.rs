@@ -405,7 +405,7 @@ fn tricks_checkpoint_every_t5_container() {
         env!("CARGO_MANIFEST_DIR"),
         "/../../fixtures/hf/configs/t5_small_2l.json"
     );
-    let out = crate::vramscope(&[
+    let rows = crate::vramscope_json(&[
         "tricks",
         cfg,
         "--seq-len",
@@ -416,12 +416,6 @@ fn tricks_checkpoint_every_t5_container() {
         "2",
         "--json",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let names: Vec<String> = rows
         .as_array()
         .unwrap()
@@ -440,7 +434,7 @@ fn tricks_checkpoint_every_t5_container() {
 /// exactly as `estimate --seq-len` at that length, and offers no image resize.
 #[test]
 fn tricks_shorten_sequences_not_images() {
-    let out = crate::vramscope(&[
+    let rows = crate::vramscope_json(&[
         "tricks",
         "bert-base-uncased",
         "--seq-len",
@@ -449,12 +443,6 @@ fn tricks_shorten_sequences_not_images() {
         "4",
         "--json",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let rows = rows.as_array().unwrap();
     assert!(
         !rows
@@ -581,7 +569,7 @@ fn fit_without_a_sequence_length_lists_the_largest_batch_per_length() {
 /// out` without a loss, precision costs without loss scaling or lost updates.
 #[test]
 fn tricks_in_inference_name_no_training_machinery() {
-    let out = crate::vramscope(&[
+    let rows = crate::vramscope_json(&[
         "tricks",
         "gpt2",
         "--seq-len",
@@ -594,12 +582,6 @@ fn tricks_in_inference_name_no_training_machinery() {
         "2",
         "--json",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let text = rows.to_string();
     for training in [
         "DDP",
