@@ -106,6 +106,13 @@ fn bad_flag_is_a_usage_error() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--frobnicate"));
 }
 
+/// Writes `text` to `dir/name` (a config for one case) and returns the path as an argument.
+fn config_file(dir: &std::path::Path, name: &str, text: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path.to_string_lossy().to_string()
+}
+
 /// Every built-in transformer config builds now; a config of a family the front-end does not
 /// build (or one that only looks like a supported family), Gemma3's vision-language model with
 /// another vision tower or class, and a class whose head is not built get clear errors naming the
@@ -115,13 +122,11 @@ fn unsupported_transformer_configs() {
     let dir =
         std::env::temp_dir().join(format!("vramscope-cli-unsupported-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let mamba = dir.join("mamba.json");
-    std::fs::write(
-        &mamba,
+    let mamba = config_file(
+        &dir,
+        "mamba.json",
         r#"{"model_type": "mamba", "architectures": ["MambaForCausalLM"]}"#,
-    )
-    .unwrap();
-    let mamba = mamba.to_string_lossy().to_string();
+    );
     fails_with(
         &["estimate", &mamba, "--seq-len", "512"],
         &[
@@ -132,15 +137,13 @@ fn unsupported_transformer_configs() {
         ],
     );
     // Gemma3's vision-language model builds with a SigLIP tower; another tower does not
-    let vlm = dir.join("gemma3.json");
-    std::fs::write(
-        &vlm,
+    let vlm = config_file(
+        &dir,
+        "gemma3.json",
         r#"{"model_type": "gemma3", "architectures": ["Gemma3ForConditionalGeneration"],
             "text_config": {"hidden_size": 2560, "num_hidden_layers": 34},
             "vision_config": {"model_type": "clip_vision_model"}}"#,
-    )
-    .unwrap();
-    let vlm = vlm.to_string_lossy().to_string();
+    );
     fails_with(
         &["estimate", &vlm, "--seq-len", "512"],
         &[
@@ -149,14 +152,12 @@ fn unsupported_transformer_configs() {
             "siglip_vision_model",
         ],
     );
-    let vlm_other = dir.join("gemma3_other.json");
-    std::fs::write(
-        &vlm_other,
+    let vlm_other = config_file(
+        &dir,
+        "gemma3_other.json",
         r#"{"model_type": "gemma3", "architectures": ["Gemma3ForImageTextToText"],
             "text_config": {"hidden_size": 2560, "num_hidden_layers": 34}}"#,
-    )
-    .unwrap();
-    let vlm_other = vlm_other.to_string_lossy().to_string();
+    );
     fails_with(
         &["estimate", &vlm_other, "--seq-len", "512"],
         &[
@@ -166,29 +167,25 @@ fn unsupported_transformer_configs() {
         ],
     );
     // a look-alike of a supported family is not built as that family
-    let llama4 = dir.join("llama4.json");
-    std::fs::write(
-        &llama4,
+    let llama4 = config_file(
+        &dir,
+        "llama4.json",
         r#"{"model_type": "llama4_text", "architectures": ["Llama4ForCausalLM"],
             "hidden_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4,
             "intermediate_size": 128, "vocab_size": 100}"#,
-    )
-    .unwrap();
-    let llama4 = llama4.to_string_lossy().to_string();
+    );
     fails_with(
         &["estimate", &llama4, "--seq-len", "64"],
         &["llama4.json", "\"llama4_text\"", "not supported"],
     );
     // a bare encoder (sentence-embedding checkpoints) runs in inference; training it is refused
-    let bare = dir.join("minilm.json");
-    std::fs::write(
-        &bare,
+    let bare = config_file(
+        &dir,
+        "minilm.json",
         r#"{"model_type": "bert", "architectures": ["BertModel"], "hidden_size": 384,
             "num_hidden_layers": 6, "num_attention_heads": 12, "intermediate_size": 1536,
             "vocab_size": 30522, "max_position_embeddings": 512}"#,
-    )
-    .unwrap();
-    let bare = bare.to_string_lossy().to_string();
+    );
     fails_with(
         &["estimate", &bare, "--seq-len", "128"],
         &[
@@ -210,14 +207,12 @@ fn unsupported_transformer_configs() {
         );
     }
     // GPT-2's bare model is not built: the heads it has
-    let gpt2 = dir.join("gpt2_model.json");
-    std::fs::write(
-        &gpt2,
+    let gpt2 = config_file(
+        &dir,
+        "gpt2_model.json",
         r#"{"model_type": "gpt2", "architectures": ["GPT2Model"], "n_embd": 64, "n_layer": 1,
             "n_head": 4, "vocab_size": 100, "n_positions": 128}"#,
-    )
-    .unwrap();
-    let gpt2 = gpt2.to_string_lossy().to_string();
+    );
     fails_with(
         &["estimate", &gpt2, "--seq-len", "64", "--mode", "infer"],
         &["gpt2_model.json", "GPT2Model", "--task causal-lm"],
@@ -290,13 +285,11 @@ fn bad_lora_and_freeze_flags() {
 fn config_without_model_type_or_architectures() {
     let dir = std::env::temp_dir().join(format!("vramscope-cli-untyped-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let old = dir.join("old_gpt2.json");
-    std::fs::write(
-        &old,
+    let old = config_file(
+        &dir,
+        "old_gpt2.json",
         r#"{"n_layer": 12, "n_embd": 768, "n_head": 12, "vocab_size": 21128}"#,
-    )
-    .unwrap();
-    let old = old.to_string_lossy().to_string();
+    );
     fails_with(
         &["estimate", &old, "--seq-len", "64"],
         &["old_gpt2.json", "model_type", "gpt2"],
