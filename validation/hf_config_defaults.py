@@ -15,8 +15,8 @@ import pathlib
 import transformers
 
 MODEL_TYPES = ["gpt2", "opt", "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2",
-               "gemma3_text", "mixtral", "qwen2_moe", "qwen3_moe", "bert", "roberta", "distilbert",
-               "t5", "mt5", "umt5"]
+               "gemma3_text", "mixtral", "qwen2_moe", "qwen3_moe", "bert", "roberta", "xlm-roberta",
+               "camembert", "distilbert", "t5", "mt5", "umt5"]
 OUT = pathlib.Path(__file__).resolve().parent.parent / "crates/vramscope-formats/data/hf_config_defaults.json"
 
 

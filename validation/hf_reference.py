@@ -60,6 +60,14 @@ def main() -> None:
         # the order of `parameters()`: what the optimizer's per-parameter state, `zero_grad` and
         # `step` walk (the maps above are sorted by name)
         entry["parameter_order"] = [n for n, _ in model.named_parameters()]
+        # a tied weight appears there under its first name (XLM-RoBERTa's `lm_head.decoder.weight`,
+        # created before the embeddings it is tied to); its other names
+        names = {}
+        for n, p in model.named_parameters(remove_duplicate=False):
+            names.setdefault(id(p), []).append(n)
+        aliases = {ns[0]: ns[1:] for ns in names.values() if len(ns) > 1}
+        if aliases:
+            entry["parameter_aliases"] = aliases
         out["models"][name] = entry
         print(f"{name}: {entry['parameters']:,}", file=sys.stderr)
         del model

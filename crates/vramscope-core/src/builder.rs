@@ -627,8 +627,9 @@ impl GraphBuilder {
     /// A Llama decoder layer calls `input_layernorm` first, but its `__init__` creates
     /// `self_attn`, `mlp`, then the norms: `parameters()` (the optimizer's per-parameter state,
     /// `zero_grad`, the step) and the allocations at construction both follow `__init__`. The
-    /// construction ranks the parameters held keep their set and take the new order. Nothing
-    /// changes when a parameter since `mark` lies outside the current module.
+    /// construction ranks the parameters held keep their set and take the new order, child by
+    /// child, each child keeping its own construction order. Nothing changes when a parameter
+    /// since `mark` lies outside the current module.
     pub fn order_params(&mut self, mark: ParamMark, children: &[&str]) {
         let start = mark.params as usize;
         let end = self.graph.params.len();
@@ -666,18 +667,27 @@ impl GraphBuilder {
         for (new, &old) in order.iter().enumerate() {
             new_id[old] = (start + new) as u32;
         }
+        // the construction ranks: the same set, child by child in the new order, each child's
+        // own construction order kept (an inner `order_params` may have made it differ from the
+        // list's: RoBERTa's embeddings build their buffers before `position_embeddings`)
         let mut ranks: Vec<u32> = self.graph.params[start..end]
             .iter()
             .map(|p| p.init_rank)
             .collect();
+        let mut by_rank: Vec<usize> = (0..end - start).collect();
+        by_rank.sort_by_key(|&i| (keys[i], ranks[i]));
+        let mut new_rank = vec![0u32; end - start];
         ranks.sort_unstable();
+        for (&i, &r) in by_rank.iter().zip(&ranks) {
+            new_rank[i] = r;
+        }
         let old: Vec<ParamDef> = self.graph.params.drain(start..).collect();
         for (i, d) in old.iter().enumerate() {
             self.param_index.remove(&d.name, (start + i) as u32);
         }
         for (new, &o) in order.iter().enumerate() {
             let mut d = old[o].clone();
-            d.init_rank = ranks[new];
+            d.init_rank = new_rank[o];
             self.param_index.insert(&d.name, (start + new) as u32);
             self.graph.params.push(d);
         }
@@ -731,6 +741,30 @@ impl GraphBuilder {
     /// padded copy, e.g. an output bias) is allocated anew; then the rest of `temps` are freed.
     /// Call it once every parameter is registered.
     pub fn tie_at_init(&mut self, temps: &[Shape], free_now: usize, replaced: Option<TensorId>) {
+        self.tie_at_init_after(None, temps, free_now, replaced);
+    }
+
+    /// [`tie_at_init`](Self::tie_at_init) for a head that `__init__` creates before the rest of
+    /// the model (XLM-RoBERTa's `lm_head` comes before `roberta`): `temps` are allocated right
+    /// after the last parameter (in construction order) under module `head`, a path below the
+    /// current module, and freed as there once every parameter is built.
+    pub fn tie_at_init_in(
+        &mut self,
+        head: &str,
+        temps: &[Shape],
+        free_now: usize,
+        replaced: Option<TensorId>,
+    ) {
+        self.tie_at_init_after(Some(head), temps, free_now, replaced);
+    }
+
+    fn tie_at_init_after(
+        &mut self,
+        head: Option<&str>,
+        temps: &[Shape],
+        free_now: usize,
+        replaced: Option<TensorId>,
+    ) {
         let n = self.graph.params.len() as u32;
         let moved = replaced.and_then(|t| self.graph.tensors[t.0 as usize].param);
         let base = match moved {
@@ -746,12 +780,29 @@ impl GraphBuilder {
             }
             None => n,
         };
+        let alloc_at = match head {
+            Some(head) => {
+                let path = self.child_path(head);
+                let under = format!("{path}.");
+                self.graph
+                    .params
+                    .iter()
+                    .enumerate()
+                    .filter(|&(i, q)| {
+                        moved != Some(ParamId(i as u32)) && q.name.starts_with(&under)
+                    })
+                    .map(|(_, q)| q.init_rank + 1)
+                    .max()
+                    .unwrap_or(base)
+            }
+            None => base,
+        };
         let module = self.current();
         for (i, shape) in temps.iter().enumerate() {
             self.graph.init_temporaries.push(InitTemporary {
                 shape: shape.clone(),
                 dtype: None,
-                alloc_at: base,
+                alloc_at,
                 free_at: if i < free_now { base } else { n },
                 module,
             });

@@ -19,6 +19,14 @@ const CONFIGS: &[(&str, &str)] = &[
     ),
     ("roberta-base", include_str!("../data/hf/roberta-base.json")),
     (
+        "xlm-roberta-base",
+        include_str!("../data/hf/xlm-roberta-base.json"),
+    ),
+    (
+        "xlm-roberta-large",
+        include_str!("../data/hf/xlm-roberta-large.json"),
+    ),
+    (
         "distilbert-base-uncased",
         include_str!("../data/hf/distilbert-base-uncased.json"),
     ),
@@ -95,7 +103,7 @@ mod tests {
             assert!(v["architectures"][0].is_string(), "{name}");
             assert!(v["model_type"].is_string(), "{name}");
         }
-        assert_eq!(names().len(), 42);
+        assert_eq!(names().len(), 44);
         assert!(config("gpt3").is_none());
     }
 

@@ -569,6 +569,15 @@ fn gemma3_vision_language_text_cases_match_truth() {
     check("hf_gemma3_multimodal.jsonl");
 }
 
+/// RoBERTa's copies under other class names: XLM-RoBERTa (base and large; BGE-M3's bare model at
+/// 8192 tokens) and CamemBERT, whose transformers classes create the head before the encoder, so
+/// the parameters, their optimizer state and the model's construction start with the head.
+#[test]
+fn xlm_roberta_and_camembert_cases_match_truth() {
+    assert_eq!(cases("hf_roberta_family.jsonl").len(), 14);
+    check("hf_roberta_family.jsonl");
+}
+
 /// Config fields that change the model from what the built-in configs build
 /// (`validation/make_config_variant_fixtures.sh`): BERT, RoBERTa and DistilBERT masked LMs with
 /// `tie_word_embeddings: false`, whose MLM decoder keeps its own weight and bias (BERT's and

@@ -63,14 +63,15 @@ impl LoraConfig {
 
     /// The default target modules for a transformers `model_type`: PEFT's
     /// (`TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING`: the query and value projections)
-    /// where it has an entry. PEFT has none for `distilbert`, `phi3` and `umt5` and asks for
-    /// `target_modules`; their attention's projections stand in: DistilBERT's `q_lin` and `v_lin`,
-    /// Phi-3's fused `qkv_proj`, UMT5's `q` and `v` (as for T5).
+    /// where it has an entry. PEFT has none for `distilbert`, `camembert`, `phi3` and `umt5` and
+    /// asks for `target_modules`; their attention's projections stand in: DistilBERT's `q_lin` and
+    /// `v_lin`, CamemBERT's `query` and `value` (as for RoBERTa), Phi-3's fused `qkv_proj`, UMT5's
+    /// `q` and `v` (as for T5).
     pub fn default_targets(model_type: &str) -> Vec<String> {
         let t: &[&str] = match model_type {
             "gpt2" => &["c_attn"],
             "opt" => &["q_proj", "v_proj"],
-            "bert" | "roberta" => &["query", "value"],
+            "bert" | "roberta" | "xlm-roberta" | "camembert" => &["query", "value"],
             "distilbert" => &["q_lin", "v_lin"],
             "t5" | "mt5" | "umt5" => &["q", "v"],
             "phi3" => &["qkv_proj"],

@@ -1,4 +1,5 @@
-//! BERT and RoBERTa encoders (transformers/models/{bert,roberta}/modeling_*.py) with their
+//! BERT and RoBERTa encoders (transformers/models/{bert,roberta}/modeling_*.py; XLM-RoBERTa and
+//! CamemBERT are RoBERTa's modules under their own class names) with their
 //! masked-LM and sequence-classification heads: embeddings (word + token type + position,
 //! LayerNorm, dropout; RoBERTa computes its position ids from the input ids, BERT slices a
 //! buffer), post-norm encoder layers (`attention.self` q/k/v + SDPA without mask,
@@ -25,8 +26,47 @@ use super::{build_error, encoder_heads, AttnImplementation, HfConfig, HfError, H
 pub enum Flavor {
     /// `bert`
     Bert,
-    /// `roberta`
-    Roberta,
+    /// `roberta`, and the encoders transformers copies from it under other class names
+    /// (`xlm-roberta`: XLM-RoBERTa, BGE-M3, multilingual-e5; `camembert`): the same modules and
+    /// forward, named `{class}Embeddings`, `{class}Layer`, ... under the same `roberta.` prefix.
+    Roberta {
+        /// The class-name prefix: `Roberta`, `XLMRoberta` or `Camembert`.
+        class: &'static str,
+    },
+}
+
+impl Flavor {
+    /// The flavor of a `model_type` this module builds.
+    pub fn of(model_type: &str) -> Option<Flavor> {
+        Some(match model_type {
+            "bert" => Flavor::Bert,
+            "roberta" => Flavor::Roberta { class: "Roberta" },
+            "xlm-roberta" => Flavor::Roberta {
+                class: "XLMRoberta",
+            },
+            "camembert" => Flavor::Roberta { class: "Camembert" },
+            _ => return None,
+        })
+    }
+
+    /// Whether the heads' `__init__` creates the head before the encoder (`self.lm_head` /
+    /// `self.classifier` / `self.qa_outputs`, then `self.roberta`): transformers 5's XLM-RoBERTa
+    /// and CamemBERT classes do, so `parameters()` and the construction start with the head.
+    fn head_first(self) -> bool {
+        matches!(self, Flavor::Roberta { class } if class != "Roberta")
+    }
+
+    /// The `model_type` of the flavor (the graph's name).
+    fn model_type(self) -> &'static str {
+        match self {
+            Flavor::Bert => "bert",
+            Flavor::Roberta {
+                class: "XLMRoberta",
+            } => "xlm-roberta",
+            Flavor::Roberta { class: "Camembert" } => "camembert",
+            Flavor::Roberta { .. } => "roberta",
+        }
+    }
 }
 
 struct Spec {
@@ -117,7 +157,7 @@ pub fn build(
     // RoBERTa numbers positions from padding_idx + 1
     let limit = match flavor {
         Flavor::Bert => s.max_positions,
-        Flavor::Roberta => s.max_positions.saturating_sub(s.pad + 1),
+        Flavor::Roberta { .. } => s.max_positions.saturating_sub(s.pad + 1),
     };
     if input.seq > limit {
         return Err(HfError::BadInput(format!(
@@ -127,7 +167,7 @@ pub fn build(
     }
     let (prefix, base) = match flavor {
         Flavor::Bert => ("Bert", "bert"),
-        Flavor::Roberta => ("Roberta", "roberta"),
+        Flavor::Roberta { class } => (class, "roberta"),
     };
     let head = match task {
         HfTask::SeqCls => "ForSequenceClassification",
@@ -143,7 +183,8 @@ pub fn build(
         encoder_heads::check_question_answering_labels(cfg, s.num_labels)?;
     }
     let (bsz, seq) = (input.batch, input.seq);
-    let mut b = GraphBuilder::new(base, &format!("{prefix}{head}"));
+    let mut b = GraphBuilder::new(flavor.model_type(), &format!("{prefix}{head}"));
+    let top = b.param_mark();
     let ids = b.input(vec![bsz, seq], DType::I64);
     let positions = (task == HfTask::QuestionAnswering)
         .then(|| encoder_heads::question_answering_inputs(&mut b, bsz));
@@ -194,36 +235,43 @@ pub fn build(
         return Ok((graph, layers));
     }
     let (h, word, pooled) = b.module(base, &format!("{prefix}Model"), &[ids], encoder);
-    let (outputs, task_ir) = b.frame(|b| {
+    let (outputs, task_ir, tied_bias) = b.frame(|b| {
         // `sequence_output` / `outputs` stay referenced until the forward returns
         b.hold(&[h]);
         if let Some(positions) = positions {
             let outputs = encoder_heads::question_answering(b, s.hidden, h, positions);
-            return (outputs, Task::LossInForward);
+            return (outputs, Task::LossInForward, None);
         }
-        let (logits, task_ir) = match task {
-            HfTask::TokenCls => encoder_heads::token_classification(
-                b,
-                s.classifier_dropout,
-                s.hidden,
-                s.num_labels,
-                h,
-            ),
+        let (logits, task_ir, tied_bias) = match task {
+            HfTask::TokenCls => {
+                let (logits, task_ir) = encoder_heads::token_classification(
+                    b,
+                    s.classifier_dropout,
+                    s.hidden,
+                    s.num_labels,
+                    h,
+                );
+                (logits, task_ir, None)
+            }
             HfTask::SeqCls => {
                 let logits = match pooled {
                     Some(p) => {
                         let p = dropout(b, "dropout", s.classifier_dropout, p);
                         linear(b, "classifier", s.hidden, s.num_labels, true, p)
                     }
-                    None => b.module("classifier", "RobertaClassificationHead", &[h], |b| {
-                        roberta_classifier(b, &s, h)
-                    }),
+                    None => b.module(
+                        "classifier",
+                        &format!("{prefix}ClassificationHead"),
+                        &[h],
+                        |b| roberta_classifier(b, &s, h),
+                    ),
                 };
                 (
                     logits,
                     Task::Classification {
                         num_classes: s.num_labels,
                     },
+                    None,
                 )
             }
             _ => {
@@ -233,24 +281,31 @@ pub fn build(
                             mlm_head(b, &s, flavor, word, h)
                         })
                     }),
-                    Flavor::Roberta => b.module("lm_head", "RobertaLMHead", &[h], |b| {
-                        mlm_head(b, &s, flavor, word, h)
-                    }),
+                    Flavor::Roberta { .. } => {
+                        b.module("lm_head", &format!("{prefix}LMHead"), &[h], |b| {
+                            mlm_head(b, &s, flavor, word, h)
+                        })
+                    }
                 };
-                if let Some(bias) = tied_bias {
-                    // post_init drops the decoder's own weight and bias and pads the head's
-                    // bias into a new tensor
-                    b.tie_at_init(
-                        &[vec![s.vocab, s.hidden], vec![s.vocab], vec![s.vocab]],
-                        2,
-                        Some(bias),
-                    );
-                }
-                (logits, Task::MaskedLm { vocab: s.vocab })
+                (logits, Task::MaskedLm { vocab: s.vocab }, tied_bias)
             }
         };
-        (vec![logits], task_ir)
+        (vec![logits], task_ir, tied_bias)
     });
+    if flavor.head_first() {
+        b.order_params(top, &["lm_head", "classifier", "qa_outputs", base]);
+    }
+    if let Some(bias) = tied_bias {
+        // post_init drops the decoder's own weight and bias and pads the head's bias into a new
+        // tensor; a head built first made its decoder before the encoder
+        let temps = [vec![s.vocab, s.hidden], vec![s.vocab], vec![s.vocab]];
+        if flavor.head_first() {
+            b.tie_at_init_in("lm_head", &temps, 2, Some(bias));
+        } else {
+            b.tie_at_init(&temps, 2, Some(bias));
+        }
+    }
+
     let graph = b.finish(&outputs, task_ir).map_err(build_error(cfg))?;
     Ok((graph, layers))
 }
@@ -275,7 +330,7 @@ fn mlm_head(
             let t = activation(b, "transform_act_fn", s.act, t);
             layer_norm(b, "LayerNorm", s.hidden, t)
         }),
-        Flavor::Roberta => {
+        Flavor::Roberta { .. } => {
             let t = linear(b, "dense", s.hidden, s.hidden, true, h);
             let t = activation_fn(b, ActivationKind::GELU, t);
             layer_norm(b, "layer_norm", s.hidden, t)
@@ -323,7 +378,7 @@ fn embeddings(
     let tt_buf = b.buffer("token_type_ids", vec![1, s.max_positions], i64);
     let pos = match flavor {
         // create_position_ids_from_input_ids: (cumsum(mask).type_as(mask) + 0) * mask, .long() + pad
-        Flavor::Roberta => b.frame(|b| {
+        Flavor::Roberta { .. } => b.frame(|b| {
             let ne = b.op(int("ne", vec![bsz, seq], DType::Bool), &[ids]);
             let mask = b.op(int("_to_copy", vec![bsz, seq], DType::I32), &[ne]);
             let cs = b.op(int("cumsum", vec![bsz, seq], DType::I64), &[mask]);
@@ -359,7 +414,7 @@ fn embeddings(
             "token_type_embeddings",
             "LayerNorm",
         ],
-        Flavor::Roberta => &[
+        Flavor::Roberta { .. } => &[
             "word_embeddings",
             "token_type_embeddings",
             "LayerNorm",

@@ -14,7 +14,8 @@
 //! `gemma3` configs naming `Gemma3ForCausalLM`: scaled embeddings, `1 + weight` RMSNorm in
 //! float32, GELU-tanh MLP, Gemma2/3 sandwich norms and sliding/full layers, Gemma2's eager
 //! attention with logit soft-capping, Gemma3's q/k norms and per-layer-type rotary), all causal
-//! LMs; the encoders BERT (`bert`), RoBERTa (`roberta`) and DistilBERT (`distilbert`) with
+//! LMs; the encoders BERT (`bert`), RoBERTa (`roberta`, and its copies XLM-RoBERTa,
+//! `xlm-roberta`, and CamemBERT, `camembert`) and DistilBERT (`distilbert`) with
 //! masked-LM, sequence-classification, token-classification and question-answering heads
 //! (`encoder_heads.rs`); and the encoder-decoders T5 (`t5`, T5 v1.1 / FLAN-T5 included), mT5
 //! (`mt5`) and UMT5 (`umt5`) trained on `model(input_ids, labels=labels).loss`. The bare models
@@ -22,8 +23,8 @@
 //! `feature-extraction` in inference. `model_type` is matched exactly (a config without one
 //! takes its class's), so a family that only looks like a supported one is refused, and so is
 //! a class whose head is not built (with the heads that are).
-//! `Gemma3ForConditionalGeneration` (the vision-language model) is refused with an error that
-//! says how to estimate its language model.
+//! `Gemma3ForConditionalGeneration` (the vision-language model) runs on text: its vision tower
+//! and projector are on the device but idle (`gemma.rs`).
 //! The causal LMs can also be built as a whole `model.generate(...)` with the KV cache
 //! (`generate.rs`: GPT-2, OPT, the Llama family, Gemma and Gemma3; Gemma2's eager attention over
 //! a cache is not modelled), and every family's forward with `attn_implementation="eager"`
@@ -139,7 +140,9 @@ const HEADS: &[(&str, HfTask)] = &[
 /// configs that name only their `architectures`. Longest prefixes first, so that `Qwen2Moe...`
 /// is not read as `Qwen2...`.
 const CLASS_PREFIXES: &[(&str, &str)] = &[
+    ("XLMRoberta", "xlm-roberta"),
     ("DistilBert", "distilbert"),
+    ("Camembert", "camembert"),
     ("Qwen2Moe", "qwen2_moe"),
     ("Qwen3Moe", "qwen3_moe"),
     ("Mixtral", "mixtral"),
@@ -191,6 +194,8 @@ pub const SUPPORTED: &[&str] = &[
     "qwen3_moe",
     "bert",
     "roberta",
+    "xlm-roberta",
+    "camembert",
     "distilbert",
     "t5",
     "mt5",
@@ -410,14 +415,14 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
     };
     let dtype = input.precision.param_dtype();
     let gemma = gemma::flavor_of(cfg, &model_type, &archs)?;
+    let encoder = bert::Flavor::of(&model_type);
     let family = match model_type.as_str() {
         _ if gemma.is_some() => Family::Gemma(gemma.unwrap_or(gemma::Flavor::Gemma)),
         "gpt2" => Family::Gpt2,
         "opt" => Family::Opt,
         "llama" | "mistral" | "qwen2" | "qwen3" | "phi3" => Family::Llama,
         m if moe::is_moe(m) => Family::Moe,
-        "bert" => Family::Bert(bert::Flavor::Bert),
-        "roberta" => Family::Bert(bert::Flavor::Roberta),
+        _ if encoder.is_some() => Family::Bert(encoder.unwrap_or(bert::Flavor::Bert)),
         "distilbert" => Family::DistilBert,
         "t5" | "mt5" | "umt5" => Family::T5,
         _ => {
