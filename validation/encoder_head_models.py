@@ -48,6 +48,11 @@ def _model(auto_name, config, attn, num_labels, checkpoint):
     if num_labels:
         cfg.num_labels = int(num_labels)
     cfg._attn_implementation = attn
+    # the decoders' per-token heads build their base model with `AutoModel.from_config`, which
+    # takes the config's `dtype` (a checkpoint's bfloat16) over the default: the whole model is
+    # built in the dtype the case asks for instead, as `from_pretrained(..., dtype=...)` does
+    import torch
+    cfg.dtype = torch.get_default_dtype()
     auto = getattr(transformers, auto_name)
     model = auto._model_mapping[type(cfg)](cfg)
     assert model.config._attn_implementation == attn, model.config._attn_implementation

@@ -1300,12 +1300,34 @@ fn encoder_token_and_qa_heads_follow_transformers() {
         .any(|p| p.name.starts_with("decoder.")));
     let e = hf::build(&t5("T5Model"), &input()).unwrap_err();
     assert!(matches!(e, HfError::HeadNotBuilt { .. }), "{e}");
-    // a decoder has neither head: said with the heads it has
+    // the Llama family has both (transformers' generic heads, `score` and `qa_outputs`)
+    let llama = |class: &str| {
+        HfConfig::parse(
+            "tok.json",
+            &format!(
+                r#"{{"model_type": "llama", "architectures": ["{class}"],
+                    "vocab_size": 100, "hidden_size": 64, "num_hidden_layers": 1,
+                    "num_attention_heads": 4, "intermediate_size": 128}}"#
+            ),
+        )
+        .unwrap()
+    };
+    let m = hf::build(&llama("LlamaForTokenClassification"), &input()).unwrap();
+    assert_eq!(m.task, HfTask::TokenCls);
+    let names: Vec<&str> = m.graph.params.iter().map(|p| p.name.as_str()).collect();
+    assert!(names.contains(&"score.bias") && names.contains(&"model.norm.weight"));
+    let m = hf::build(&llama("LlamaForQuestionAnswering"), &input()).unwrap();
+    assert_eq!(m.task, HfTask::QuestionAnswering);
+    let names: Vec<&str> = m.graph.params.iter().map(|p| p.name.as_str()).collect();
+    // the model is `self.transformer` there, as in older versions
+    assert!(names.contains(&"qa_outputs.weight") && names.contains(&"transformer.norm.weight"));
+    // Gemma's token classifier is not built: said with the heads that are
     let cfg = HfConfig::parse(
         "tok.json",
-        r#"{"model_type": "llama", "architectures": ["LlamaForTokenClassification"],
+        r#"{"model_type": "gemma", "architectures": ["GemmaForTokenClassification"],
             "vocab_size": 100, "hidden_size": 64, "num_hidden_layers": 1,
-            "num_attention_heads": 4, "intermediate_size": 128}"#,
+            "num_attention_heads": 4, "num_key_value_heads": 4, "head_dim": 16,
+            "intermediate_size": 128}"#,
     )
     .unwrap();
     let e = hf::build(&cfg, &input()).unwrap_err();

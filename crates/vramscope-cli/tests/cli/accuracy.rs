@@ -578,6 +578,15 @@ fn xlm_roberta_and_camembert_cases_match_truth() {
     check("hf_roberta_family.jsonl");
 }
 
+/// The decoders' per-token heads (transformers' `GenericForTokenClassification`: dropout and
+/// `score`; `GenericForQuestionAnswering`: `qa_outputs` and the loss in the forward) on the Llama
+/// family and the Mixture-of-Experts models, with the `DynamicCache` their base model fills.
+#[test]
+fn decoder_token_classification_and_qa_cases_match_truth() {
+    assert_eq!(cases("hf_decoder_heads.jsonl").len(), 12);
+    check("hf_decoder_heads.jsonl");
+}
+
 /// Config fields that change the model from what the built-in configs build
 /// (`validation/make_config_variant_fixtures.sh`): BERT, RoBERTa and DistilBERT masked LMs with
 /// `tie_word_embeddings: false`, whose MLM decoder keeps its own weight and bias (BERT's and

@@ -4,7 +4,8 @@
 //! concatenates onto an empty tensor made in the keys' dtype (`torch.tensor([],
 //! dtype=key_states.dtype)`), which is a copy of the new states promoted to that dtype: under
 //! autocast a Llama's rotated keys are float32, so its bfloat16 values are cached in float32 too.
-//! Its output is the cache, reported as its own category.
+//! Its output is the cache, reported as its own category. Backward (a forward that fills a cache
+//! while training) hands the new states a narrow view of the gradient.
 
 use super::*;
 
@@ -62,8 +63,24 @@ impl Op for KvCacheUpdate {
         vec![d; n]
     }
 
-    fn differentiable(&self) -> bool {
-        false
+    // `CatBackward0` when a forward that fills the cache is trained (the per-token heads' base
+    // model runs with the config's `use_cache`): each input gets a narrow view of the incoming
+    // gradient, one of another dtype (the first update's promotion under autocast) the engine's
+    // cast of it, a new tensor; the keys a first value update reads only for their dtype get none
+    fn input_grads(&self, ctx: &OpCtx) -> Vec<GradIn> {
+        ctx.inputs
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                if (self.first && i > 0) || !t.dtype.is_float() {
+                    GradIn::None
+                } else if t.dtype == ctx.outputs[0].dtype {
+                    GradIn::PassThrough(0)
+                } else {
+                    GradIn::New
+                }
+            })
+            .collect()
     }
 
     fn is_kv_cache(&self) -> bool {

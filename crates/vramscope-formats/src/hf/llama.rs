@@ -35,7 +35,9 @@ use super::layers::{
     Call, Eager, EagerFlavor, KvCache, MaskPattern,
 };
 use super::seq_cls::{sequence_classification, DecoderHead};
-use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
+use super::{
+    build_error, check_positions, encoder_heads, AttnImplementation, HfConfig, HfError, HfInput,
+};
 
 /// The family member: class names and the places the forwards differ.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -378,10 +380,20 @@ pub(super) fn causal_lm(
     let (bsz, seq) = (input.batch, input.seq);
     let mut b = GraphBuilder::new(model_type, &head.class(p));
     let ids = b.input(vec![bsz, seq], DType::I64);
+    let qa_positions = matches!(head, DecoderHead::QuestionAnswering { .. })
+        .then(|| encoder_heads::question_answering_inputs(&mut b, bsz));
     let eager = input.attn == AttnImplementation::Eager;
     // the bare model with the config's `use_cache` (true by default) fills a `DynamicCache` and
-    // returns it with the hidden states; the heads are built with use_cache=False
-    let use_cache = head == DecoderHead::Bare && cfg.bool_or("use_cache", true)?;
+    // returns it with the hidden states, and so it does under the per-token heads, which call it
+    // without `use_cache` (unless gradient checkpointing turns it off); the other heads are
+    // built with use_cache=False
+    let use_cache = match head {
+        DecoderHead::Bare => true,
+        DecoderHead::TokenClassification(_) | DecoderHead::QuestionAnswering { .. } => {
+            !input.gradient_checkpointing
+        }
+        _ => false,
+    } && cfg.bool_or("use_cache", true)?;
     if use_cache && cfg.bool_or("use_sliding_window", false)? {
         return Err(HfError::Field {
             path: cfg.path.clone(),
@@ -393,6 +405,7 @@ pub(super) fn causal_lm(
         use_cache.then(|| KvCache::with_windows(vec![s.sliding_window; s.layers as usize]));
     let mut call = Call::plain(seq, head);
     call.cache = cache.as_mut();
+    call.qa_positions = qa_positions;
     let out = forward(
         &mut b,
         (s, p, dtype, eager),
@@ -412,17 +425,21 @@ pub(super) fn causal_lm(
             b.temporary_at_init(vec![s.rotary_dim / 2], DType::F32);
         }
     }
-    let outputs: Vec<TensorId> = std::iter::once(out)
-        .chain(cache.iter().flat_map(KvCache::tensors))
-        .collect();
+    // the bare model returns its cache; under a head it is a local of the forward
+    let cache_out = cache.iter().flat_map(KvCache::tensors);
+    let outputs: Vec<TensorId> = if head == DecoderHead::Bare {
+        out.into_iter().chain(cache_out).collect()
+    } else {
+        out
+    };
     let graph = b
         .finish(&outputs, head.task(s.vocab))
         .map_err(build_error(cfg))?;
     // the bare model's layers are at the root of the names
     let root = if head == DecoderHead::Bare {
-        ""
+        String::new()
     } else {
-        "model."
+        format!("{}.", head.base())
     };
     let layers = (0..s.layers).map(|i| format!("{root}layers.{i}")).collect();
     Ok((graph, layers))
@@ -442,7 +459,8 @@ fn rope_init_temporaries(cfg: &HfConfig) -> Result<u64, HfError> {
 }
 
 /// One call of `{p}ForCausalLM` on `ids` (the plain forward, or one forward of a generation with
-/// its cache); returns the logits.
+/// its cache); returns the logits (a question-answering head: its loss, then the start and end
+/// logits).
 pub(super) fn forward(
     b: &mut GraphBuilder,
     (s, p, dtype, eager): (&Spec, &str, DType, bool),
@@ -451,10 +469,11 @@ pub(super) fn forward(
     masks: &MaskCode,
     layer: &mut DecoderLayer,
     layer_kind: Option<&dyn Fn(u64) -> u64>,
-) -> TensorId {
+) -> Vec<TensorId> {
     let bsz = b.shape(ids)[0];
     let seq = call.seq;
     let bare = call.head == DecoderHead::Bare;
+    let base = call.head.base();
     let mut model = |b: &mut GraphBuilder| {
         let (x, emb) = embedding(b, "embed_tokens", s.vocab, s.hidden, ids);
         let pos = match call.position_ids {
@@ -516,14 +535,27 @@ pub(super) fn forward(
     };
     if bare {
         // `{p}Model` itself: its last hidden state is the output
-        return model(b).0;
+        return vec![model(b).0];
     }
-    let (h, emb) = b.module("model", &format!("{p}Model"), &[ids], model);
-    if let DecoderHead::SequenceClassification(c) = call.head {
-        return sequence_classification(b, c, s.hidden, ids, h);
+    let (h, emb) = b.module(base, &format!("{p}Model"), &[ids], model);
+    match call.head {
+        DecoderHead::SequenceClassification(c) => {
+            return vec![sequence_classification(b, c, s.hidden, ids, h)];
+        }
+        DecoderHead::TokenClassification(_) | DecoderHead::QuestionAnswering { .. } => {
+            let cache: Vec<TensorId> = call.cache.iter().flat_map(|c| c.tensors()).collect();
+            return b.frame(|b| {
+                // `outputs` (the last hidden state and the cache) is a local until the forward
+                // returns
+                b.hold(&[h]);
+                b.hold(&cache);
+                per_token_head(b, s.hidden, call, h)
+            });
+        }
+        _ => {}
     }
     let h = call.head_input(b, h);
-    if s.tied {
+    vec![if s.tied {
         if call.first {
             // post_init drops the head's own weight for the embedding's
             b.tie_at_init(&[vec![s.vocab, s.hidden]], 1, None);
@@ -531,6 +563,22 @@ pub(super) fn forward(
         tied_head(b, "lm_head", emb, h)
     } else {
         linear(b, "lm_head", s.hidden, s.vocab, false, h)
+    }]
+}
+
+/// `GenericForTokenClassification`'s dropout and `score`, or `GenericForQuestionAnswering`'s
+/// `qa_outputs` and loss, on the last hidden state `h`.
+fn per_token_head(b: &mut GraphBuilder, hidden: u64, call: &Call, h: TensorId) -> Vec<TensorId> {
+    match (call.head, call.qa_positions) {
+        (DecoderHead::TokenClassification(t), _) => {
+            let x = dropout(b, "dropout", t.dropout, h);
+            vec![linear(b, "score", hidden, t.num_labels, true, x)]
+        }
+        (DecoderHead::QuestionAnswering { .. }, Some(positions)) => {
+            encoder_heads::question_answering(b, hidden, h, positions)
+        }
+        // the caller made the positions with the head
+        _ => vec![h],
     }
 }
 
@@ -918,7 +966,7 @@ impl CausalLm for Model {
             &masks,
             &mut |b, i, x, cos, sin, call| self.layer(b, i, x, (cos, sin), call),
             Some(&|_| 0),
-        )
+        )[0]
     }
 
     fn layers(&self) -> usize {

@@ -50,7 +50,7 @@ use std::path::Path;
 pub use config::HfConfig;
 pub use generate::{Generation, GenerationInfo};
 pub use quantization::PreQuantized4bit;
-use seq_cls::{DecoderHead, SeqCls};
+use seq_cls::{DecoderHead, SeqCls, TokenCls};
 use vramscope_core::{BuildError, DType, Graph, Precision};
 
 /// What the model is trained on (the head and the loss).
@@ -452,7 +452,14 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
     } else if seq2seq {
         "ForConditionalGeneration (--task seq2seq-lm) and the encoder alone, EncoderModel \
          (--task feature-extraction, inference)"
-    } else if matches!(family, Family::Llama | Family::Gemma(_)) {
+    } else if matches!(family, Family::Llama) {
+        "ForCausalLM (--task causal-lm), ForSequenceClassification (--task seq-cls), \
+         ForTokenClassification (--task token-cls), ForQuestionAnswering (--task qa; not phi3) \
+         and the bare Model (--task feature-extraction, inference)"
+    } else if matches!(family, Family::Moe) {
+        "ForCausalLM (--task causal-lm), ForSequenceClassification (--task seq-cls), \
+         ForTokenClassification (--task token-cls) and ForQuestionAnswering (--task qa)"
+    } else if matches!(family, Family::Gemma(_)) {
         "ForCausalLM (--task causal-lm), ForSequenceClassification (--task seq-cls) and the bare \
          Model (--task feature-extraction, inference)"
     } else {
@@ -460,7 +467,10 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
     };
     let has_head = |task| match task {
         HfTask::CausalLm => !encoder && !seq2seq,
-        HfTask::MaskedLm | HfTask::TokenCls | HfTask::QuestionAnswering => encoder,
+        HfTask::MaskedLm => encoder,
+        HfTask::TokenCls | HfTask::QuestionAnswering => {
+            encoder || decoder_per_token_head(&model_type, task)
+        }
         // the decoders' bare model: the Llama family's and Gemma's (measured)
         HfTask::FeatureExtraction => {
             encoder || seq2seq || matches!(family, Family::Llama | Family::Gemma(_))
@@ -540,6 +550,24 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
         let pad_token_default =
             matches!(family, Family::Opt | Family::Gemma(_)) || model_type == "phi3";
         DecoderHead::SequenceClassification(SeqCls::of(cfg, pad_token_default, input.batch)?)
+    } else if matches!(task, HfTask::TokenCls | HfTask::QuestionAnswering) && !encoder {
+        if input.generate.is_some() {
+            return Err(HfError::BadInput(format!(
+                "{}: --mode generate needs a causal LM; the task is {} (a per-token head has no generate())",
+                cfg.path,
+                task.name()
+            )));
+        }
+        if task == HfTask::TokenCls {
+            DecoderHead::TokenClassification(TokenCls::of(cfg)?)
+        } else {
+            // kept from older versions: these classes hold the model as `self.transformer`
+            let base = match model_type.as_str() {
+                "llama" | "qwen2" | "qwen3" | "qwen3_moe" => "transformer",
+                _ => "model",
+            };
+            DecoderHead::QuestionAnswering { base }
+        }
     } else {
         DecoderHead::Lm
     };
@@ -599,6 +627,22 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
         generation: None,
         pre_quantized,
     })
+}
+
+/// Whether this front-end builds transformers' `GenericForTokenClassification` /
+/// `GenericForQuestionAnswering` head for a decoder `model_type`: the Llama family's and the
+/// Mixture-of-Experts models' classes (Phi-3 has no question-answering class; Gemma's heads are
+/// not built).
+fn decoder_per_token_head(model_type: &str, task: HfTask) -> bool {
+    let question_answering = matches!(
+        model_type,
+        "llama" | "mistral" | "qwen2" | "qwen3" | "mixtral" | "qwen2_moe" | "qwen3_moe"
+    );
+    match task {
+        HfTask::TokenCls => question_answering || model_type == "phi3",
+        HfTask::QuestionAnswering => question_answering,
+        _ => false,
+    }
 }
 
 /// Checks that the positions the model sees (`--seq-len`, or the prompt plus the new tokens of

@@ -465,7 +465,7 @@ impl CausalLm for Model {
             &masks,
             &mut |b, i, x, cos, sin, call| layer(b, (s, m, &c), autocast, i, x, (cos, sin), call),
             Some(&|i| u64::from(m.sparse[i as usize])),
-        )
+        )[0]
     }
 
     fn layers(&self) -> usize {

@@ -13,7 +13,7 @@ use super::layers::{advanced_index, int_op, linear};
 use super::{HfConfig, HfError};
 
 /// The head a decoder-only model is built with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum DecoderHead {
     /// `{X}ForCausalLM` (`GPT2LMHeadModel`): `lm_head` over the vocabulary.
     Lm,
@@ -22,10 +22,41 @@ pub enum DecoderHead {
     /// The bare `{X}Model` (`AutoModel`): the final norm's hidden states, for inference (the Llama
     /// family; embedding checkpoints such as e5-mistral).
     Bare,
+    /// `{X}ForTokenClassification` (transformers' `GenericForTokenClassification`): dropout, then
+    /// `score` (with a bias) on every position, trained on `model.loss_function(logits, labels)`.
+    TokenClassification(TokenCls),
+    /// `{X}ForQuestionAnswering` (`GenericForQuestionAnswering`): `qa_outputs` on every
+    /// position, the start / end loss computed by the forward; `base` is the attribute holding
+    /// the model (`transformer` for Llama, Qwen2, Qwen3 and Qwen3-MoE, kept from older versions;
+    /// `model` for the others).
+    QuestionAnswering {
+        /// The base model's attribute name.
+        base: &'static str,
+    },
+}
+
+/// What `{X}ForTokenClassification`'s head depends on.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TokenCls {
+    /// `num_labels` (`score` is `[num_labels, hidden]`).
+    pub num_labels: u64,
+    /// The dropout before `score`: `classifier_dropout`, else `hidden_dropout`, else 0.1.
+    pub dropout: f64,
+}
+
+impl TokenCls {
+    /// The head a config describes.
+    pub fn of(cfg: &HfConfig) -> Result<TokenCls, HfError> {
+        let fallback = cfg.prob_or("hidden_dropout", 0.1)?;
+        Ok(TokenCls {
+            num_labels: super::bert::num_labels(cfg)?,
+            dropout: cfg.prob_or("classifier_dropout", fallback)?,
+        })
+    }
 }
 
 impl DecoderHead {
-    /// The model class: `{prefix}ForCausalLM` or `{prefix}ForSequenceClassification`.
+    /// The model class: `{prefix}ForCausalLM`, `{prefix}ForSequenceClassification`, ...
     pub fn class(self, prefix: &str) -> String {
         match self {
             DecoderHead::Lm => format!("{prefix}ForCausalLM"),
@@ -33,6 +64,16 @@ impl DecoderHead {
                 format!("{prefix}ForSequenceClassification")
             }
             DecoderHead::Bare => format!("{prefix}Model"),
+            DecoderHead::TokenClassification(_) => format!("{prefix}ForTokenClassification"),
+            DecoderHead::QuestionAnswering { .. } => format!("{prefix}ForQuestionAnswering"),
+        }
+    }
+
+    /// The attribute (and module path) holding the base model under the head.
+    pub fn base(self) -> &'static str {
+        match self {
+            DecoderHead::QuestionAnswering { base } => base,
+            _ => "model",
         }
     }
 
@@ -44,6 +85,12 @@ impl DecoderHead {
                 num_classes: c.num_labels,
             },
             DecoderHead::Bare => Task::Features,
+            // the loss `model.loss_function` computes outside the forward: a cross-entropy over
+            // every position's `num_labels` logits, as the masked LM's over its vocabulary
+            DecoderHead::TokenClassification(t) => Task::MaskedLm {
+                vocab: t.num_labels,
+            },
+            DecoderHead::QuestionAnswering { .. } => Task::LossInForward,
         }
     }
 }
