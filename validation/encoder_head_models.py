@@ -40,13 +40,17 @@ def _read_config(config):
     return transformers.CONFIG_MAPPING[d["model_type"]].from_dict(d)
 
 
-def _model(auto_name, config, attn, num_labels, checkpoint):
+def _model(auto_name, config, attn, num_labels, checkpoint, use_cache=None):
     import transformers
     # the decoders' mask code under FakeTensors keeps a packed-sequence mask a real run drops
     _patch_packed_sequence_detection()
     cfg = _read_config(config)
     if num_labels:
         cfg.num_labels = int(num_labels)
+    if use_cache is not None:
+        # `from_pretrained(..., use_cache=...)`: what the decoders' base model reads when the head
+        # calls it without the argument
+        cfg.use_cache = bool(use_cache)
     cfg._attn_implementation = attn
     # the decoders' per-token heads build their base model with `AutoModel.from_config`, which
     # takes the config's `dtype` (a checkpoint's bfloat16) over the default: the whole model is
@@ -62,9 +66,9 @@ def _model(auto_name, config, attn, num_labels, checkpoint):
 
 
 def token_cls(batch, seq, checkpoint=False, config="crates/vramscope-formats/data/hf/bert-base-uncased.json",
-              attn="sdpa", num_labels=None, **_):
+              attn="sdpa", num_labels=None, use_cache=None, **_):
     import torch
-    model, cfg = _model("AutoModelForTokenClassification", config, attn, num_labels, checkpoint)
+    model, cfg = _model("AutoModelForTokenClassification", config, attn, num_labels, checkpoint, use_cache)
     V, L = cfg.vocab_size, cfg.num_labels
 
     def make_batch():
@@ -80,9 +84,9 @@ def token_cls(batch, seq, checkpoint=False, config="crates/vramscope-formats/dat
 
 
 def question_answering(batch, seq, checkpoint=False, config="crates/vramscope-formats/data/hf/bert-base-uncased.json",
-                       attn="sdpa", **_):
+                       attn="sdpa", use_cache=None, **_):
     import torch
-    model, cfg = _model("AutoModelForQuestionAnswering", config, attn, None, checkpoint)
+    model, cfg = _model("AutoModelForQuestionAnswering", config, attn, None, checkpoint, use_cache)
     V = cfg.vocab_size
 
     def make_batch():

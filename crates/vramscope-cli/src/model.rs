@@ -75,6 +75,8 @@ pub struct ModelArgs {
     /// With it the decoder's forward fills an `EncoderDecoderCache` that `out.past_key_values`
     /// keeps until the next forward returns, in training too; gradient checkpointing turns it
     /// off. Setting `model.config.use_cache` after loading does not reach the decoder stack.
+    /// The decoders' bare models and token-classification / question-answering heads fill a
+    /// `DynamicCache` the same way (a local of the heads' forward).
     #[arg(long)]
     pub use_cache: Option<bool>,
     /// Fine-tuning: LoRA adapters, frozen parameters.
@@ -441,9 +443,9 @@ fn load_hf(
             gradient_checkpointing: args.gradient_checkpointing,
         },
     )?;
-    if args.use_cache.is_some() && m.task != HfTask::Seq2SeqLm {
+    if args.use_cache.is_some() && !m.follows_use_cache {
         bail!(
-            "{}: --use-cache applies to encoder-decoder models (T5, mT5, UMT5); causal LMs and encoders are modelled with use_cache=False, and --mode generate always caches",
+            "{}: --use-cache applies to encoder-decoder models (T5, mT5, UMT5) and to the decoders' bare models and token-classification / question-answering heads; causal LMs, sequence classifiers and encoders are modelled with use_cache=False, and --mode generate always caches",
             args.model
         );
     }

@@ -384,6 +384,20 @@ fn use_cache_belongs_to_encoder_decoders() {
         &["estimate", "gpt2", "--seq-len", "64", "--use-cache", "true"],
         &["--use-cache", "encoder-decoder", "gpt2"],
     );
+    // a decoder's sequence classifier runs without a cache; its per-token heads follow the flag
+    fails_with(
+        &[
+            "estimate",
+            "qwen2.5-0.5b",
+            "--seq-len",
+            "64",
+            "--task",
+            "seq-cls",
+            "--use-cache",
+            "false",
+        ],
+        &["--use-cache", "token-classification", "qwen2.5-0.5b"],
+    );
 }
 
 #[test]

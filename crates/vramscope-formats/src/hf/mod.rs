@@ -281,6 +281,9 @@ pub struct HfModel {
     /// `quantization_config`); the graph itself is the unquantized model, which the caller
     /// quantizes as `from_pretrained` does.
     pub pre_quantized: Option<PreQuantized4bit>,
+    /// Whether the forward fills the cache the config's `use_cache` asks for (T5's decoder; the
+    /// decoders' bare models and per-token heads), so that `use_cache` changes the estimate.
+    pub follows_use_cache: bool,
 }
 
 /// An error reading or building a Hugging Face model.
@@ -605,6 +608,7 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
             checkpoint_layers: Vec::new(),
             generation: Some(info),
             pre_quantized,
+            follows_use_cache: false,
         });
     }
     let (graph, checkpoint_layers) = match family {
@@ -620,12 +624,23 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
         }
         Family::T5 => t5::build(cfg, &model_type, input)?,
     };
+    let follows_use_cache = match family {
+        Family::T5 => task == HfTask::Seq2SeqLm,
+        Family::Llama | Family::Moe | Family::Gemma(_) => matches!(
+            head,
+            DecoderHead::Bare
+                | DecoderHead::TokenClassification(_)
+                | DecoderHead::QuestionAnswering { .. }
+        ),
+        _ => false,
+    };
     Ok(HfModel {
         graph,
         task,
         checkpoint_layers,
         generation: None,
         pre_quantized,
+        follows_use_cache,
     })
 }
 
