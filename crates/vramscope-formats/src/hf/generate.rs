@@ -308,7 +308,6 @@ fn build_within(
         attn_weights: None,
         sdpa_masks: Vec::new(),
         head: DecoderHead::Lm,
-        qa_positions: None,
     };
     let mut logits = model.forward(&mut b, clone, &mut call);
     b.keep_until_now(&[clone]);
@@ -357,7 +356,6 @@ fn build_within(
             attn_weights: None,
             sdpa_masks: Vec::new(),
             head: DecoderHead::Lm,
-            qa_positions: None,
         };
         logits = model.forward(&mut b, ids1, &mut call);
         state.after_forward(

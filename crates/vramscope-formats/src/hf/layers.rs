@@ -1237,8 +1237,6 @@ pub struct Call<'a> {
     pub sdpa_masks: Vec<Option<TensorId>>,
     /// The head on the last hidden state: `lm_head`, or a sequence classifier's `score`.
     pub head: DecoderHead,
-    /// A question-answering forward's `start_positions` and `end_positions` inputs.
-    pub qa_positions: Option<[TensorId; 2]>,
 }
 
 impl Call<'_> {
@@ -1255,7 +1253,6 @@ impl Call<'_> {
             attn_weights: None,
             sdpa_masks: Vec::new(),
             head,
-            qa_positions: None,
         }
     }
 

@@ -405,7 +405,6 @@ pub(super) fn causal_lm(
         use_cache.then(|| KvCache::with_windows(vec![s.sliding_window; s.layers as usize]));
     let mut call = Call::plain(seq, head);
     call.cache = cache.as_mut();
-    call.qa_positions = qa_positions;
     let out = forward(
         &mut b,
         (s, p, dtype, eager),
@@ -415,16 +414,33 @@ pub(super) fn causal_lm(
         layer,
         Some(layer_kind),
     );
-    drop(call);
-    if head == DecoderHead::Bare {
+    let per_token = matches!(
+        head,
+        DecoderHead::TokenClassification(_) | DecoderHead::QuestionAnswering { .. }
+    );
+    if head == DecoderHead::Bare || per_token {
         // `post_init()` at the end of `{p}Model.__init__` recomputes the rotary `inv_freq` into
         // its buffer: float32 `[rotary_dim / 2]` temporaries, three alive at once for the
         // default rope, eight for Llama 3's (truth traces; the other rope types are taken as the
-        // default's)
+        // default's). The per-token heads make their model with `AutoModel.from_config`, a
+        // model of its own, before their head.
         for _ in 0..rope_init_temporaries(cfg)? {
             b.temporary_at_init(vec![s.rotary_dim / 2], DType::F32);
         }
     }
+    let out = if per_token {
+        let h = out[0];
+        let kv: Vec<TensorId> = cache.iter().flat_map(KvCache::tensors).collect();
+        b.frame(|b| {
+            // `outputs` (the last hidden state and the cache) is a local until the forward
+            // returns
+            b.hold(&[h]);
+            b.hold(&kv);
+            per_token_head(b, s.hidden, (head, qa_positions), h)
+        })
+    } else {
+        out
+    };
     // the bare model returns its cache; under a head it is a local of the forward
     let cache_out = cache.iter().flat_map(KvCache::tensors);
     let outputs: Vec<TensorId> = if head == DecoderHead::Bare {
@@ -542,15 +558,10 @@ pub(super) fn forward(
         DecoderHead::SequenceClassification(c) => {
             return vec![sequence_classification(b, c, s.hidden, ids, h)];
         }
+        // the per-token heads: the caller builds them on the last hidden state (after the base
+        // model's construction temporaries)
         DecoderHead::TokenClassification(_) | DecoderHead::QuestionAnswering { .. } => {
-            let cache: Vec<TensorId> = call.cache.iter().flat_map(|c| c.tensors()).collect();
-            return b.frame(|b| {
-                // `outputs` (the last hidden state and the cache) is a local until the forward
-                // returns
-                b.hold(&[h]);
-                b.hold(&cache);
-                per_token_head(b, s.hidden, call, h)
-            });
+            return vec![h];
         }
         _ => {}
     }
@@ -568,8 +579,13 @@ pub(super) fn forward(
 
 /// `GenericForTokenClassification`'s dropout and `score`, or `GenericForQuestionAnswering`'s
 /// `qa_outputs` and loss, on the last hidden state `h`.
-fn per_token_head(b: &mut GraphBuilder, hidden: u64, call: &Call, h: TensorId) -> Vec<TensorId> {
-    match (call.head, call.qa_positions) {
+fn per_token_head(
+    b: &mut GraphBuilder,
+    hidden: u64,
+    head: (DecoderHead, Option<[TensorId; 2]>),
+    h: TensorId,
+) -> Vec<TensorId> {
+    match head {
         (DecoderHead::TokenClassification(t), _) => {
             let x = dropout(b, "dropout", t.dropout, h);
             vec![linear(b, "score", hidden, t.num_labels, true, x)]
