@@ -50,8 +50,8 @@ use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 use super::generate::CausalLm;
 use super::layers::{
     activation_fn, add, apply_rotary, attention_mask_checked, attention_output, cached_attention,
-    eager_attention, embedding_lookup, gemma_rms_norm, linear, mul, mul_scalar, position_ids,
-    rotary, rotary_with_buffers, rotated_heads_view, sdpa, sdpa_masked, tied_head,
+    dropout, eager_attention, embedding_lookup, gemma_rms_norm, linear, mul, mul_scalar,
+    position_ids, rotary, rotary_with_buffers, rotated_heads_view, sdpa, sdpa_masked, tied_head,
     v_grad_heads_first, view, Call, Eager, EagerFlavor, KvCache, MaskPattern,
 };
 use super::seq_cls::{sequence_classification, DecoderHead};
@@ -501,15 +501,20 @@ pub fn build(
     let mut b = GraphBuilder::new(name, &class);
     let ids = b.input(vec![input.batch, input.seq], DType::I64);
     // the bare model with the config's `use_cache` (true by default) fills a
-    // `DynamicCache(config=...)` and returns it with the hidden states; the heads are built with
-    // use_cache=False
-    let mut cache =
-        (bare && cfg.bool_or("use_cache", true)?).then(|| KvCache::with_windows(m.cache_windows()));
+    // `DynamicCache(config=...)` and returns it with the hidden states, and so it does under the
+    // token classifier, which calls it without `use_cache` (unless gradient checkpointing turns
+    // it off); the other heads are built with use_cache=False
+    let token_cls = matches!(head, DecoderHead::TokenClassification(_));
+    let use_cache = bare || (token_cls && !input.gradient_checkpointing);
+    let mut cache = (use_cache && cfg.bool_or("use_cache", true)?)
+        .then(|| KvCache::with_windows(m.cache_windows()));
     let mut call = Call::plain(input.seq, head);
     call.cache = cache.as_mut();
     let out = m.forward(&mut b, ids, &mut call);
     drop(call);
-    if bare {
+    if bare || token_cls {
+        // (the token classifier makes its model with `AutoModel.from_config`, a model of its
+        // own, before its head)
         // `post_init()` recomputes the rotary `inv_freq` buffers: float32 `[head_dim / 2]`
         // temporaries, three alive at once for one frequency set; Gemma3 computes one per layer
         // type and keeps each until the next is made (truth traces)
@@ -524,9 +529,25 @@ pub fn build(
             b.temporary_at_init(vec![s.head_dim / 2], DType::F32);
         }
     }
-    let outputs: Vec<TensorId> = std::iter::once(out)
-        .chain(cache.iter().flat_map(KvCache::tensors))
-        .collect();
+    let outputs: Vec<TensorId> = match head {
+        DecoderHead::TokenClassification(t) => vec![b.frame(|b| {
+            // `outputs` (the last hidden state and the cache) is a local until the forward
+            // returns, the first to go, then `sequence_output`
+            b.hold(&[out]);
+            b.hold(
+                &cache
+                    .iter()
+                    .flat_map(KvCache::tensors_in_drop_order)
+                    .collect::<Vec<_>>(),
+            );
+            let x = dropout(b, "dropout", t.dropout, out);
+            b.hold(&[x]);
+            linear(b, "score", s.hidden, t.num_labels, true, x)
+        })],
+        _ => std::iter::once(out)
+            .chain(cache.iter().flat_map(KvCache::tensors))
+            .collect(),
+    };
     let graph = b
         .finish(&outputs, head.task(s.vocab))
         .map_err(build_error(cfg))?;
@@ -617,8 +638,13 @@ impl CausalLm for Model {
             }),
             None => b.module("model", &model_class, &[ids], |b| model(b, &c, ids, call)),
         };
-        if let DecoderHead::SequenceClassification(head) = call.head {
-            return sequence_classification(b, head, s.hidden, ids, h);
+        match call.head {
+            DecoderHead::SequenceClassification(head) => {
+                return sequence_classification(b, head, s.hidden, ids, h);
+            }
+            // the caller builds it on the last hidden state (after the model's construction)
+            DecoderHead::TokenClassification(_) => return h,
+            _ => {}
         }
         if s.tied && call.first {
             // post_init drops the head's own weight for the embedding's
@@ -980,8 +1006,9 @@ fn attention(
     // q's and k's gradients (and v's, see `v_grad_heads_first`) that `ViewBackward0` copies:
     // those of a training forward's SDPA, masked or not (Gemma3's q/k norms keep the heads-first
     // layout rotary gives them; its sliding layers past the window copy too: truth traces at 516
-    // tokens)
-    let copied_grads = call.cache.is_none() && !c.eager;
+    // tokens) — and, with a cache filled while training (the token classifier's base model),
+    // those of eager attention instead (truth traces of Gemma2)
+    let copied_grads = call.cache.is_some() == c.eager;
     let heads_of = |b: &mut GraphBuilder, name: &str, heads: u64, heads_first: bool| {
         let t = linear(b, name, s.hidden, heads * d, s.attn_bias, x);
         let t = rotated_heads_view(b, t, vec![bsz, seq, heads, d], heads_first && copied_grads);

@@ -1200,6 +1200,18 @@ impl KvCache {
             .chain(self.window_tensors.iter().copied())
             .collect()
     }
+
+    /// [`tensors`](Self::tensors) in the order dropping the cache frees them: CPython frees a
+    /// list's items from the last, so the last layer's keys and values go first.
+    pub fn tensors_in_drop_order(&self) -> Vec<TensorId> {
+        self.layers
+            .iter()
+            .rev()
+            .flatten()
+            .flat_map(|&(k, v)| [k, v])
+            .chain(self.window_tensors.iter().copied())
+            .collect()
+    }
 }
 
 /// `t[:, :, -w + 1:, :]`: the last `w - 1` positions a sliding-window cache layer keeps, a view

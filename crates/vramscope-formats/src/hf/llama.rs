@@ -430,10 +430,13 @@ pub(super) fn causal_lm(
     }
     let out = if per_token {
         let h = out[0];
-        let kv: Vec<TensorId> = cache.iter().flat_map(KvCache::tensors).collect();
+        let kv: Vec<TensorId> = cache
+            .iter()
+            .flat_map(KvCache::tensors_in_drop_order)
+            .collect();
         b.frame(|b| {
             // `outputs` (the last hidden state and the cache) is a local until the forward
-            // returns
+            // returns, the first to go
             b.hold(&[h]);
             b.hold(&kv);
             per_token_head(b, s.hidden, (head, qa_positions), h)
@@ -588,6 +591,8 @@ fn per_token_head(
     match head {
         (DecoderHead::TokenClassification(t), _) => {
             let x = dropout(b, "dropout", t.dropout, h);
+            // `sequence_output` is a local too, freed after `outputs`
+            b.hold(&[x]);
             vec![linear(b, "score", hidden, t.num_labels, true, x)]
         }
         (DecoderHead::QuestionAnswering { .. }, Some(positions)) => {
@@ -736,9 +741,11 @@ pub(super) fn attention(
     // q's and k's gradients (and v's, see `v_grad_heads_first`) that `ViewBackward0` copies:
     // those of a training forward's SDPA (masked or not, whatever the backend; through Qwen3's
     // q/k norms too, whose elementwise backward keeps the heads-first layout rotary gives them:
-    // truth traces), unless Phi-3's slices of the fused projection come between
+    // truth traces), unless Phi-3's slices of the fused projection come between; with a cache
+    // filled while training (the per-token heads' base model), those of eager attention instead
+    // (truth traces of Gemma2 and Llama-3.2)
     let copied_grads =
-        s.variant != Variant::Phi3 && call.cache.is_none() && call.eager_mask.is_none();
+        s.variant != Variant::Phi3 && call.cache.is_some() == call.eager_mask.is_some();
     b.module("self_attn", &format!("{p}Attention"), &[x], |b| {
         let init_order = b.param_mark();
         let d = s.head_dim;

@@ -463,8 +463,9 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
         "ForCausalLM (--task causal-lm), ForSequenceClassification (--task seq-cls), \
          ForTokenClassification (--task token-cls) and ForQuestionAnswering (--task qa)"
     } else if matches!(family, Family::Gemma(_)) {
-        "ForCausalLM (--task causal-lm), ForSequenceClassification (--task seq-cls) and the bare \
-         Model (--task feature-extraction, inference)"
+        "ForCausalLM (--task causal-lm), ForSequenceClassification (--task seq-cls), \
+         ForTokenClassification (--task token-cls; gemma and gemma2) and the bare Model \
+         (--task feature-extraction, inference)"
     } else {
         "ForCausalLM (--task causal-lm) and ForSequenceClassification (--task seq-cls)"
     };
@@ -646,15 +647,15 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
 
 /// Whether this front-end builds transformers' `GenericForTokenClassification` /
 /// `GenericForQuestionAnswering` head for a decoder `model_type`: the Llama family's and the
-/// Mixture-of-Experts models' classes (Phi-3 has no question-answering class; Gemma's heads are
-/// not built).
+/// Mixture-of-Experts models' classes, and Gemma's and Gemma2's token classifiers (Phi-3 and the
+/// Gemmas have no question-answering class, Gemma 3 no token classifier).
 fn decoder_per_token_head(model_type: &str, task: HfTask) -> bool {
     let question_answering = matches!(
         model_type,
         "llama" | "mistral" | "qwen2" | "qwen3" | "mixtral" | "qwen2_moe" | "qwen3_moe"
     );
     match task {
-        HfTask::TokenCls => question_answering || model_type == "phi3",
+        HfTask::TokenCls => question_answering || matches!(model_type, "phi3" | "gemma" | "gemma2"),
         HfTask::QuestionAnswering => question_answering,
         _ => false,
     }
