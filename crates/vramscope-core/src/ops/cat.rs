@@ -64,20 +64,23 @@ impl Op for Cat {
         Autocast::Unlisted
     }
 
-    // a narrow view of the gradient, or, for an input of another dtype than the output, the
-    // engine's cast of it (a new tensor)
     fn input_grads(&self, ctx: &OpCtx) -> Vec<GradIn> {
         ctx.inputs
             .iter()
-            .map(|t| {
-                if !t.dtype.is_float() {
-                    GradIn::None
-                } else if t.dtype == ctx.outputs[0].dtype {
-                    GradIn::PassThrough(0)
-                } else {
-                    GradIn::New
-                }
-            })
+            .map(|t| cat_input_grad(t.dtype, ctx.outputs[0].dtype))
             .collect()
+    }
+}
+
+/// `CatBackward0`'s gradient for an input of dtype `input`: a narrow view of the incoming
+/// gradient, or, for an input of another dtype than the output, the engine's cast of it (a new
+/// tensor); none for an integer input.
+pub(super) fn cat_input_grad(input: DType, output: DType) -> GradIn {
+    if !input.is_float() {
+        GradIn::None
+    } else if input == output {
+        GradIn::PassThrough(0)
+    } else {
+        GradIn::New
     }
 }

@@ -64,20 +64,17 @@ impl Op for KvCacheUpdate {
     }
 
     // `CatBackward0` when a forward that fills the cache is trained (the per-token heads' base
-    // model runs with the config's `use_cache`): each input gets a narrow view of the incoming
-    // gradient, one of another dtype (the first update's promotion under autocast) the engine's
-    // cast of it, a new tensor; the keys a first value update reads only for their dtype get none
+    // model runs with the config's `use_cache`), as `cat`'s (the first update's promotion under
+    // autocast makes a cast); the keys a first value update reads only for their dtype get none
     fn input_grads(&self, ctx: &OpCtx) -> Vec<GradIn> {
         ctx.inputs
             .iter()
             .enumerate()
             .map(|(i, t)| {
-                if (self.first && i > 0) || !t.dtype.is_float() {
+                if self.first && i > 0 {
                     GradIn::None
-                } else if t.dtype == ctx.outputs[0].dtype {
-                    GradIn::PassThrough(0)
                 } else {
-                    GradIn::New
+                    super::cat::cat_input_grad(t.dtype, ctx.outputs[0].dtype)
                 }
             })
             .collect()
