@@ -1321,11 +1321,13 @@ fn encoder_token_and_qa_heads_follow_transformers() {
     let names: Vec<&str> = m.graph.params.iter().map(|p| p.name.as_str()).collect();
     // the model is `self.transformer` there, as in older versions
     assert!(names.contains(&"qa_outputs.weight") && names.contains(&"transformer.norm.weight"));
-    // GPT-2's token classifier is not built: said with the heads that are
+    // OPT's question-answering head is not built: said with the heads that are
     let cfg = HfConfig::parse(
         "tok.json",
-        r#"{"model_type": "gpt2", "architectures": ["GPT2ForTokenClassification"],
-            "vocab_size": 100, "n_embd": 64, "n_layer": 1, "n_head": 4, "n_positions": 128}"#,
+        r#"{"model_type": "opt", "architectures": ["OPTForQuestionAnswering"],
+            "vocab_size": 100, "hidden_size": 64, "num_hidden_layers": 1,
+            "num_attention_heads": 4, "ffn_dim": 128, "word_embed_proj_dim": 64,
+            "max_position_embeddings": 128}"#,
     )
     .unwrap();
     let e = hf::build(&cfg, &input()).unwrap_err();

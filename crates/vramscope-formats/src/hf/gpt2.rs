@@ -12,10 +12,12 @@ use super::generate::CausalLm;
 use super::layers::{
     add, add_scalar, cached_attention, conv1d, dropout, eager_causal_mask, embedding, mul,
     mul_scalar, packed_sequence_check, position_ids, pow_fp32, tied_head, view, Call, Eager,
-    EagerFlavor,
+    EagerFlavor, KvCache,
 };
 use super::seq_cls::{sequence_classification, DecoderHead};
-use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
+use super::{
+    build_error, check_positions, encoder_heads, AttnImplementation, HfConfig, HfError, HfInput,
+};
 
 struct Spec {
     vocab: u64,
@@ -63,8 +65,9 @@ fn spec(cfg: &HfConfig) -> Result<Spec, HfError> {
     })
 }
 
-/// Builds `GPT2LMHeadModel` (or `GPT2ForSequenceClassification`); returns the graph and the
-/// checkpointed layers (`transformer.h.N`).
+/// Builds `GPT2LMHeadModel` (or `GPT2ForSequenceClassification`, `GPT2ForTokenClassification`:
+/// dropout and `classifier`, `GPT2ForQuestionAnswering`: `qa_outputs` and the loss in the
+/// forward); returns the graph and the checkpointed layers (`transformer.h.N`).
 pub fn build(
     cfg: &HfConfig,
     input: &HfInput,
@@ -77,10 +80,56 @@ pub fn build(
     };
     let mut b = GraphBuilder::new("gpt2", &class);
     let ids = b.input(vec![input.batch, input.seq], DType::I64);
+    let qa_positions = matches!(head, DecoderHead::QuestionAnswering { .. })
+        .then(|| encoder_heads::question_answering_inputs(&mut b, input.batch));
+    let per_token = matches!(
+        head,
+        DecoderHead::TokenClassification(_) | DecoderHead::QuestionAnswering { .. }
+    );
+    // the per-token heads call `GPT2Model` without `use_cache`: it fills a `DynamicCache` when
+    // the config's `use_cache` (true by default) says so, unless gradient checkpointing turns it
+    // off; the other heads are built with use_cache=False
+    let use_cache = per_token && !input.gradient_checkpointing && cfg.bool_or("use_cache", true)?;
+    let mut cache = use_cache.then(|| KvCache::with_windows(vec![None; m.spec.layers as usize]));
     let mut call = Call::plain(input.seq, head);
-    let logits = m.forward(&mut b, ids, &mut call);
+    call.cache = cache.as_mut();
+    let out = m.forward(&mut b, ids, &mut call);
+    drop(call);
+    let outputs = if per_token {
+        b.frame(|b| {
+            // `transformer_outputs` (the last hidden state and the cache) is a local until the
+            // forward returns, the first to go
+            b.hold(&[out]);
+            b.hold(
+                &cache
+                    .iter()
+                    .flat_map(KvCache::tensors_in_drop_order)
+                    .collect::<Vec<_>>(),
+            );
+            match (head, qa_positions) {
+                (DecoderHead::TokenClassification(t), _) => {
+                    let x = dropout(b, "dropout", t.dropout, out);
+                    b.hold(&[x]);
+                    vec![super::layers::linear(
+                        b,
+                        "classifier",
+                        m.spec.hidden,
+                        t.num_labels,
+                        true,
+                        x,
+                    )]
+                }
+                (_, Some(positions)) => {
+                    encoder_heads::question_answering(b, m.spec.hidden, out, positions)
+                }
+                _ => vec![out],
+            }
+        })
+    } else {
+        vec![out]
+    };
     let graph = b
-        .finish(&[logits], head.task(m.spec.vocab))
+        .finish(&outputs, head.task(m.spec.vocab))
         .map_err(build_error(cfg))?;
     Ok((graph, m.checkpoint_layers()))
 }
@@ -171,8 +220,15 @@ impl Model {
             });
             (b.layer("ln_f", LayerNorm::new(s.hidden), &[x]), wte)
         });
-        if let DecoderHead::SequenceClassification(c) = call.head {
-            return sequence_classification(b, c, s.hidden, ids, h);
+        match call.head {
+            DecoderHead::SequenceClassification(c) => {
+                return sequence_classification(b, c, s.hidden, ids, h);
+            }
+            // the caller builds them on the last hidden state
+            DecoderHead::TokenClassification(_) | DecoderHead::QuestionAnswering { .. } => {
+                return h;
+            }
+            _ => {}
         }
         let h = call.head_input(b, h);
         if s.tied {

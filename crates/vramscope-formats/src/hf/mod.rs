@@ -466,6 +466,9 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
         "ForCausalLM (--task causal-lm), ForSequenceClassification (--task seq-cls), \
          ForTokenClassification (--task token-cls; gemma and gemma2) and the bare Model \
          (--task feature-extraction, inference)"
+    } else if matches!(family, Family::Gpt2) {
+        "LMHeadModel (--task causal-lm), ForSequenceClassification (--task seq-cls), \
+         ForTokenClassification (--task token-cls) and ForQuestionAnswering (--task qa)"
     } else {
         "ForCausalLM (--task causal-lm) and ForSequenceClassification (--task seq-cls)"
     };
@@ -567,7 +570,7 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
         } else {
             // kept from older versions: these classes hold the model as `self.transformer`
             let base = match model_type.as_str() {
-                "llama" | "qwen2" | "qwen3" | "qwen3_moe" => "transformer",
+                "llama" | "qwen2" | "qwen3" | "qwen3_moe" | "gpt2" => "transformer",
                 _ => "model",
             };
             DecoderHead::QuestionAnswering { base }
@@ -627,7 +630,7 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
     };
     let follows_use_cache = match family {
         Family::T5 => task == HfTask::Seq2SeqLm,
-        Family::Llama | Family::Moe | Family::Gemma(_) => matches!(
+        Family::Llama | Family::Moe | Family::Gemma(_) | Family::Gpt2 => matches!(
             head,
             DecoderHead::Bare
                 | DecoderHead::TokenClassification(_)
@@ -647,12 +650,13 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
 
 /// Whether this front-end builds transformers' `GenericForTokenClassification` /
 /// `GenericForQuestionAnswering` head for a decoder `model_type`: the Llama family's and the
-/// Mixture-of-Experts models' classes, and Gemma's and Gemma2's token classifiers (Phi-3 and the
-/// Gemmas have no question-answering class, Gemma 3 no token classifier).
+/// Mixture-of-Experts models' classes, GPT-2's own two, and Gemma's and Gemma2's token
+/// classifiers (Phi-3 and the Gemmas have no question-answering class, Gemma 3 no token
+/// classifier; OPT's question-answering head is not built).
 fn decoder_per_token_head(model_type: &str, task: HfTask) -> bool {
     let question_answering = matches!(
         model_type,
-        "llama" | "mistral" | "qwen2" | "qwen3" | "mixtral" | "qwen2_moe" | "qwen3_moe"
+        "llama" | "mistral" | "qwen2" | "qwen3" | "mixtral" | "qwen2_moe" | "qwen3_moe" | "gpt2"
     );
     match task {
         HfTask::TokenCls => question_answering || matches!(model_type, "phi3" | "gemma" | "gemma2"),
