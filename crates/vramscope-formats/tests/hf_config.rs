@@ -1140,7 +1140,7 @@ fn look_alike_families_and_unbuilt_heads_are_refused_by_name() {
         ("bert", "BertForMultipleChoice", "--task token-cls"),
         ("roberta", "RobertaForCausalLM", "--task qa"),
         ("gpt2", "GPT2Model", "--task causal-lm"),
-        ("opt", "OPTForQuestionAnswering", "--task causal-lm"),
+        ("opt", "OPTModel", "--task qa"),
         ("gpt2", "GPT2DoubleHeadsModel", "--task seq-cls"),
         ("t5", "T5Model", "--task feature-extraction"),
     ] {
@@ -1321,10 +1321,11 @@ fn encoder_token_and_qa_heads_follow_transformers() {
     let names: Vec<&str> = m.graph.params.iter().map(|p| p.name.as_str()).collect();
     // the model is `self.transformer` there, as in older versions
     assert!(names.contains(&"qa_outputs.weight") && names.contains(&"transformer.norm.weight"));
-    // OPT's question-answering head is not built: said with the heads that are
+    // OPT's bare model is not built (and it has no token classifier): said with the heads that
+    // are
     let cfg = HfConfig::parse(
         "tok.json",
-        r#"{"model_type": "opt", "architectures": ["OPTForQuestionAnswering"],
+        r#"{"model_type": "opt", "architectures": ["OPTModel"],
             "vocab_size": 100, "hidden_size": 64, "num_hidden_layers": 1,
             "num_attention_heads": 4, "ffn_dim": 128, "word_embed_proj_dim": 64,
             "max_position_embeddings": 128}"#,

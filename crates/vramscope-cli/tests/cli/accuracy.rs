@@ -580,12 +580,13 @@ fn xlm_roberta_and_camembert_cases_match_truth() {
 
 /// The decoders' per-token heads (transformers' `GenericForTokenClassification`: dropout and
 /// `score`; `GenericForQuestionAnswering`: `qa_outputs` and the loss in the forward) on the Llama
-/// family, the Mixture-of-Experts models, GPT-2 and Gemma / Gemma2 (token classification), with the
+/// family, the Mixture-of-Experts models, GPT-2, OPT (question answering) and Gemma / Gemma2 (token
+/// classification), with the
 /// `DynamicCache` their base model fills (and without it, `--use-cache false`), under SDPA and
 /// eager attention.
 #[test]
 fn decoder_token_classification_and_qa_cases_match_truth() {
-    assert_eq!(cases("hf_decoder_heads.jsonl").len(), 20);
+    assert_eq!(cases("hf_decoder_heads.jsonl").len(), 22);
     check("hf_decoder_heads.jsonl");
 }
 

@@ -50,11 +50,11 @@ use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 use super::generate::CausalLm;
 use super::layers::{
     activation_fn, add, apply_rotary, attention_mask_checked, attention_output, cached_attention,
-    dropout, eager_attention, embedding_lookup, gemma_rms_norm, linear, mul, mul_scalar,
-    position_ids, rotary, rotary_with_buffers, rotated_heads_view, sdpa, sdpa_masked, tied_head,
+    eager_attention, embedding_lookup, gemma_rms_norm, linear, mul, mul_scalar, position_ids,
+    rotary, rotary_with_buffers, rotated_heads_view, sdpa, sdpa_masked, tied_head,
     v_grad_heads_first, view, Call, Eager, EagerFlavor, KvCache, MaskPattern,
 };
-use super::seq_cls::{sequence_classification, DecoderHead};
+use super::seq_cls::{per_token_head, sequence_classification, DecoderHead};
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
 
 /// Which Gemma generation.
@@ -529,24 +529,12 @@ pub fn build(
             b.temporary_at_init(vec![s.head_dim / 2], DType::F32);
         }
     }
-    let outputs: Vec<TensorId> = match head {
-        DecoderHead::TokenClassification(t) => vec![b.frame(|b| {
-            // `outputs` (the last hidden state and the cache) is a local until the forward
-            // returns, the first to go, then `sequence_output`
-            b.hold(&[out]);
-            b.hold(
-                &cache
-                    .iter()
-                    .flat_map(KvCache::tensors_in_drop_order)
-                    .collect::<Vec<_>>(),
-            );
-            let x = dropout(b, "dropout", t.dropout, out);
-            b.hold(&[x]);
-            linear(b, "score", s.hidden, t.num_labels, true, x)
-        })],
-        _ => std::iter::once(out)
+    let outputs: Vec<TensorId> = if token_cls {
+        per_token_head(&mut b, (head, "score"), s.hidden, out, cache.as_ref(), None)
+    } else {
+        std::iter::once(out)
             .chain(cache.iter().flat_map(KvCache::tensors))
-            .collect(),
+            .collect()
     };
     let graph = b
         .finish(&outputs, head.task(s.vocab))

@@ -14,10 +14,8 @@ use super::layers::{
     mul_scalar, packed_sequence_check, position_ids, pow_fp32, tied_head, view, Call, Eager,
     EagerFlavor, KvCache,
 };
-use super::seq_cls::{sequence_classification, DecoderHead};
-use super::{
-    build_error, check_positions, encoder_heads, AttnImplementation, HfConfig, HfError, HfInput,
-};
+use super::seq_cls::{per_token_head, qa_inputs, sequence_classification, DecoderHead};
+use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
 
 struct Spec {
     vocab: u64,
@@ -80,12 +78,8 @@ pub fn build(
     };
     let mut b = GraphBuilder::new("gpt2", &class);
     let ids = b.input(vec![input.batch, input.seq], DType::I64);
-    let qa_positions = matches!(head, DecoderHead::QuestionAnswering { .. })
-        .then(|| encoder_heads::question_answering_inputs(&mut b, input.batch));
-    let per_token = matches!(
-        head,
-        DecoderHead::TokenClassification(_) | DecoderHead::QuestionAnswering { .. }
-    );
+    let qa_positions = qa_inputs(&mut b, head, input.batch);
+    let per_token = head.per_token();
     // the per-token heads call `GPT2Model` without `use_cache`: it fills a `DynamicCache` when
     // the config's `use_cache` (true by default) says so, unless gradient checkpointing turns it
     // off; the other heads are built with use_cache=False
@@ -96,35 +90,15 @@ pub fn build(
     let out = m.forward(&mut b, ids, &mut call);
     drop(call);
     let outputs = if per_token {
-        b.frame(|b| {
-            // `transformer_outputs` (the last hidden state and the cache) is a local until the
-            // forward returns, the first to go
-            b.hold(&[out]);
-            b.hold(
-                &cache
-                    .iter()
-                    .flat_map(KvCache::tensors_in_drop_order)
-                    .collect::<Vec<_>>(),
-            );
-            match (head, qa_positions) {
-                (DecoderHead::TokenClassification(t), _) => {
-                    let x = dropout(b, "dropout", t.dropout, out);
-                    b.hold(&[x]);
-                    vec![super::layers::linear(
-                        b,
-                        "classifier",
-                        m.spec.hidden,
-                        t.num_labels,
-                        true,
-                        x,
-                    )]
-                }
-                (_, Some(positions)) => {
-                    encoder_heads::question_answering(b, m.spec.hidden, out, positions)
-                }
-                _ => vec![out],
-            }
-        })
+        let head = (head, "classifier");
+        per_token_head(
+            &mut b,
+            head,
+            m.spec.hidden,
+            out,
+            cache.as_ref(),
+            qa_positions,
+        )
     } else {
         vec![out]
     };

@@ -34,10 +34,8 @@ use super::layers::{
     rms_norm, rotary, rotated_heads_view, sdpa, sdpa_masked, tied_head, v_grad_heads_first, view,
     Call, Eager, EagerFlavor, KvCache, MaskPattern,
 };
-use super::seq_cls::{sequence_classification, DecoderHead};
-use super::{
-    build_error, check_positions, encoder_heads, AttnImplementation, HfConfig, HfError, HfInput,
-};
+use super::seq_cls::{per_token_head, qa_inputs, sequence_classification, DecoderHead};
+use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
 
 /// The family member: class names and the places the forwards differ.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -380,8 +378,7 @@ pub(super) fn causal_lm(
     let (bsz, seq) = (input.batch, input.seq);
     let mut b = GraphBuilder::new(model_type, &head.class(p));
     let ids = b.input(vec![bsz, seq], DType::I64);
-    let qa_positions = matches!(head, DecoderHead::QuestionAnswering { .. })
-        .then(|| encoder_heads::question_answering_inputs(&mut b, bsz));
+    let qa_positions = qa_inputs(&mut b, head, bsz);
     let eager = input.attn == AttnImplementation::Eager;
     // the bare model with the config's `use_cache` (true by default) fills a `DynamicCache` and
     // returns it with the hidden states, and so it does under the per-token heads, which call it
@@ -414,10 +411,7 @@ pub(super) fn causal_lm(
         layer,
         Some(layer_kind),
     );
-    let per_token = matches!(
-        head,
-        DecoderHead::TokenClassification(_) | DecoderHead::QuestionAnswering { .. }
-    );
+    let per_token = head.per_token();
     if head == DecoderHead::Bare || per_token {
         // `post_init()` at the end of `{p}Model.__init__` recomputes the rotary `inv_freq` into
         // its buffer: float32 `[rotary_dim / 2]` temporaries, three alive at once for the
@@ -429,18 +423,8 @@ pub(super) fn causal_lm(
         }
     }
     let out = if per_token {
-        let h = out[0];
-        let kv: Vec<TensorId> = cache
-            .iter()
-            .flat_map(KvCache::tensors_in_drop_order)
-            .collect();
-        b.frame(|b| {
-            // `outputs` (the last hidden state and the cache) is a local until the forward
-            // returns, the first to go
-            b.hold(&[h]);
-            b.hold(&kv);
-            per_token_head(b, s.hidden, (head, qa_positions), h)
-        })
+        let head = (head, "score");
+        per_token_head(&mut b, head, s.hidden, out[0], cache.as_ref(), qa_positions)
     } else {
         out
     };
@@ -578,29 +562,6 @@ pub(super) fn forward(
     } else {
         linear(b, "lm_head", s.hidden, s.vocab, false, h)
     }]
-}
-
-/// `GenericForTokenClassification`'s dropout and `score`, or `GenericForQuestionAnswering`'s
-/// `qa_outputs` and loss, on the last hidden state `h`.
-fn per_token_head(
-    b: &mut GraphBuilder,
-    hidden: u64,
-    head: (DecoderHead, Option<[TensorId; 2]>),
-    h: TensorId,
-) -> Vec<TensorId> {
-    match head {
-        (DecoderHead::TokenClassification(t), _) => {
-            let x = dropout(b, "dropout", t.dropout, h);
-            // `sequence_output` is a local too, freed after `outputs`
-            b.hold(&[x]);
-            vec![linear(b, "score", hidden, t.num_labels, true, x)]
-        }
-        (DecoderHead::QuestionAnswering { .. }, Some(positions)) => {
-            encoder_heads::question_answering(b, hidden, h, positions)
-        }
-        // the caller made the positions with the head
-        _ => vec![h],
-    }
 }
 
 /// A Llama-family model ready to record its forward once per generation step.

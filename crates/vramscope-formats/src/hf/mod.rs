@@ -470,7 +470,9 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
         "LMHeadModel (--task causal-lm), ForSequenceClassification (--task seq-cls), \
          ForTokenClassification (--task token-cls) and ForQuestionAnswering (--task qa)"
     } else {
-        "ForCausalLM (--task causal-lm) and ForSequenceClassification (--task seq-cls)"
+        // OPT
+        "ForCausalLM (--task causal-lm), ForSequenceClassification (--task seq-cls) and \
+         ForQuestionAnswering (--task qa)"
     };
     let has_head = |task| match task {
         HfTask::CausalLm => !encoder && !seq2seq,
@@ -630,12 +632,9 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
     };
     let follows_use_cache = match family {
         Family::T5 => task == HfTask::Seq2SeqLm,
-        Family::Llama | Family::Moe | Family::Gemma(_) | Family::Gpt2 => matches!(
-            head,
-            DecoderHead::Bare
-                | DecoderHead::TokenClassification(_)
-                | DecoderHead::QuestionAnswering { .. }
-        ),
+        Family::Llama | Family::Moe | Family::Gemma(_) | Family::Gpt2 | Family::Opt => {
+            head == DecoderHead::Bare || head.per_token()
+        }
         _ => false,
     };
     Ok(HfModel {
@@ -651,8 +650,8 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
 /// Whether this front-end builds transformers' `GenericForTokenClassification` /
 /// `GenericForQuestionAnswering` head for a decoder `model_type`: the Llama family's and the
 /// Mixture-of-Experts models' classes, GPT-2's own two, and Gemma's and Gemma2's token
-/// classifiers (Phi-3 and the Gemmas have no question-answering class, Gemma 3 no token
-/// classifier; OPT's question-answering head is not built).
+/// classifiers, and OPT's question answering (Phi-3 and the Gemmas have no question-answering
+/// class, Gemma 3 and OPT no token classifier).
 fn decoder_per_token_head(model_type: &str, task: HfTask) -> bool {
     let question_answering = matches!(
         model_type,
@@ -660,7 +659,7 @@ fn decoder_per_token_head(model_type: &str, task: HfTask) -> bool {
     );
     match task {
         HfTask::TokenCls => question_answering || matches!(model_type, "phi3" | "gemma" | "gemma2"),
-        HfTask::QuestionAnswering => question_answering,
+        HfTask::QuestionAnswering => question_answering || model_type == "opt",
         _ => false,
     }
 }

@@ -11,9 +11,9 @@ use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 use super::generate::CausalLm;
 use super::layers::{
     activation, activation_kind, add, cached_attention_core, dropout_fn, eager_causal_mask,
-    embedding, layer_norm, linear, mul_scalar, tied_head, view, Call, Eager, EagerFlavor,
+    embedding, layer_norm, linear, mul_scalar, tied_head, view, Call, Eager, EagerFlavor, KvCache,
 };
-use super::seq_cls::{sequence_classification, DecoderHead};
+use super::seq_cls::{per_token_head, qa_inputs, sequence_classification, DecoderHead};
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
 use vramscope_core::ops::ActivationKind;
 
@@ -86,8 +86,9 @@ fn spec(cfg: &HfConfig) -> Result<Spec, HfError> {
     })
 }
 
-/// Builds `OPTForCausalLM`; returns the graph and the checkpointed layers
-/// (`model.decoder.layers.N`).
+/// Builds `OPTForCausalLM` (or `OPTForSequenceClassification`, `OPTForQuestionAnswering`:
+/// `qa_outputs` on the projected hidden state, the loss in the forward); returns the graph and
+/// the checkpointed layers (`model.decoder.layers.N`).
 pub fn build(
     cfg: &HfConfig,
     input: &HfInput,
@@ -96,10 +97,32 @@ pub fn build(
     let m = Model::new(cfg, input)?;
     let mut b = GraphBuilder::new("opt", &head.class("OPT"));
     let ids = b.input(vec![input.batch, input.seq], DType::I64);
+    let qa_positions = qa_inputs(&mut b, head, input.batch);
+    // the question-answering head calls `OPTModel` without `use_cache`: it fills a
+    // `DynamicCache` when the config's `use_cache` (true by default) says so, unless gradient
+    // checkpointing turns it off; the other heads are built with use_cache=False
+    let use_cache =
+        head.per_token() && !input.gradient_checkpointing && cfg.bool_or("use_cache", true)?;
+    let mut cache = use_cache.then(|| KvCache::with_windows(vec![None; m.spec.layers as usize]));
     let mut call = Call::plain(input.seq, head);
-    let logits = m.forward(&mut b, ids, &mut call);
+    call.cache = cache.as_mut();
+    let out = m.forward(&mut b, ids, &mut call);
+    drop(call);
+    let outputs = if head.per_token() {
+        let head = (head, "classifier");
+        per_token_head(
+            &mut b,
+            head,
+            m.spec.proj_dim,
+            out,
+            cache.as_ref(),
+            qa_positions,
+        )
+    } else {
+        vec![out]
+    };
     let graph = b
-        .finish(&[logits], head.task(m.spec.vocab))
+        .finish(&outputs, head.task(m.spec.vocab))
         .map_err(build_error(cfg))?;
     Ok((graph, m.checkpoint_layers()))
 }
@@ -145,8 +168,13 @@ impl Model {
                 decoder(b, self, ids, call)
             })
         });
-        if let DecoderHead::SequenceClassification(c) = call.head {
-            return sequence_classification(b, c, s.proj_dim, ids, h);
+        match call.head {
+            DecoderHead::SequenceClassification(c) => {
+                return sequence_classification(b, c, s.proj_dim, ids, h);
+            }
+            // the caller builds it on the last hidden state
+            DecoderHead::QuestionAnswering { .. } => return h,
+            _ => {}
         }
         if s.tied {
             if call.first {

@@ -9,8 +9,8 @@ use vramscope_core::ir::Task;
 use vramscope_core::ops::Select;
 use vramscope_core::{DType, GraphBuilder, TensorId};
 
-use super::layers::{advanced_index, int_op, linear};
-use super::{HfConfig, HfError};
+use super::layers::{advanced_index, dropout, int_op, linear, KvCache};
+use super::{encoder_heads, HfConfig, HfError};
 
 /// The head a decoder-only model is built with.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -165,4 +165,62 @@ pub fn sequence_classification(
             )
         }
     })
+}
+
+/// A per-token head on a decoder's last hidden state `h`, built by the caller after its base
+/// model: the base model's output (`h` and the `cache` it filled, if any) is a local of the
+/// forward until it returns, the first to go (the cache from its last layer, as CPython drops a
+/// list); then `{X}ForTokenClassification`'s dropout and `classifier` (`score` for transformers'
+/// generic class, `classifier` for GPT-2's own), whose input `sequence_output` is freed after
+/// it, or `{X}ForQuestionAnswering`'s `qa_outputs` and loss on `qa_positions`. Returns the
+/// forward's outputs.
+pub(super) fn per_token_head(
+    b: &mut GraphBuilder,
+    (head, classifier): (DecoderHead, &str),
+    hidden: u64,
+    h: TensorId,
+    cache: Option<&KvCache>,
+    qa_positions: Option<[TensorId; 2]>,
+) -> Vec<TensorId> {
+    let kv: Vec<TensorId> = cache
+        .iter()
+        .flat_map(|c| c.tensors_in_drop_order())
+        .collect();
+    b.frame(|b| {
+        b.hold(&[h]);
+        b.hold(&kv);
+        match (head, qa_positions) {
+            (DecoderHead::TokenClassification(t), _) => {
+                let x = dropout(b, "dropout", t.dropout, h);
+                b.hold(&[x]);
+                vec![linear(b, classifier, hidden, t.num_labels, true, x)]
+            }
+            (DecoderHead::QuestionAnswering { .. }, Some(positions)) => {
+                encoder_heads::question_answering(b, hidden, h, positions)
+            }
+            // not a per-token head, or no positions made for it
+            _ => vec![h],
+        }
+    })
+}
+
+/// The `start_positions` / `end_positions` inputs a question-answering head reads, made after
+/// `input_ids` (`None` for the other heads).
+pub(super) fn qa_inputs(
+    b: &mut GraphBuilder,
+    head: DecoderHead,
+    batch: u64,
+) -> Option<[TensorId; 2]> {
+    matches!(head, DecoderHead::QuestionAnswering { .. })
+        .then(|| encoder_heads::question_answering_inputs(b, batch))
+}
+
+impl DecoderHead {
+    /// Whether it is a per-token head ([`per_token_head`]).
+    pub fn per_token(self) -> bool {
+        matches!(
+            self,
+            DecoderHead::TokenClassification(_) | DecoderHead::QuestionAnswering { .. }
+        )
+    }
 }
