@@ -199,9 +199,7 @@ impl Model {
                 return sequence_classification(b, c, s.hidden, ids, h);
             }
             // the caller builds them on the last hidden state
-            DecoderHead::TokenClassification(_) | DecoderHead::QuestionAnswering { .. } => {
-                return h;
-            }
+            head if head.per_token() => return h,
             _ => {}
         }
         let h = call.head_input(b, h);

@@ -384,13 +384,9 @@ pub(super) fn causal_lm(
     // returns it with the hidden states, and so it does under the per-token heads, which call it
     // without `use_cache` (unless gradient checkpointing turns it off); the other heads are
     // built with use_cache=False
-    let use_cache = match head {
-        DecoderHead::Bare => true,
-        DecoderHead::TokenClassification(_) | DecoderHead::QuestionAnswering { .. } => {
-            !input.gradient_checkpointing
-        }
-        _ => false,
-    } && cfg.bool_or("use_cache", true)?;
+    let use_cache = (head == DecoderHead::Bare
+        || (head.per_token() && !input.gradient_checkpointing))
+        && cfg.bool_or("use_cache", true)?;
     if use_cache && cfg.bool_or("use_sliding_window", false)? {
         return Err(HfError::Field {
             path: cfg.path.clone(),
@@ -547,9 +543,7 @@ pub(super) fn forward(
         }
         // the per-token heads: the caller builds them on the last hidden state (after the base
         // model's construction temporaries)
-        DecoderHead::TokenClassification(_) | DecoderHead::QuestionAnswering { .. } => {
-            return vec![h];
-        }
+        head if head.per_token() => return vec![h],
         _ => {}
     }
     let h = call.head_input(b, h);

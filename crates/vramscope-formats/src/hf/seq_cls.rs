@@ -1,9 +1,12 @@
-//! The sequence-classification head of the decoder-only families (`GPT2ForSequenceClassification`,
-//! `OPTForSequenceClassification` and transformers' `GenericForSequenceClassification`, which
-//! Llama, Mistral, Qwen2/3, Phi-3, Gemma 1/2/3, Mixtral and Qwen2/3-MoE share): `score`, a Linear
-//! without bias, on every position, then the logits of each row's last token that is not padding
-//! (truth traces, `fixtures/truth/hf_seq_cls.jsonl`). Reward models and LoRA classifiers are
-//! trained this way.
+//! The heads of the decoder-only families besides `lm_head`. The sequence-classification head
+//! (`GPT2ForSequenceClassification`, `OPTForSequenceClassification` and transformers'
+//! `GenericForSequenceClassification`, which Llama, Mistral, Qwen2/3, Phi-3, Gemma 1/2/3, Mixtral
+//! and Qwen2/3-MoE share): `score`, a Linear without bias, on every position, then the logits of
+//! each row's last token that is not padding (truth traces, `fixtures/truth/hf_seq_cls.jsonl`).
+//! Reward models and LoRA classifiers are trained this way. The per-token heads
+//! (`GenericForTokenClassification` / `GenericForQuestionAnswering`, GPT-2's and OPT's own) on
+//! the last hidden state of a base model that fills the config's cache
+//! (`fixtures/truth/hf_decoder_heads.jsonl`).
 
 use vramscope_core::ir::Task;
 use vramscope_core::ops::Select;
@@ -67,6 +70,14 @@ impl DecoderHead {
             DecoderHead::TokenClassification(_) => format!("{prefix}ForTokenClassification"),
             DecoderHead::QuestionAnswering { .. } => format!("{prefix}ForQuestionAnswering"),
         }
+    }
+
+    /// Whether it is a per-token head ([`per_token_head`]).
+    pub fn per_token(self) -> bool {
+        matches!(
+            self,
+            DecoderHead::TokenClassification(_) | DecoderHead::QuestionAnswering { .. }
+        )
     }
 
     /// The attribute (and module path) holding the base model under the head.
@@ -213,14 +224,4 @@ pub(super) fn qa_inputs(
 ) -> Option<[TensorId; 2]> {
     matches!(head, DecoderHead::QuestionAnswering { .. })
         .then(|| encoder_heads::question_answering_inputs(b, batch))
-}
-
-impl DecoderHead {
-    /// Whether it is a per-token head ([`per_token_head`]).
-    pub fn per_token(self) -> bool {
-        matches!(
-            self,
-            DecoderHead::TokenClassification(_) | DecoderHead::QuestionAnswering { .. }
-        )
-    }
 }
