@@ -296,6 +296,12 @@ pub fn load(args: &ModelArgs, batch_size: u64, step: &StepConfig) -> Result<Load
             .finetune
             .apply(m.graph, step.precision, m.pre_quantized)?;
     }
+    if m.source == "zoo" && hf_zoo::config(&args.model).is_some() {
+        // the report names the checkpoint the user asked for (`llama-3-70b`), not its
+        // model_type; only now, as the fine-tuning passes read the model type from the name
+        // (LoRA's default targets)
+        m.graph.name.clone_from(&args.model);
+    }
     Ok(m)
 }
 
@@ -338,10 +344,7 @@ fn load_base(
     }
     if let Some(text) = hf_zoo::config(&args.model) {
         let cfg = hf::HfConfig::parse(&format!("built-in {}", args.model), text)?;
-        let mut loaded = load_hf(args, cfg, batch_size, precision, generate, "zoo")?;
-        // the report names the checkpoint the user asked for (`llama-3-70b`), not its model_type
-        loaded.graph.name.clone_from(&args.model);
-        return Ok(loaded);
+        return load_hf(args, cfg, batch_size, precision, generate, "zoo");
     }
     if generate.is_some() {
         bail!(

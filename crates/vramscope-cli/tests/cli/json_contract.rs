@@ -299,6 +299,28 @@ fn lora_defaults_to_phi3_fused_qkv_projection() {
     );
 }
 
+/// `--lora R` on the built-in checkpoints takes the defaults of their model type, not of the
+/// zoo name the report shows (`roberta-base`: PEFT's `query` / `value`; `phi-3-mini`: the fused
+/// `qkv_proj`; `xlm-roberta-base` as RoBERTa).
+#[test]
+fn lora_on_zoo_checkpoints_uses_their_model_types_defaults() {
+    for (model, per_layer, layers) in [
+        // query and value: 768 -> 768 each, lora_A [8, 768] + lora_B [768, 8]
+        ("roberta-base", 2 * 8 * (768 + 768), 12),
+        ("xlm-roberta-base", 2 * 8 * (768 + 768), 12),
+        // qkv_proj 3072 -> 9216
+        ("phi-3-mini", 8 * (3072 + 9216), 32),
+    ] {
+        let r = estimate_json(&[model, "--seq-len", "64", "--lora", "8"]);
+        assert_eq!(r["model"]["name"], model);
+        assert_eq!(
+            r["model"]["trainable_parameters"],
+            per_layer * layers,
+            "{model}"
+        );
+    }
+}
+
 /// `fit --search seq-len`: the longest sequence that fits, checked against `estimate` (no
 /// `--seq-len` needed: the search supplies it).
 #[test]
