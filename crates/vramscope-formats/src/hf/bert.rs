@@ -27,44 +27,59 @@ pub enum Flavor {
     /// `bert`
     Bert,
     /// `roberta`, and the encoders transformers copies from it under other class names
-    /// (`xlm-roberta`: XLM-RoBERTa, BGE-M3, multilingual-e5; `camembert`): the same modules and
-    /// forward, named `{class}Embeddings`, `{class}Layer`, ... under the same `roberta.` prefix.
+    /// ([`ROBERTAS`]): the same modules and forward, named `{class}Embeddings`, `{class}Layer`,
+    /// ... under the same `roberta.` prefix.
     Roberta {
-        /// The class-name prefix: `Roberta`, `XLMRoberta` or `Camembert`.
+        /// The `model_type`.
+        model_type: &'static str,
+        /// The class-name prefix (`XLMRoberta`).
         class: &'static str,
+        /// Whether the heads' `__init__` creates the head before the encoder (`self.lm_head` /
+        /// `self.classifier` / `self.qa_outputs`, then `self.roberta`), so that `parameters()`
+        /// and the construction start with the head.
+        head_first: bool,
     },
 }
+
+/// RoBERTa and its copies: `model_type`, class-name prefix, head created first (transformers
+/// 5's XLM-RoBERTa and CamemBERT classes; XLM-RoBERTa is also BGE-M3's and multilingual-e5's).
+const ROBERTAS: &[(&str, &str, bool)] = &[
+    ("roberta", "Roberta", false),
+    ("xlm-roberta", "XLMRoberta", true),
+    ("camembert", "Camembert", true),
+];
 
 impl Flavor {
     /// The flavor of a `model_type` this module builds.
     pub fn of(model_type: &str) -> Option<Flavor> {
-        Some(match model_type {
-            "bert" => Flavor::Bert,
-            "roberta" => Flavor::Roberta { class: "Roberta" },
-            "xlm-roberta" => Flavor::Roberta {
-                class: "XLMRoberta",
-            },
-            "camembert" => Flavor::Roberta { class: "Camembert" },
-            _ => return None,
-        })
+        if model_type == "bert" {
+            return Some(Flavor::Bert);
+        }
+        ROBERTAS
+            .iter()
+            .find(|r| r.0 == model_type)
+            .map(|&(model_type, class, head_first)| Flavor::Roberta {
+                model_type,
+                class,
+                head_first,
+            })
     }
 
-    /// Whether the heads' `__init__` creates the head before the encoder (`self.lm_head` /
-    /// `self.classifier` / `self.qa_outputs`, then `self.roberta`): transformers 5's XLM-RoBERTa
-    /// and CamemBERT classes do, so `parameters()` and the construction start with the head.
     fn head_first(self) -> bool {
-        matches!(self, Flavor::Roberta { class } if class != "Roberta")
+        matches!(
+            self,
+            Flavor::Roberta {
+                head_first: true,
+                ..
+            }
+        )
     }
 
     /// The `model_type` of the flavor (the graph's name).
     fn model_type(self) -> &'static str {
         match self {
             Flavor::Bert => "bert",
-            Flavor::Roberta {
-                class: "XLMRoberta",
-            } => "xlm-roberta",
-            Flavor::Roberta { class: "Camembert" } => "camembert",
-            Flavor::Roberta { .. } => "roberta",
+            Flavor::Roberta { model_type, .. } => model_type,
         }
     }
 }
@@ -167,7 +182,7 @@ pub fn build(
     }
     let (prefix, base) = match flavor {
         Flavor::Bert => ("Bert", "bert"),
-        Flavor::Roberta { class } => (class, "roberta"),
+        Flavor::Roberta { class, .. } => (class, "roberta"),
     };
     let head = match task {
         HfTask::SeqCls => "ForSequenceClassification",
