@@ -513,11 +513,10 @@ pub fn build(
     let out = m.forward(&mut b, ids, &mut call);
     drop(call);
     if bare || token_cls {
-        // (the token classifier makes its model with `AutoModel.from_config`, a model of its
-        // own, before its head)
         // `post_init()` recomputes the rotary `inv_freq` buffers: float32 `[head_dim / 2]`
         // temporaries, three alive at once for one frequency set; Gemma3 computes one per layer
-        // type and keeps each until the next is made (truth traces)
+        // type and keeps each until the next is made (truth traces). The token classifier makes
+        // its model with `AutoModel.from_config`, a model of its own, before its head.
         let sets = match flavor {
             Flavor::Gemma3 => [LayerType::Full, LayerType::Sliding]
                 .iter()
