@@ -681,6 +681,17 @@ impl GraphBuilder {
         for (&i, &r) in by_rank.iter().zip(&ranks) {
             new_rank[i] = r;
         }
+        // a construction temporary stays right after the parameter it followed
+        let moved_rank: std::collections::HashMap<u32, u32> = (0..end - start)
+            .map(|i| (self.graph.params[start + i].init_rank, new_rank[i]))
+            .collect();
+        for t in &mut self.graph.init_temporaries {
+            for at in [&mut t.alloc_at, &mut t.free_at] {
+                if let Some(&r) = at.checked_sub(1).and_then(|k| moved_rank.get(&k)) {
+                    *at = r + 1;
+                }
+            }
+        }
         let old: Vec<ParamDef> = self.graph.params.drain(start..).collect();
         for (i, d) in old.iter().enumerate() {
             self.param_index.remove(&d.name, (start + i) as u32);
@@ -776,6 +787,14 @@ impl GraphBuilder {
                     }
                 }
                 self.graph.params[p.0 as usize].init_rank = n - 1;
+                // the construction temporaries after it stay after the parameters they followed
+                for t in &mut self.graph.init_temporaries {
+                    for at in [&mut t.alloc_at, &mut t.free_at] {
+                        if *at > r && *at <= n {
+                            *at -= 1;
+                        }
+                    }
+                }
                 n - 1
             }
             None => n,
@@ -804,6 +823,9 @@ impl GraphBuilder {
                 dtype: None,
                 alloc_at,
                 free_at: if i < free_now { base } else { n },
+                // a head built first: its untied weights go after what the encoder's own
+                // `post_init` makes at the same point
+                freed_after_allocations: head.is_some() && i < free_now,
                 module,
             });
         }
@@ -820,6 +842,7 @@ impl GraphBuilder {
             dtype: None,
             alloc_at: self.graph.params.len() as u32,
             free_at: UNTIL_BUILT,
+            freed_after_allocations: false,
             module,
         });
     }
@@ -835,6 +858,7 @@ impl GraphBuilder {
             dtype: Some(dtype),
             alloc_at: at,
             free_at: at,
+            freed_after_allocations: false,
             module,
         });
     }

@@ -143,9 +143,9 @@ pub struct Scope {
 
 /// A tensor model construction allocates and frees (see [`Graph::init_temporaries`]). Positions
 /// count the parameters and buffers allocated before the event (in `init_rank` order). At one
-/// position, the temporaries allocated at an earlier position that are due are freed first, then
-/// the position's temporaries are allocated, then those of them due at the same position are
-/// freed, each step in list order.
+/// position, the temporaries allocated at an earlier position that are due are freed first
+/// (unless [`freed_after_allocations`](Self::freed_after_allocations)), then the position's
+/// temporaries are allocated, then the rest of those due are freed, each step in list order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InitTemporary {
     /// Sizes.
@@ -156,6 +156,10 @@ pub struct InitTemporary {
     pub alloc_at: u32,
     /// Freed after this many parameters and buffers.
     pub free_at: u32,
+    /// Freed with the temporaries allocated at its `free_at` position, after their allocations,
+    /// though it was allocated earlier (`post_init` makes a new tensor before it drops this one:
+    /// XLM-RoBERTa's encoder recomputes its `position_ids` before the untied head is dropped).
+    pub freed_after_allocations: bool,
     /// The module whose `__init__` made it.
     pub module: ModuleId,
 }

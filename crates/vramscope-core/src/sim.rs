@@ -1507,10 +1507,12 @@ impl<'g> Sim<'g> {
         let model_dtype = self.cfg.precision.param_dtype();
         let g = self.g;
         let built = k as usize >= g.params.len();
-        // `earlier`: only those allocated before `k` (`Some(true)`), only the others, or all
-        let free_where = |s: &mut Self, live: &mut [Option<u32>], earlier: Option<bool>| {
+        // `first`: those freed before the position's allocations (allocated earlier, and not
+        // `freed_after_allocations`: `Some(true)`), the others (`Some(false)`), or all
+        let free_where = |s: &mut Self, live: &mut [Option<u32>], first: Option<bool>| {
             for (t, slot) in g.init_temporaries.iter().zip(live.iter_mut()) {
-                if t.free_at == k && earlier.is_none_or(|e| (t.alloc_at < k) == e) {
+                let freed_first = t.alloc_at < k && !t.freed_after_allocations;
+                if t.free_at == k && first.is_none_or(|f| freed_first == f) {
                     if let Some(sid) = slot.take() {
                         s.decref(sid);
                     }

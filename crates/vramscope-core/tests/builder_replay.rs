@@ -153,3 +153,51 @@ fn parameters_take_the_init_order_and_ops_keep_their_parameters() {
     let built = without_module_replay(|| reordered_model(3));
     assert_eq!(format!("{g:?}"), format!("{built:?}"));
 }
+
+/// A head whose `__init__` runs before the encoder's (XLM-RoBERTa's): `order_params` puts the
+/// head first, the construction temporary the encoder's `post_init` made stays right after the
+/// encoder's last parameter, and `tie_at_init_in` allocates the untied weight inside the head's
+/// construction and frees it after that temporary.
+#[test]
+fn a_head_built_first_keeps_the_encoders_construction_temporary_in_place() {
+    let mut b = GraphBuilder::new("m", "M");
+    let top = b.param_mark();
+    let x = b.input(vec![2, 4], DType::F32);
+    let h = b.module("encoder", "Encoder", &[x], |b| {
+        let h = b.layer("a", Linear::new(4, 4), &[x]);
+        let h = b.layer("b", Linear::new(4, 4), &[h]);
+        b.temporary_at_init(vec![8], DType::I64);
+        h
+    });
+    let (y, bias) = b.module("head", "Head", &[h], |b| {
+        let bias = b.parameter("bias", vec![4]);
+        let y = b.layer("dense", Linear::new(4, 4), &[h]);
+        (y, bias)
+    });
+    b.order_params(top, &["head", "encoder"]);
+    let y = b.op(Aten::new("add", vec![2, 4]), &[y, bias]);
+    b.tie_at_init_in("head", &[vec![4, 4]], 1, Some(bias));
+    let g = b
+        .finish(&[y], Task::Classification { num_classes: 4 })
+        .expect("builds");
+    let rank = |name: &str| {
+        g.params
+            .iter()
+            .find(|p| p.name == name)
+            .map(|p| p.init_rank)
+            .expect(name)
+    };
+    // construction: head.dense (2), encoder (4), then the head's bias anew (post_init)
+    assert_eq!(rank("head.dense.weight"), 0);
+    assert_eq!(rank("encoder.a.weight"), 2);
+    assert_eq!(rank("encoder.b.bias"), 5);
+    assert_eq!(rank("head.bias"), 6);
+    let [arange, untied] = &g.init_temporaries[..] else {
+        panic!("two construction temporaries: {:?}", g.init_temporaries)
+    };
+    // after the encoder's last parameter, before the bias is made again
+    assert_eq!((arange.alloc_at, arange.free_at), (6, 6));
+    // made with the head's dense layer, dropped after the encoder's temporary
+    assert_eq!((untied.alloc_at, untied.free_at), (2, 6));
+    assert!(untied.freed_after_allocations && !arange.freed_after_allocations);
+}

@@ -307,6 +307,7 @@ fn reorder_loading(g: &mut Graph, quantized: &[Option<(ModuleId, bool)>], cfg: &
             dtype: Some(cfg.load_dtype),
             alloc_at: start,
             free_at: 0,
+            freed_after_allocations: false,
             module: m,
         }];
         if transposed {
@@ -316,6 +317,7 @@ fn reorder_loading(g: &mut Graph, quantized: &[Option<(ModuleId, bool)>], cfg: &
                 dtype: Some(cfg.load_dtype),
                 alloc_at: start,
                 free_at: 0,
+                freed_after_allocations: false,
                 module: m,
             });
         }
@@ -326,6 +328,7 @@ fn reorder_loading(g: &mut Graph, quantized: &[Option<(ModuleId, bool)>], cfg: &
                 dtype: Some(DType::F32),
                 alloc_at: start,
                 free_at: 0,
+                freed_after_allocations: false,
                 module: m,
             });
         }
@@ -355,6 +358,7 @@ fn reorder_loading(g: &mut Graph, quantized: &[Option<(ModuleId, bool)>], cfg: &
                                 dtype: Some(DType::F32),
                                 alloc_at: at,
                                 free_at: at,
+                                freed_after_allocations: false,
                                 module: m,
                             });
                         }
@@ -384,6 +388,7 @@ fn reorder_loading(g: &mut Graph, quantized: &[Option<(ModuleId, bool)>], cfg: &
                             dtype: Some(DType::F32),
                             alloc_at: loaded.len() as u32,
                             free_at: 0,
+                            freed_after_allocations: false,
                             module: m,
                         });
                     }
