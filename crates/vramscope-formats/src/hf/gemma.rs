@@ -52,7 +52,7 @@ use super::layers::{
     activation_fn, add, apply_rotary, attention_mask_checked, attention_output, cached_attention,
     eager_attention, embedding_lookup, gemma_rms_norm, linear, mul, mul_scalar, position_ids,
     rotary, rotary_with_buffers, rotated_heads_view, sdpa, sdpa_masked, tied_head,
-    v_grad_heads_first, view, Call, Eager, EagerFlavor, KvCache, MaskPattern,
+    v_grad_heads_first, view, view_grads_copied, Call, Eager, EagerFlavor, KvCache, MaskPattern,
 };
 use super::seq_cls::{per_token_head, sequence_classification, DecoderHead};
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
@@ -500,13 +500,9 @@ pub fn build(
     };
     let mut b = GraphBuilder::new(name, &class);
     let ids = b.input(vec![input.batch, input.seq], DType::I64);
-    // the bare model with the config's `use_cache` (true by default) fills a
-    // `DynamicCache(config=...)` and returns it with the hidden states, and so it does under the
-    // token classifier, which calls it without `use_cache` (unless gradient checkpointing turns
-    // it off); the other heads are built with use_cache=False
     let token_cls = matches!(head, DecoderHead::TokenClassification(_));
-    let use_cache = bare || (token_cls && !input.gradient_checkpointing);
-    let mut cache = (use_cache && cfg.bool_or("use_cache", true)?)
+    let mut cache = head
+        .fills_cache(cfg, input)?
         .then(|| KvCache::with_windows(m.cache_windows()));
     let mut call = Call::plain(input.seq, head);
     call.cache = cache.as_mut();
@@ -990,12 +986,9 @@ fn attention(
     let s = c.s;
     let (bsz, seq, d) = (c.bsz, call.seq, s.head_dim);
     let p = s.flavor.prefix();
-    // q's and k's gradients (and v's, see `v_grad_heads_first`) that `ViewBackward0` copies:
-    // those of a training forward's SDPA, masked or not (Gemma3's q/k norms keep the heads-first
-    // layout rotary gives them; its sliding layers past the window copy too: truth traces at 516
-    // tokens) — and, with a cache filled while training (the token classifier's base model),
-    // those of eager attention instead (truth traces of Gemma2)
-    let copied_grads = call.cache.is_some() == c.eager;
+    // (Gemma3's q/k norms keep the heads-first layout rotary gives them; its sliding layers past
+    // the window copy too: truth traces at 516 tokens)
+    let copied_grads = view_grads_copied(call.cache.is_some(), c.eager);
     let heads_of = |b: &mut GraphBuilder, name: &str, heads: u64, heads_first: bool| {
         let t = linear(b, name, s.hidden, heads * d, s.attn_bias, x);
         let t = rotated_heads_view(b, t, vec![bsz, seq, heads, d], heads_first && copied_grads);

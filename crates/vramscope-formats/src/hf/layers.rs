@@ -245,6 +245,15 @@ pub fn rotated_heads_view(
     }
 }
 
+/// Whether the q / k (and, see [`v_grad_heads_first`], v) gradients reach their projection's
+/// `.view` heads-first, so that `ViewBackward0` copies them ([`rotated_heads_view`]): those of a
+/// training forward's SDPA (masked or not, whatever the backend), and, when the forward fills a
+/// cache while training (the per-token heads' base model), those of eager attention instead
+/// (truth traces of Qwen2, SmolLM2, Llama-3.2, Gemma and Gemma2).
+pub fn view_grads_copied(cache: bool, eager: bool) -> bool {
+    cache == eager
+}
+
 /// `x.to(dtype)` when it changes the dtype (a `_to_copy` with its own autograd node).
 pub fn to_dtype(b: &mut GraphBuilder, x: TensorId, dtype: DType) -> TensorId {
     let s = b.shape(x).to_vec();

@@ -32,7 +32,7 @@ use super::layers::{
     add, apply_rotary, apply_rotary_sliced, attention_mask, attention_output, cached_attention,
     dropout, eager_causal_mask, embedding, linear, mul, packed_sequence_check, position_ids,
     rms_norm, rotary, rotated_heads_view, sdpa, sdpa_masked, tied_head, v_grad_heads_first, view,
-    Call, Eager, EagerFlavor, KvCache, MaskPattern,
+    view_grads_copied, Call, Eager, EagerFlavor, KvCache, MaskPattern,
 };
 use super::seq_cls::{per_token_head, qa_inputs, sequence_classification, DecoderHead};
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
@@ -380,13 +380,7 @@ pub(super) fn causal_lm(
     let ids = b.input(vec![bsz, seq], DType::I64);
     let qa_positions = qa_inputs(&mut b, head, bsz);
     let eager = input.attn == AttnImplementation::Eager;
-    // the bare model with the config's `use_cache` (true by default) fills a `DynamicCache` and
-    // returns it with the hidden states, and so it does under the per-token heads, which call it
-    // without `use_cache` (unless gradient checkpointing turns it off); the other heads are
-    // built with use_cache=False
-    let use_cache = (head == DecoderHead::Bare
-        || (head.per_token() && !input.gradient_checkpointing))
-        && cfg.bool_or("use_cache", true)?;
+    let use_cache = head.fills_cache(cfg, input)?;
     if use_cache && cfg.bool_or("use_sliding_window", false)? {
         return Err(HfError::Field {
             path: cfg.path.clone(),
@@ -693,14 +687,10 @@ pub(super) fn attention(
     let xs = b.shape(x).to_vec();
     let (bsz, seq) = (xs[0], xs[1]);
     let mask = layer_mask(s, call, layer);
-    // q's and k's gradients (and v's, see `v_grad_heads_first`) that `ViewBackward0` copies:
-    // those of a training forward's SDPA (masked or not, whatever the backend; through Qwen3's
-    // q/k norms too, whose elementwise backward keeps the heads-first layout rotary gives them:
-    // truth traces), unless Phi-3's slices of the fused projection come between; with a cache
-    // filled while training (the per-token heads' base model), those of eager attention instead
-    // (truth traces of Gemma2 and Llama-3.2)
-    let copied_grads =
-        s.variant != Variant::Phi3 && call.cache.is_some() == call.eager_mask.is_some();
+    // through Qwen3's q/k norms too, whose elementwise backward keeps the heads-first layout
+    // rotary gives them, unless Phi-3's slices of the fused projection come between
+    let copied_grads = s.variant != Variant::Phi3
+        && view_grads_copied(call.cache.is_some(), call.eager_mask.is_some());
     b.module("self_attn", &format!("{p}Attention"), &[x], |b| {
         let init_order = b.param_mark();
         let d = s.head_dim;

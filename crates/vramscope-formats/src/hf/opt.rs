@@ -98,11 +98,7 @@ pub fn build(
     let mut b = GraphBuilder::new("opt", &head.class("OPT"));
     let ids = b.input(vec![input.batch, input.seq], DType::I64);
     let qa_positions = qa_inputs(&mut b, head, input.batch);
-    // the question-answering head calls `OPTModel` without `use_cache`: it fills a
-    // `DynamicCache` when the config's `use_cache` (true by default) says so, unless gradient
-    // checkpointing turns it off; the other heads are built with use_cache=False
-    let use_cache =
-        head.per_token() && !input.gradient_checkpointing && cfg.bool_or("use_cache", true)?;
+    let use_cache = head.fills_cache(cfg, input)?;
     let mut cache = use_cache.then(|| KvCache::with_windows(vec![None; m.spec.layers as usize]));
     let mut call = Call::plain(input.seq, head);
     call.cache = cache.as_mut();

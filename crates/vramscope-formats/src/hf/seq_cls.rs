@@ -13,7 +13,7 @@ use vramscope_core::ops::Select;
 use vramscope_core::{DType, GraphBuilder, TensorId};
 
 use super::layers::{advanced_index, dropout, int_op, linear, KvCache};
-use super::{encoder_heads, HfConfig, HfError};
+use super::{encoder_heads, HfConfig, HfError, HfInput};
 
 /// The head a decoder-only model is built with.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -78,6 +78,16 @@ impl DecoderHead {
             self,
             DecoderHead::TokenClassification(_) | DecoderHead::QuestionAnswering { .. }
         )
+    }
+
+    /// Whether the base model under this head fills the cache the config's `use_cache` (true by
+    /// default) asks for: the bare model returns it with the hidden states, and the per-token
+    /// heads call their model without `use_cache` (gradient checkpointing turns it off); the
+    /// causal LM and the sequence classifier are built with use_cache=False.
+    pub fn fills_cache(self, cfg: &HfConfig, input: &HfInput) -> Result<bool, HfError> {
+        let asked =
+            self == DecoderHead::Bare || (self.per_token() && !input.gradient_checkpointing);
+        Ok(asked && cfg.bool_or("use_cache", true)?)
     }
 
     /// The attribute (and module path) holding the base model under the head.
