@@ -464,25 +464,30 @@ pub fn tricks<S: ModelSource>(
     if gpus > 1 {
         let per = (batch / gpus).max(1);
         let g = build(per)?;
-        if train {
-            push(
-                format!("DDP over {gpus} GPUs (batch {per} per GPU)"),
-                Change::Batch(per),
-                Some(sim(&g, cfg)?),
+        // training all-reduces the gradients (DDP); inference only splits the batch
+        let (name, cost, code, why) = if train {
+            (
+                "DDP",
                 "N GPUs; gradient all-reduce (DDP's bucket copies of the gradients are not modelled)",
-                "model = DistributedDataParallel(model); DistributedSampler(dataset)".into(),
+                "model = DistributedDataParallel(model); DistributedSampler(dataset)",
                 format!("the global batch {batch} is split: each GPU runs batch {per}; model states are replicated"),
-            );
+            )
         } else {
-            push(
-                format!("data parallel over {gpus} GPUs (batch {per} per GPU)"),
-                Change::Batch(per),
-                Some(sim(&g, cfg)?),
+            (
+                "data parallel",
                 "N GPUs, one copy of the model on each",
-                "one process per GPU (torchrun), each with DistributedSampler(dataset)'s share".into(),
+                "one process per GPU (torchrun), each with DistributedSampler(dataset)'s share",
                 format!("the batch {batch} is split: each GPU runs batch {per} and holds the whole model"),
-            );
-        }
+            )
+        };
+        push(
+            format!("{name} over {gpus} GPUs (batch {per} per GPU)"),
+            Change::Batch(per),
+            Some(sim(&g, cfg)?),
+            cost,
+            code.into(),
+            why,
+        );
         if train {
             let p = base_sim.parameter_bytes;
             let gr = base_sim.gradient_bytes;

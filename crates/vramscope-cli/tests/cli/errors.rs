@@ -119,9 +119,7 @@ fn config_file(dir: &std::path::Path, name: &str, text: &str) -> String {
 /// file and the way out.
 #[test]
 fn unsupported_transformer_configs() {
-    let dir =
-        std::env::temp_dir().join(format!("vramscope-cli-unsupported-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = crate::scratch("unsupported");
     let mamba = config_file(
         &dir,
         "mamba.json",
@@ -283,8 +281,7 @@ fn bad_lora_and_freeze_flags() {
 /// transformers guessed from the checkpoint's name) is refused naming the field to add.
 #[test]
 fn config_without_model_type_or_architectures() {
-    let dir = std::env::temp_dir().join(format!("vramscope-cli-untyped-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = crate::scratch("untyped");
     let old = config_file(
         &dir,
         "old_gpt2.json",

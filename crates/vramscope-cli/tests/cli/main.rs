@@ -8,7 +8,15 @@ mod monitor;
 mod snapshots;
 mod weights_dtype;
 
+use std::path::PathBuf;
 use std::process::{Command, Output};
+
+/// A scratch directory for one test (`vramscope-cli-NAME-PID` in the system's temp dir).
+pub fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("vramscope-cli-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
 
 /// Runs `vramscope ARGS...`.
 pub fn vramscope(args: &[&str]) -> Output {

@@ -3,18 +3,13 @@
 //! no-driver error.
 
 use std::path::{Path, PathBuf};
+
+use crate::scratch;
 use std::process::{Command, Output};
 
 use serde_json::Value;
 
 const GIB: u64 = 1 << 30;
-
-/// A scratch directory for one test.
-fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("vramscope-cli-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
 
 /// Runs vramscope with the fake GPU script `script` (or, with `None`, an NVML library that does
 /// not exist: no driver, whatever the machine has).
