@@ -121,8 +121,8 @@ def _features(model, vocab, batch, seq):
 
 
 def feature_extraction(batch, seq, checkpoint=False, config="crates/vramscope-formats/data/hf/bert-base-uncased.json",
-                       attn="sdpa", **_):
-    model, cfg = _model("AutoModel", config, attn, None, checkpoint)
+                       attn="sdpa", use_cache=None, **_):
+    model, cfg = _model("AutoModel", config, attn, None, checkpoint, use_cache)
     return _features(model, cfg.vocab_size, batch, seq)
 
 

@@ -46,8 +46,9 @@ pub struct ModelArgs {
     pub target_len: Option<u64>,
     /// Head and loss of a Hugging Face model: causal-lm, masked-lm, seq-cls, token-cls (encoders,
     /// the Llama family, MoE models, Gemma / Gemma2, GPT-2), qa (question answering: encoders,
-    /// the Llama family but Phi-3, MoE models, GPT-2, OPT), feature-extraction (a bare model,
-    /// with --mode infer) or seq2seq-lm (default: from the config's `architectures`).
+    /// the Llama family but Phi-3, MoE models, GPT-2, OPT), feature-extraction (a bare model:
+    /// every family's, T5's encoder alone; with --mode infer) or seq2seq-lm (default: from the
+    /// config's `architectures`).
     #[arg(long)]
     pub task: Option<String>,
     /// What `model.gradient_checkpointing_enable()` does: every decoder/encoder layer checkpointed

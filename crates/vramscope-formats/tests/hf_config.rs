@@ -1139,8 +1139,7 @@ fn look_alike_families_and_unbuilt_heads_are_refused_by_name() {
     for (model_type, class, heads) in [
         ("bert", "BertForMultipleChoice", "--task token-cls"),
         ("roberta", "RobertaForCausalLM", "--task qa"),
-        ("gpt2", "GPT2Model", "--task causal-lm"),
-        ("opt", "OPTModel", "--task qa"),
+        ("opt", "OPTForTokenClassification", "--task qa"),
         ("gpt2", "GPT2DoubleHeadsModel", "--task seq-cls"),
         ("t5", "T5Model", "--task feature-extraction"),
     ] {
@@ -1148,6 +1147,23 @@ fn look_alike_families_and_unbuilt_heads_are_refused_by_name() {
         assert!(matches!(e, HfError::HeadNotBuilt { .. }), "{class}: {e}");
         let text = e.to_string();
         assert!(text.contains(class) && text.contains(heads), "{text}");
+    }
+    // every decoder family's bare model, its layers at the root of the names
+    for (model_type, class, layer_param) in [
+        ("gpt2", "GPT2Model", "h.0.attn.c_attn.weight"),
+        (
+            "opt",
+            "OPTModel",
+            "decoder.layers.0.self_attn.q_proj.weight",
+        ),
+        ("mixtral", "MixtralModel", "layers.0.mlp.gate.weight"),
+        ("qwen3_moe", "Qwen3MoeModel", "layers.0.mlp.gate.weight"),
+    ] {
+        let m = hf::build(&config(Some(model_type), class), &input()).unwrap();
+        assert_eq!(m.task, HfTask::FeatureExtraction, "{class}");
+        let names: Vec<&str> = m.graph.params.iter().map(|p| p.name.as_str()).collect();
+        assert!(names.contains(&layer_param), "{class}: {names:?}");
+        assert!(!names.iter().any(|n| n.contains("lm_head")), "{class}");
     }
     // --task picks a built head for the same config
     let forced = HfInput {
@@ -1321,11 +1337,10 @@ fn encoder_token_and_qa_heads_follow_transformers() {
     let names: Vec<&str> = m.graph.params.iter().map(|p| p.name.as_str()).collect();
     // the model is `self.transformer` there, as in older versions
     assert!(names.contains(&"qa_outputs.weight") && names.contains(&"transformer.norm.weight"));
-    // OPT's bare model is not built (and it has no token classifier): said with the heads that
-    // are
+    // OPT has no token classifier: said with the heads it has
     let cfg = HfConfig::parse(
         "tok.json",
-        r#"{"model_type": "opt", "architectures": ["OPTModel"],
+        r#"{"model_type": "opt", "architectures": ["OPTForTokenClassification"],
             "vocab_size": 100, "hidden_size": 64, "num_hidden_layers": 1,
             "num_attention_heads": 4, "ffn_dim": 128, "word_embed_proj_dim": 64,
             "max_position_embeddings": 128}"#,

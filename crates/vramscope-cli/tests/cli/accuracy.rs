@@ -590,6 +590,16 @@ fn decoder_token_classification_and_qa_cases_match_truth() {
     check("hf_decoder_heads.jsonl");
 }
 
+/// The bare decoders the Llama family's and Gemma's feature cases leave out: `GPT2Model`,
+/// `OPTModel`, `MixtralModel`, `Qwen2MoeModel` and `Qwen3MoeModel` in inference, with the
+/// `DynamicCache` their forward fills (and without it, `--use-cache false`), under SDPA and eager
+/// attention (OPT's casts its float32 probabilities back to the half query under autocast).
+#[test]
+fn bare_decoder_cases_match_truth() {
+    assert_eq!(cases("hf_bare_decoders.jsonl").len(), 12);
+    check("hf_bare_decoders.jsonl");
+}
+
 /// Config fields that change the model from what the built-in configs build
 /// (`validation/make_config_variant_fixtures.sh`): BERT, RoBERTa and DistilBERT masked LMs with
 /// `tie_word_embeddings: false`, whose MLM decoder keeps its own weight and bias (BERT's and

@@ -204,16 +204,50 @@ fn unsupported_transformer_configs() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    // GPT-2's bare model is not built: the heads it has
+    // GPT-2's bare model runs in inference and is refused for training; its double-heads
+    // class is not built: the refusal names the heads that are
     let gpt2 = config_file(
         &dir,
         "gpt2_model.json",
         r#"{"model_type": "gpt2", "architectures": ["GPT2Model"], "n_embd": 64, "n_layer": 1,
             "n_head": 4, "vocab_size": 100, "n_positions": 128}"#,
     );
+    let out = vramscope(&["estimate", &gpt2, "--seq-len", "64", "--mode", "infer"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     fails_with(
-        &["estimate", &gpt2, "--seq-len", "64", "--mode", "infer"],
-        &["gpt2_model.json", "GPT2Model", "--task causal-lm"],
+        &["estimate", &gpt2, "--seq-len", "64"],
+        &[
+            "gpt2_model.json",
+            "GPT2Model",
+            "has no loss",
+            "--mode infer",
+        ],
+    );
+    let double_heads = config_file(
+        &dir,
+        "gpt2_double_heads.json",
+        r#"{"model_type": "gpt2", "architectures": ["GPT2DoubleHeadsModel"], "n_embd": 64,
+            "n_layer": 1, "n_head": 4, "vocab_size": 100, "n_positions": 128}"#,
+    );
+    fails_with(
+        &[
+            "estimate",
+            &double_heads,
+            "--seq-len",
+            "64",
+            "--mode",
+            "infer",
+        ],
+        &[
+            "gpt2_double_heads.json",
+            "GPT2DoubleHeadsModel",
+            "--task causal-lm",
+            "--task feature-extraction",
+        ],
     );
     std::fs::remove_dir_all(&dir).ok();
     fails_with(&["estimate", "gpt2"], &["gpt2", "needs --seq-len"]);

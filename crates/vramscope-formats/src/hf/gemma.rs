@@ -54,7 +54,7 @@ use super::layers::{
     rotary, rotary_with_buffers, rotated_heads_view, sdpa, sdpa_masked, tied_head,
     v_grad_heads_first, view, view_grads_copied, Call, Eager, EagerFlavor, KvCache, MaskPattern,
 };
-use super::seq_cls::{per_token_head, sequence_classification, DecoderHead};
+use super::seq_cls::{decoder_outputs, sequence_classification, DecoderHead};
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
 
 /// Which Gemma generation.
@@ -524,13 +524,14 @@ pub fn build(
             b.temporary_at_init(vec![s.head_dim / 2], DType::F32);
         }
     }
-    let outputs: Vec<TensorId> = if token_cls {
-        per_token_head(&mut b, (head, "score"), s.hidden, out, cache.as_ref(), None)
-    } else {
-        std::iter::once(out)
-            .chain(cache.iter().flat_map(KvCache::tensors))
-            .collect()
-    };
+    let outputs = decoder_outputs(
+        &mut b,
+        (head, "score"),
+        s.hidden,
+        vec![out],
+        cache.as_ref(),
+        None,
+    );
     let graph = b
         .finish(&outputs, head.task(s.vocab))
         .map_err(build_error(cfg))?;

@@ -14,7 +14,7 @@ use super::layers::{
     mul_scalar, packed_sequence_check, position_ids, pow_fp32, tied_head, view, Call, Eager,
     EagerFlavor, KvCache,
 };
-use super::seq_cls::{per_token_head, qa_inputs, sequence_classification, DecoderHead};
+use super::seq_cls::{decoder_outputs, qa_inputs, sequence_classification, DecoderHead};
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
 
 struct Spec {
@@ -79,30 +79,24 @@ pub fn build(
     let mut b = GraphBuilder::new("gpt2", &class);
     let ids = b.input(vec![input.batch, input.seq], DType::I64);
     let qa_positions = qa_inputs(&mut b, head, input.batch);
-    let per_token = head.per_token();
     let use_cache = head.fills_cache(cfg, input)?;
     let mut cache = use_cache.then(|| KvCache::with_windows(vec![None; m.spec.layers as usize]));
     let mut call = Call::plain(input.seq, head);
     call.cache = cache.as_mut();
     let out = m.forward(&mut b, ids, &mut call);
     drop(call);
-    let outputs = if per_token {
-        let head = (head, "classifier");
-        per_token_head(
-            &mut b,
-            head,
-            m.spec.hidden,
-            out,
-            cache.as_ref(),
-            qa_positions,
-        )
-    } else {
-        vec![out]
-    };
+    let outputs = decoder_outputs(
+        &mut b,
+        (head, "classifier"),
+        m.spec.hidden,
+        vec![out],
+        cache.as_ref(),
+        qa_positions,
+    );
     let graph = b
         .finish(&outputs, head.task(m.spec.vocab))
         .map_err(build_error(cfg))?;
-    Ok((graph, m.checkpoint_layers()))
+    Ok((graph, m.checkpoint_layers(head)))
 }
 
 /// GPT-2 ready to record its forward, once or once per generation step.
@@ -137,10 +131,16 @@ impl Model {
         Ok(Model { spec, eager })
     }
 
-    /// The layers `gradient_checkpointing_enable()` checkpoints.
-    pub fn checkpoint_layers(&self) -> Vec<String> {
+    /// The layers `gradient_checkpointing_enable()` checkpoints (the bare model's are at the
+    /// root of the names).
+    pub fn checkpoint_layers(&self, head: DecoderHead) -> Vec<String> {
+        let root = if head == DecoderHead::Bare {
+            ""
+        } else {
+            "transformer."
+        };
         (0..self.spec.layers)
-            .map(|i| format!("transformer.h.{i}"))
+            .map(|i| format!("{root}h.{i}"))
             .collect()
     }
 
@@ -149,7 +149,8 @@ impl Model {
         let s = &self.spec;
         let bsz = b.shape(ids)[0];
         let seq = call.seq;
-        let (h, wte) = b.module("transformer", "GPT2Model", &[ids], |b| {
+        let bare = call.head == DecoderHead::Bare;
+        let mut model = |b: &mut GraphBuilder| {
             let (tok, wte) = embedding(b, "wte", s.vocab, s.hidden, ids);
             let pos = match call.position_ids {
                 Some(pos) => pos,
@@ -159,8 +160,9 @@ impl Model {
                 }
             };
             let (pe, _) = embedding(b, "wpe", s.positions, s.hidden, pos);
-            // `inputs_embeds` and `position_embeds` are locals of the forward until it returns
-            b.hold(&[tok, pe]);
+            // `inputs_embeds`, `position_ids` and `position_embeds` are locals of the forward
+            // until it returns
+            b.hold(&[tok, pos, pe]);
             let x = add(b, tok, pe);
             if call.cache.is_none() {
                 packed_sequence_check(b, bsz, seq);
@@ -190,7 +192,12 @@ impl Model {
                 }
             });
             (b.layer("ln_f", LayerNorm::new(s.hidden), &[x]), wte)
-        });
+        };
+        if bare {
+            // `GPT2Model` itself, at the root of the names: its last hidden state is the output
+            return model(b).0;
+        }
+        let (h, wte) = b.module("transformer", "GPT2Model", &[ids], model);
         match call.head {
             DecoderHead::SequenceClassification(c) => {
                 return sequence_classification(b, c, s.hidden, ids, h);

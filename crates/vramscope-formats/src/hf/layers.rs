@@ -1053,17 +1053,16 @@ pub fn eager_attention_core(
     b.frame(|b| eager_attention(b, eager, q, k, v, &[], dropout_p, false))
 }
 
-/// [`attention_core`] of a causal decoder (OPT), through the cache when there is one.
-pub fn cached_attention_core(
-    b: &mut GraphBuilder,
-    qkv: [TensorId; 3],
-    heads: u64,
-    dropout_p: f64,
-    (layer, eager): (usize, Eager),
-    call: &mut Call,
-) -> TensorId {
-    let [q, k, v] = qkv.map(|t| split_heads(b, t, heads));
-    cached_attention(b, call, layer, q, k, v, dropout_p, eager)
+/// A causal decoder's (OPT's) projection `[B, S, E]` viewed as `[B, H, S, D]` (`view` then
+/// `transpose(1, 2)`), for [`cached_attention`]. Eager attention's bmm gradients reach the view
+/// heads-first, which it copies ([`eager_heads`]; measured without a cache: over one, k's and
+/// v's go through its concatenation), while SDPA's kernels return them in the projection's layout.
+pub fn decoder_heads(b: &mut GraphBuilder, t: TensorId, heads: u64, call: &Call) -> TensorId {
+    if call.eager_mask.is_some() && call.cache.is_none() {
+        eager_heads(b, t, heads)
+    } else {
+        split_heads(b, t, heads)
+    }
 }
 
 /// `[B, S, E]` viewed as `[B, H, S, D]` (`view` then `transpose(1, 2)`).
@@ -1354,8 +1353,12 @@ pub enum EagerFlavor {
     /// v); `softmax` in the scores' dtype, then `.type(value.dtype)`.
     Gpt2,
     /// Llama, Mistral, Qwen2: `repeat_kv` copies k and v for GQA, matmul copies the transposed
-    /// keys; `softmax(dtype=float32)`, then `.to(query.dtype)`.
+    /// keys; `softmax(dtype=float32)`, then `.to(query.dtype)` (under autocast a float32 query:
+    /// the rotary embedding's float32 `cos` / `sin` promoted it, so nothing is cast).
     Llama,
+    /// OPT: Llama's without the rotary embedding, so under autocast the query is half and
+    /// `.to(query.dtype)` casts the float32 probabilities.
+    Opt,
     /// BERT, RoBERTa, DistilBERT and T5 (multi-head, q, k, v transposed views of their
     /// projections, so matmul copies q, the transposed keys and v): `softmax(scores)` without a
     /// dtype (autocast runs it in float32, a pure half run in half) and no cast after it; dropout
@@ -1433,7 +1436,7 @@ pub fn eager_attention(
     let scores = masks.iter().fold(scores, |x, &m| add(b, x, m));
     let half = e.dtype != DType::F32;
     let probs = match e.flavor {
-        EagerFlavor::Llama | EagerFlavor::Gemma2 { .. } => {
+        EagerFlavor::Llama | EagerFlavor::Opt | EagerFlavor::Gemma2 { .. } => {
             // softmax(dtype=float32): a float32 copy in a pure half run (autocast upcasts by
             // itself), then `.to(query.dtype)`
             let x = if half && e.autocast.is_none() {
@@ -1442,14 +1445,21 @@ pub fn eager_attention(
                 scores
             };
             let p = b.op(Softmax { dim: 3 }, &[x]);
-            if half && e.autocast.is_none() {
-                let p = to_dtype(b, p, e.dtype);
-                // `attn_weights = softmax(attn_weights, ...).to(query.dtype)`: the scores stay
-                // referenced until the statement rebinds them
-                b.keep_until_now(&[scores]);
-                p
-            } else {
-                p
+            // `.to(query.dtype)`: the model's half dtype, or under autocast OPT's half query
+            // when its float32 mask promoted the scores
+            let query_dtype = match e.autocast {
+                None => half.then_some(e.dtype),
+                Some(low) => (e.flavor == EagerFlavor::Opt && !masks.is_empty()).then_some(low),
+            };
+            match query_dtype {
+                Some(dtype) => {
+                    let p = to_dtype(b, p, dtype);
+                    // `attn_weights = softmax(attn_weights, ...).to(query.dtype)`: the scores
+                    // stay referenced until the statement rebinds them
+                    b.keep_until_now(&[scores]);
+                    p
+                }
+                None => p,
             }
         }
         EagerFlavor::Encoder if e.autocast == Some(DType::F16) => {

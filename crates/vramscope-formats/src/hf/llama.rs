@@ -34,7 +34,7 @@ use super::layers::{
     rms_norm, rotary, rotated_heads_view, sdpa, sdpa_masked, tied_head, v_grad_heads_first, view,
     view_grads_copied, Call, Eager, EagerFlavor, KvCache, MaskPattern,
 };
-use super::seq_cls::{per_token_head, qa_inputs, sequence_classification, DecoderHead};
+use super::seq_cls::{decoder_outputs, qa_inputs, sequence_classification, DecoderHead};
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
 
 /// The family member: class names and the places the forwards differ.
@@ -412,19 +412,14 @@ pub(super) fn causal_lm(
             b.temporary_at_init(vec![s.rotary_dim / 2], DType::F32);
         }
     }
-    let out = if per_token {
-        let head = (head, "score");
-        per_token_head(&mut b, head, s.hidden, out[0], cache.as_ref(), qa_positions)
-    } else {
-        out
-    };
-    // the bare model returns its cache; under a head it is a local of the forward
-    let cache_out = cache.iter().flat_map(KvCache::tensors);
-    let outputs: Vec<TensorId> = if head == DecoderHead::Bare {
-        out.into_iter().chain(cache_out).collect()
-    } else {
-        out
-    };
+    let outputs = decoder_outputs(
+        &mut b,
+        (head, "score"),
+        s.hidden,
+        out,
+        cache.as_ref(),
+        qa_positions,
+    );
     let graph = b
         .finish(&outputs, head.task(s.vocab))
         .map_err(build_error(cfg))?;

@@ -19,7 +19,8 @@
 //! masked-LM, sequence-classification, token-classification and question-answering heads
 //! (`encoder_heads.rs`); and the encoder-decoders T5 (`t5`, T5 v1.1 / FLAN-T5 included), mT5
 //! (`mt5`) and UMT5 (`umt5`) trained on `model(input_ids, labels=labels).loss`. The bare models
-//! of the encoders, of T5's encoder (`T5EncoderModel`) and of the Llama family run as
+//! of every decoder family (`GPT2Model`, `OPTModel`, `LlamaModel`, `MixtralModel`, ..., with the
+//! cache their forward fills), of the encoders and of T5's encoder (`T5EncoderModel`) run as
 //! `feature-extraction` in inference. `model_type` is matched exactly (a config without one
 //! takes its class's), so a family that only looks like a supported one is refused, and so is
 //! a class whose head is not built (with the heads that are).
@@ -461,18 +462,21 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
          and the bare Model (--task feature-extraction, inference)"
     } else if matches!(family, Family::Moe) {
         "ForCausalLM (--task causal-lm), ForSequenceClassification (--task seq-cls), \
-         ForTokenClassification (--task token-cls) and ForQuestionAnswering (--task qa)"
+         ForTokenClassification (--task token-cls), ForQuestionAnswering (--task qa) and the \
+         bare Model (--task feature-extraction, inference)"
     } else if matches!(family, Family::Gemma(_)) {
         "ForCausalLM (--task causal-lm), ForSequenceClassification (--task seq-cls), \
          ForTokenClassification (--task token-cls; gemma and gemma2) and the bare Model \
          (--task feature-extraction, inference)"
     } else if matches!(family, Family::Gpt2) {
         "LMHeadModel (--task causal-lm), ForSequenceClassification (--task seq-cls), \
-         ForTokenClassification (--task token-cls) and ForQuestionAnswering (--task qa)"
+         ForTokenClassification (--task token-cls), ForQuestionAnswering (--task qa) and the \
+         bare Model (--task feature-extraction, inference)"
     } else {
         // OPT
-        "ForCausalLM (--task causal-lm), ForSequenceClassification (--task seq-cls) and \
-         ForQuestionAnswering (--task qa)"
+        "ForCausalLM (--task causal-lm), ForSequenceClassification (--task seq-cls), \
+         ForQuestionAnswering (--task qa) and the bare Model (--task feature-extraction, \
+         inference)"
     };
     let has_head = |task| match task {
         HfTask::CausalLm => !encoder && !seq2seq,
@@ -480,10 +484,8 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
         HfTask::TokenCls | HfTask::QuestionAnswering => {
             encoder || decoder_per_token_head(&model_type, task)
         }
-        // the decoders' bare model: the Llama family's and Gemma's (measured)
-        HfTask::FeatureExtraction => {
-            encoder || seq2seq || matches!(family, Family::Llama | Family::Gemma(_))
-        }
+        // every family's bare model (T5's encoder alone)
+        HfTask::FeatureExtraction => true,
         HfTask::SeqCls => !seq2seq,
         HfTask::Seq2SeqLm => seq2seq,
     };

@@ -10,10 +10,11 @@ use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
 use super::generate::CausalLm;
 use super::layers::{
-    activation, activation_kind, add, cached_attention_core, dropout_fn, eager_causal_mask,
-    embedding, layer_norm, linear, mul_scalar, tied_head, view, Call, Eager, EagerFlavor, KvCache,
+    activation, activation_kind, add, cached_attention, decoder_heads, dropout_fn,
+    eager_causal_mask, embedding, layer_norm, linear, mul_scalar, tied_head, view, Call, Eager,
+    EagerFlavor, KvCache,
 };
-use super::seq_cls::{per_token_head, qa_inputs, sequence_classification, DecoderHead};
+use super::seq_cls::{decoder_outputs, qa_inputs, sequence_classification, DecoderHead};
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
 use vramscope_core::ops::ActivationKind;
 
@@ -104,23 +105,18 @@ pub fn build(
     call.cache = cache.as_mut();
     let out = m.forward(&mut b, ids, &mut call);
     drop(call);
-    let outputs = if head.per_token() {
-        let head = (head, "classifier");
-        per_token_head(
-            &mut b,
-            head,
-            m.spec.proj_dim,
-            out,
-            cache.as_ref(),
-            qa_positions,
-        )
-    } else {
-        vec![out]
-    };
+    let outputs = decoder_outputs(
+        &mut b,
+        (head, "classifier"),
+        m.spec.proj_dim,
+        vec![out],
+        cache.as_ref(),
+        qa_positions,
+    );
     let graph = b
         .finish(&outputs, head.task(m.spec.vocab))
         .map_err(build_error(cfg))?;
-    Ok((graph, m.checkpoint_layers()))
+    Ok((graph, m.checkpoint_layers(head)))
 }
 
 /// OPT ready to record its forward, once or once per generation step.
@@ -141,7 +137,7 @@ impl Model {
         Ok(Model {
             spec,
             attention: Eager {
-                flavor: EagerFlavor::Llama,
+                flavor: EagerFlavor::Opt,
                 dtype: input.precision.param_dtype(),
                 autocast: input.precision.autocast_dtype(),
             },
@@ -149,21 +145,33 @@ impl Model {
         })
     }
 
-    /// The layers `gradient_checkpointing_enable()` checkpoints.
-    pub fn checkpoint_layers(&self) -> Vec<String> {
+    /// The layers `gradient_checkpointing_enable()` checkpoints (the bare model's are at the
+    /// root of the names).
+    pub fn checkpoint_layers(&self, head: DecoderHead) -> Vec<String> {
+        let root = if head == DecoderHead::Bare {
+            ""
+        } else {
+            "model."
+        };
         (0..self.spec.layers)
-            .map(|i| format!("model.decoder.layers.{i}"))
+            .map(|i| format!("{root}decoder.layers.{i}"))
             .collect()
     }
 
     /// Records one call of the model on `ids` (`[B, S]`) and returns the logits.
     pub fn forward(&self, b: &mut GraphBuilder, ids: TensorId, call: &mut Call) -> TensorId {
         let s = &self.spec;
-        let (h, emb) = b.module("model", "OPTModel", &[ids], |b| {
+        let bare = call.head == DecoderHead::Bare;
+        let mut model = |b: &mut GraphBuilder| {
             b.module("decoder", "OPTDecoder", &[ids], |b| {
                 decoder(b, self, ids, call)
             })
-        });
+        };
+        if bare {
+            // `OPTModel` itself, at the root of the names: its last hidden state is the output
+            return model(b).0;
+        }
+        let (h, emb) = b.module("model", "OPTModel", &[ids], model);
         match call.head {
             DecoderHead::SequenceClassification(c) => {
                 return sequence_classification(b, c, s.proj_dim, ids, h);
@@ -307,14 +315,8 @@ fn layer(
         let q = mul_scalar(b, q);
         let k = linear(b, "k_proj", e, e, s.bias, x);
         let v = linear(b, "v_proj", e, e, s.bias, x);
-        let o = cached_attention_core(
-            b,
-            [q, k, v],
-            s.heads,
-            s.attn_dropout,
-            (index, m.attention),
-            call,
-        );
+        let [q, k, v] = [q, k, v].map(|t| decoder_heads(b, t, s.heads, call));
+        let o = cached_attention(b, call, index, q, k, v, s.attn_dropout, m.attention);
         linear(b, "out_proj", e, e, s.bias, o)
     });
     // eager attention's weights: `hidden_states, self_attn_weights = self.self_attn(...)`

@@ -195,7 +195,7 @@ pub fn sequence_classification(
 /// generic class, `classifier` for GPT-2's own), whose input `sequence_output` is freed after
 /// it, or `{X}ForQuestionAnswering`'s `qa_outputs` and loss on `qa_positions`. Returns the
 /// forward's outputs.
-pub(super) fn per_token_head(
+fn per_token_head(
     b: &mut GraphBuilder,
     (head, classifier): (DecoderHead, &str),
     hidden: u64,
@@ -223,6 +223,30 @@ pub(super) fn per_token_head(
             _ => vec![h],
         }
     })
+}
+
+/// The forward's outputs of a decoder whose base model returned `out` (its last hidden state
+/// first) after filling `cache`: a per-token head's ([`per_token_head`], its `classifier` on
+/// `hidden` features), the bare model's last hidden state and the cache it returns, or the other
+/// heads' `out` itself.
+pub(super) fn decoder_outputs(
+    b: &mut GraphBuilder,
+    (head, classifier): (DecoderHead, &str),
+    hidden: u64,
+    out: Vec<TensorId>,
+    cache: Option<&KvCache>,
+    qa_positions: Option<[TensorId; 2]>,
+) -> Vec<TensorId> {
+    match head {
+        head if head.per_token() => {
+            per_token_head(b, (head, classifier), hidden, out[0], cache, qa_positions)
+        }
+        DecoderHead::Bare => out
+            .into_iter()
+            .chain(cache.into_iter().flat_map(KvCache::tensors))
+            .collect(),
+        _ => out,
+    }
 }
 
 /// The `start_positions` / `end_positions` inputs a question-answering head reads, made after
