@@ -16,6 +16,9 @@ implementation unless `attn` is given, `gradient_checkpointing_enable()` for `ch
   `use_cache` also returns the `DynamicCache` its forward filled) stays referenced until the next
   forward returns. The packed-sequence patch of measure.py's `hf:` route is applied.
 
+- `t5_model`: the bare encoder-decoder `T5Model` (`MT5Model`, `UMT5Model`) on `input_ids` and
+  `decoder_input_ids` (`target_len` long, default seq), in inference the same way.
+
 - `t5_encoder`: `T5EncoderModel` (`MT5EncoderModel`, `UMT5EncoderModel` for those model types),
   run in inference the same way.
 
@@ -124,6 +127,34 @@ def feature_extraction(batch, seq, checkpoint=False, config="crates/vramscope-fo
                        attn="sdpa", use_cache=None, **_):
     model, cfg = _model("AutoModel", config, attn, None, checkpoint, use_cache)
     return _features(model, cfg.vocab_size, batch, seq)
+
+
+def t5_model(batch, seq, checkpoint=False, config="crates/vramscope-formats/data/hf/t5-small.json", attn="sdpa",
+             target_len=None, use_cache=None, **_):
+    """The bare encoder-decoder `T5Model` (`MT5Model`, `UMT5Model`) in inference: `input_ids`
+    `[B, seq]` then `decoder_input_ids` `[B, target_len]` (default `seq`), `out =
+    model(input_ids=..., decoder_input_ids=...)` kept until the next forward returns."""
+    import torch
+    import transformers
+    cfg = _read_config(config)
+    cfg._attn_implementation = attn
+    if use_cache is not None:
+        cfg.use_cache = bool(use_cache)
+    cls = {"t5": transformers.T5Model, "mt5": transformers.MT5Model,
+           "umt5": transformers.UMT5Model}[cfg.model_type]
+    model = cls(cfg)
+    V, T = cfg.vocab_size, int(target_len or seq)
+
+    def make_batch():
+        ids = torch.randint(0, V, (batch, seq))
+        dec = torch.randint(0, V, (batch, T))
+        return (ids, dec), ids
+
+    def forward(m, x):
+        ids, dec = x
+        return m(input_ids=ids, decoder_input_ids=dec)
+
+    return model, make_batch, None, forward
 
 
 def t5_encoder(batch, seq, checkpoint=False, config="crates/vramscope-formats/data/hf/t5-small.json", attn="sdpa", **_):

@@ -1141,7 +1141,7 @@ fn look_alike_families_and_unbuilt_heads_are_refused_by_name() {
         ("roberta", "RobertaForCausalLM", "--task qa"),
         ("opt", "OPTForTokenClassification", "--task qa"),
         ("gpt2", "GPT2DoubleHeadsModel", "--task seq-cls"),
-        ("t5", "T5Model", "--task feature-extraction"),
+        ("t5", "T5ForQuestionAnswering", "--task feature-extraction"),
     ] {
         let e = hf::build(&config(Some(model_type), class), &input()).unwrap_err();
         assert!(matches!(e, HfError::HeadNotBuilt { .. }), "{class}: {e}");
@@ -1295,7 +1295,7 @@ fn encoder_token_and_qa_heads_follow_transformers() {
         .iter()
         .any(|p| p.name == "pooler.dense.weight"));
     assert_eq!(m.checkpoint_layers[0], "encoder.layer.0");
-    // T5's encoder alone is `T5EncoderModel`; the bare encoder-decoder `T5Model` is not built
+    // T5's encoder alone is `T5EncoderModel`
     let t5 = |class: &str| {
         HfConfig::parse(
             "t5.json",
@@ -1314,8 +1314,35 @@ fn encoder_token_and_qa_heads_follow_transformers() {
         .params
         .iter()
         .any(|p| p.name.starts_with("decoder.")));
-    let e = hf::build(&t5("T5Model"), &input()).unwrap_err();
-    assert!(matches!(e, HfError::HeadNotBuilt { .. }), "{e}");
+    // the bare encoder-decoder: both stacks, no lm_head, and no decoder_start_token_id needed
+    // (no labels to shift)
+    let bare = HfConfig::parse(
+        "t5.json",
+        r#"{"model_type": "t5", "architectures": ["T5Model"], "vocab_size": 100, "d_model": 64,
+            "d_kv": 16, "d_ff": 128, "num_layers": 1, "num_heads": 4}"#,
+    )
+    .unwrap();
+    let m = hf::build(&bare, &input()).unwrap();
+    assert_eq!(m.task, HfTask::FeatureExtraction);
+    let names: Vec<&str> = m.graph.params.iter().map(|p| p.name.as_str()).collect();
+    assert!(
+        names.iter().any(|n| n.starts_with("decoder.block.0.")),
+        "{names:?}"
+    );
+    assert!(!names.iter().any(|n| n.starts_with("lm_head")), "{names:?}");
+    assert_eq!(m.checkpoint_layers.len(), 2);
+    // `--task feature-extraction` on it is the same model; on a T5ForConditionalGeneration
+    // config, the encoder alone
+    let forced = HfInput {
+        task: Some(HfTask::FeatureExtraction),
+        ..input()
+    };
+    assert_eq!(
+        hf::build(&bare, &forced).unwrap().checkpoint_layers.len(),
+        2
+    );
+    let encoder = hf::build(&t5("T5ForConditionalGeneration"), &forced).unwrap();
+    assert_eq!(encoder.checkpoint_layers, ["encoder.block.0"]);
     // the Llama family has both (transformers' generic heads, `score` and `qa_outputs`)
     let llama = |class: &str| {
         HfConfig::parse(

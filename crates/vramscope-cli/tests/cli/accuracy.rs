@@ -590,14 +590,16 @@ fn decoder_token_classification_and_qa_cases_match_truth() {
     check("hf_decoder_heads.jsonl");
 }
 
-/// The bare decoders the Llama family's and Gemma's feature cases leave out: `GPT2Model`,
-/// `OPTModel`, `MixtralModel`, `Qwen2MoeModel` and `Qwen3MoeModel` in inference, with the
-/// `DynamicCache` their forward fills (and without it, `--use-cache false`), under SDPA and eager
-/// attention (OPT's casts its float32 probabilities back to the half query under autocast).
+/// The bare models the Llama family's, Gemma's and the encoders' feature cases leave out, in
+/// inference: `GPT2Model`, `OPTModel`, `MixtralModel`, `Qwen2MoeModel` and `Qwen3MoeModel` with
+/// the `DynamicCache` their forward fills (and without it, `--use-cache false`), under SDPA and
+/// eager attention (OPT's casts its float32 probabilities back to the half query under
+/// autocast); T5's bare encoder-decoder (`T5Model`, `MT5Model`, `UMT5Model`) on `input_ids` and
+/// `decoder_input_ids`, with its `EncoderDecoderCache` and without.
 #[test]
-fn bare_decoder_cases_match_truth() {
-    assert_eq!(cases("hf_bare_decoders.jsonl").len(), 12);
-    check("hf_bare_decoders.jsonl");
+fn bare_model_cases_match_truth() {
+    assert_eq!(cases("hf_bare_models.jsonl").len(), 18);
+    check("hf_bare_models.jsonl");
 }
 
 /// Config fields that change the model from what the built-in configs build

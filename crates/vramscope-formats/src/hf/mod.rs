@@ -20,8 +20,8 @@
 //! (`encoder_heads.rs`); and the encoder-decoders T5 (`t5`, T5 v1.1 / FLAN-T5 included), mT5
 //! (`mt5`) and UMT5 (`umt5`) trained on `model(input_ids, labels=labels).loss`. The bare models
 //! of every decoder family (`GPT2Model`, `OPTModel`, `LlamaModel`, `MixtralModel`, ..., with the
-//! cache their forward fills), of the encoders and of T5's encoder (`T5EncoderModel`) run as
-//! `feature-extraction` in inference. `model_type` is matched exactly (a config without one
+//! cache their forward fills), of the encoders, and T5's (`T5Model` on `decoder_input_ids` too, or
+//! its encoder alone, `T5EncoderModel`) run as `feature-extraction` in inference. `model_type` is matched exactly (a config without one
 //! takes its class's), so a family that only looks like a supported one is refused, and so is
 //! a class whose head is not built (with the heads that are).
 //! `Gemma3ForConditionalGeneration` (the vision-language model) runs on text: its vision tower
@@ -454,8 +454,9 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
          ForTokenClassification (--task token-cls), ForQuestionAnswering (--task qa) and the \
          bare Model (--task feature-extraction, inference)"
     } else if seq2seq {
-        "ForConditionalGeneration (--task seq2seq-lm) and the encoder alone, EncoderModel \
-         (--task feature-extraction, inference)"
+        "ForConditionalGeneration (--task seq2seq-lm), and in inference the bare Model \
+         (--task feature-extraction on a config naming it) and the encoder alone, EncoderModel \
+         (--task feature-extraction)"
     } else if matches!(family, Family::Llama) {
         "ForCausalLM (--task causal-lm), ForSequenceClassification (--task seq-cls), \
          ForTokenClassification (--task token-cls), ForQuestionAnswering (--task qa; not phi3) \
@@ -489,9 +490,11 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
         HfTask::SeqCls => !seq2seq,
         HfTask::Seq2SeqLm => seq2seq,
     };
-    // T5's bare encoder-decoder (`T5Model`, which needs decoder inputs) is not its encoder
+    // T5's bare encoder-decoder (`T5Model`, run on `decoder_input_ids` too) when the config
+    // names it; for the other T5 configs `--task feature-extraction` is the encoder alone
+    // (`T5EncoderModel`)
     let t5_model = seq2seq
-        && input.task.is_none()
+        && matches!(input.task, None | Some(HfTask::FeatureExtraction))
         && !archs.iter().any(|a| a.ends_with("EncoderModel"))
         && archs.iter().any(|a| a.ends_with("Model"));
     let task = match input.task {
@@ -507,7 +510,7 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
             // `ForConditionalGeneration` is the class that generates text: an encoder-decoder's,
             // or a decoder's under a vision tower (Gemma 3), which is a causal LM
             Some(HfTask::Seq2SeqLm) if !seq2seq && !encoder => HfTask::CausalLm,
-            Some(task) if has_head(task) && !t5_model => task,
+            Some(task) if has_head(task) => task,
             // no class named: the family's usual head
             None if archs.is_empty() && encoder => HfTask::MaskedLm,
             None if archs.is_empty() && seq2seq => HfTask::Seq2SeqLm,
@@ -627,13 +630,14 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
         Family::Moe => moe::build(cfg, &model_type, input, dtype, head)?,
         Family::Bert(f) => bert::build(cfg, f, task, input)?,
         Family::DistilBert => distilbert::build(cfg, task, input)?,
+        Family::T5 if t5_model => t5::build_model(cfg, &model_type, input)?,
         Family::T5 if task == HfTask::FeatureExtraction => {
             t5::build_encoder(cfg, &model_type, input)?
         }
         Family::T5 => t5::build(cfg, &model_type, input)?,
     };
     let follows_use_cache = match family {
-        Family::T5 => task == HfTask::Seq2SeqLm,
+        Family::T5 => task == HfTask::Seq2SeqLm || t5_model,
         Family::Llama | Family::Moe | Family::Gemma(_) | Family::Gpt2 | Family::Opt => {
             head == DecoderHead::Bare || head.per_token()
         }

@@ -179,7 +179,12 @@ fn field_err(cfg: &HfConfig, field: &str, expected: impl Into<String>) -> HfErro
     }
 }
 
-fn spec(cfg: &HfConfig, variant: Variant, input: &HfInput) -> Result<Spec, HfError> {
+fn spec(
+    cfg: &HfConfig,
+    variant: Variant,
+    input: &HfInput,
+    shifts_labels: bool,
+) -> Result<Spec, HfError> {
     // fields the file leaves out are T5Config's (the t5-small shape) or MT5Config's /
     // UMT5Config's (the mt5-small shape) defaults: `HfConfig`'s class table, which `build` gives
     // a config without `model_type` too
@@ -211,7 +216,7 @@ fn spec(cfg: &HfConfig, variant: Variant, input: &HfInput) -> Result<Spec, HfErr
         )
     })?;
     // `_shift_right(labels)` reads it and raises without it
-    if cfg.opt_u64(&["decoder_start_token_id"])?.is_none() {
+    if shifts_labels && cfg.opt_u64(&["decoder_start_token_id"])?.is_none() {
         return Err(field_err(
             cfg,
             "decoder_start_token_id",
@@ -271,16 +276,11 @@ pub fn build(
     model_type: &str,
     input: &HfInput,
 ) -> Result<(Graph, Vec<String>), HfError> {
-    let s = spec(cfg, Variant::of(model_type), input)?;
+    let s = spec(cfg, Variant::of(model_type), input, true)?;
     let (bsz, src) = (input.batch, input.seq);
-    let tgt = input.target_seq.unwrap_or(src);
-    if tgt == 0 {
-        return Err(HfError::BadInput(
-            "--target-len must be positive".to_string(),
-        ));
-    }
+    let tgt = target_len(input)?;
     let mut b = GraphBuilder::new(model_type, &s.class("ForConditionalGeneration"));
-    let shared = declare_model(&mut b, &s, true);
+    let shared = declare_model(&mut b, &s, Some(true));
     let ids = b.input(vec![bsz, src], DType::I64);
     let labels = b.input(vec![bsz, tgt], DType::I64);
     let enc = b.module("encoder", &s.class("Stack"), &[ids], |b| {
@@ -320,11 +320,57 @@ pub fn build(
     let graph = b
         .finish(&outputs, Task::LossInForward)
         .map_err(build_error(cfg))?;
-    let layers = (0..s.enc_layers)
+    Ok((graph, block_names(&s)))
+}
+
+/// The decoder's length T: `--target-len`, else `--seq-len`.
+fn target_len(input: &HfInput) -> Result<u64, HfError> {
+    match input.target_seq.unwrap_or(input.seq) {
+        0 => Err(HfError::BadInput(
+            "--target-len must be positive".to_string(),
+        )),
+        t => Ok(t),
+    }
+}
+
+/// Every `T5Block`, the encoder's then the decoder's.
+fn block_names(s: &Spec) -> Vec<String> {
+    (0..s.enc_layers)
         .map(|i| format!("encoder.block.{i}"))
         .chain((0..s.dec_layers).map(|i| format!("decoder.block.{i}")))
-        .collect();
-    Ok((graph, layers))
+        .collect()
+}
+
+/// Builds the bare encoder-decoder `T5Model` (`MT5Model`, `UMT5Model`), run in inference on
+/// `input_ids` `[B, S]` and `decoder_input_ids` `[B, T]` (`T` = `input.target_seq`, default
+/// `S`): `shared`, both stacks, no `lm_head`. Its output (the decoder's last hidden state, the
+/// `EncoderDecoderCache` of the config's `use_cache` and the encoder's last hidden state) is kept
+/// until the next forward returns. Returns the graph and every `T5Block`.
+pub fn build_model(
+    cfg: &HfConfig,
+    model_type: &str,
+    input: &HfInput,
+) -> Result<(Graph, Vec<String>), HfError> {
+    let s = spec(cfg, Variant::of(model_type), input, false)?;
+    let (bsz, src) = (input.batch, input.seq);
+    let tgt = target_len(input)?;
+    let mut b = GraphBuilder::new(model_type, &s.class("Model"));
+    let shared = declare_model(&mut b, &s, Some(false));
+    let ids = b.input(vec![bsz, src], DType::I64);
+    let dec_ids = b.input(vec![bsz, tgt], DType::I64);
+    let enc = b.module("encoder", &s.class("Stack"), &[ids], |b| {
+        stack(b, &s, false, s.enc_layers, shared, ids, None)
+    });
+    let dec = b.module("decoder", &s.class("Stack"), &[dec_ids, enc], |b| {
+        stack(b, &s, true, s.dec_layers, shared, dec_ids, Some(enc))
+    });
+    let mut outputs = vec![dec];
+    outputs.extend(s.cache.borrow().iter().copied());
+    outputs.push(enc);
+    let graph = b
+        .finish(&outputs, Task::Features)
+        .map_err(build_error(cfg))?;
+    Ok((graph, block_names(&s)))
 }
 
 /// Builds `T5EncoderModel` (`MT5...`, `UMT5...`): `shared` and the encoder stack alone, run on
@@ -336,7 +382,7 @@ pub fn build_encoder(
     model_type: &str,
     input: &HfInput,
 ) -> Result<(Graph, Vec<String>), HfError> {
-    let s = spec(cfg, Variant::of(model_type), input)?;
+    let s = spec(cfg, Variant::of(model_type), input, false)?;
     let (bsz, src) = (input.batch, input.seq);
     if input.target_seq.is_some() {
         return Err(HfError::BadInput(format!(
@@ -346,7 +392,7 @@ pub fn build_encoder(
         )));
     }
     let mut b = GraphBuilder::new(model_type, &s.class("EncoderModel"));
-    let shared = declare_model(&mut b, &s, false);
+    let shared = declare_model(&mut b, &s, None);
     let ids = b.input(vec![bsz, src], DType::I64);
     let enc = b.module("encoder", &s.class("Stack"), &[ids], |b| {
         stack(b, &s, false, s.enc_layers, shared, ids, None)
@@ -359,10 +405,12 @@ pub fn build_encoder(
 }
 
 /// Registers every module and parameter in `__init__` order (the order they are allocated in),
-/// with the per-stack `embed_tokens` and `lm_head` weights that tying drops (`with_decoder`:
-/// the whole `ForConditionalGeneration`; otherwise `EncoderModel`'s `shared` and encoder).
-/// Returns `shared.weight`.
-fn declare_model(b: &mut GraphBuilder, s: &Spec, with_decoder: bool) -> TensorId {
+/// with the per-stack `embed_tokens` and `lm_head` weights that tying drops (`decoder`: with the
+/// decoder stack, and with `lm_head` when `Some(true)`, the whole `ForConditionalGeneration`;
+/// `Some(false)`, the bare `Model`; `None`, `EncoderModel`'s `shared` and encoder). Returns
+/// `shared.weight`.
+fn declare_model(b: &mut GraphBuilder, s: &Spec, decoder: Option<bool>) -> TensorId {
+    let with_decoder = decoder.is_some();
     let shared = b.declare("shared", "Embedding", |b| {
         b.parameter("weight", vec![s.vocab, s.d_model])
     });
@@ -389,7 +437,7 @@ fn declare_model(b: &mut GraphBuilder, s: &Spec, with_decoder: bool) -> TensorId
             b.declare_module("dropout", "Dropout");
         });
     }
-    if with_decoder {
+    if decoder == Some(true) {
         // its weight is `shared.weight` (named_parameters() lists it once, as shared.weight)
         b.declare_module("lm_head", "Linear");
         // post_init: lm_head's own weight is allocated, then every untied weight is dropped
