@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Cell, CellAlignment, Table};
 use serde_json::json;
 use vramscope_formats::weights::{self, WeightFormat, WeightInventory};
@@ -21,12 +21,12 @@ pub struct InspectArgs {
 /// Runs `vramscope inspect`.
 pub fn run(a: &InspectArgs) -> Result<()> {
     let inv = weights::inspect(&a.path)?;
-    if a.json {
-        println!("{}", serde_json::to_string_pretty(&to_json(&inv))?);
+    let text = if a.json {
+        serde_json::to_string_pretty(&to_json(&inv))? + "\n"
     } else {
-        print!("{}", render(&inv));
-    }
-    Ok(())
+        render(&inv)
+    };
+    std::io::Write::write_all(&mut std::io::stdout(), text.as_bytes()).context("writing to stdout")
 }
 
 /// Bytes with a binary unit (B, KiB, MiB, GiB, TiB), two decimals above bytes.

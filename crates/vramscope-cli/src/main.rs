@@ -57,21 +57,40 @@ fn main() -> ExitCode {
         Command::Fit(a) => fit::run(a),
         Command::Gpus { json } => gpus(*json),
         Command::Tricks(a) => tricks::run(a),
-        Command::Models => {
-            println!("{}", vramscope_formats::zoo::names().join("\n"));
-            println!("{}", vramscope_formats::hf_zoo::names().join("\n"));
-            Ok(())
-        }
+        Command::Models => models(),
         Command::Watch(a) => watch::run(a),
         Command::Run(a) => return run::main(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // the reader went away (`vramscope estimate ... --json | head`): nothing left to say
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// Whether writing the output failed because its reader closed the pipe.
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+fn models() -> anyhow::Result<()> {
+    use anyhow::Context;
+    use std::io::Write;
+    let names = vramscope_formats::zoo::names()
+        .into_iter()
+        .chain(vramscope_formats::hf_zoo::names());
+    let text: String = names.map(|n| format!("{n}\n")).collect();
+    std::io::stdout()
+        .write_all(text.as_bytes())
+        .context("writing to stdout")
 }
 
 fn gpus(json: bool) -> anyhow::Result<()> {

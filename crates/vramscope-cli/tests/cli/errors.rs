@@ -532,3 +532,32 @@ fn bad_generation_flags() {
         &["--prompt-len 1000 + --new-tokens 100", "n_positions = 1024"],
     );
 }
+
+/// A reader that goes away early (`vramscope estimate ... --json | head`) ends the output
+/// quietly: exit 0, no error and no panic on stderr.
+#[test]
+fn closed_stdout_ends_quietly() {
+    use std::io::Read;
+    use std::process::{Command, Stdio};
+    for args in [
+        // outputs larger than a pipe's buffer, so that writing them fails
+        &["estimate", "llama-3-70b", "--seq-len", "4096", "--json"][..],
+        &["estimate", "llama-3-70b", "--seq-len", "4096"][..],
+        &["models"][..],
+    ] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_vramscope"))
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the vramscope binary runs");
+        let mut first = [0u8; 1];
+        let mut stdout = child.stdout.take().expect("piped stdout");
+        stdout.read_exact(&mut first).expect("some output");
+        drop(stdout);
+        let out = child.wait_with_output().expect("vramscope exits");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {stderr}");
+        assert!(stderr.is_empty(), "{args:?}: {stderr}");
+    }
+}
