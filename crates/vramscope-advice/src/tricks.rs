@@ -1,7 +1,7 @@
 //! The memory-saving tricks of the field's write-ups, each quantified by re-simulating the step
 //! with the change applied (never by a rule of thumb): smaller batches, accumulation, smaller
-//! input, precision, checkpointing, inference, optimizers, in-place activations, `zero_grad`,
-//! freeing the output, and more GPUs. A trick that saves nothing says so and why. Rows are ranked
+//! input, precision, checkpointing, inference, optimizers, a transformer's layer checkpointing,
+//! LoRA and QLoRA, in-place activations, `zero_grad`, freeing the output, and more GPUs. A trick that saves nothing says so and why. Rows are ranked
 //! by peak reserved memory saved (what decides an out-of-memory error).
 
 use serde::Serialize;
@@ -23,6 +23,57 @@ pub trait ModelSource {
     /// for other models (the default).
     fn shorter_sequence(&self, _batch: u64) -> Option<(u64, Result<Graph, String>)> {
         None
+    }
+    /// The model at `batch` with a fine-tuning `change` (a Hugging Face transformer's), and the
+    /// step it runs in (`cfg`, plus the modules the change checkpoints); `None` where the change
+    /// does not apply to the model (the default) or is already made.
+    fn fine_tuned(
+        &self,
+        _change: FineTuning,
+        _batch: u64,
+        _cfg: &StepConfig,
+    ) -> Option<Result<(Graph, StepConfig), String>> {
+        None
+    }
+}
+
+/// The fine-tuning changes of a Hugging Face transformer, the usual remedies for a language
+/// model's training that does not fit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum FineTuning {
+    /// `model.gradient_checkpointing_enable()`: every decoder / encoder layer checkpointed.
+    GradientCheckpointing,
+    /// PEFT LoRA of this rank on PEFT's default targets, the base frozen.
+    Lora(u64),
+    /// QLoRA of this rank: the base loaded as 4-bit NF4, LoRA on PEFT's default targets.
+    Qlora(u64),
+}
+
+impl FineTuning {
+    /// The rank the LoRA rows try.
+    pub const RANK: u64 = 16;
+
+    fn row(self) -> (String, &'static str, &'static str, &'static str) {
+        match self {
+            FineTuning::GradientCheckpointing => (
+                "gradient_checkpointing_enable()".into(),
+                "about +33% compute (each layer's forward runs again in backward)",
+                "model.gradient_checkpointing_enable()",
+                "every decoder / encoder layer is checkpointed (non-reentrant): its inputs are kept, its activations recomputed in backward; the model's cache is turned off",
+            ),
+            FineTuning::Lora(r) => (
+                format!("LoRA r={r} (PEFT's default targets)"),
+                "trains low-rank adapters only: usually a little below full fine-tuning's quality",
+                "model = get_peft_model(model, LoraConfig(r=16))",
+                "the frozen base gets no gradients and no optimizer states; the activations the adapters and the frozen layers' input gradients need are still saved",
+            ),
+            FineTuning::Qlora(r) => (
+                format!("QLoRA r={r} (4-bit NF4 base)"),
+                "4-bit quantisation error in the frozen weights; dequantisation compute; needs bitsandbytes",
+                "from_pretrained(..., quantization_config=BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=\"nf4\")); model = get_peft_model(model, LoraConfig(r=16))",
+                "every nn.Linear but the output head is stored as 4-bit NF4 with its block scales and frozen; LoRA adapters are trained on top",
+            ),
+        }
     }
 }
 
@@ -69,6 +120,8 @@ pub enum Change {
     ZeroGradInPlace,
     /// `del out, loss` at the end of each iteration.
     FreeOutput,
+    /// A Hugging Face fine-tuning change.
+    FineTuning(FineTuning),
     /// Nothing simulated (analytic or not applicable).
     None,
 }
@@ -280,6 +333,36 @@ pub fn tricks<S: ModelSource>(
     // checkpointing
     if train {
         checkpoint_tricks(&base_graph, cfg, &mut push)?;
+        // a transformer's own: its layers checkpointed, LoRA, QLoRA
+        for change in [
+            FineTuning::GradientCheckpointing,
+            FineTuning::Lora(FineTuning::RANK),
+            FineTuning::Qlora(FineTuning::RANK),
+        ] {
+            let Some(variant) = src.fine_tuned(change, batch, cfg) else {
+                continue;
+            };
+            let (name, cost, how, note) = change.row();
+            match variant {
+                Ok((g, c)) => push(
+                    name,
+                    Change::FineTuning(change),
+                    Some(sim(&g, &c)?),
+                    cost,
+                    how.into(),
+                    note.into(),
+                ),
+                // a model the change cannot be made to (no default targets, ...): said, not fatal
+                Err(m) => push(
+                    name,
+                    Change::None,
+                    None,
+                    "-",
+                    how.into(),
+                    format!("not applicable: {m}"),
+                ),
+            }
+        }
         // optimizers
         for o in [
             Optimizer::Sgd,

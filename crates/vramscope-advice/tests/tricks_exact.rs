@@ -43,8 +43,8 @@ fn resimulate(model: &str, batch: u64, cfg: &StepConfig, t: &Trick) -> Option<(u
                 ..cfg.clone()
             },
         ),
-        // the zoo's image models have no sequence to shorten
-        Change::ShorterSequence(_) => return None,
+        // the zoo's image models have no sequence to shorten and no transformer layers to fine-tune
+        Change::ShorterSequence(_) | Change::FineTuning(_) => return None,
         Change::SmallerInput(_) => (
             zoo::build(model, &input(batch, 160)).expect("builds"),
             cfg.clone(),

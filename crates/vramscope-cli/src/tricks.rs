@@ -5,7 +5,8 @@ use std::io::Write;
 
 use anyhow::{Context, Result};
 use vramscope_advice::render;
-use vramscope_advice::tricks::{tricks, ModelSource};
+use vramscope_advice::tricks::{tricks, FineTuning, ModelSource};
+use vramscope_core::sim::StepConfig;
 use vramscope_core::Graph;
 
 use crate::model::{self, parse_input, ModelArgs};
@@ -67,6 +68,41 @@ impl ModelSource for Source<'_> {
             ..self.0.clone()
         };
         Some((shorter, Source(&args, self.1).build(batch)))
+    }
+
+    fn fine_tuned(
+        &self,
+        change: FineTuning,
+        batch: u64,
+        cfg: &StepConfig,
+    ) -> Option<Result<(Graph, StepConfig), String>> {
+        // a Hugging Face model's training step (a generation trains nothing)
+        if !model::is_transformer(self.0) || self.0.prompt_len.is_some() {
+            return None;
+        }
+        let mut args = self.0.clone();
+        match change {
+            FineTuning::GradientCheckpointing if !args.gradient_checkpointing => {
+                args.gradient_checkpointing = true;
+            }
+            // only over a full fine-tuning: the user's own adapters, freezing or 4-bit loading
+            // are a different base
+            FineTuning::Lora(r) if !args.finetune.any() => args.finetune.lora = Some(r),
+            FineTuning::Qlora(r) if !args.finetune.any() => args.finetune.qlora = Some(r),
+            _ => return None,
+        }
+        Some(
+            model::load(&args, batch, cfg)
+                .map(|loaded| {
+                    let mut c = cfg.clone();
+                    // `cfg` already checkpoints what the user's flags asked for
+                    if change == FineTuning::GradientCheckpointing {
+                        loaded.apply_to(&mut c);
+                    }
+                    (loaded.graph, c)
+                })
+                .map_err(|e| format!("{e:#}")),
+        )
     }
 }
 

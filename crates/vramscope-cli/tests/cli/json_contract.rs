@@ -626,3 +626,65 @@ fn tricks_in_inference_name_no_training_machinery() {
         "{names:?}"
     );
 }
+
+/// `tricks` on a transformer's training step offers its own remedies, each re-simulated exactly
+/// as `estimate` with the flag (`--gradient-checkpointing`, `--lora 16`, `--qlora 16`); none of
+/// them over a step that already uses it, and none in inference.
+#[test]
+fn tricks_offer_a_transformers_checkpointing_lora_and_qlora() {
+    let cfg = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../fixtures/hf/configs/qwen2_small_2l.json"
+    );
+    let step = [
+        cfg,
+        "--seq-len",
+        "128",
+        "-b",
+        "2",
+        "--precision",
+        "amp-bf16",
+    ];
+    let tricks = |extra: &[&str]| {
+        let mut args = vec!["tricks"];
+        args.extend_from_slice(&step);
+        args.extend_from_slice(extra);
+        args.push("--json");
+        let rows = crate::vramscope_json(&args);
+        rows.as_array().unwrap().clone()
+    };
+    let fine_tuning = |rows: &[serde_json::Value], kind: &str| {
+        rows.iter()
+            .find(|r| {
+                let c = &r["change"]["FineTuning"];
+                c == kind || c.get(kind).is_some()
+            })
+            .cloned()
+    };
+    let rows = tricks(&[]);
+    for (kind, flag) in [
+        ("GradientCheckpointing", &["--gradient-checkpointing"][..]),
+        ("Lora", &["--lora", "16"][..]),
+        ("Qlora", &["--qlora", "16"][..]),
+    ] {
+        let row = fine_tuning(&rows, kind).unwrap_or_else(|| panic!("no {kind} row"));
+        let mut args = step.to_vec();
+        args.extend_from_slice(flag);
+        let direct = estimate_json(&args);
+        assert_eq!(
+            row["after"]["reserved_bytes"], direct["peak"]["reserved_bytes"],
+            "{kind}"
+        );
+        assert_eq!(
+            row["after"]["allocated_bytes"], direct["peak"]["allocated_bytes"],
+            "{kind}"
+        );
+    }
+    // already made: not offered again
+    let rows = tricks(&["--gradient-checkpointing", "--lora", "8"]);
+    for kind in ["GradientCheckpointing", "Lora", "Qlora"] {
+        assert!(fine_tuning(&rows, kind).is_none(), "{kind} offered again");
+    }
+    let rows = tricks(&["--mode", "infer"]);
+    assert!(!rows.iter().any(|r| r["change"].get("FineTuning").is_some()));
+}
