@@ -148,6 +148,9 @@ pub fn run(a: &FitArgs) -> Result<()> {
                 }
                 v["model"] = name.into();
                 serde_json::to_string_pretty(&v).context("serialising the result")? + "\n"
+            } else if r.size == 0 {
+                render::fit_text(&what, &r)
+                    + "what to change: `vramscope tricks` with the same model and flags ranks every remedy, each re-simulated\n"
             } else {
                 render::fit_text(&what, &r)
             }

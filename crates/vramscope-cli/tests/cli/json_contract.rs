@@ -688,3 +688,24 @@ fn tricks_offer_a_transformers_checkpointing_lora_and_qlora() {
     let rows = tricks(&["--mode", "infer"]);
     assert!(!rows.iter().any(|r| r["change"].get("FineTuning").is_some()));
 }
+
+/// When not even the smallest size fits, `fit` says so and points at `tricks`.
+#[test]
+fn fit_that_fails_points_at_tricks() {
+    let out = crate::vramscope(&[
+        "fit",
+        "llama-3-8b",
+        "--seq-len",
+        "2048",
+        "--precision",
+        "amp-bf16",
+        "--optimizer",
+        "adamw",
+        "--gpu",
+        "h100",
+    ]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("nothing fits"), "{text}");
+    assert!(text.contains("`vramscope tricks`"), "{text}");
+}
