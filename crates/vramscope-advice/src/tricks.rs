@@ -1,7 +1,7 @@
 //! The memory-saving tricks of the field's write-ups, each quantified by re-simulating the step
 //! with the change applied (never by a rule of thumb): smaller batches, accumulation, smaller
 //! input, precision, checkpointing, inference, optimizers, a transformer's layer checkpointing,
-//! LoRA and QLoRA, in-place activations, `zero_grad`, freeing the output, and more GPUs. A trick that saves nothing says so and why. Rows are ranked
+//! LoRA, QLoRA and 4-bit weights, in-place activations, `zero_grad`, freeing the output, and more GPUs. A trick that saves nothing says so and why. Rows are ranked
 //! by peak reserved memory saved (what decides an out-of-memory error).
 
 use serde::Serialize;
@@ -47,6 +47,8 @@ pub enum FineTuning {
     Lora(u64),
     /// QLoRA of this rank: the base loaded as 4-bit NF4, LoRA on PEFT's default targets.
     Qlora(u64),
+    /// The weights loaded as bitsandbytes 4-bit NF4, for inference.
+    LoadIn4bit,
 }
 
 impl FineTuning {
@@ -72,6 +74,12 @@ impl FineTuning {
                 "4-bit quantisation error in the frozen weights; dequantisation compute; needs bitsandbytes",
                 "from_pretrained(..., quantization_config=BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=\"nf4\")); model = get_peft_model(model, LoraConfig(r=16))",
                 "every nn.Linear but the output head is stored as 4-bit NF4 with its block scales and frozen; LoRA adapters are trained on top",
+            ),
+            FineTuning::LoadIn4bit => (
+                "load_in_4bit (bitsandbytes NF4 weights)".into(),
+                "4-bit quantisation error; dequantisation compute; needs bitsandbytes",
+                "from_pretrained(..., quantization_config=BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=\"nf4\"))",
+                "every nn.Linear but the output head is stored as 4-bit NF4 with its block scales, dequantised layer by layer as it runs",
             ),
         }
     }
@@ -333,36 +341,44 @@ pub fn tricks<S: ModelSource>(
     // checkpointing
     if train {
         checkpoint_tricks(&base_graph, cfg, &mut push)?;
-        // a transformer's own: its layers checkpointed, LoRA, QLoRA
-        for change in [
+    }
+    // a transformer's own: in training its layers checkpointed, LoRA, QLoRA; in inference and
+    // generation its weights loaded in 4 bits
+    let changes: &[FineTuning] = if train {
+        &[
             FineTuning::GradientCheckpointing,
             FineTuning::Lora(FineTuning::RANK),
             FineTuning::Qlora(FineTuning::RANK),
-        ] {
-            let Some(variant) = src.fine_tuned(change, batch, cfg) else {
-                continue;
-            };
-            let (name, cost, how, note) = change.row();
-            match variant {
-                Ok((g, c)) => push(
-                    name,
-                    Change::FineTuning(change),
-                    Some(sim(&g, &c)?),
-                    cost,
-                    how.into(),
-                    note.into(),
-                ),
-                // a model the change cannot be made to (no default targets, ...): said, not fatal
-                Err(m) => push(
-                    name,
-                    Change::None,
-                    None,
-                    "-",
-                    how.into(),
-                    format!("not applicable: {m}"),
-                ),
-            }
+        ]
+    } else {
+        &[FineTuning::LoadIn4bit]
+    };
+    for &change in changes {
+        let Some(variant) = src.fine_tuned(change, batch, cfg) else {
+            continue;
+        };
+        let (name, cost, how, note) = change.row();
+        match variant {
+            Ok((g, c)) => push(
+                name,
+                Change::FineTuning(change),
+                Some(sim(&g, &c)?),
+                cost,
+                how.into(),
+                note.into(),
+            ),
+            // a model the change cannot be made to (no default targets, ...): said, not fatal
+            Err(m) => push(
+                name,
+                Change::None,
+                None,
+                "-",
+                how.into(),
+                format!("not applicable: {m}"),
+            ),
         }
+    }
+    if train {
         // optimizers
         for o in [
             Optimizer::Sgd,

@@ -76,8 +76,7 @@ impl ModelSource for Source<'_> {
         batch: u64,
         cfg: &StepConfig,
     ) -> Option<Result<(Graph, StepConfig), String>> {
-        // a Hugging Face model's training step (a generation trains nothing)
-        if !model::is_transformer(self.0) || self.0.prompt_len.is_some() {
+        if !model::is_transformer(self.0) {
             return None;
         }
         let mut args = self.0.clone();
@@ -89,6 +88,7 @@ impl ModelSource for Source<'_> {
             // are a different base
             FineTuning::Lora(r) if !args.finetune.any() => args.finetune.lora = Some(r),
             FineTuning::Qlora(r) if !args.finetune.any() => args.finetune.qlora = Some(r),
+            FineTuning::LoadIn4bit if !args.finetune.any() => args.finetune.load_in_4bit = true,
             _ => return None,
         }
         Some(

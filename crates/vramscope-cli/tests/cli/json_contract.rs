@@ -628,8 +628,8 @@ fn tricks_in_inference_name_no_training_machinery() {
 }
 
 /// `tricks` on a transformer's training step offers its own remedies, each re-simulated exactly
-/// as `estimate` with the flag (`--gradient-checkpointing`, `--lora 16`, `--qlora 16`); none of
-/// them over a step that already uses it, and none in inference.
+/// as `estimate` with the flag (`--gradient-checkpointing`, `--lora 16`, `--qlora 16`; in
+/// inference `--load-in-4bit`), none of them over a step that already uses it.
 #[test]
 fn tricks_offer_a_transformers_checkpointing_lora_and_qlora() {
     let cfg = concat!(
@@ -685,8 +685,19 @@ fn tricks_offer_a_transformers_checkpointing_lora_and_qlora() {
     for kind in ["GradientCheckpointing", "Lora", "Qlora"] {
         assert!(fine_tuning(&rows, kind).is_none(), "{kind} offered again");
     }
+    // in inference: the weights in 4 bits, the training remedies left out
     let rows = tricks(&["--mode", "infer"]);
-    assert!(!rows.iter().any(|r| r["change"].get("FineTuning").is_some()));
+    let four_bit = fine_tuning(&rows, "LoadIn4bit").expect("a 4-bit row in inference");
+    let mut args = step.to_vec();
+    args.extend_from_slice(&["--mode", "infer", "--load-in-4bit"]);
+    let direct = estimate_json(&args);
+    assert_eq!(
+        four_bit["after"]["reserved_bytes"],
+        direct["peak"]["reserved_bytes"]
+    );
+    for kind in ["GradientCheckpointing", "Lora", "Qlora"] {
+        assert!(fine_tuning(&rows, kind).is_none(), "{kind} in inference");
+    }
 }
 
 /// When not even the smallest size fits, `fit` says so and points at `tricks`.
