@@ -1382,3 +1382,77 @@ fn encoder_token_and_qa_heads_follow_transformers() {
     let e = hf::build(&cfg, &forced).unwrap_err();
     assert!(matches!(e, HfError::NoHead { .. }), "{e}");
 }
+
+/// `attention_bias` / `mlp_bias` give biases only where the family's classes read them
+/// (transformers 5.23): Llama's and Qwen3's projections, Llama's MLP; Qwen2's q/k/v always and its
+/// o_proj never; Mistral's, Phi-3's and Mixtral's never.
+#[test]
+fn bias_flags_follow_each_familys_classes() {
+    for (model_type, biased) in [
+        (
+            "llama",
+            &[
+                "q_proj",
+                "k_proj",
+                "v_proj",
+                "o_proj",
+                "gate_proj",
+                "up_proj",
+                "down_proj",
+            ][..],
+        ),
+        ("qwen3", &["q_proj", "k_proj", "v_proj", "o_proj"][..]),
+        ("qwen3_moe", &["q_proj", "k_proj", "v_proj", "o_proj"][..]),
+        ("qwen2", &["q_proj", "k_proj", "v_proj"][..]),
+        ("mistral", &[][..]),
+        ("phi3", &[][..]),
+        ("mixtral", &[][..]),
+    ] {
+        let cfg = HfConfig::parse(
+            "c.json",
+            &format!(
+                r#"{{"model_type": "{model_type}", "hidden_size": 64, "intermediate_size": 128,
+                    "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 1,
+                    "vocab_size": 100, "max_position_embeddings": 256, "attention_bias": true,
+                    "mlp_bias": true, "num_local_experts": 4, "num_experts": 4,
+                    "num_experts_per_tok": 2, "moe_intermediate_size": 32, "pad_token_id": 0}}"#
+            ),
+        )
+        .unwrap();
+        let m = hf::build(&cfg, &input()).unwrap();
+        let mut with_bias: Vec<String> = m
+            .graph
+            .params
+            .iter()
+            .filter_map(|p| p.name.strip_suffix(".bias"))
+            .filter(|n| n.starts_with("model.layers.0."))
+            .filter_map(|n| n.rsplit('.').next().map(str::to_string))
+            .collect();
+        with_bias.sort();
+        let mut expected: Vec<String> = biased.iter().map(|s| s.to_string()).collect();
+        expected.sort();
+        assert_eq!(with_bias, expected, "{model_type}");
+    }
+}
+
+/// Phi3Config has no `head_dim`, but Phi3Attention reads one that config.json sets.
+#[test]
+fn phi3_reads_a_head_dim_the_config_sets() {
+    let cfg = HfConfig::parse(
+        "p.json",
+        r#"{"model_type": "phi3", "hidden_size": 64, "intermediate_size": 128,
+            "num_attention_heads": 2, "num_key_value_heads": 2, "num_hidden_layers": 1,
+            "vocab_size": 100, "max_position_embeddings": 256, "head_dim": 64,
+            "pad_token_id": 0}"#,
+    )
+    .unwrap();
+    let m = hf::build(&cfg, &input()).unwrap();
+    let qkv = m
+        .graph
+        .params
+        .iter()
+        .find(|p| p.name == "model.layers.0.self_attn.qkv_proj.weight")
+        .expect("qkv_proj");
+    // (2 query + 2 × 2 key/value heads) × 64
+    assert_eq!(qkv.shape, [384, 64]);
+}

@@ -194,9 +194,9 @@ pub(super) fn spec(cfg: &HfConfig, model_type: &str) -> Result<Spec, HfError> {
             expected: format!("a divisor of num_attention_heads = {heads}"),
         });
     }
-    // Qwen3Config has its own `head_dim` (default 128); Phi3Config has none (hidden / heads)
+    // Qwen3Config has its own `head_dim` (default 128); Phi3Config has none (hidden / heads), but
+    // Phi3Attention reads one a config.json sets (`getattr(config, "head_dim", ...)`)
     let head_dim = match (variant, cfg.opt_u64(&["head_dim"])?) {
-        (Variant::Phi3, _) => hidden / heads,
         (_, Some(d)) if d > 0 => d,
         (Variant::Qwen3, _) => 128,
         _ => hidden / heads,
@@ -238,12 +238,15 @@ pub(super) fn spec(cfg: &HfConfig, model_type: &str) -> Result<Spec, HfError> {
         }
         _ => head_dim,
     };
-    let attention_bias = cfg.bool_or("attention_bias", false)?;
+    // the attention biases each family's classes make (transformers 5.23), whatever else the
+    // config says: Llama's and Qwen3's follow `attention_bias` (Mixtral and Qwen3-MoE take these
+    // from here too, see moe.rs), Qwen2's q/k/v always have one and its o_proj never, Mistral's
+    // and Phi-3's projections have none
+    let attention_bias = || cfg.bool_or("attention_bias", false);
     let (qkv_bias, o_bias) = match variant {
-        Variant::Qwen2 => (true, attention_bias),
-        // Phi3Attention: qkv_proj and o_proj without bias whatever the config says
-        Variant::Phi3 => (false, false),
-        _ => (attention_bias, attention_bias),
+        Variant::Llama | Variant::Qwen3 => (attention_bias()?, attention_bias()?),
+        Variant::Qwen2 => (true, false),
+        Variant::Mistral | Variant::Phi3 => (false, false),
     };
     let layers = cfg.layers(&["num_hidden_layers"])?;
     Ok(Spec {
@@ -263,7 +266,8 @@ pub(super) fn spec(cfg: &HfConfig, model_type: &str) -> Result<Spec, HfError> {
         },
         qkv_bias,
         o_bias,
-        mlp_bias: variant != Variant::Phi3 && cfg.bool_or("mlp_bias", false)?,
+        // only LlamaMLP reads `mlp_bias`
+        mlp_bias: variant == Variant::Llama && cfg.bool_or("mlp_bias", false)?,
         qk_norm: variant == Variant::Qwen3,
         tied: cfg.bool_or("tie_word_embeddings", false)?,
         max_positions: cfg.opt_u64(&["max_position_embeddings"])?,

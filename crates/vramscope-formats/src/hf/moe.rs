@@ -298,7 +298,11 @@ fn specs(cfg: &HfConfig, model_type: &str) -> Result<(Flavor, Spec, Moe), HfErro
     // the experts and MLPs of these families have no biases; Qwen2-MoE's q/k/v follow `qkv_bias`
     s.mlp_bias = false;
     match flavor {
-        Flavor::Mixtral => {}
+        // MixtralAttention: no biases whatever the config says
+        Flavor::Mixtral => {
+            s.qkv_bias = false;
+            s.o_bias = false;
+        }
         Flavor::Qwen2Moe => {
             s.qkv_bias = cfg.bool_or("qkv_bias", true)?;
             s.o_bias = false;
