@@ -1,11 +1,23 @@
 #!/usr/bin/env python3
-"""Random configs of the supported families (each built-in config with its sizes, head layout,
-kv heads, head_dim, biases, tying, experts and head class drawn at random) built by transformers on
-the meta device and by vramscope: the parameter counts must be equal. Prints each difference and
-the total; configs go to a temporary folder.
+"""Random configs of the supported families: each built-in config with its sizes, head layout, kv
+heads, `head_dim`, biases, tying, experts and head class drawn at random.
+
+Default: each config is built by transformers on the meta device and by vramscope, and the
+parameter counts must be equal.
+
+`--truth K`: K configs of the causal-LM, masked-LM and sequence-classification heads (the ones
+`../shared/truth/measure.py --model hf:CONFIG` builds), each run at a random batch, sequence
+length, precision, optimizer, mode and checkpointing through measure.py and through `vramscope
+estimate`: peak allocated and peak reserved are compared (the issue's tolerance: 2% on the peak).
+
+Prints each difference and the total; configs go to a temporary folder.
 
     ~/.venvs/truth/bin/python validation/random_configs.py [SEED] [N]
+    ~/.venvs/truth/bin/python validation/random_configs.py SEED --truth K [--jobs 2]
+    python3 validation/random_configs.py SEED --truth K --write-cases random   # commit them
 """
+import argparse
+import concurrent.futures as cf
 import json
 import os
 import random
@@ -14,89 +26,254 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-from hf_reference import build  # noqa: E402
+ROOT = os.path.join(HERE, "..")
+BIN = os.path.join(ROOT, "target", "release", "vramscope")
+MEASURE = os.path.join(ROOT, "..", "shared", "truth", "measure.py")
+Z = os.path.join(ROOT, "crates", "vramscope-formats", "data", "hf")
+BASES = {
+    "gpt2": "gpt2.json", "opt": "opt-125m.json", "llama": "llama-3.2-1b.json", "mistral": "mistral-7b.json",
+    "qwen2": "qwen2.5-0.5b.json", "qwen3": "qwen3-0.6b.json", "phi3": "phi-3-mini.json",
+    "gemma2": "gemma-2-2b.json", "gemma3_text": "gemma-3-1b.json", "mixtral": "mixtral-8x7b.json",
+    "bert": "bert-base-uncased.json", "roberta": "roberta-base.json", "distilbert": "distilbert-base-uncased.json",
+    "t5": "t5-small.json", "mt5": "mt5-small.json", "umt5": "umt5-small.json", "xlm-roberta": "xlm-roberta-base.json",
+}
+HEADS = {
+    "gpt2": ["GPT2LMHeadModel", "GPT2ForSequenceClassification", "GPT2ForTokenClassification",
+             "GPT2ForQuestionAnswering", "GPT2Model"],
+    "opt": ["OPTForCausalLM", "OPTForSequenceClassification", "OPTForQuestionAnswering", "OPTModel"],
+    "bert": ["BertForMaskedLM", "BertForSequenceClassification", "BertForTokenClassification",
+             "BertForQuestionAnswering", "BertModel"],
+    "roberta": ["RobertaForMaskedLM", "RobertaForSequenceClassification", "RobertaForTokenClassification",
+                "RobertaForQuestionAnswering", "RobertaModel"],
+    "xlm-roberta": ["XLMRobertaForMaskedLM", "XLMRobertaForSequenceClassification", "XLMRobertaModel"],
+    "distilbert": ["DistilBertForMaskedLM", "DistilBertForSequenceClassification",
+                   "DistilBertForQuestionAnswering", "DistilBertModel"],
+    "t5": ["T5ForConditionalGeneration", "T5EncoderModel", "T5Model"],
+    "mt5": ["MT5ForConditionalGeneration", "MT5Model"],
+    "umt5": ["UMT5ForConditionalGeneration", "UMT5EncoderModel"],
+}
+PREFIX = {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2", "qwen3": "Qwen3", "phi3": "Phi3",
+          "gemma2": "Gemma2", "gemma3_text": "Gemma3", "mixtral": "Mixtral"}
+# the heads measure.py's hf: route builds
+MEASURED = ("ForCausalLM", "LMHeadModel", "ForMaskedLM", "ForSequenceClassification")
 
-random.seed(int(sys.argv[1]) if len(sys.argv) > 1 else 0)
-N = int(sys.argv[2]) if len(sys.argv) > 2 else 40
-BIN = os.path.join(HERE, "..", "target", "release", "vramscope")
-Z = os.path.join(HERE, "..", "crates", "vramscope-formats", "data", "hf") + "/"
-TMP = tempfile.mkdtemp(prefix="vramscope_random_configs_")
-bases = {
- "gpt2": "gpt2.json", "opt": "opt-125m.json", "llama": "llama-3.2-1b.json", "mistral": "mistral-7b.json",
- "qwen2": "qwen2.5-0.5b.json", "qwen3": "qwen3-0.6b.json", "phi3": "phi-3-mini.json", "gemma": None,
- "gemma2": "gemma-2-2b.json", "gemma3_text": "gemma-3-1b.json", "mixtral": "mixtral-8x7b.json",
- "bert": "bert-base-uncased.json", "roberta": "roberta-base.json", "distilbert": "distilbert-base-uncased.json",
- "t5": "t5-small.json", "mt5": "mt5-small.json", "umt5": "umt5-small.json", "xlm-roberta": "xlm-roberta-base.json",
-}
-heads_for = {
- "gpt2": ["GPT2LMHeadModel", "GPT2ForSequenceClassification", "GPT2ForTokenClassification", "GPT2ForQuestionAnswering", "GPT2Model"],
- "opt": ["OPTForCausalLM", "OPTForSequenceClassification", "OPTForQuestionAnswering", "OPTModel"],
- "bert": ["BertForMaskedLM", "BertForSequenceClassification", "BertForTokenClassification", "BertForQuestionAnswering", "BertModel"],
- "roberta": ["RobertaForMaskedLM", "RobertaForSequenceClassification", "RobertaForTokenClassification", "RobertaForQuestionAnswering", "RobertaModel"],
- "xlm-roberta": ["XLMRobertaForMaskedLM", "XLMRobertaForSequenceClassification", "XLMRobertaModel"],
- "distilbert": ["DistilBertForMaskedLM", "DistilBertForSequenceClassification", "DistilBertForQuestionAnswering", "DistilBertModel"],
- "t5": ["T5ForConditionalGeneration", "T5EncoderModel", "T5Model"], "mt5": ["MT5ForConditionalGeneration", "MT5Model"], "umt5": ["UMT5ForConditionalGeneration", "UMT5EncoderModel"],
-}
-def pre(mt):
-    return {"llama":"Llama","mistral":"Mistral","qwen2":"Qwen2","qwen3":"Qwen3","phi3":"Phi3","gemma2":"Gemma2","gemma3_text":"Gemma3","mixtral":"Mixtral"}.get(mt)
-fails = 0
-for i in range(N):
-    mt = random.choice([k for k, v in bases.items() if v])
-    cfg = {k: v for k, v in json.load(open(Z + bases[mt])).items() if not k.startswith("_")}
-    heads = random.choice([2, 4, 8])
-    hd = random.choice([16, 32])
-    hidden = heads * hd
-    if mt in ("gpt2",):
-        cfg.update(n_embd=hidden, n_head=heads, n_layer=random.choice([1, 2, 3]), vocab_size=random.choice([1000, 1003]), n_inner=random.choice([None, 4 * hidden + 8]))
+
+def heads_of(mt):
+    if mt in HEADS:
+        return HEADS[mt]
+    p = PREFIX[mt]
+    return [f"{p}ForCausalLM", f"{p}ForSequenceClassification", "Gemma3TextModel" if mt == "gemma3_text" else f"{p}Model"]
+
+
+def random_config(rng, families=None, measured_heads=False):
+    """One random config (a dict with `architectures`)."""
+    mt = rng.choice(families or list(BASES))
+    with open(os.path.join(Z, BASES[mt])) as f:
+        cfg = {k: v for k, v in json.load(f).items() if not k.startswith("_")}
+    heads = rng.choice([2, 4, 8])
+    hidden = heads * rng.choice([16, 32])
+    if mt == "gpt2":
+        cfg.update(n_embd=hidden, n_head=heads, n_layer=rng.choice([1, 2, 3]), vocab_size=rng.choice([1000, 1003]),
+                   n_inner=rng.choice([None, 4 * hidden + 8]))
     elif mt == "opt":
-        cfg.update(hidden_size=hidden, num_attention_heads=heads, num_hidden_layers=random.choice([1, 2]), ffn_dim=random.choice([128, 200]), word_embed_proj_dim=random.choice([hidden, hidden // 2]), vocab_size=1000, do_layer_norm_before=random.choice([True, False]))
-    elif mt in ("bert", "roberta", "distilbert", "xlm-roberta"):
-        if mt == "distilbert":
-            cfg.update(dim=hidden, n_heads=heads, n_layers=random.choice([1, 2]), hidden_dim=random.choice([128, 200]), vocab_size=1000)
-        else:
-            cfg.update(hidden_size=hidden, num_attention_heads=heads, num_hidden_layers=random.choice([1, 2]), intermediate_size=random.choice([128, 200]), vocab_size=1000, num_labels=random.choice([2, 5]))
+        cfg.update(hidden_size=hidden, num_attention_heads=heads, num_hidden_layers=rng.choice([1, 2]),
+                   ffn_dim=rng.choice([128, 200]), word_embed_proj_dim=rng.choice([hidden, hidden // 2]),
+                   vocab_size=1000, do_layer_norm_before=rng.choice([True, False]))
+    elif mt == "distilbert":
+        cfg.update(dim=hidden, n_heads=heads, n_layers=rng.choice([1, 2]), hidden_dim=rng.choice([128, 200]),
+                   vocab_size=1000)
+    elif mt in ("bert", "roberta", "xlm-roberta"):
+        cfg.update(hidden_size=hidden, num_attention_heads=heads, num_hidden_layers=rng.choice([1, 2]),
+                   intermediate_size=rng.choice([128, 200]), vocab_size=1000, num_labels=rng.choice([2, 5]))
     elif mt in ("t5", "mt5", "umt5"):
-        cfg.update(d_model=hidden, num_heads=heads, d_kv=random.choice([16, 24]), d_ff=random.choice([128, 200]), num_layers=random.choice([1, 2]), num_decoder_layers=random.choice([1, 3]), vocab_size=1000)
+        cfg.update(d_model=hidden, num_heads=heads, d_kv=rng.choice([16, 24]), d_ff=rng.choice([128, 200]),
+                   num_layers=rng.choice([1, 2]), num_decoder_layers=rng.choice([1, 3]), vocab_size=1000)
     else:
-        kv = random.choice([k for k in (1, 2, heads) if heads % k == 0])
-        cfg.update(hidden_size=hidden, num_attention_heads=heads, num_key_value_heads=kv, num_hidden_layers=random.choice([1, 2, 3]), intermediate_size=random.choice([128, 200]), vocab_size=random.choice([1000, 1024]), tie_word_embeddings=random.choice([True, False]))
-        if random.random() < 0.4:
-            cfg["head_dim"] = random.choice([16, 24, 64])
-        if mt in ("llama", "qwen2", "qwen3", "mistral", "mixtral") and random.random() < 0.3:
+        kv = rng.choice([k for k in (1, 2, heads) if heads % k == 0])
+        cfg.update(hidden_size=hidden, num_attention_heads=heads, num_key_value_heads=kv,
+                   num_hidden_layers=rng.choice([1, 2, 3]), intermediate_size=rng.choice([128, 200]),
+                   vocab_size=rng.choice([1000, 1024]), tie_word_embeddings=rng.choice([True, False]))
+        if rng.random() < 0.4:
+            cfg["head_dim"] = rng.choice([16, 24, 64])
+        if mt in ("llama", "qwen2", "qwen3", "mistral", "mixtral") and rng.random() < 0.3:
             cfg["attention_bias"] = True
         if mt == "mixtral":
-            cfg.update(num_local_experts=random.choice([2, 4]), num_experts_per_tok=2)
-        if mt in ("gemma2", "gemma3_text") and "layer_types" in cfg:
-            cfg.pop("layer_types")
+            cfg.update(num_local_experts=rng.choice([2, 4]), num_experts_per_tok=2)
+        if mt in ("gemma2", "gemma3_text"):
+            cfg.pop("layer_types", None)
         if mt == "phi3":
             cfg.pop("rope_scaling", None)
-        if random.random() < 0.3:
+        if rng.random() < 0.3:
             cfg["mlp_bias"] = True
-    hl = heads_for.get(mt) or [f"{pre(mt)}ForCausalLM", f"{pre(mt)}ForSequenceClassification", f"{pre(mt)}Model"]
-    if mt == "gemma3_text":
-        hl = ["Gemma3ForCausalLM", "Gemma3ForSequenceClassification", "Gemma3TextModel"]
-    cfg["architectures"] = [random.choice(hl)]
-    if cfg["architectures"][0].endswith("ForQuestionAnswering"):
-        # a start and an end logit: transformers builds other counts but its forward fails on them
-        cfg["num_labels"] = 2
+    # the parameters' dtype is the precision's: a config's `dtype` would make the generic heads'
+    # base model (`AutoModel.from_config(config)`) half under measure.py's float32 default
+    cfg.pop("dtype", None)
+    cfg.pop("torch_dtype", None)
     # token ids of the full-size vocabulary would fall outside the drawn one
     for k in ("pad_token_id", "bos_token_id", "eos_token_id"):
         if isinstance(cfg.get(k), int) and cfg[k] >= 1000:
             cfg[k] = None
-    path = os.path.join(TMP, f"c{i}.json")
-    json.dump(cfg, open(path, "w"))
-    try:
-        m = build(cfg)
-        ref = sum(p.numel() for p in m.parameters())
-        names = {n: list(p.shape) for n, p in m.named_parameters()}
-    except Exception as e:
-        print(f"{i} {mt} {cfg['architectures'][0]}: transformers refuses: {str(e)[:100]}")
-        continue
-    r = subprocess.run([BIN, "estimate", path, "--seq-len", "32", "-b", "1", "--mode", "infer", "--json"], capture_output=True, text=True)
+    heads = [h for h in heads_of(mt) if not measured_heads or h.endswith(MEASURED)]
+    cfg["architectures"] = [rng.choice(heads)]
+    if cfg["architectures"][0].endswith("ForQuestionAnswering"):
+        # a start and an end logit: transformers builds other counts but its forward fails on them
+        cfg["num_labels"] = 2
+    return mt, cfg
+
+
+def parameter_counts(seed, n, tmp):
+    sys.path.insert(0, HERE)
+    from hf_reference import build
+    rng = random.Random(seed)
+    fails = 0
+    for i in range(n):
+        mt, cfg = random_config(rng)
+        path = os.path.join(tmp, f"c{i}.json")
+        with open(path, "w") as f:
+            json.dump(cfg, f)
+        try:
+            ref = sum(p.numel() for p in build(cfg).parameters())
+        except Exception as e:  # transformers refuses the draw itself
+            print(f"{i} {mt} {cfg['architectures'][0]}: transformers refuses: {str(e)[:100]}")
+            continue
+        r = subprocess.run([BIN, "estimate", path, "--seq-len", "32", "-b", "1", "--mode", "infer", "--json"],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            print(f"{i} {mt} {cfg['architectures'][0]}: vramscope error: {r.stderr.strip()[:200]}")
+            fails += 1
+            continue
+        got = json.loads(r.stdout)["model"]["parameters"]
+        if got != ref:
+            print(f"{i} {mt} {cfg['architectures'][0]}: parameters {got}, transformers {ref}")
+            fails += 1
+    print(f"{n} configs, {fails} differences or errors")
+
+
+def random_step(rng):
+    """Batch, sequence length, mode, autocast, parameter dtype, optimizer, checkpointing."""
+    batch, seq = rng.choice([1, 2, 4]), rng.choice([64, 128, 200, 256])
+    mode = rng.choice(["train", "train", "infer"])
+    amp = rng.choice(["fp32", "bf16", "fp16"])
+    pdt = "fp32" if amp != "fp32" or mode == "train" else rng.choice(["fp32", "bf16"])
+    optim = rng.choice(["adamw", "sgd", "sgdm"])
+    ckpt = mode == "train" and rng.random() < 0.3
+    return batch, seq, mode, amp, pdt, optim, ckpt
+
+
+def task_of(cfg):
+    arch = cfg["architectures"][0]
+    if arch.endswith("ForSequenceClassification"):
+        return "seq-cls"
+    return "masked-lm" if arch.endswith("ForMaskedLM") else "causal-lm"
+
+
+def truth_cases(seed, k):
+    """K random configs measure.py's hf: route builds, each with its random step."""
+    rng = random.Random(seed)
+    # T5 has no hf: route in measure.py; Gemma2 runs eager attention only, which it does not set
+    families = [m for m in BASES if m not in ("t5", "mt5", "umt5", "gemma2")]
+    out = []
+    for i in range(k):
+        mt, cfg = random_config(rng, families, measured_heads=True)
+        step = random_step(random.Random(seed * 1000 + i))
+        if mt == "mixtral":
+            # the truth tool cannot checkpoint Mixtral's layers ("device state was initialized in
+            # the forward pass of a Checkpoint")
+            step = (*step[:-1], False)
+        out.append((i, mt, cfg, step))
+    return out
+
+
+def write_cases(seed, k, name):
+    """Commits K random configs (fixtures/hf/random/) and their truth cases
+    (validation/cases_NAME.jsonl) for validation/make_py_fixtures.sh."""
+    folder = os.path.join(ROOT, "fixtures", "hf", "random")
+    os.makedirs(folder, exist_ok=True)
+    lines = []
+    for i, mt, cfg, (batch, seq, mode, amp, pdt, optim, ckpt) in truth_cases(seed, k):
+        rel = f"fixtures/hf/random/s{seed}_{i}_{mt.replace('-', '_')}.json"
+        note = f"validation/random_configs.py {seed} --write-cases {name}: case {i}, drawn from {BASES[mt]}"
+        with open(os.path.join(ROOT, rel), "w") as f:
+            f.write(json.dumps({"_source": note, **cfg}, indent=2) + "\n")
+        task = task_of(cfg)
+        case = {"name": f"s{seed}_{i}_{mt.replace('-', '_')}_{task.replace('-', '')}_b{batch}_s{seq}_{mode}_{amp}"
+                        f"{'' if pdt == 'fp32' else '_p' + pdt}_{optim}{'_ckpt' if ckpt else ''}",
+                "model": f"hf:{rel}", "task": task, "batch": batch, "seq": seq, "mode": mode, "amp": amp,
+                "param_dtype": pdt, "optim": optim}
+        if ckpt:
+            case["checkpoint"] = True
+        case["vramscope"] = {"config": rel, "args": [], "task": task}
+        lines.append(json.dumps(case))
+    with open(os.path.join(HERE, f"cases_{name}.jsonl"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print(f"wrote {k} configs and validation/cases_{name}.jsonl")
+
+
+def truth_case(i, mt, cfg, step, tmp):
+    path = os.path.join(tmp, f"t{i}.json")
+    with open(path, "w") as f:
+        json.dump(cfg, f)
+    batch, seq, mode, amp, pdt, optim, ckpt = step
+    what = f"{i} {mt} {cfg['architectures'][0]} b{batch} s{seq} {mode} amp={amp} param={pdt} {optim}{' ckpt' if ckpt else ''}"
+    cmd = [sys.executable, MEASURE, "--model", f"hf:{path}", "--batch", str(batch), "--seq", str(seq),
+           "--mode", mode, "--amp", amp, "--param-dtype", pdt, "--optim", optim, "--json"]
+    if ckpt:
+        cmd.append("--checkpoint")
+    t = subprocess.run(cmd, capture_output=True, text=True)
+    if t.returncode != 0:
+        return what, f"measure.py failed: {(t.stderr.strip() or t.stdout.strip())[-300:]}"
+    truth = json.loads(t.stdout)
+    precision = {"bf16": "amp-bf16", "fp16": "amp-fp16"}.get(amp, {"bf16": "bf16"}.get(pdt, "fp32"))
+    optimizer = {"sgdm": "sgd-momentum"}.get(optim, optim)
+    args = [BIN, "estimate", path, "-b", str(batch), "--seq-len", str(seq), "--mode", mode, "--precision",
+            precision, "--optimizer", optimizer, "--json"]
+    if ckpt:
+        args.append("--gradient-checkpointing")
+    r = subprocess.run(args, capture_output=True, text=True)
     if r.returncode != 0:
-        print(f"{i} {mt} {cfg['architectures'][0]}: vramscope error: {r.stderr.strip()[:200]}"); fails += 1; continue
-    got = json.loads(r.stdout)["model"]["parameters"]
-    if got != ref:
-        print(f"{i} {mt} {cfg['architectures'][0]}: params {got} vs transformers {ref}"); fails += 1
-print(f"{N} configs, {fails} mismatches/errors")
+        return what, f"vramscope error: {r.stderr.strip()[:200]}"
+    ours = json.loads(r.stdout)["peak"]
+    peak = truth["overall"]["peak"]["alloc"]
+    reserved = truth["overall"]["peak"]["reserved"]
+    e1 = (ours["allocated_bytes"] - peak) / peak * 100
+    e2 = (ours["reserved_bytes"] - reserved) / reserved * 100
+    return what, (e1, e2)
+
+
+def truth_sweep(seed, k, jobs, tmp):
+    cases = [(*c, tmp) for c in truth_cases(seed, k)]
+    worst, bad = 0.0, 0
+    with cf.ThreadPoolExecutor(jobs) as ex:
+        for what, res in ex.map(lambda c: truth_case(*c), cases):
+            if isinstance(res, str):
+                print(f"{what}: {res}")
+                bad += 1
+                continue
+            e1, e2 = res
+            worst = max(worst, abs(e1))
+            flag = "  <-- over 2%" if abs(e1) > 2 else ""
+            bad += abs(e1) > 2
+            print(f"{what}: peak {e1:+.2f}%, reserved {e2:+.2f}%{flag}")
+    print(f"{k} configs measured: worst peak error {worst:.2f}%, {bad} over 2% or failed")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("seed", nargs="?", type=int, default=0)
+    ap.add_argument("n", nargs="?", type=int, default=40)
+    ap.add_argument("--truth", type=int, metavar="K", help="measure K configs with ../shared/truth instead")
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--write-cases", metavar="NAME", help="with --truth K: commit the K configs and "
+                    "validation/cases_NAME.jsonl (measured by validation/make_random_fixtures.sh) instead")
+    a = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="vramscope_random_configs_")
+    if a.truth and a.write_cases:
+        write_cases(a.seed, a.truth, a.write_cases)
+    elif a.truth:
+        truth_sweep(a.seed, a.truth, a.jobs, tmp)
+    else:
+        parameter_counts(a.seed, a.n, tmp)
+
+
+if __name__ == "__main__":
+    main()

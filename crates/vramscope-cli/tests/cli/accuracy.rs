@@ -602,6 +602,17 @@ fn bare_model_cases_match_truth() {
     check("hf_bare_models.jsonl");
 }
 
+/// Configs no one chose: 60 drawn at random from the built-in ones of every family the truth
+/// tool's `hf:` route builds (sizes, head layouts, kv heads, `head_dim`, biases, tying, experts,
+/// the causal-LM / masked-LM / sequence-classification head), each at a random batch, sequence
+/// length, mode, precision, optimizer and checkpointing (`validation/random_configs.py 11 --truth
+/// 60 --write-cases random`).
+#[test]
+fn random_config_cases_match_truth() {
+    assert_eq!(cases("hf_random.jsonl").len(), 60);
+    check("hf_random.jsonl");
+}
+
 /// Config fields that change the model from what the built-in configs build
 /// (`validation/make_config_variant_fixtures.sh`): BERT, RoBERTa and DistilBERT masked LMs with
 /// `tie_word_embeddings: false`, whose MLM decoder keeps its own weight and bias (BERT's and

@@ -1011,6 +1011,10 @@ pub fn encoder_self_attention(
 ) -> (TensorId, Option<TensorId>) {
     let Some(eager) = eager else {
         let qkv = proj.map(|name| linear(b, name, e, e, true, x));
+        // q, k and v (views of the projections) are locals of the attention's forward until it
+        // returns: after DistilBERT's `out_lin`, which runs inside it (BERT's output dense is a
+        // module of its own)
+        b.hold(&qkv);
         b.declare_module("dropout", "Dropout");
         return (attention_core(b, qkv, heads, dropout_p, false), None);
     };

@@ -266,7 +266,8 @@ fn decoder(
         tok
     };
     // inputs_embeds, pos_embeds, the mask and position_ids are locals until the forward returns
-    b.hold(&[tok, tok_in, pe, ones, pos]);
+    // (`inputs_embeds = self.project_in(inputs_embeds)` drops the token embeddings themselves)
+    b.hold(&[tok_in, pe, ones, pos]);
     let mut x = add(b, tok_in, pe);
     b.module("layers", "ModuleList", &[], |b| {
         for i in 0..s.layers {
@@ -330,6 +331,9 @@ fn layer(
         x = layer_norm(b, "self_attn_layer_norm", e, x);
     }
     let rows = view(b, "reshape", x, vec![bsz * seq, e]);
+    // `residual = hidden_states` (the rows) is a local until the layer returns: the post-norm
+    // variant's final_layer_norm runs while it is still referenced
+    b.hold(&[rows]);
     let y = if s.pre_norm {
         layer_norm(b, "final_layer_norm", e, rows)
     } else {

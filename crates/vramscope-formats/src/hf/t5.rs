@@ -283,9 +283,7 @@ pub fn build(
     let shared = declare_model(&mut b, &s, Some(true));
     let ids = b.input(vec![bsz, src], DType::I64);
     let labels = b.input(vec![bsz, tgt], DType::I64);
-    let enc = b.module("encoder", &s.class("Stack"), &[ids], |b| {
-        stack(b, &s, false, s.enc_layers, shared, ids, None)
-    });
+    let enc = encoder_stack(&mut b, &s, shared, ids);
     // _shift_right: new_zeros, `[..., 1:] = labels[..., :-1].clone()`, `[..., 0] = start`,
     // `masked_fill_(shifted == -100, pad)`: the clone and the comparison are temporaries
     let shift = Aten::new("new_zeros", vec![bsz, tgt])
@@ -294,9 +292,7 @@ pub fn build(
         .temporary(vec![bsz, tgt], DTypeRule::Fixed(DType::Bool))
         .not_differentiable();
     let dec_ids = b.op(shift, &[labels]);
-    let dec = b.module("decoder", &s.class("Stack"), &[dec_ids, enc], |b| {
-        stack(b, &s, true, s.dec_layers, shared, dec_ids, Some(enc))
-    });
+    let dec = decoder_stack(&mut b, &s, shared, dec_ids, enc);
     // decoder_input_ids and decoder_outputs are locals until forward returns
     b.hold(&[dec_ids, dec]);
     let seq_out = if s.scale_decoder_outputs {
@@ -321,6 +317,27 @@ pub fn build(
         .finish(&outputs, Task::LossInForward)
         .map_err(build_error(cfg))?;
     Ok((graph, block_names(&s)))
+}
+
+/// `encoder`, the encoder stack on `input_ids`; returns its last hidden state.
+fn encoder_stack(b: &mut GraphBuilder, s: &Spec, shared: TensorId, ids: TensorId) -> TensorId {
+    b.module("encoder", &s.class("Stack"), &[ids], |b| {
+        stack(b, s, false, s.enc_layers, shared, ids, None)
+    })
+}
+
+/// `decoder`, the decoder stack on `decoder_input_ids` attending to the encoder's `enc`; returns
+/// its last hidden state.
+fn decoder_stack(
+    b: &mut GraphBuilder,
+    s: &Spec,
+    shared: TensorId,
+    dec_ids: TensorId,
+    enc: TensorId,
+) -> TensorId {
+    b.module("decoder", &s.class("Stack"), &[dec_ids, enc], |b| {
+        stack(b, s, true, s.dec_layers, shared, dec_ids, Some(enc))
+    })
 }
 
 /// The decoder's length T: `--target-len`, else `--seq-len`.
@@ -358,12 +375,8 @@ pub fn build_model(
     let shared = declare_model(&mut b, &s, Some(false));
     let ids = b.input(vec![bsz, src], DType::I64);
     let dec_ids = b.input(vec![bsz, tgt], DType::I64);
-    let enc = b.module("encoder", &s.class("Stack"), &[ids], |b| {
-        stack(b, &s, false, s.enc_layers, shared, ids, None)
-    });
-    let dec = b.module("decoder", &s.class("Stack"), &[dec_ids, enc], |b| {
-        stack(b, &s, true, s.dec_layers, shared, dec_ids, Some(enc))
-    });
+    let enc = encoder_stack(&mut b, &s, shared, ids);
+    let dec = decoder_stack(&mut b, &s, shared, dec_ids, enc);
     let mut outputs = vec![dec];
     outputs.extend(s.cache.borrow().iter().copied());
     outputs.push(enc);
@@ -394,9 +407,7 @@ pub fn build_encoder(
     let mut b = GraphBuilder::new(model_type, &s.class("EncoderModel"));
     let shared = declare_model(&mut b, &s, None);
     let ids = b.input(vec![bsz, src], DType::I64);
-    let enc = b.module("encoder", &s.class("Stack"), &[ids], |b| {
-        stack(b, &s, false, s.enc_layers, shared, ids, None)
-    });
+    let enc = encoder_stack(&mut b, &s, shared, ids);
     let graph = b.finish(&[enc], Task::Features).map_err(build_error(cfg))?;
     let layers = (0..s.enc_layers)
         .map(|i| format!("encoder.block.{i}"))
