@@ -9,11 +9,13 @@ parameter counts must be equal.
 `../shared/truth/measure.py --model hf:CONFIG` builds), each run at a random batch, sequence
 length, precision, optimizer, mode and checkpointing through measure.py and through `vramscope
 estimate`: peak allocated and peak reserved are compared (the issue's tolerance: 2% on the peak).
+With `--generate`, K random causal LMs' `model.generate()` (validation/generate_models.py) at a
+random batch, prompt, number of new tokens and precision against `estimate --mode generate`.
 
 Prints each difference and the total; configs go to a temporary folder.
 
     ~/.venvs/truth/bin/python validation/random_configs.py [SEED] [N]
-    ~/.venvs/truth/bin/python validation/random_configs.py SEED --truth K [--jobs 2]
+    ~/.venvs/truth/bin/python validation/random_configs.py SEED --truth K [--jobs 2] [--generate]
     python3 validation/random_configs.py SEED --truth K --write-cases random   # commit them
 """
 import argparse
@@ -240,11 +242,56 @@ def truth_case(i, mt, cfg, step, tmp):
     return what, (e1, e2)
 
 
-def truth_sweep(seed, k, jobs, tmp):
-    cases = [(*c, tmp) for c in truth_cases(seed, k)]
+def generate_case(i, mt, cfg, rng, tmp):
+    """`model.generate` of a random causal LM (validation/generate_models.py) against `vramscope
+    estimate --mode generate`."""
+    path = os.path.join(tmp, f"g{i}.json")
+    with open(path, "w") as f:
+        json.dump(cfg, f)
+    batch, prompt, new = rng.choice([1, 2, 4]), rng.choice([16, 40, 128]), rng.choice([4, 9, 16])
+    amp, pdt = rng.choice([("fp32", "fp32"), ("bf16", "fp32"), ("fp32", "bf16"), ("fp32", "fp16")])
+    what = f"{i} {mt} generate b{batch} p{prompt} n{new} amp={amp} param={pdt}"
+    cmd = [sys.executable, MEASURE, "--model", "py:" + os.path.join(HERE, "generate_models.py") + ":generate",
+           "--model-kwargs", json.dumps({"config": path, "new_tokens": new}), "--batch", str(batch),
+           "--seq", str(prompt), "--mode", "infer", "--amp", amp, "--param-dtype", pdt, "--json"]
+    t = subprocess.run(cmd, capture_output=True, text=True)
+    if t.returncode != 0:
+        return what, f"measure.py failed: {(t.stderr.strip() or t.stdout.strip())[-300:]}"
+    truth = json.loads(t.stdout)
+    precision = "amp-bf16" if amp == "bf16" else {"bf16": "bf16", "fp16": "fp16"}.get(pdt, "fp32")
+    r = subprocess.run([BIN, "estimate", path, "-b", str(batch), "--mode", "generate", "--prompt-len",
+                        str(prompt), "--new-tokens", str(new), "--precision", precision, "--json"],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        return what, f"vramscope error: {r.stderr.strip()[:200]}"
+    ours = json.loads(r.stdout)["peak"]
+    peak, reserved = truth["overall"]["peak"]["alloc"], truth["overall"]["peak"]["reserved"]
+    return what, ((ours["allocated_bytes"] - peak) / peak * 100,
+                  (ours["reserved_bytes"] - reserved) / reserved * 100)
+
+
+def generate_cases(seed, k, tmp):
+    rng = random.Random(seed)
+    # the causal LMs whose generate() is modelled under SDPA (Gemma2's runs eager attention)
+    families = ["gpt2", "opt", "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma3_text", "mixtral"]
+    out = []
+    for i in range(k):
+        mt, cfg = random_config(rng, families, measured_heads=True)
+        cfg["architectures"] = [heads_of(mt)[0]]  # the causal LM
+        out.append((i, mt, cfg, random.Random(seed * 1000 + i), tmp))
+    return out
+
+
+def truth_sweep(seed, k, jobs, tmp, generate=False):
+    if generate:
+        run = lambda c: generate_case(*c)  # noqa: E731
+        cases = generate_cases(seed, k, tmp)
+    else:
+        run = lambda c: truth_case(*c)  # noqa: E731
+        cases = [(*c, tmp) for c in truth_cases(seed, k)]
     worst, bad = 0.0, 0
     with cf.ThreadPoolExecutor(jobs) as ex:
-        for what, res in ex.map(lambda c: truth_case(*c), cases):
+        for what, res in ex.map(run, cases):
             if isinstance(res, str):
                 print(f"{what}: {res}")
                 bad += 1
@@ -265,12 +312,14 @@ def main():
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--write-cases", metavar="NAME", help="with --truth K: commit the K configs and "
                     "validation/cases_NAME.jsonl (measured by validation/make_random_fixtures.sh) instead")
+    ap.add_argument("--generate", action="store_true",
+                    help="with --truth K: K random causal LMs' model.generate() instead")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="vramscope_random_configs_")
     if a.truth and a.write_cases:
         write_cases(a.seed, a.truth, a.write_cases)
     elif a.truth:
-        truth_sweep(a.seed, a.truth, a.jobs, tmp)
+        truth_sweep(a.seed, a.truth, a.jobs, tmp, a.generate)
     else:
         parameter_counts(a.seed, a.n, tmp)
 

@@ -144,10 +144,15 @@ struct Tokens {
 }
 
 fn tokens(cfg: &HfConfig) -> Result<Tokens, HfError> {
+    // a `null` in config.json is None, not the config class's default
+    let ids = |key| match cfg.is_null(key) {
+        true => Ok(0),
+        false => cfg.token_ids(key),
+    };
     Ok(Tokens {
-        bos: cfg.token_ids("bos_token_id")? > 0,
-        eos: cfg.token_ids("eos_token_id")?,
-        pad: cfg.token_ids("pad_token_id")? > 0,
+        bos: ids("bos_token_id")? > 0,
+        eos: ids("eos_token_id")?,
+        pad: ids("pad_token_id")? > 0,
     })
 }
 
@@ -684,5 +689,26 @@ mod tests {
         };
         let err = crate::hf::build(&cfg, &eager).expect_err("eager past the window");
         assert!(err.to_string().contains("sliding_window = 64"), "{err}");
+    }
+
+    /// A special token config.json sets to `null` is None (no device tensor), not the config
+    /// class's default (Phi-3's 32000 pad and eos).
+    #[test]
+    fn null_special_tokens_are_none() {
+        let phi3 = |tokens: &str| {
+            HfConfig::parse(
+                "p.json",
+                &format!(
+                    r#"{{"model_type": "phi3", "hidden_size": 64, "intermediate_size": 128,
+                    "num_attention_heads": 4, "num_hidden_layers": 1, "vocab_size": 1000 {tokens}}}"#
+                ),
+            )
+            .expect("parses")
+        };
+        let t = tokens(&phi3("")).expect("tokens");
+        assert!(t.bos && t.eos == 1 && t.pad, "{t:?}");
+        let nulls = r#", "bos_token_id": null, "eos_token_id": null, "pad_token_id": null"#;
+        let t = tokens(&phi3(nulls)).expect("tokens");
+        assert!(!t.bos && t.eos == 0 && !t.pad, "{t:?}");
     }
 }
