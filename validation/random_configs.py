@@ -115,6 +115,14 @@ def random_config(rng, families=None, measured_heads=False):
     for k in ("pad_token_id", "bos_token_id", "eos_token_id"):
         if isinstance(cfg.get(k), int) and cfg[k] >= 1000:
             cfg[k] = None
+    # an optional field set to null, as many checkpoints' config.json do: None in transformers,
+    # whatever the config class's default is
+    if rng.random() < 0.3:
+        nullable = [k for k in ("head_dim", "num_key_value_heads", "sliding_window", "pad_token_id",
+                                "bos_token_id", "eos_token_id", "rope_scaling", "layer_types",
+                                "n_inner", "classifier_dropout", "attention_dropout")
+                    if k in cfg or k in ("head_dim", "pad_token_id")]
+        cfg[rng.choice(nullable)] = None
     heads = [h for h in heads_of(mt) if not measured_heads or h.endswith(MEASURED)]
     cfg["architectures"] = [rng.choice(heads)]
     if cfg["architectures"][0].endswith("ForQuestionAnswering"):

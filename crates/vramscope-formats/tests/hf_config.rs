@@ -1456,3 +1456,24 @@ fn phi3_reads_a_head_dim_the_config_sets() {
     // (2 query + 2 × 2 key/value heads) × 64
     assert_eq!(qkv.shape.as_slice(), [384, 64]);
 }
+
+/// `"num_key_value_heads": null` is None, which the config classes turn into
+/// `num_attention_heads` (Qwen3Config's default 32 does not apply).
+#[test]
+fn null_kv_heads_are_the_attention_heads() {
+    let cfg = HfConfig::parse(
+        "q.json",
+        r#"{"model_type": "qwen3", "hidden_size": 64, "intermediate_size": 128,
+            "num_attention_heads": 8, "num_key_value_heads": null, "head_dim": 16,
+            "num_hidden_layers": 1, "vocab_size": 100}"#,
+    )
+    .unwrap();
+    let m = hf::build(&cfg, &input()).unwrap();
+    let k = m
+        .graph
+        .params
+        .iter()
+        .find(|p| p.name == "model.layers.0.self_attn.k_proj.weight")
+        .expect("k_proj");
+    assert_eq!(k.shape.as_slice(), [8 * 16, 64]);
+}
