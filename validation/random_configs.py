@@ -10,12 +10,14 @@ parameter counts must be equal.
 length, precision, optimizer, mode and checkpointing through measure.py and through `vramscope
 estimate`: peak allocated and peak reserved are compared (the issue's tolerance: 2% on the peak).
 With `--generate`, K random causal LMs' `model.generate()` (validation/generate_models.py) at a
-random batch, prompt, number of new tokens and precision against `estimate --mode generate`.
+random batch, prompt, number of new tokens and precision against `estimate --mode generate`; with
+`--heads`, K random token classifiers, question-answering models and bare models
+(validation/encoder_head_models.py) against `estimate --task token-cls | qa | feature-extraction`.
 
 Prints each difference and the total; configs go to a temporary folder.
 
     ~/.venvs/truth/bin/python validation/random_configs.py [SEED] [N]
-    ~/.venvs/truth/bin/python validation/random_configs.py SEED --truth K [--jobs 2] [--generate]
+    ~/.venvs/truth/bin/python validation/random_configs.py SEED --truth K [--jobs 2] [--generate | --heads]
     python3 validation/random_configs.py SEED --truth K --write-cases random   # commit them
 """
 import argparse
@@ -278,6 +280,62 @@ def generate_case(i, mt, cfg, rng, tmp):
                   (ours["reserved_bytes"] - reserved) / reserved * 100)
 
 
+def head_case(i, mt, cfg, rng, tmp):
+    """A random token-classification, question-answering or bare model
+    (validation/encoder_head_models.py) against `vramscope estimate --task ...`."""
+    path = os.path.join(tmp, f"h{i}.json")
+    with open(path, "w") as f:
+        json.dump(cfg, f)
+    arch = cfg["architectures"][0]
+    task, factory = next((t, f) for suffix, t, f in (
+        ("ForTokenClassification", "token-cls", "token_cls"),
+        ("ForQuestionAnswering", "qa", "question_answering"),
+        ("Model", "feature-extraction", "feature_extraction")) if arch.endswith(suffix))
+    batch, seq = rng.choice([1, 2, 4]), rng.choice([64, 128, 200])
+    mode = "infer" if task == "feature-extraction" else rng.choice(["train", "train", "infer"])
+    amp, pdt = rng.choice([("fp32", "fp32"), ("bf16", "fp32"), ("fp16", "fp32")] + (
+        [("fp32", "bf16")] if mode == "infer" else []))
+    optim = rng.choice(["adamw", "sgd"])
+    what = f"{i} {mt} {arch} b{batch} s{seq} {mode} amp={amp} param={pdt} {optim}"
+    cmd = [sys.executable, MEASURE, "--model", "py:" + os.path.join(HERE, "encoder_head_models.py") + ":" + factory,
+           "--model-kwargs", json.dumps({"config": path, "attn": "sdpa"}), "--batch", str(batch),
+           "--seq", str(seq), "--mode", mode, "--amp", amp, "--param-dtype", pdt, "--optim", optim, "--json"]
+    t = subprocess.run(cmd, capture_output=True, text=True)
+    if t.returncode != 0:
+        return what, f"measure.py failed: {(t.stderr.strip() or t.stdout.strip())[-300:]}"
+    truth = json.loads(t.stdout)
+    precision = {"bf16": "amp-bf16", "fp16": "amp-fp16"}.get(amp, {"bf16": "bf16"}.get(pdt, "fp32"))
+    r = subprocess.run([BIN, "estimate", path, "-b", str(batch), "--seq-len", str(seq), "--mode", mode,
+                        "--task", task, "--precision", precision, "--optimizer", optim, "--json"],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        return what, f"vramscope error: {r.stderr.strip()[:200]}"
+    ours = json.loads(r.stdout)["peak"]
+    peak, reserved = truth["overall"]["peak"]["alloc"], truth["overall"]["peak"]["reserved"]
+    return what, ((ours["allocated_bytes"] - peak) / peak * 100,
+                  (ours["reserved_bytes"] - reserved) / reserved * 100)
+
+
+def head_cases(seed, k, tmp):
+    rng = random.Random(seed)
+    out = []
+    while len(out) < k:
+        mt, cfg = random_config(rng, [m for m in BASES if m not in ("t5", "mt5", "umt5", "gemma2")])
+        arch = cfg["architectures"][0]
+        if arch.endswith(("ForTokenClassification", "ForQuestionAnswering", "Model")):
+            out.append((len(out), mt, cfg, random.Random(seed * 1000 + len(out)), tmp))
+        elif mt not in HEADS and mt != "gemma3_text":
+            # the Llama family's and MoE's generic per-token heads (not built for every family)
+            p = PREFIX[mt]
+            cfg["architectures"] = [rng.choice([f"{p}ForTokenClassification", f"{p}ForQuestionAnswering"])]
+            if mt == "phi3":
+                cfg["architectures"] = ["Phi3ForTokenClassification"]
+            if cfg["architectures"][0].endswith("ForQuestionAnswering"):
+                cfg["num_labels"] = 2
+            out.append((len(out), mt, cfg, random.Random(seed * 1000 + len(out)), tmp))
+    return out
+
+
 def generate_cases(seed, k, tmp):
     rng = random.Random(seed)
     # the causal LMs whose generate() is modelled under SDPA (Gemma2's runs eager attention)
@@ -290,8 +348,11 @@ def generate_cases(seed, k, tmp):
     return out
 
 
-def truth_sweep(seed, k, jobs, tmp, generate=False):
-    if generate:
+def truth_sweep(seed, k, jobs, tmp, generate=False, heads=False):
+    if heads:
+        run = lambda c: head_case(*c)  # noqa: E731
+        cases = head_cases(seed, k, tmp)
+    elif generate:
         run = lambda c: generate_case(*c)  # noqa: E731
         cases = generate_cases(seed, k, tmp)
     else:
@@ -322,12 +383,15 @@ def main():
                     "validation/cases_NAME.jsonl (measured by validation/make_random_fixtures.sh) instead")
     ap.add_argument("--generate", action="store_true",
                     help="with --truth K: K random causal LMs' model.generate() instead")
+    ap.add_argument("--heads", action="store_true",
+                    help="with --truth K: K random token-classification, question-answering and bare "
+                         "models (validation/encoder_head_models.py) instead")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="vramscope_random_configs_")
     if a.truth and a.write_cases:
         write_cases(a.seed, a.truth, a.write_cases)
     elif a.truth:
-        truth_sweep(a.seed, a.truth, a.jobs, tmp, a.generate)
+        truth_sweep(a.seed, a.truth, a.jobs, tmp, a.generate, a.heads)
     else:
         parameter_counts(a.seed, a.n, tmp)
 
