@@ -12,12 +12,13 @@ estimate`: peak allocated and peak reserved are compared (the issue's tolerance:
 With `--generate`, K random causal LMs' `model.generate()` (validation/generate_models.py) at a
 random batch, prompt, number of new tokens and precision against `estimate --mode generate`; with
 `--heads`, K random token classifiers, question-answering models and bare models
-(validation/encoder_head_models.py) against `estimate --task token-cls | qa | feature-extraction`.
+(validation/encoder_head_models.py) against `estimate --task token-cls | qa | feature-extraction`;
+with `--t5`, K random T5 / mT5 / UMT5 training or evaluation steps (validation/t5_models.py).
 
 Prints each difference and the total; configs go to a temporary folder.
 
     ~/.venvs/truth/bin/python validation/random_configs.py [SEED] [N]
-    ~/.venvs/truth/bin/python validation/random_configs.py SEED --truth K [--jobs 2] [--generate | --heads]
+    ~/.venvs/truth/bin/python validation/random_configs.py SEED --truth K [--jobs 2] [--generate | --heads | --t5]
     python3 validation/random_configs.py SEED --truth K --write-cases random   # commit them
 """
 import argparse
@@ -336,6 +337,52 @@ def head_cases(seed, k, tmp):
     return out
 
 
+def t5_case(i, mt, cfg, rng, tmp):
+    """A random T5 / mT5 / UMT5 `ForConditionalGeneration` step (validation/t5_models.py, the loss
+    inside forward) against `vramscope estimate --target-len T --use-cache false`."""
+    path = os.path.join(tmp, f"t5_{i}.json")
+    cfg["architectures"] = [{"t5": "T5", "mt5": "MT5", "umt5": "UMT5"}[mt] + "ForConditionalGeneration"]
+    cfg["decoder_start_token_id"] = 0
+    with open(path, "w") as f:
+        json.dump(cfg, f)
+    batch, seq, target = rng.choice([1, 2, 4]), rng.choice([64, 128, 200]), rng.choice([16, 50, 128])
+    mode = rng.choice(["train", "train", "infer"])
+    amp = rng.choice(["fp32", "bf16", "fp16"])
+    optim = rng.choice(["adamw", "sgd"])
+    ckpt = mode == "train" and rng.random() < 0.3
+    what = f"{i} {mt} b{batch} s{seq} t{target} {mode} amp={amp} {optim}{' ckpt' if ckpt else ''}"
+    cmd = [sys.executable, MEASURE, "--model", "py:" + os.path.join(HERE, "t5_models.py") + ":t5",
+           "--model-kwargs", json.dumps({"config": path, "target_len": target}), "--batch", str(batch),
+           "--seq", str(seq), "--mode", mode, "--amp", amp, "--optim", optim, "--json"]
+    if ckpt:
+        cmd.append("--checkpoint")
+    t = subprocess.run(cmd, capture_output=True, text=True)
+    if t.returncode != 0:
+        return what, f"measure.py failed: {(t.stderr.strip() or t.stdout.strip())[-300:]}"
+    truth = json.loads(t.stdout)
+    precision = {"bf16": "amp-bf16", "fp16": "amp-fp16"}.get(amp, "fp32")
+    args = [BIN, "estimate", path, "-b", str(batch), "--seq-len", str(seq), "--target-len", str(target),
+            "--use-cache", "false", "--mode", mode, "--precision", precision, "--optimizer", optim, "--json"]
+    if ckpt:
+        args.append("--gradient-checkpointing")
+    r = subprocess.run(args, capture_output=True, text=True)
+    if r.returncode != 0:
+        return what, f"vramscope error: {r.stderr.strip()[:200]}"
+    ours = json.loads(r.stdout)["peak"]
+    peak, reserved = truth["overall"]["peak"]["alloc"], truth["overall"]["peak"]["reserved"]
+    return what, ((ours["allocated_bytes"] - peak) / peak * 100,
+                  (ours["reserved_bytes"] - reserved) / reserved * 100)
+
+
+def t5_cases(seed, k, tmp):
+    rng = random.Random(seed)
+    out = []
+    for i in range(k):
+        mt, cfg = random_config(rng, ["t5", "mt5", "umt5"])
+        out.append((i, mt, cfg, random.Random(seed * 1000 + i), tmp))
+    return out
+
+
 def generate_cases(seed, k, tmp):
     rng = random.Random(seed)
     # the causal LMs whose generate() is modelled under SDPA (Gemma2's runs eager attention)
@@ -348,8 +395,11 @@ def generate_cases(seed, k, tmp):
     return out
 
 
-def truth_sweep(seed, k, jobs, tmp, generate=False, heads=False):
-    if heads:
+def truth_sweep(seed, k, jobs, tmp, generate=False, heads=False, t5=False):
+    if t5:
+        run = lambda c: t5_case(*c)  # noqa: E731
+        cases = t5_cases(seed, k, tmp)
+    elif heads:
         run = lambda c: head_case(*c)  # noqa: E731
         cases = head_cases(seed, k, tmp)
     elif generate:
@@ -386,12 +436,14 @@ def main():
     ap.add_argument("--heads", action="store_true",
                     help="with --truth K: K random token-classification, question-answering and bare "
                          "models (validation/encoder_head_models.py) instead")
+    ap.add_argument("--t5", action="store_true",
+                    help="with --truth K: K random T5 / mT5 / UMT5 steps (validation/t5_models.py) instead")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="vramscope_random_configs_")
     if a.truth and a.write_cases:
         write_cases(a.seed, a.truth, a.write_cases)
     elif a.truth:
-        truth_sweep(a.seed, a.truth, a.jobs, tmp, a.generate, a.heads)
+        truth_sweep(a.seed, a.truth, a.jobs, tmp, a.generate, a.heads, a.t5)
     else:
         parameter_counts(a.seed, a.n, tmp)
 

@@ -398,6 +398,17 @@ fn t5_bad_configs_and_inputs_are_named() {
         e.contains("t5.json") && e.contains("`decoder_start_token_id`"),
         "{e}"
     );
+    // a null pad token: `_shift_right` raises (T5Config's default 0 does not apply)
+    let e = t5(
+        &format!(r#"{{{base}, "decoder_start_token_id": 0, "pad_token_id": null}}"#),
+        input(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("`pad_token_id`") && e.contains("_shift_right"),
+        "{e}"
+    );
     let e = t5(
         &format!(r#"{{{base}, "decoder_start_token_id": 0, "feed_forward_proj": "gated-gelu-x"}}"#),
         input(),

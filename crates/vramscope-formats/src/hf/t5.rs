@@ -215,6 +215,15 @@ fn spec(
             format!("an activation among relu, gelu, gelu_new, silu, swish (got {act_name:?})"),
         )
     })?;
+    // `_shift_right(labels)` replaces the ignored labels by it and raises without it (a `null`
+    // is None, not T5Config's default 0)
+    if shifts_labels && cfg.is_null("pad_token_id") {
+        return Err(field_err(
+            cfg,
+            "pad_token_id",
+            "an integer: T5ForConditionalGeneration._shift_right(labels) needs it (T5 checkpoints set 0)",
+        ));
+    }
     // `_shift_right(labels)` reads it and raises without it
     if shifts_labels && cfg.opt_u64(&["decoder_start_token_id"])?.is_none() {
         return Err(field_err(
