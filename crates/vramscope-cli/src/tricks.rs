@@ -79,6 +79,12 @@ impl ModelSource for Source<'_> {
         if !model::is_transformer(self.0) {
             return None;
         }
+        // a checkpoint saved in 4 bits is loaded in 4 bits already
+        if matches!(change, FineTuning::LoadIn4bit | FineTuning::Qlora(_))
+            && model::load(self.0, batch, cfg).is_ok_and(|m| m.pre_quantized.is_some())
+        {
+            return None;
+        }
         let mut args = self.0.clone();
         match change {
             FineTuning::GradientCheckpointing if !args.gradient_checkpointing => {

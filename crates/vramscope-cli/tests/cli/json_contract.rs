@@ -698,6 +698,34 @@ fn tricks_offer_a_transformers_checkpointing_lora_and_qlora() {
     for kind in ["GradientCheckpointing", "Lora", "Qlora"] {
         assert!(fine_tuning(&rows, kind).is_none(), "{kind} in inference");
     }
+    // a checkpoint saved in 4 bits: no 4-bit loading or QLoRA offered on top
+    let mut saved: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(cfg).unwrap()).unwrap();
+    saved["quantization_config"] = serde_json::json!({"quant_method": "bitsandbytes",
+        "load_in_4bit": true, "bnb_4bit_quant_type": "nf4"});
+    let path = crate::scratch("tricks-4bit").join("config.json");
+    std::fs::write(&path, saved.to_string()).unwrap();
+    let path = path.to_string_lossy().to_string();
+    for mode in ["train", "infer"] {
+        let rows = crate::vramscope_json(&[
+            "tricks",
+            &path,
+            "--seq-len",
+            "128",
+            "-b",
+            "2",
+            "--mode",
+            mode,
+            "--json",
+        ]);
+        let rows = rows.as_array().unwrap();
+        for kind in ["LoadIn4bit", "Qlora"] {
+            assert!(
+                fine_tuning(rows, kind).is_none(),
+                "{kind} over a 4-bit checkpoint"
+            );
+        }
+    }
 }
 
 /// When not even the smallest size fits, `fit` says so and points at `tricks`.
