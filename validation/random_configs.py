@@ -162,6 +162,21 @@ def parameter_counts(seed, n, tmp):
     print(f"{n} configs, {fails} differences or errors")
 
 
+def measured_against(what, measure_cmd, vramscope_args):
+    """Runs `measure_cmd` (../shared/truth) and `vramscope estimate ... --json`: `(what, (peak
+    allocated error %, peak reserved error %))`, or `(what, message)` when either fails."""
+    t = subprocess.run(measure_cmd, capture_output=True, text=True)
+    if t.returncode != 0:
+        return what, f"measure.py failed: {(t.stderr.strip() or t.stdout.strip())[-300:]}"
+    truth = json.loads(t.stdout)["overall"]["peak"]
+    r = subprocess.run([BIN, "estimate", *vramscope_args, "--json"], capture_output=True, text=True)
+    if r.returncode != 0:
+        return what, f"vramscope error: {r.stderr.strip()[:200]}"
+    ours = json.loads(r.stdout)["peak"]
+    return what, ((ours["allocated_bytes"] - truth["alloc"]) / truth["alloc"] * 100,
+                  (ours["reserved_bytes"] - truth["reserved"]) / truth["reserved"] * 100)
+
+
 def random_step(rng):
     """Batch, sequence length, mode, autocast, parameter dtype, optimizer, checkpointing."""
     batch, seq = rng.choice([1, 2, 4]), rng.choice([64, 128, 200, 256])
@@ -232,25 +247,13 @@ def truth_case(i, mt, cfg, step, tmp):
            "--mode", mode, "--amp", amp, "--param-dtype", pdt, "--optim", optim, "--json"]
     if ckpt:
         cmd.append("--checkpoint")
-    t = subprocess.run(cmd, capture_output=True, text=True)
-    if t.returncode != 0:
-        return what, f"measure.py failed: {(t.stderr.strip() or t.stdout.strip())[-300:]}"
-    truth = json.loads(t.stdout)
     precision = {"bf16": "amp-bf16", "fp16": "amp-fp16"}.get(amp, {"bf16": "bf16"}.get(pdt, "fp32"))
     optimizer = {"sgdm": "sgd-momentum"}.get(optim, optim)
-    args = [BIN, "estimate", path, "-b", str(batch), "--seq-len", str(seq), "--mode", mode, "--precision",
-            precision, "--optimizer", optimizer, "--json"]
+    args = [path, "-b", str(batch), "--seq-len", str(seq), "--mode", mode, "--precision", precision,
+            "--optimizer", optimizer]
     if ckpt:
         args.append("--gradient-checkpointing")
-    r = subprocess.run(args, capture_output=True, text=True)
-    if r.returncode != 0:
-        return what, f"vramscope error: {r.stderr.strip()[:200]}"
-    ours = json.loads(r.stdout)["peak"]
-    peak = truth["overall"]["peak"]["alloc"]
-    reserved = truth["overall"]["peak"]["reserved"]
-    e1 = (ours["allocated_bytes"] - peak) / peak * 100
-    e2 = (ours["reserved_bytes"] - reserved) / reserved * 100
-    return what, (e1, e2)
+    return measured_against(what, cmd, args)
 
 
 def generate_case(i, mt, cfg, rng, tmp):
@@ -265,20 +268,10 @@ def generate_case(i, mt, cfg, rng, tmp):
     cmd = [sys.executable, MEASURE, "--model", "py:" + os.path.join(HERE, "generate_models.py") + ":generate",
            "--model-kwargs", json.dumps({"config": path, "new_tokens": new}), "--batch", str(batch),
            "--seq", str(prompt), "--mode", "infer", "--amp", amp, "--param-dtype", pdt, "--json"]
-    t = subprocess.run(cmd, capture_output=True, text=True)
-    if t.returncode != 0:
-        return what, f"measure.py failed: {(t.stderr.strip() or t.stdout.strip())[-300:]}"
-    truth = json.loads(t.stdout)
     precision = "amp-bf16" if amp == "bf16" else {"bf16": "bf16", "fp16": "fp16"}.get(pdt, "fp32")
-    r = subprocess.run([BIN, "estimate", path, "-b", str(batch), "--mode", "generate", "--prompt-len",
-                        str(prompt), "--new-tokens", str(new), "--precision", precision, "--json"],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        return what, f"vramscope error: {r.stderr.strip()[:200]}"
-    ours = json.loads(r.stdout)["peak"]
-    peak, reserved = truth["overall"]["peak"]["alloc"], truth["overall"]["peak"]["reserved"]
-    return what, ((ours["allocated_bytes"] - peak) / peak * 100,
-                  (ours["reserved_bytes"] - reserved) / reserved * 100)
+    args = [path, "-b", str(batch), "--mode", "generate", "--prompt-len", str(prompt), "--new-tokens",
+            str(new), "--precision", precision]
+    return measured_against(what, cmd, args)
 
 
 def head_case(i, mt, cfg, rng, tmp):
@@ -301,20 +294,10 @@ def head_case(i, mt, cfg, rng, tmp):
     cmd = [sys.executable, MEASURE, "--model", "py:" + os.path.join(HERE, "encoder_head_models.py") + ":" + factory,
            "--model-kwargs", json.dumps({"config": path, "attn": "sdpa"}), "--batch", str(batch),
            "--seq", str(seq), "--mode", mode, "--amp", amp, "--param-dtype", pdt, "--optim", optim, "--json"]
-    t = subprocess.run(cmd, capture_output=True, text=True)
-    if t.returncode != 0:
-        return what, f"measure.py failed: {(t.stderr.strip() or t.stdout.strip())[-300:]}"
-    truth = json.loads(t.stdout)
     precision = {"bf16": "amp-bf16", "fp16": "amp-fp16"}.get(amp, {"bf16": "bf16"}.get(pdt, "fp32"))
-    r = subprocess.run([BIN, "estimate", path, "-b", str(batch), "--seq-len", str(seq), "--mode", mode,
-                        "--task", task, "--precision", precision, "--optimizer", optim, "--json"],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        return what, f"vramscope error: {r.stderr.strip()[:200]}"
-    ours = json.loads(r.stdout)["peak"]
-    peak, reserved = truth["overall"]["peak"]["alloc"], truth["overall"]["peak"]["reserved"]
-    return what, ((ours["allocated_bytes"] - peak) / peak * 100,
-                  (ours["reserved_bytes"] - reserved) / reserved * 100)
+    args = [path, "-b", str(batch), "--seq-len", str(seq), "--mode", mode, "--task", task, "--precision",
+            precision, "--optimizer", optim]
+    return measured_against(what, cmd, args)
 
 
 def head_cases(seed, k, tmp):
@@ -356,22 +339,12 @@ def t5_case(i, mt, cfg, rng, tmp):
            "--seq", str(seq), "--mode", mode, "--amp", amp, "--optim", optim, "--json"]
     if ckpt:
         cmd.append("--checkpoint")
-    t = subprocess.run(cmd, capture_output=True, text=True)
-    if t.returncode != 0:
-        return what, f"measure.py failed: {(t.stderr.strip() or t.stdout.strip())[-300:]}"
-    truth = json.loads(t.stdout)
     precision = {"bf16": "amp-bf16", "fp16": "amp-fp16"}.get(amp, "fp32")
-    args = [BIN, "estimate", path, "-b", str(batch), "--seq-len", str(seq), "--target-len", str(target),
-            "--use-cache", "false", "--mode", mode, "--precision", precision, "--optimizer", optim, "--json"]
+    args = [path, "-b", str(batch), "--seq-len", str(seq), "--target-len", str(target), "--use-cache", "false",
+            "--mode", mode, "--precision", precision, "--optimizer", optim]
     if ckpt:
         args.append("--gradient-checkpointing")
-    r = subprocess.run(args, capture_output=True, text=True)
-    if r.returncode != 0:
-        return what, f"vramscope error: {r.stderr.strip()[:200]}"
-    ours = json.loads(r.stdout)["peak"]
-    peak, reserved = truth["overall"]["peak"]["alloc"], truth["overall"]["peak"]["reserved"]
-    return what, ((ours["allocated_bytes"] - peak) / peak * 100,
-                  (ours["reserved_bytes"] - reserved) / reserved * 100)
+    return measured_against(what, cmd, args)
 
 
 def t5_cases(seed, k, tmp):

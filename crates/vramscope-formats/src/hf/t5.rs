@@ -160,6 +160,15 @@ impl Spec {
         format!("{}{suffix}", self.variant.prefix())
     }
 
+    /// The forward's output, kept until the next forward returns: `first` (the loss and logits,
+    /// or the decoder's last hidden state), the cache filled, the encoder's last hidden state.
+    fn outputs(&self, first: &[TensorId], enc: TensorId) -> Vec<TensorId> {
+        let mut out = first.to_vec();
+        out.extend(self.cache.borrow().iter().copied());
+        out.push(enc);
+        out
+    }
+
     fn inner(&self) -> u64 {
         self.heads * self.d_kv
     }
@@ -285,14 +294,15 @@ pub fn build(
     model_type: &str,
     input: &HfInput,
 ) -> Result<(Graph, Vec<String>), HfError> {
-    let s = spec(cfg, Variant::of(model_type), input, true)?;
-    let (bsz, src) = (input.batch, input.seq);
-    let tgt = target_len(input)?;
-    let mut b = GraphBuilder::new(model_type, &s.class("ForConditionalGeneration"));
-    let shared = declare_model(&mut b, &s, Some(true));
-    let ids = b.input(vec![bsz, src], DType::I64);
-    let labels = b.input(vec![bsz, tgt], DType::I64);
-    let enc = encoder_stack(&mut b, &s, shared, ids);
+    let Encoded {
+        s,
+        mut b,
+        shared,
+        second: labels,
+        enc,
+        bsz,
+        tgt,
+    } = encoded(cfg, model_type, input, true)?;
     // _shift_right: new_zeros, `[..., 1:] = labels[..., :-1].clone()`, `[..., 0] = start`,
     // `masked_fill_(shifted == -100, pad)`: the clone and the comparison are temporaries
     let shift = Aten::new("new_zeros", vec![bsz, tgt])
@@ -319,13 +329,57 @@ pub fn build(
     let loss = b.op(NllLoss, &[lp, flat_labels]);
     // out = Seq2SeqLMOutput(loss, logits, past_key_values, encoder_last_hidden_state): alive
     // until the next forward returns
-    let mut outputs = vec![loss, logits];
-    outputs.extend(s.cache.borrow().iter().copied());
-    outputs.push(enc);
     let graph = b
-        .finish(&outputs, Task::LossInForward)
+        .finish(&s.outputs(&[loss, logits], enc), Task::LossInForward)
         .map_err(build_error(cfg))?;
     Ok((graph, block_names(&s)))
+}
+
+/// What both encoder-decoder classes build first: every parameter declared, `input_ids`
+/// `[B, S]`, a second `[B, T]` input (`labels`, or `decoder_input_ids` for the bare model) and
+/// the encoder stack on the first.
+struct Encoded {
+    s: Spec,
+    b: GraphBuilder,
+    /// `shared.weight`.
+    shared: TensorId,
+    second: TensorId,
+    /// The encoder's last hidden state.
+    enc: TensorId,
+    bsz: u64,
+    tgt: u64,
+}
+
+/// [`Encoded`] for `{X}ForConditionalGeneration` (`lm_head`) or the bare `{X}Model`.
+fn encoded(
+    cfg: &HfConfig,
+    model_type: &str,
+    input: &HfInput,
+    lm_head: bool,
+) -> Result<Encoded, HfError> {
+    // the seq2seq LM shifts its labels into the decoder's inputs
+    let s = spec(cfg, Variant::of(model_type), input, lm_head)?;
+    let (bsz, src) = (input.batch, input.seq);
+    let tgt = target_len(input)?;
+    let class = s.class(if lm_head {
+        "ForConditionalGeneration"
+    } else {
+        "Model"
+    });
+    let mut b = GraphBuilder::new(model_type, &class);
+    let shared = declare_model(&mut b, &s, Some(lm_head));
+    let ids = b.input(vec![bsz, src], DType::I64);
+    let second = b.input(vec![bsz, tgt], DType::I64);
+    let enc = encoder_stack(&mut b, &s, shared, ids);
+    Ok(Encoded {
+        s,
+        b,
+        shared,
+        second,
+        enc,
+        bsz,
+        tgt,
+    })
 }
 
 /// `encoder`, the encoder stack on `input_ids`; returns its last hidden state.
@@ -377,20 +431,17 @@ pub fn build_model(
     model_type: &str,
     input: &HfInput,
 ) -> Result<(Graph, Vec<String>), HfError> {
-    let s = spec(cfg, Variant::of(model_type), input, false)?;
-    let (bsz, src) = (input.batch, input.seq);
-    let tgt = target_len(input)?;
-    let mut b = GraphBuilder::new(model_type, &s.class("Model"));
-    let shared = declare_model(&mut b, &s, Some(false));
-    let ids = b.input(vec![bsz, src], DType::I64);
-    let dec_ids = b.input(vec![bsz, tgt], DType::I64);
-    let enc = encoder_stack(&mut b, &s, shared, ids);
+    let Encoded {
+        s,
+        mut b,
+        shared,
+        second: dec_ids,
+        enc,
+        ..
+    } = encoded(cfg, model_type, input, false)?;
     let dec = decoder_stack(&mut b, &s, shared, dec_ids, enc);
-    let mut outputs = vec![dec];
-    outputs.extend(s.cache.borrow().iter().copied());
-    outputs.push(enc);
     let graph = b
-        .finish(&outputs, Task::Features)
+        .finish(&s.outputs(&[dec], enc), Task::Features)
         .map_err(build_error(cfg))?;
     Ok((graph, block_names(&s)))
 }
