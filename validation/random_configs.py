@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Random configs of the supported families: each built-in config with its sizes, head layout, kv
-heads, `head_dim`, biases, tying, experts and head class drawn at random.
+heads, `head_dim`, biases, tying, experts and head class drawn at random (`--medium`: checkpoint-like
+widths and lengths; `--nulls`: one optional field set to null in a third of them).
 
 Default: each config is built by transformers on the meta device and by vramscope, and the
 parameter counts must be equal.
@@ -70,34 +71,45 @@ def heads_of(mt):
     return [f"{p}ForCausalLM", f"{p}ForSequenceClassification", "Gemma3TextModel" if mt == "gemma3_text" else f"{p}Model"]
 
 
+# `--medium`: checkpoint-like widths and lengths (the caching allocator's large blocks, segments
+# and rounding come into play) instead of toy ones
+MEDIUM = False
+# `--nulls`: a third of the configs get one optional field set to null
+NULLS = False
+
+
 def random_config(rng, families=None, measured_heads=False):
     """One random config (a dict with `architectures`)."""
     mt = rng.choice(families or list(BASES))
     with open(os.path.join(Z, BASES[mt])) as f:
         cfg = {k: v for k, v in json.load(f).items() if not k.startswith("_")}
-    heads = rng.choice([2, 4, 8])
-    hidden = heads * rng.choice([16, 32])
+    heads = rng.choice([8, 16, 32] if MEDIUM else [2, 4, 8])
+    hidden = heads * rng.choice([64, 128] if MEDIUM else [16, 32])
+    vocab = rng.choice([32000, 50257]) if MEDIUM else 1000
+
+    def ffn():
+        return rng.choice([4 * hidden, hidden * 8 // 3 // 64 * 64]) if MEDIUM else rng.choice([128, 200])
     if mt == "gpt2":
-        cfg.update(n_embd=hidden, n_head=heads, n_layer=rng.choice([1, 2, 3]), vocab_size=rng.choice([1000, 1003]),
+        cfg.update(n_embd=hidden, n_head=heads, n_layer=rng.choice([1, 2, 3]), vocab_size=vocab + rng.choice([0, 3]),
                    n_inner=rng.choice([None, 4 * hidden + 8]))
     elif mt == "opt":
         cfg.update(hidden_size=hidden, num_attention_heads=heads, num_hidden_layers=rng.choice([1, 2]),
-                   ffn_dim=rng.choice([128, 200]), word_embed_proj_dim=rng.choice([hidden, hidden // 2]),
-                   vocab_size=1000, do_layer_norm_before=rng.choice([True, False]))
+                   ffn_dim=ffn(), word_embed_proj_dim=rng.choice([hidden, hidden // 2]),
+                   vocab_size=vocab, do_layer_norm_before=rng.choice([True, False]))
     elif mt == "distilbert":
-        cfg.update(dim=hidden, n_heads=heads, n_layers=rng.choice([1, 2]), hidden_dim=rng.choice([128, 200]),
-                   vocab_size=1000)
+        cfg.update(dim=hidden, n_heads=heads, n_layers=rng.choice([1, 2]), hidden_dim=ffn(),
+                   vocab_size=vocab)
     elif mt in ("bert", "roberta", "xlm-roberta"):
         cfg.update(hidden_size=hidden, num_attention_heads=heads, num_hidden_layers=rng.choice([1, 2]),
-                   intermediate_size=rng.choice([128, 200]), vocab_size=1000, num_labels=rng.choice([2, 5]))
+                   intermediate_size=ffn(), vocab_size=vocab, num_labels=rng.choice([2, 5]))
     elif mt in ("t5", "mt5", "umt5"):
-        cfg.update(d_model=hidden, num_heads=heads, d_kv=rng.choice([16, 24]), d_ff=rng.choice([128, 200]),
-                   num_layers=rng.choice([1, 2]), num_decoder_layers=rng.choice([1, 3]), vocab_size=1000)
+        cfg.update(d_model=hidden, num_heads=heads, d_kv=rng.choice([16, 24]), d_ff=ffn(),
+                   num_layers=rng.choice([1, 2]), num_decoder_layers=rng.choice([1, 3]), vocab_size=vocab)
     else:
         kv = rng.choice([k for k in (1, 2, heads) if heads % k == 0])
         cfg.update(hidden_size=hidden, num_attention_heads=heads, num_key_value_heads=kv,
-                   num_hidden_layers=rng.choice([1, 2, 3]), intermediate_size=rng.choice([128, 200]),
-                   vocab_size=rng.choice([1000, 1024]), tie_word_embeddings=rng.choice([True, False]))
+                   num_hidden_layers=rng.choice([1, 2, 3]), intermediate_size=ffn(),
+                   vocab_size=vocab + rng.choice([0, 24]), tie_word_embeddings=rng.choice([True, False]))
         if rng.random() < 0.4:
             cfg["head_dim"] = rng.choice([16, 24, 64])
         if mt in ("llama", "qwen2", "qwen3", "mistral", "mixtral") and rng.random() < 0.3:
@@ -116,11 +128,11 @@ def random_config(rng, families=None, measured_heads=False):
     cfg.pop("torch_dtype", None)
     # token ids of the full-size vocabulary would fall outside the drawn one
     for k in ("pad_token_id", "bos_token_id", "eos_token_id"):
-        if isinstance(cfg.get(k), int) and cfg[k] >= 1000:
+        if isinstance(cfg.get(k), int) and cfg[k] >= vocab:
             cfg[k] = None
     # an optional field set to null, as many checkpoints' config.json do: None in transformers,
     # whatever the config class's default is
-    if rng.random() < 0.3:
+    if NULLS and rng.random() < 0.3:
         nullable = [k for k in ("head_dim", "num_key_value_heads", "sliding_window", "pad_token_id",
                                 "bos_token_id", "eos_token_id", "rope_scaling", "layer_types",
                                 "n_inner", "classifier_dropout", "attention_dropout")
@@ -179,7 +191,7 @@ def measured_against(what, measure_cmd, vramscope_args):
 
 def random_step(rng):
     """Batch, sequence length, mode, autocast, parameter dtype, optimizer, checkpointing."""
-    batch, seq = rng.choice([1, 2, 4]), rng.choice([64, 128, 200, 256])
+    batch, seq = rng.choice([1, 2, 4]), rng.choice([512, 1000, 2048] if MEDIUM else [64, 128, 200, 256])
     mode = rng.choice(["train", "train", "infer"])
     amp = rng.choice(["fp32", "bf16", "fp16"])
     pdt = "fp32" if amp != "fp32" or mode == "train" else rng.choice(["fp32", "bf16"])
@@ -242,6 +254,8 @@ def truth_case(i, mt, cfg, step, tmp):
     with open(path, "w") as f:
         json.dump(cfg, f)
     batch, seq, mode, amp, pdt, optim, ckpt = step
+    # the encoders' learned positions stop at 512
+    seq = min(seq, 512) if mt in ("bert", "roberta", "xlm-roberta", "distilbert") else seq
     what = f"{i} {mt} {cfg['architectures'][0]} b{batch} s{seq} {mode} amp={amp} param={pdt} {optim}{' ckpt' if ckpt else ''}"
     cmd = [sys.executable, MEASURE, "--model", f"hf:{path}", "--batch", str(batch), "--seq", str(seq),
            "--mode", mode, "--amp", amp, "--param-dtype", pdt, "--optim", optim, "--json"]
@@ -262,7 +276,8 @@ def generate_case(i, mt, cfg, rng, tmp):
     path = os.path.join(tmp, f"g{i}.json")
     with open(path, "w") as f:
         json.dump(cfg, f)
-    batch, prompt, new = rng.choice([1, 2, 4]), rng.choice([16, 40, 128]), rng.choice([4, 9, 16])
+    batch, prompt, new = rng.choice([1, 2, 4]), rng.choice([16, 40, 128, 512] if MEDIUM else [16, 40, 128]), \
+        rng.choice([4, 9, 16])
     amp, pdt = rng.choice([("fp32", "fp32"), ("bf16", "fp32"), ("fp32", "bf16"), ("fp32", "fp16")])
     what = f"{i} {mt} generate b{batch} p{prompt} n{new} amp={amp} param={pdt}"
     cmd = [sys.executable, MEASURE, "--model", "py:" + os.path.join(HERE, "generate_models.py") + ":generate",
@@ -285,7 +300,8 @@ def head_case(i, mt, cfg, rng, tmp):
         ("ForTokenClassification", "token-cls", "token_cls"),
         ("ForQuestionAnswering", "qa", "question_answering"),
         ("Model", "feature-extraction", "feature_extraction")) if arch.endswith(suffix))
-    batch, seq = rng.choice([1, 2, 4]), rng.choice([64, 128, 200])
+    batch, seq = rng.choice([1, 2, 4]), rng.choice([512, 1000, 2048] if MEDIUM else [64, 128, 200])
+    seq = min(seq, 512) if mt in ("bert", "roberta", "xlm-roberta", "distilbert") else seq
     mode = "infer" if task == "feature-extraction" else rng.choice(["train", "train", "infer"])
     amp, pdt = rng.choice([("fp32", "fp32"), ("bf16", "fp32"), ("fp16", "fp32")] + (
         [("fp32", "bf16")] if mode == "infer" else []))
@@ -409,9 +425,15 @@ def main():
     ap.add_argument("--heads", action="store_true",
                     help="with --truth K: K random token-classification, question-answering and bare "
                          "models (validation/encoder_head_models.py) instead")
+    ap.add_argument("--nulls", action="store_true",
+                    help="set one optional field to null in a third of the configs")
+    ap.add_argument("--medium", action="store_true",
+                    help="checkpoint-like widths (512 to 4096) and sequence lengths (512 to 2048)")
     ap.add_argument("--t5", action="store_true",
                     help="with --truth K: K random T5 / mT5 / UMT5 steps (validation/t5_models.py) instead")
     a = ap.parse_args()
+    global MEDIUM, NULLS
+    MEDIUM, NULLS = a.medium, a.nulls
     tmp = tempfile.mkdtemp(prefix="vramscope_random_configs_")
     if a.truth and a.write_cases:
         write_cases(a.seed, a.truth, a.write_cases)
