@@ -189,6 +189,14 @@ def measured_against(what, measure_cmd, vramscope_args):
                   (ours["reserved_bytes"] - truth["reserved"]) / truth["reserved"] * 100)
 
 
+def within_positions(mt, cfg, seq):
+    """`seq` capped at the positions the model has: the encoders' 512 learned ones, GPT-2's
+    `n_positions` (the truth tool's FakeTensors would index past them where a GPU fails)."""
+    if mt in ("bert", "roberta", "xlm-roberta", "distilbert"):
+        return min(seq, 512)
+    return min(seq, cfg.get("n_positions") or seq)
+
+
 def random_step(rng):
     """Batch, sequence length, mode, autocast, parameter dtype, optimizer, checkpointing."""
     batch, seq = rng.choice([1, 2, 4]), rng.choice([512, 1000, 2048] if MEDIUM else [64, 128, 200, 256])
@@ -254,8 +262,7 @@ def truth_case(i, mt, cfg, step, tmp):
     with open(path, "w") as f:
         json.dump(cfg, f)
     batch, seq, mode, amp, pdt, optim, ckpt = step
-    # the encoders' learned positions stop at 512
-    seq = min(seq, 512) if mt in ("bert", "roberta", "xlm-roberta", "distilbert") else seq
+    seq = within_positions(mt, cfg, seq)
     what = f"{i} {mt} {cfg['architectures'][0]} b{batch} s{seq} {mode} amp={amp} param={pdt} {optim}{' ckpt' if ckpt else ''}"
     cmd = [sys.executable, MEASURE, "--model", f"hf:{path}", "--batch", str(batch), "--seq", str(seq),
            "--mode", mode, "--amp", amp, "--param-dtype", pdt, "--optim", optim, "--json"]
@@ -301,7 +308,7 @@ def head_case(i, mt, cfg, rng, tmp):
         ("ForQuestionAnswering", "qa", "question_answering"),
         ("Model", "feature-extraction", "feature_extraction")) if arch.endswith(suffix))
     batch, seq = rng.choice([1, 2, 4]), rng.choice([512, 1000, 2048] if MEDIUM else [64, 128, 200])
-    seq = min(seq, 512) if mt in ("bert", "roberta", "xlm-roberta", "distilbert") else seq
+    seq = within_positions(mt, cfg, seq)
     mode = "infer" if task == "feature-extraction" else rng.choice(["train", "train", "infer"])
     amp, pdt = rng.choice([("fp32", "fp32"), ("bf16", "fp32"), ("fp16", "fp32")] + (
         [("fp32", "bf16")] if mode == "infer" else []))
