@@ -11,10 +11,10 @@ use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 use super::generate::CausalLm;
 use super::layers::{
     add, add_scalar, cached_attention, conv1d, dropout, eager_causal_mask, embedding, mul,
-    mul_scalar, packed_sequence_check, position_ids, pow_fp32, tied_head, view, Call, Eager,
-    EagerFlavor, KvCache,
+    mul_scalar, packed_sequence_check, position_ids, pow_fp32, view, Call, Eager, EagerFlavor,
+    KvCache,
 };
-use super::seq_cls::{decoder_outputs, qa_inputs, sequence_classification, DecoderHead};
+use super::seq_cls::{base_model, decoder_head, decoder_outputs, qa_inputs, DecoderHead};
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
 
 struct Spec {
@@ -150,7 +150,7 @@ impl Model {
         let bsz = b.shape(ids)[0];
         let seq = call.seq;
         let bare = call.head == DecoderHead::Bare;
-        let mut model = |b: &mut GraphBuilder| {
+        let model = |b: &mut GraphBuilder| {
             let (tok, wte) = embedding(b, "wte", s.vocab, s.hidden, ids);
             let pos = match call.position_ids {
                 Some(pos) => pos,
@@ -193,29 +193,8 @@ impl Model {
             });
             (b.layer("ln_f", LayerNorm::new(s.hidden), &[x]), wte)
         };
-        if bare {
-            // `GPT2Model` itself, at the root of the names: its last hidden state is the output
-            return model(b).0;
-        }
-        let (h, wte) = b.module("transformer", "GPT2Model", &[ids], model);
-        match call.head {
-            DecoderHead::SequenceClassification(c) => {
-                return sequence_classification(b, c, s.hidden, ids, h);
-            }
-            // the caller builds them on the last hidden state
-            head if head.per_token() => return h,
-            _ => {}
-        }
-        let h = call.head_input(b, h);
-        if s.tied {
-            if call.first {
-                // post_init drops the head's own weight for the embedding's
-                b.tie_at_init(&[vec![s.vocab, s.hidden]], 1, None);
-            }
-            tied_head(b, "lm_head", wte, h)
-        } else {
-            super::layers::linear(b, "lm_head", s.hidden, s.vocab, false, h)
-        }
+        let out = base_model(b, bare, ("transformer", "GPT2Model"), ids, model);
+        decoder_head(b, call, (s.hidden, s.vocab, s.tied), ids, out)
     }
 }
 

@@ -31,10 +31,10 @@ use super::generate::CausalLm;
 use super::layers::{
     add, apply_rotary, apply_rotary_sliced, attention_mask, attention_output, cached_attention,
     dropout, eager_causal_mask, embedding, linear, mul, packed_sequence_check, position_ids,
-    rms_norm, rotary, rotated_heads_view, sdpa, sdpa_masked, tied_head, v_grad_heads_first, view,
+    rms_norm, rotary, rotated_heads_view, sdpa, sdpa_masked, v_grad_heads_first, view,
     view_grads_copied, Call, Eager, EagerFlavor, KvCache, MaskPattern,
 };
-use super::seq_cls::{decoder_outputs, qa_inputs, sequence_classification, DecoderHead};
+use super::seq_cls::{base_model, decoder_head, decoder_outputs, qa_inputs, DecoderHead};
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
 
 /// The family member: class names and the places the forwards differ.
@@ -470,7 +470,7 @@ pub(super) fn forward(
     let seq = call.seq;
     let bare = call.head == DecoderHead::Bare;
     let base = call.head.base();
-    let mut model = |b: &mut GraphBuilder| {
+    let model = |b: &mut GraphBuilder| {
         let (x, emb) = embedding(b, "embed_tokens", s.vocab, s.hidden, ids);
         let pos = match call.position_ids {
             // `generate` passes them (its model inputs keep them)
@@ -529,30 +529,8 @@ pub(super) fn forward(
             emb,
         )
     };
-    if bare {
-        // `{p}Model` itself: its last hidden state is the output
-        return vec![model(b).0];
-    }
-    let (h, emb) = b.module(base, &format!("{p}Model"), &[ids], model);
-    match call.head {
-        DecoderHead::SequenceClassification(c) => {
-            return vec![sequence_classification(b, c, s.hidden, ids, h)];
-        }
-        // the per-token heads: the caller builds them on the last hidden state (after the base
-        // model's construction temporaries)
-        head if head.per_token() => return vec![h],
-        _ => {}
-    }
-    let h = call.head_input(b, h);
-    vec![if s.tied {
-        if call.first {
-            // post_init drops the head's own weight for the embedding's
-            b.tie_at_init(&[vec![s.vocab, s.hidden]], 1, None);
-        }
-        tied_head(b, "lm_head", emb, h)
-    } else {
-        linear(b, "lm_head", s.hidden, s.vocab, false, h)
-    }]
+    let out = base_model(b, bare, (base, &format!("{p}Model")), ids, model);
+    vec![decoder_head(b, call, (s.hidden, s.vocab, s.tied), ids, out)]
 }
 
 /// A Llama-family model ready to record its forward once per generation step.

@@ -11,10 +11,10 @@ use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 use super::generate::CausalLm;
 use super::layers::{
     activation, activation_kind, add, cached_attention, decoder_heads, dropout_fn,
-    eager_causal_mask, embedding, layer_norm, linear, mul_scalar, tied_head, view, Call, Eager,
-    EagerFlavor, KvCache,
+    eager_causal_mask, embedding, layer_norm, linear, mul_scalar, view, Call, Eager, EagerFlavor,
+    KvCache,
 };
-use super::seq_cls::{decoder_outputs, qa_inputs, sequence_classification, DecoderHead};
+use super::seq_cls::{base_model, decoder_head, decoder_outputs, qa_inputs, DecoderHead};
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
 use vramscope_core::ops::ActivationKind;
 
@@ -162,35 +162,13 @@ impl Model {
     pub fn forward(&self, b: &mut GraphBuilder, ids: TensorId, call: &mut Call) -> TensorId {
         let s = &self.spec;
         let bare = call.head == DecoderHead::Bare;
-        let mut model = |b: &mut GraphBuilder| {
+        let model = |b: &mut GraphBuilder| {
             b.module("decoder", "OPTDecoder", &[ids], |b| {
                 decoder(b, self, ids, call)
             })
         };
-        if bare {
-            // `OPTModel` itself, at the root of the names: its last hidden state is the output
-            return model(b).0;
-        }
-        let (h, emb) = b.module("model", "OPTModel", &[ids], model);
-        match call.head {
-            DecoderHead::SequenceClassification(c) => {
-                return sequence_classification(b, c, s.proj_dim, ids, h);
-            }
-            // the caller builds it on the last hidden state
-            DecoderHead::QuestionAnswering { .. } => return h,
-            _ => {}
-        }
-        if s.tied {
-            if call.first {
-                // post_init drops the head's own weight for the embedding's
-                b.tie_at_init(&[vec![s.vocab, s.proj_dim]], 1, None);
-            }
-            let h = call.head_input(b, h);
-            tied_head(b, "lm_head", emb, h)
-        } else {
-            let h = call.head_input(b, h);
-            linear(b, "lm_head", s.proj_dim, s.vocab, false, h)
-        }
+        let out = base_model(b, bare, ("model", "OPTModel"), ids, model);
+        decoder_head(b, call, (s.proj_dim, s.vocab, s.tied), ids, out)
     }
 }
 

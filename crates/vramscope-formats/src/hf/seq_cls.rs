@@ -12,7 +12,7 @@ use vramscope_core::ir::Task;
 use vramscope_core::ops::Select;
 use vramscope_core::{DType, GraphBuilder, TensorId};
 
-use super::layers::{advanced_index, dropout, int_op, linear, KvCache};
+use super::layers::{advanced_index, dropout, int_op, linear, tied_head, Call, KvCache};
 use super::{encoder_heads, HfConfig, HfError, HfInput};
 
 /// The head a decoder-only model is built with.
@@ -223,6 +223,51 @@ fn per_token_head(
             _ => vec![h],
         }
     })
+}
+
+/// The base model `{X}Model` that `model` records: the class's attribute `attr` (`transformer`,
+/// `model`), or, for the bare model, the class itself at the root of the names.
+pub(super) fn base_model<R>(
+    b: &mut GraphBuilder,
+    bare: bool,
+    (attr, class): (&str, &str),
+    ids: TensorId,
+    model: impl FnOnce(&mut GraphBuilder) -> R,
+) -> R {
+    if bare {
+        model(b)
+    } else {
+        b.module(attr, class, &[ids], model)
+    }
+}
+
+/// What a decoder's class puts on its base model's last hidden state `h` (`hidden` wide, from
+/// `ids`; `emb` the token embedding): the sequence classifier's pooled logits; `h` itself for
+/// the bare model and the per-token heads (the caller builds those after the base model's
+/// construction temporaries); else `lm_head` on the positions whose logits are kept, tied to
+/// `emb` when `tied` (`post_init` then drops the head's own weight).
+pub(super) fn decoder_head(
+    b: &mut GraphBuilder,
+    call: &Call,
+    (hidden, vocab, tied): (u64, u64, bool),
+    ids: TensorId,
+    (h, emb): (TensorId, TensorId),
+) -> TensorId {
+    match call.head {
+        DecoderHead::SequenceClassification(c) => {
+            return sequence_classification(b, c, hidden, ids, h);
+        }
+        head if head == DecoderHead::Bare || head.per_token() => return h,
+        _ => {}
+    }
+    let h = call.head_input(b, h);
+    if !tied {
+        return linear(b, "lm_head", hidden, vocab, false, h);
+    }
+    if call.first {
+        b.tie_at_init(&[vec![vocab, hidden]], 1, None);
+    }
+    tied_head(b, "lm_head", emb, h)
 }
 
 /// The forward's outputs of a decoder whose base model returned `out` (its last hidden state
