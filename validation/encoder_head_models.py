@@ -135,14 +135,11 @@ def t5_model(batch, seq, checkpoint=False, config="crates/vramscope-formats/data
     `[B, seq]` then `decoder_input_ids` `[B, target_len]` (default `seq`), `out =
     model(input_ids=..., decoder_input_ids=...)` kept until the next forward returns."""
     import torch
-    import transformers
     cfg = _read_config(config)
     cfg._attn_implementation = attn
     if use_cache is not None:
         cfg.use_cache = bool(use_cache)
-    cls = {"t5": transformers.T5Model, "mt5": transformers.MT5Model,
-           "umt5": transformers.UMT5Model}[cfg.model_type]
-    model = cls(cfg)
+    model = _t5_class(cfg.model_type, "Model")(cfg)
     V, T = cfg.vocab_size, int(target_len or seq)
 
     def make_batch():
@@ -158,9 +155,12 @@ def t5_model(batch, seq, checkpoint=False, config="crates/vramscope-formats/data
 
 
 def t5_encoder(batch, seq, checkpoint=False, config="crates/vramscope-formats/data/hf/t5-small.json", attn="sdpa", **_):
-    import transformers
     cfg = _read_config(config)
     cfg._attn_implementation = attn
-    cls = {"t5": transformers.T5EncoderModel, "mt5": transformers.MT5EncoderModel,
-           "umt5": transformers.UMT5EncoderModel}[cfg.model_type]
-    return _features(cls(cfg), cfg.vocab_size, batch, seq)
+    return _features(_t5_class(cfg.model_type, "EncoderModel")(cfg), cfg.vocab_size, batch, seq)
+
+
+def _t5_class(model_type, suffix):
+    """`T5{suffix}`, `MT5{suffix}` or `UMT5{suffix}` for the config's model type."""
+    import transformers
+    return getattr(transformers, {"t5": "T5", "mt5": "MT5", "umt5": "UMT5"}[model_type] + suffix)
