@@ -27,22 +27,34 @@ pub struct TricksArgs {
     pub json: bool,
 }
 
-/// The zoo model at other batch sizes and a lower resolution.
-pub struct Source<'a>(pub &'a ModelArgs, pub &'a vramscope_core::sim::StepConfig);
+/// The model of the flags at other batch sizes, inputs and fine-tuning setups.
+pub struct Source<'a> {
+    /// The model and its input, as given.
+    pub model: &'a ModelArgs,
+    /// The step, as given.
+    pub step: &'a StepConfig,
+    /// The checkpoint is saved in 4 bits (its `quantization_config`): it loads in 4 bits already.
+    pub saved_4bit: bool,
+}
+
+/// The graph `args` build at `batch`.
+fn graph(args: &ModelArgs, batch: u64, step: &StepConfig) -> Result<Graph, String> {
+    model::load(args, batch, step)
+        .map(|l| l.graph)
+        .map_err(|e| format!("{e:#}"))
+}
 
 impl ModelSource for Source<'_> {
     fn build(&self, batch: u64) -> Result<Graph, String> {
-        model::load(self.0, batch, self.1)
-            .map(|l| l.graph)
-            .map_err(|e| format!("{e:#}"))
+        graph(self.model, batch, self.step)
     }
 
     fn smaller_input(&self, batch: u64) -> Option<(String, Result<Graph, String>)> {
         // a sequence model's input is its tokens (`shorter_sequence`), not an image
-        if self.0.seq_len.is_some() || self.0.prompt_len.is_some() {
+        if self.model.seq_len.is_some() || self.model.prompt_len.is_some() {
             return None;
         }
-        let (c, h, w) = parse_input(&self.0.input).ok()?;
+        let (c, h, w) = parse_input(&self.model.input).ok()?;
         // three quarters of the side, a multiple of 8
         let (h2, w2) = ((h * 3 / 4) / 8 * 8, (w * 3 / 4) / 8 * 8);
         if h2 < 32 || w2 < 32 {
@@ -51,23 +63,23 @@ impl ModelSource for Source<'_> {
         let desc = format!("{c}x{h2}x{w2}");
         let args = ModelArgs {
             input: desc.clone(),
-            ..self.0.clone()
+            ..self.model.clone()
         };
-        Some((desc, Source(&args, self.1).build(batch)))
+        Some((desc, graph(&args, batch, self.step)))
     }
 
     fn shorter_sequence(&self, batch: u64) -> Option<(u64, Result<Graph, String>)> {
         // three quarters of `--seq-len`, a multiple of 8 (a generation's prompt is left alone)
-        let seq = self.0.seq_len?;
+        let seq = self.model.seq_len?;
         let shorter = (seq * 3 / 4) / 8 * 8;
         if shorter < 8 {
             return None;
         }
         let args = ModelArgs {
             seq_len: Some(shorter),
-            ..self.0.clone()
+            ..self.model.clone()
         };
-        Some((shorter, Source(&args, self.1).build(batch)))
+        Some((shorter, graph(&args, batch, self.step)))
     }
 
     fn fine_tuned(
@@ -76,16 +88,13 @@ impl ModelSource for Source<'_> {
         batch: u64,
         cfg: &StepConfig,
     ) -> Option<Result<(Graph, StepConfig), String>> {
-        if !model::is_transformer(self.0) {
+        if !model::is_transformer(self.model) {
             return None;
         }
-        // a checkpoint saved in 4 bits is loaded in 4 bits already
-        if matches!(change, FineTuning::LoadIn4bit | FineTuning::Qlora(_))
-            && model::load(self.0, batch, cfg).is_ok_and(|m| m.pre_quantized.is_some())
-        {
+        if self.saved_4bit && matches!(change, FineTuning::LoadIn4bit | FineTuning::Qlora(_)) {
             return None;
         }
-        let mut args = self.0.clone();
+        let mut args = self.model.clone();
         match change {
             FineTuning::GradientCheckpointing if !args.gradient_checkpointing => {
                 args.gradient_checkpointing = true;
@@ -117,7 +126,12 @@ pub fn run(a: &TricksArgs) -> Result<()> {
     let mut cfg = model::step_config(&a.model, &a.step)?;
     let loaded = model::load(&a.model, a.model.batch_size, &cfg)?;
     loaded.apply_to(&mut cfg);
-    let rows = tricks(&Source(&a.model, &cfg), a.model.batch_size, &cfg, a.gpus)?;
+    let source = Source {
+        model: &a.model,
+        step: &cfg,
+        saved_4bit: loaded.pre_quantized.is_some(),
+    };
+    let rows = tricks(&source, a.model.batch_size, &cfg, a.gpus)?;
     let text = if a.json {
         serde_json::to_string_pretty(&rows).context("serialising the tricks")? + "\n"
     } else {
