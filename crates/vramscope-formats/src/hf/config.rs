@@ -101,9 +101,12 @@ impl HfConfig {
     }
 
     /// `key` as the file sets it (at the top level, else in `text_config`), or the config
-    /// class's default.
+    /// class's default, unless the file sets it to `null`: that is None in transformers, which the
+    /// class never replaces by its default (the readers' own fallbacks stand for what its
+    /// `__post_init__` derives, `num_attention_heads` for a null `num_key_value_heads`).
     fn get(&self, key: &str) -> Option<&Value> {
-        self.own(key).or_else(|| self.default_of(key))
+        self.own(key)
+            .or_else(|| (!self.is_null(key)).then(|| self.default_of(key)).flatten())
     }
 
     /// `key` as the file sets it, not `null`.
@@ -123,10 +126,14 @@ impl HfConfig {
     }
 
     /// The first of `keys` the file sets, else the first the config class has a default for
-    /// (so that an alias the file uses, `n_embd` for `hidden_size`, wins over a default).
+    /// (so that an alias the file uses, `n_embd` for `hidden_size`, wins over a default); none
+    /// when the file sets one of them to `null` (see [`get`](Self::get)).
     fn find<'k>(&self, keys: &[&'k str]) -> Option<(&'k str, &Value)> {
         let own = keys.iter().find_map(|&k| self.own(k).map(|v| (k, v)));
         own.or_else(|| {
+            if keys.iter().any(|k| self.is_null(k)) {
+                return None;
+            }
             keys.iter()
                 .find_map(|&k| self.default_of(k).map(|v| (k, v)))
         })

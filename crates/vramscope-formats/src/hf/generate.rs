@@ -144,15 +144,10 @@ struct Tokens {
 }
 
 fn tokens(cfg: &HfConfig) -> Result<Tokens, HfError> {
-    // a `null` in config.json is None, not the config class's default
-    let ids = |key| match cfg.is_null(key) {
-        true => Ok(0),
-        false => cfg.token_ids(key),
-    };
     Ok(Tokens {
-        bos: ids("bos_token_id")? > 0,
-        eos: ids("eos_token_id")?,
-        pad: ids("pad_token_id")? > 0,
+        bos: cfg.token_ids("bos_token_id")? > 0,
+        eos: cfg.token_ids("eos_token_id")?,
+        pad: cfg.token_ids("pad_token_id")? > 0,
     })
 }
 

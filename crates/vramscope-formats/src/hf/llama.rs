@@ -183,14 +183,11 @@ pub(super) fn spec(cfg: &HfConfig, model_type: &str) -> Result<Spec, HfError> {
     let variant = Variant::of(model_type);
     let hidden = cfg.u64(&["hidden_size"])?;
     let heads = cfg.u64(&["num_attention_heads"])?;
-    // a `null` is None, which the config classes turn into `num_attention_heads` (not their
-    // default)
-    let kv_heads = match cfg.is_null("num_key_value_heads") {
-        true => None,
-        false => cfg.opt_u64(&["num_key_value_heads"])?,
-    }
-    .filter(|&n| n > 0)
-    .unwrap_or(heads);
+    // unset (or `null`) is `num_attention_heads`, as the config classes derive it
+    let kv_heads = cfg
+        .opt_u64(&["num_key_value_heads"])?
+        .filter(|&n| n > 0)
+        .unwrap_or(heads);
     if heads % kv_heads != 0 {
         return Err(HfError::Field {
             path: cfg.path.clone(),
