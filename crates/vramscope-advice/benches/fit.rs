@@ -8,7 +8,7 @@ use vramscope_formats::zoo::{self, ZooInput};
 use vramscope_report::find_gpu;
 
 fn main() {
-    vramscope_core::heap::keep_freed_memory();
+    vramscope_core::heap::tune_for_estimates();
     divan::main();
 }
 

@@ -65,22 +65,23 @@ pub fn run(a: &EstimateArgs) -> Result<()> {
     if let Some(path) = &a.trace {
         write_trace(path, &loaded.graph, &sim)?;
     }
-    let text = if a.json {
-        serde_json::to_string_pretty(&report).context("serialising the report")? + "\n"
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+    if a.json {
+        // streamed rather than built whole: a 70B model's report is 270 KB of JSON
+        serde_json::to_writer_pretty(&mut out, &report).context("writing to stdout")?;
+        out.write_all(b"\n").context("writing to stdout")?;
     } else {
         let mut t = render_text(&report, max_layers);
         if a.explain {
             t.push('\n');
             t.push_str(&vramscope_report::render_explain(&sim, &report, 8));
         }
-        t
-    };
-    std::io::stdout()
-        .write_all(text.as_bytes())
-        .context("writing to stdout")?;
+        out.write_all(t.as_bytes()).context("writing to stdout")?;
+    }
+    out.flush().context("writing to stdout")?;
     // the process ends next: freeing the graph, the simulation and the report one allocation at
     // a time would cost about 3% of a 70B estimate's instructions (docs/performance.md)
-    std::mem::forget((loaded, sim, report, text));
+    std::mem::forget((loaded, sim, report));
     Ok(())
 }
 

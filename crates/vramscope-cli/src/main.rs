@@ -49,7 +49,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    vramscope_core::heap::keep_freed_memory();
+    vramscope_core::heap::tune_for_estimates();
     let cli = Cli::parse();
     let result = match &cli.command {
         Command::Estimate(a) => estimate::run(a),
@@ -75,9 +75,14 @@ fn main() -> ExitCode {
 /// Whether writing the output failed because its reader closed the pipe.
 fn is_broken_pipe(e: &anyhow::Error) -> bool {
     e.chain().any(|cause| {
-        cause
-            .downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+        let kind = match cause.downcast_ref::<std::io::Error>() {
+            Some(io) => Some(io.kind()),
+            // a report streamed as JSON: serde_json's error holds the I/O error
+            None => cause
+                .downcast_ref::<serde_json::Error>()
+                .and_then(serde_json::Error::io_error_kind),
+        };
+        kind == Some(std::io::ErrorKind::BrokenPipe)
     })
 }
 

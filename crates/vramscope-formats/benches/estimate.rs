@@ -9,7 +9,7 @@ use vramscope_formats::zoo::{self, ZooInput};
 
 fn main() {
     // as the CLI does: the bench times estimates, not the kernel refilling pages glibc returned
-    vramscope_core::heap::keep_freed_memory();
+    vramscope_core::heap::tune_for_estimates();
     divan::main();
 }
 

@@ -77,7 +77,7 @@ fn populate(mib: usize) -> Result<i64, String> {
 }
 
 fn main() -> Result<(), String> {
-    vramscope_core::heap::keep_freed_memory();
+    vramscope_core::heap::tune_for_estimates();
     let mut args = std::env::args().skip(1);
     let name = args
         .next()

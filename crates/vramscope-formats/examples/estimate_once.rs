@@ -45,7 +45,7 @@ fn estimate(name: &str) -> Result<u64, String> {
 }
 
 fn main() -> Result<(), String> {
-    vramscope_core::heap::keep_freed_memory();
+    vramscope_core::heap::tune_for_estimates();
     let mut args = std::env::args().skip(1);
     let name = args.next().ok_or("usage: estimate_once MODEL [RUNS]")?;
     let runs: usize = match args.next() {
