@@ -35,6 +35,13 @@ pub trait ModelSource {
     ) -> Option<Result<(Graph, StepConfig), String>> {
         None
     }
+    /// Whether the model checkpoints its own layers (a Hugging Face transformer's
+    /// `gradient_checkpointing_enable()`, the [`FineTuning::GradientCheckpointing`] row): then
+    /// checkpointing "every block" by hand is that row again, or nothing where it is already on.
+    /// `false` for other models (the default).
+    fn checkpoints_its_own_layers(&self) -> bool {
+        false
+    }
 }
 
 /// The fine-tuning changes of a Hugging Face transformer, the usual remedies for a language
@@ -340,7 +347,12 @@ pub fn tricks<S: ModelSource>(
     }
     // checkpointing
     if train {
-        checkpoint_tricks(&base_graph, cfg, &mut push)?;
+        checkpoint_tricks(
+            &base_graph,
+            cfg,
+            src.checkpoints_its_own_layers(),
+            &mut push,
+        )?;
     }
     // a transformer's own: in training its layers checkpointed, LoRA, QLoRA; in inference and
     // generation its weights loaded in 4 bits
@@ -618,7 +630,20 @@ pub fn tricks<S: ModelSource>(
     Ok(rows)
 }
 
-fn checkpoint_tricks<F>(g: &Graph, cfg: &StepConfig, push: &mut F) -> Result<(), AdviceError>
+/// A module that only holds others (`nn.ModuleList`, `nn.ModuleDict`): it cannot be called.
+fn is_module_container(m: &vramscope_core::ir::ModuleDef) -> bool {
+    matches!(&*m.type_name, "ModuleList" | "ModuleDict")
+}
+
+/// Checkpointing of the model's containers: each top-level stage, every stage, every block of
+/// the stages (left to the model's own row where it checkpoints its layers itself:
+/// `own_layer_checkpointing`), `checkpoint_sequential` over an `nn.Sequential` stage.
+fn checkpoint_tricks<F>(
+    g: &Graph,
+    cfg: &StepConfig,
+    own_layer_checkpointing: bool,
+    push: &mut F,
+) -> Result<(), AdviceError>
 where
     F: FnMut(String, Change, Option<Peak>, &str, String, String),
 {
@@ -671,7 +696,8 @@ where
             "only the stages' inputs are kept; each stage is recomputed in backward".into(),
         );
     }
-    // every block of the stages (stages' children)
+    // every block of the stages (stages' children). A `ModuleList` / `ModuleDict` has no forward
+    // to wrap in `checkpoint`: its entries are the blocks (a transformer's layers)
     let blocks: Vec<String> = stages
         .iter()
         .flat_map(|s| {
@@ -679,13 +705,18 @@ where
             id.map(|m| {
                 children(m)
                     .into_iter()
-                    .map(|c| c.path.clone())
+                    .flat_map(|c| match g.find_module(&c.path) {
+                        Some(list) if is_module_container(c) => {
+                            children(list).into_iter().map(|e| e.path.clone()).collect()
+                        }
+                        _ => vec![c.path.clone()],
+                    })
                     .collect::<Vec<_>>()
             })
             .unwrap_or_default()
         })
         .collect();
-    if blocks.len() > stages.len() {
+    if blocks.len() > stages.len() && !own_layer_checkpointing {
         let after = with_cp(blocks.iter().cloned().map(Checkpoint::Module).collect())?;
         push(
             format!("checkpoint every block ({} blocks)", blocks.len()),
@@ -696,8 +727,10 @@ where
             "block inputs are kept; one block's activations at a time are recomputed".into(),
         );
     }
-    // best segment count for sequential stages
-    for s in &stages {
+    // best segment count for sequential stages: `checkpoint_sequential` runs an `nn.Sequential`'s
+    // children one after the other, each on the previous one's output, which another module's
+    // forward need not do (a transformer passes masks and positions to its layers)
+    for s in stages.iter().filter(|s| &*s.type_name == "Sequential") {
         let Some(m) = g.find_module(&s.path) else {
             continue;
         };

@@ -82,6 +82,10 @@ impl ModelSource for Source<'_> {
         Some((shorter, graph(&args, batch, self.step)))
     }
 
+    fn checkpoints_its_own_layers(&self) -> bool {
+        model::is_transformer(self.model)
+    }
+
     fn fine_tuned(
         &self,
         change: FineTuning,

@@ -419,37 +419,73 @@ fn t5_target_length_and_loss_in_forward() {
     assert_eq!(same["peak"], explicit["peak"]);
 }
 
-/// `tricks` re-simulates T5 with checkpoints on every container, including the `ModuleList`s
-/// Python never calls (their recomputation keeps what they read).
+/// `tricks` on a transformer leaves checkpointing "every block" to its own
+/// `gradient_checkpointing_enable()` row (the same layers), and offers no `checkpoint_sequential`
+/// over a module that is not an `nn.Sequential` (a transformer passes masks and positions to its
+/// layers). A `ModuleList` named with `--checkpoint`, which Python never calls (its
+/// recomputation keeps what it reads), still simulates.
 #[test]
-fn tricks_checkpoint_every_t5_container() {
-    let cfg = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../fixtures/hf/configs/t5_small_2l.json"
-    );
-    let rows = crate::vramscope_json(&[
-        "tricks",
-        cfg,
+fn tricks_leave_a_transformers_layers_to_its_own_checkpointing() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures/hf/configs/");
+    let names = |args: &[&str]| -> Vec<String> {
+        let rows = crate::vramscope_json(args);
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["name"].as_str().unwrap_or_default().to_string())
+            .collect()
+    };
+    let t5 = format!("{dir}t5_small_2l.json");
+    let t5_step = [
+        t5.as_str(),
         "--seq-len",
         "32",
         "--target-len",
         "16",
         "-b",
         "2",
-        "--json",
-    ]);
-    let names: Vec<String> = rows
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["name"].as_str().unwrap_or_default().to_string())
-        .collect();
+    ];
+    let qwen = format!("{dir}qwen2_small_2l.json");
+    for args in [
+        [&["tricks"][..], &t5_step, &["--json"]].concat(),
+        vec!["tricks", &qwen, "--seq-len", "128", "-b", "2", "--json"],
+        // already on: checkpointing every layer again would save nothing
+        vec![
+            "tricks",
+            &qwen,
+            "--seq-len",
+            "128",
+            "-b",
+            "2",
+            "--gradient-checkpointing",
+            "--json",
+        ],
+    ] {
+        let names = names(&args);
+        assert!(
+            names.iter().any(|n| n.starts_with("checkpoint ")),
+            "{args:?}: {names:?}"
+        );
+        assert!(
+            !names.iter().any(|n| n.starts_with("checkpoint every block")
+                || n.starts_with("checkpoint_sequential")),
+            "{args:?}: {names:?}"
+        );
+    }
+    let names = names(&[&["tricks"][..], &t5_step, &["--json"]].concat());
     assert!(
-        names
-            .iter()
-            .any(|n| n.starts_with("checkpoint every block")),
+        names.iter().any(|n| n == "gradient_checkpointing_enable()"),
         "{names:?}"
     );
+    let by_hand = crate::vramscope_json(
+        &[
+            &["estimate"][..],
+            &t5_step,
+            &["--checkpoint", "encoder.block,decoder.block", "--json"],
+        ]
+        .concat(),
+    );
+    assert!(by_hand["peak"]["allocated_bytes"].as_u64().unwrap() > 0);
 }
 
 /// `tricks` on a sequence model shortens its sequences (three quarters of `--seq-len`), re-simulated
