@@ -20,7 +20,7 @@ pub fn tune_for_estimates() {
     }
 }
 
-/// Grows glibc's heap by [`AHEAD`] at once (untouched, so it costs no memory until used) and
+/// Grows glibc's heap by 32 MiB at once (untouched, so it costs no memory until used) and
 /// advises transparent huge pages for it, the way glibc's own `glibc.malloc.hugetlb=1` tunable
 /// does (which only an environment variable set before the process starts can turn on). The
 /// allocations that follow start at the first 2 MiB boundary: the bytes before it stay
