@@ -7,7 +7,7 @@
 
 /// Keeps freed memory in the process for the next estimate: raises glibc's trim threshold and
 /// fixes its mmap threshold (which also stops their dynamic adjustment). Then asks the kernel
-/// for transparent huge pages where the heap grows next ([`huge_pages_ahead`]). Call it first
+/// for transparent huge pages where the heap grows next (`huge_pages_ahead`). Call it first
 /// thing in `main`. Does nothing with another C library.
 pub fn tune_for_estimates() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
