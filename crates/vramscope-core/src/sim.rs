@@ -259,8 +259,9 @@ pub struct LiveTensor {
 pub struct LayerStats {
     /// The module called.
     pub module: ModuleId,
-    /// The op's kind when the row is a functional op inside a container (a residual `+=`);
-    /// `None` when the module's class names the row.
+    /// The op's kind when the row is a run of functional ops inside a container (a residual
+    /// `+=`): the one that saved the most for backward, else the first; `None` when the
+    /// module's class names the row.
     pub functional_op: Option<&'static str>,
     /// The first output of the call's last op that had one (its shape is the row's output shape).
     pub output: Option<TensorId>,
@@ -752,6 +753,8 @@ struct Sim<'g> {
     module_listed: Vec<bool>,
     module_has_children: Vec<bool>,
     last_layer_module: Option<ModuleId>,
+    /// the bytes saved by the op that names the layer table's last row (a functional one)
+    row_op_saved: u64,
     scaler_initialised: bool,
     /// which parameters had a `.grad` when the current backward started
     grad_existed_before_backward: Vec<bool>,
@@ -1191,6 +1194,8 @@ impl<'g> Sim<'g> {
         }
         if records || (self.recomputing && graph_node.is_some()) {
             sc.saved.clear();
+            // what this op saved that nothing saved before it (the layer table's count)
+            let mut newly_saved = 0;
             if keep_saved {
                 for k in 0..sc.kept.len() {
                     let sid = match sc.kept[k] {
@@ -1208,15 +1213,22 @@ impl<'g> Sim<'g> {
                             let st = &mut self.storages[sid as usize];
                             if !st.saved && st.category != Category::Parameters {
                                 st.saved = true;
-                                let bytes = st.bytes;
-                                if let (Some(layers), Some(_)) = (self.layers.as_mut(), graph_node)
-                                {
-                                    if let Some(l) = layers.last_mut() {
-                                        l.saved_bytes += bytes;
-                                    }
-                                }
+                                newly_saved += st.bytes;
                             }
                         }
+                    }
+                }
+            }
+            if let (Some(layers), Some(_), true) =
+                (self.layers.as_mut(), graph_node, newly_saved > 0)
+            {
+                if let Some(l) = layers.last_mut() {
+                    l.saved_bytes += newly_saved;
+                    // a row of functional ops is named by the one that saved the most (the
+                    // attention in `view, transpose, ..., scaled_dot_product_attention, reshape`)
+                    if l.functional_op.is_some() && newly_saved > self.row_op_saved {
+                        l.functional_op = Some(info.kind);
+                        self.row_op_saved = newly_saved;
                     }
                 }
             }
@@ -1574,6 +1586,7 @@ impl<'g> Sim<'g> {
                 && self.last_layer_module != Some(node.module)
             {
                 self.last_layer_module = Some(node.module);
+                self.row_op_saved = 0;
                 let mi = node.module.0 as usize;
                 let parameters = if self.module_listed[mi] {
                     0
@@ -2485,6 +2498,7 @@ fn run(g: &Graph, cfg: &StepConfig, thread: ModelThread) -> Result<Simulation, S
             v
         },
         last_layer_module: None,
+        row_op_saved: 0,
         tape_of_node: vec![None; g.nodes.len()],
         scaler_initialised: false,
         grad_existed_before_backward: vec![false; g.params.len()],

@@ -187,6 +187,52 @@ fn text_report_has_the_sections() {
     }
 }
 
+/// A layer-table row of functional ops inside a module (a transformer's attention core between
+/// its projections) is named by the op that saved the most for backward, not by its first op (a
+/// head-splitting `view`); each row's saved bytes are unchanged by the naming.
+#[test]
+fn functional_rows_are_named_by_their_largest_saver() {
+    let cfg = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../fixtures/hf/configs/llama32_1b_2l.json"
+    );
+    // eager attention: `q @ k.T` saves q and k, the softmax its output (larger from some length
+    // on); at 128 tokens the first matmul saves the most
+    for (attention, core) in [
+        ("sdpa", "scaled_dot_product_attention"),
+        ("eager", "matmul"),
+    ] {
+        let r = estimate_json(&[
+            cfg,
+            "--seq-len",
+            "128",
+            "-b",
+            "2",
+            "--attn-implementation",
+            attention,
+        ]);
+        let rows: Vec<&serde_json::Value> = r["layers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|l| l["name"].as_str().unwrap().ends_with(".self_attn"))
+            .collect();
+        let saving: Vec<&str> = rows
+            .iter()
+            .filter(|l| l["saved_bytes"].as_u64().unwrap() > 0)
+            .map(|l| l["op"].as_str().unwrap())
+            .collect();
+        assert_eq!(saving, [core, core], "{attention}: {rows:?}");
+        // the rows that save nothing keep their first op's name
+        assert!(
+            rows.iter()
+                .filter(|l| l["saved_bytes"] == 0)
+                .all(|l| l["op"] == "view"),
+            "{attention}: {rows:?}"
+        );
+    }
+}
+
 #[test]
 fn fit_json_gives_the_batch_size_and_both_estimates() {
     let v = crate::vramscope_json(&["fit", "resnet18", "--gpu", "a100", "--json"]);
