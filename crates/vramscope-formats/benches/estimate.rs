@@ -93,6 +93,45 @@ fn transformer_train_amp_bf16(bencher: divan::Bencher, (name, batch, seq): (&str
     bencher.bench(|| estimate_hf(divan::black_box(name), batch, seq, Precision::AmpBf16));
 }
 
+/// All that `vramscope estimate NAME --seq-len S -b B --precision amp-bf16 --json` computes, in
+/// one process: the config parsed, the graph built, the two iterations simulated (AdamW), the
+/// report made and written as its pretty-printed JSON (into memory, not to a terminal). What a
+/// CLI process adds beyond this is its start-up and exit (docs/performance.md).
+#[divan::bench(args = [("gpt2", 8, 1024), ("llama-3-8b", 1, 4096), ("llama-3-70b", 1, 4096)])]
+fn transformer_estimate_json(bencher: divan::Bencher, (name, batch, seq): (&str, u64, u64)) {
+    use vramscope_report::{find_gpu, EstimateReport, ReportInput};
+    let gpu = find_gpu("h100").expect("a known GPU");
+    let mut out = Vec::with_capacity(1 << 20);
+    bencher.bench_local(|| {
+        let (cfg, input) = hf_case(divan::black_box(name), batch, seq, Precision::AmpBf16, None);
+        let m = vramscope_formats::hf::build(&cfg, &input).expect("builds");
+        let step = StepConfig {
+            mode: Mode::Train,
+            precision: Precision::AmpBf16,
+            optimizer: Optimizer::AdamW,
+            ..StepConfig::default()
+        };
+        let sim = simulate(&m.graph, &step).expect("simulates");
+        let report = EstimateReport::new(
+            &ReportInput {
+                graph: &m.graph,
+                source: "zoo",
+                batch_size: batch,
+                mode: step.mode,
+                precision: step.precision,
+                optimizer: step.optimizer,
+                checkpoint: Vec::new(),
+                gpu,
+                generation: None,
+            },
+            &sim,
+        );
+        out.clear();
+        serde_json::to_writer_pretty(&mut out, &report).expect("serialises");
+        out.len()
+    });
+}
+
 /// `model.generate` with the KV cache (`--mode generate`): prompt, new tokens. Long generations
 /// jump over the middle decode steps (hf/generate.rs), so the cost is the prefill's and about
 /// four decode steps'.
