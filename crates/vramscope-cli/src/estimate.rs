@@ -68,7 +68,7 @@ pub fn run(a: &EstimateArgs) -> Result<()> {
     let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
     if a.json {
         // streamed rather than built whole: a 70B model's report is 270 KB of JSON
-        serde_json::to_writer_pretty(&mut out, &report).context("writing to stdout")?;
+        vramscope_report::to_writer_pretty(&mut out, &report).context("writing to stdout")?;
         out.write_all(b"\n").context("writing to stdout")?;
     } else {
         let mut t = render_text(&report, max_layers);

@@ -127,7 +127,7 @@ fn transformer_estimate_json(bencher: divan::Bencher, (name, batch, seq): (&str,
             &sim,
         );
         out.clear();
-        serde_json::to_writer_pretty(&mut out, &report).expect("serialises");
+        vramscope_report::to_writer_pretty(&mut out, &report).expect("serialises");
         out.len()
     });
 }
