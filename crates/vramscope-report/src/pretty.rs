@@ -10,8 +10,7 @@ use serde_json::ser::Formatter;
 
 /// Line breaks followed by the deepest indentation the formatter writes at once; deeper levels
 /// take a second write.
-const BREAK: &[u8; 2 + 64] =
-    b",\n                                                                ";
+const BREAK: &[u8; 2 + 64] = b",\n                                                                ";
 
 /// `serde_json::ser::PrettyFormatter`'s output, byte for byte.
 #[derive(Debug, Default)]
