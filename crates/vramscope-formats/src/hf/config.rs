@@ -33,18 +33,49 @@ pub struct HfConfig {
 }
 
 /// `data/hf_config_defaults.json` (written by `validation/hf_config_defaults.py` from
-/// transformers 5.23): per `model_type`, its config class's own field defaults.
+/// transformers 5.23): per `model_type`, its config class's own field defaults. Each model type's
+/// entry is read from the table when first asked for, the others skipped unparsed (reading the
+/// whole table was 1% of a 70B estimate), and kept for the process.
 fn class_defaults(model_type: &str) -> Option<&'static Map<String, Value>> {
-    static TABLE: std::sync::OnceLock<Map<String, Value>> = std::sync::OnceLock::new();
-    TABLE
-        .get_or_init(|| {
-            // compiled in; `every_supported_model_type_has_class_defaults` checks it parses, so
-            // an unreadable table can only mean no defaults (missing fields are then errors)
-            serde_json::from_str(include_str!("../../data/hf_config_defaults.json"))
-                .unwrap_or_default()
-        })
-        .get(model_type)
-        .and_then(Value::as_object)
+    type Read = Vec<(String, Option<&'static Map<String, Value>>)>;
+    static READ: std::sync::Mutex<Read> = std::sync::Mutex::new(Vec::new());
+    let mut read = READ.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((_, d)) = read.iter().find(|(t, _)| t == model_type) {
+        return *d;
+    }
+    // compiled in; `every_supported_model_type_has_class_defaults` checks it parses, so an
+    // unreadable table can only mean no defaults (missing fields are then errors)
+    let text = include_str!("../../data/hf_config_defaults.json");
+    let mut de = serde_json::Deserializer::from_str(text);
+    let found = serde::Deserializer::deserialize_map(&mut de, Entry(model_type))
+        .ok()
+        .flatten()
+        .map(|m| &*Box::leak(Box::new(m)));
+    read.push((model_type.to_string(), found));
+    found
+}
+
+/// Reads one entry of a JSON object, skipping the others.
+struct Entry<'a>(&'a str);
+
+impl<'de> serde::de::Visitor<'de> for Entry<'_> {
+    type Value = Option<Map<String, Value>>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "an object of config classes' defaults")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut found = None;
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            if found.is_none() && key == self.0 {
+                found = map.next_value::<Value>()?.as_object().cloned();
+            } else {
+                map.next_value::<serde::de::IgnoredAny>()?;
+            }
+        }
+        Ok(found)
+    }
 }
 
 impl HfConfig {
