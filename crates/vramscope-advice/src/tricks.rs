@@ -729,8 +729,11 @@ where
     }
     // best segment count for sequential stages: `checkpoint_sequential` runs an `nn.Sequential`'s
     // children one after the other, each on the previous one's output, which another module's
-    // forward need not do (a transformer passes masks and positions to its layers)
-    for s in stages.iter().filter(|s| &*s.type_name == "Sequential") {
+    // forward need not do (a transformer passes masks and positions to its layers). An ONNX
+    // file's containers are of unknown class ("Module"): offered, as their nodes run in order
+    let sequential =
+        |s: &&&vramscope_core::ir::ModuleDef| matches!(&*s.type_name, "Sequential" | "Module");
+    for s in stages.iter().filter(sequential) {
         let Some(m) = g.find_module(&s.path) else {
             continue;
         };

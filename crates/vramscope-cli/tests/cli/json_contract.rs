@@ -518,10 +518,12 @@ fn tricks_leave_a_transformers_layers_to_its_own_checkpointing() {
             "{args:?}: {names:?}"
         );
     }
-    let names = names(&[&["tricks"][..], &t5_step, &["--json"]].concat());
+    let t5_names = names(&[&["tricks"][..], &t5_step, &["--json"]].concat());
     assert!(
-        names.iter().any(|n| n == "gradient_checkpointing_enable()"),
-        "{names:?}"
+        t5_names
+            .iter()
+            .any(|n| n == "gradient_checkpointing_enable()"),
+        "{t5_names:?}"
     );
     let by_hand = crate::vramscope_json(
         &[
@@ -532,6 +534,18 @@ fn tricks_leave_a_transformers_layers_to_its_own_checkpointing() {
         .concat(),
     );
     assert!(by_hand["peak"]["allocated_bytes"].as_u64().unwrap() > 0);
+    // an ONNX file's containers are of unknown class: both rows are offered there
+    let onnx = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../fixtures/onnx/resnet50.onnx"
+    );
+    let onnx_names = names(&["tricks", onnx, "-b", "8", "--json"]);
+    for row in ["checkpoint every block", "checkpoint_sequential layer2:"] {
+        assert!(
+            onnx_names.iter().any(|n| n.starts_with(row)),
+            "{row}: {onnx_names:?}"
+        );
+    }
 }
 
 /// `tricks` on a sequence model shortens its sequences (three quarters of `--seq-len`), re-simulated
