@@ -35,11 +35,12 @@ pub trait ModelSource {
     ) -> Option<Result<(Graph, StepConfig), String>> {
         None
     }
-    /// Whether the model checkpoints its own layers (a Hugging Face transformer's
-    /// `gradient_checkpointing_enable()`, the [`FineTuning::GradientCheckpointing`] row): then
-    /// checkpointing "every block" by hand is that row again, or nothing where it is already on.
-    /// `false` for other models (the default).
-    fn checkpoints_its_own_layers(&self) -> bool {
+    /// Whether the model is a Hugging Face transformers model (`false`, the default, for other
+    /// models). It checkpoints its own layers (`gradient_checkpointing_enable()`, the
+    /// [`FineTuning::GradientCheckpointing`] row), so checkpointing "every block" by hand is that
+    /// row again, or nothing where it is already on; it is loaded with `from_pretrained` and
+    /// called on a batch of token ids, which the rows' code says so.
+    fn is_transformers_model(&self) -> bool {
         false
     }
 }
@@ -312,8 +313,23 @@ pub fn tricks<S: ModelSource>(
             ),
         ]
     };
+    let hf = src.is_transformers_model();
     for (p, cost, how) in precisions {
         let name = format!("precision {}", p.name());
+        // a transformers model: loaded in the dtype, called on token ids (never cast), its loss
+        // its own
+        let how = match (hf, p, train) {
+            (false, ..) => how,
+            (true, Precision::Bf16, _) => "model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16)  # or the model's own Auto class; or model.to(torch.bfloat16)",
+            (true, _, true) => match p {
+                Precision::AmpFp16 => "scaler = torch.amp.GradScaler(); with torch.autocast('cuda', dtype=torch.float16): loss = model(**batch).loss; scaler.scale(loss).backward()",
+                _ => "with torch.autocast('cuda', dtype=torch.bfloat16): loss = model(**batch).loss",
+            },
+            (true, _, false) => match p {
+                Precision::AmpFp16 => "with torch.autocast('cuda', dtype=torch.float16): out = model(**batch)",
+                _ => "with torch.autocast('cuda', dtype=torch.bfloat16): out = model(**batch)",
+            },
+        };
         if cfg.precision == p {
             push(
                 name,
@@ -347,12 +363,7 @@ pub fn tricks<S: ModelSource>(
     }
     // checkpointing
     if train {
-        checkpoint_tricks(
-            &base_graph,
-            cfg,
-            src.checkpoints_its_own_layers(),
-            &mut push,
-        )?;
+        checkpoint_tricks(&base_graph, cfg, src.is_transformers_model(), &mut push)?;
     }
     // a transformer's own: in training its layers checkpointed, LoRA, QLoRA; in inference and
     // generation its weights loaded in 4 bits

@@ -82,7 +82,7 @@ impl ModelSource for Source<'_> {
         Some((shorter, graph(&args, batch, self.step)))
     }
 
-    fn checkpoints_its_own_layers(&self) -> bool {
+    fn is_transformers_model(&self) -> bool {
         model::is_transformer(self.model)
     }
 

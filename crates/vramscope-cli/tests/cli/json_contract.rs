@@ -548,6 +548,57 @@ fn tricks_leave_a_transformers_layers_to_its_own_checkpointing() {
     }
 }
 
+/// `tricks`' precision rows for a transformers model load it in the dtype and call it on the
+/// batch: token ids are never cast to bf16 (an image model's input is).
+#[test]
+fn tricks_precision_code_fits_the_model() {
+    let how = |args: &[&str]| -> Vec<String> {
+        crate::vramscope_json(args)
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["name"].as_str().unwrap().starts_with("precision "))
+            .map(|r| r["how"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let cfg = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../fixtures/hf/configs/qwen2_small_2l.json"
+    );
+    for mode in ["train", "infer"] {
+        let rows = how(&[
+            "tricks",
+            cfg,
+            "--seq-len",
+            "64",
+            "-b",
+            "2",
+            "--mode",
+            mode,
+            "--json",
+        ]);
+        assert_eq!(rows.len(), 3, "{mode}: {rows:?}");
+        assert!(
+            rows.iter().all(|h| !h.contains("x.to(")),
+            "{mode}: {rows:?}"
+        );
+        assert!(
+            rows.iter()
+                .any(|h| h.contains("from_pretrained(path, dtype=torch.bfloat16)")),
+            "{mode}: {rows:?}"
+        );
+        assert!(
+            rows.iter().any(|h| h.contains("model(**batch)")),
+            "{mode}: {rows:?}"
+        );
+    }
+    let rows = how(&["tricks", "resnet18", "-b", "2", "--json"]);
+    assert!(
+        rows.iter().any(|h| h.contains("x = x.to(torch.bfloat16)")),
+        "{rows:?}"
+    );
+}
+
 /// `tricks` on a sequence model shortens its sequences (three quarters of `--seq-len`), re-simulated
 /// exactly as `estimate --seq-len` at that length, and offers no image resize.
 #[test]
