@@ -177,6 +177,8 @@ pub fn tricks<S: ModelSource>(
     })?;
     let base_sim = simulate(&base_graph, cfg)?;
     let before = Peak::of(&base_sim);
+    // a transformers model is called on a batch of token ids and computes its own loss
+    let hf = src.is_transformers_model();
     let mut rows: Vec<Trick> = Vec::new();
     let train = cfg.mode == Mode::Train;
     let build = |b: u64| {
@@ -238,8 +240,17 @@ pub fn tricks<S: ModelSource>(
                 format!("gradient accumulation (2 x {half})"),
                 Change::Accumulate(half),
                 Some(sim(&g, &c)?),
-                "2x the forward/backward calls for the same effective batch; batch norm sees half the samples",
-                "loss = loss_fn(model(x_i), y_i) / 2; loss.backward()  # opt.step(); opt.zero_grad() every 2nd micro-batch".into(),
+                if hf {
+                    "2x the forward/backward calls for the same effective batch"
+                } else {
+                    "2x the forward/backward calls for the same effective batch; batch norm sees half the samples"
+                },
+                if hf {
+                    "loss = model(**micro_batch).loss / 2; loss.backward()  # opt.step(); opt.zero_grad() every 2nd micro-batch (Trainer: gradient_accumulation_steps=2)"
+                } else {
+                    "loss = loss_fn(model(x_i), y_i) / 2; loss.backward()  # opt.step(); opt.zero_grad() every 2nd micro-batch"
+                }
+                .into(),
                 "micro-batch activations, with the gradients alive through every backward (simulated as zero_grad(set_to_none=False))".into(),
             );
         }
@@ -313,7 +324,6 @@ pub fn tricks<S: ModelSource>(
             ),
         ]
     };
-    let hf = src.is_transformers_model();
     for (p, cost, how) in precisions {
         let name = format!("precision {}", p.name());
         // a transformers model: loaded in the dtype, called on token ids (never cast), its loss
@@ -525,7 +535,12 @@ pub fn tricks<S: ModelSource>(
             Change::Inference,
             Some(sim(&base_graph, &c)?),
             "for evaluation only (no training)",
-            "model.eval(); with torch.no_grad(): out = model(x)".into(),
+            if hf {
+                "model.eval(); with torch.no_grad(): out = model(**batch)"
+            } else {
+                "model.eval(); with torch.no_grad(): out = model(x)"
+            }
+            .into(),
             "no saved activations, gradients or optimizer states: only the live activations".into(),
         );
     }

@@ -548,8 +548,9 @@ fn tricks_leave_a_transformers_layers_to_its_own_checkpointing() {
     }
 }
 
-/// `tricks`' precision rows for a transformers model load it in the dtype and call it on the
-/// batch: token ids are never cast to bf16 (an image model's input is).
+/// `tricks`' code for a transformers model loads it in the dtype and calls it on the batch, its
+/// loss its own: token ids are never cast to bf16 (an image model's input is), and no row calls
+/// `model(x)`.
 #[test]
 fn tricks_precision_code_fits_the_model() {
     let how = |args: &[&str]| -> Vec<String> {
@@ -591,6 +592,21 @@ fn tricks_precision_code_fits_the_model() {
             rows.iter().any(|h| h.contains("model(**batch)")),
             "{mode}: {rows:?}"
         );
+        let every = crate::vramscope_json(&[
+            "tricks",
+            cfg,
+            "--seq-len",
+            "64",
+            "-b",
+            "2",
+            "--mode",
+            mode,
+            "--json",
+        ]);
+        for r in every.as_array().unwrap() {
+            let h = r["how"].as_str().unwrap();
+            assert!(!h.contains("model(x"), "{mode}: {h}");
+        }
     }
     let rows = how(&["tricks", "resnet18", "-b", "2", "--json"]);
     assert!(
