@@ -36,19 +36,31 @@ impl Pretty {
     }
 }
 
-impl Formatter for Pretty {
-    fn begin_array<W: ?Sized + Write>(&mut self, w: &mut W) -> io::Result<()> {
+impl Pretty {
+    /// An array or object opens: one level deeper, nothing in it yet.
+    fn open<W: ?Sized + Write>(&mut self, w: &mut W, bracket: &[u8]) -> io::Result<()> {
         self.depth += 1;
         self.has_value = false;
-        w.write_all(b"[")
+        w.write_all(bracket)
     }
 
-    fn end_array<W: ?Sized + Write>(&mut self, w: &mut W) -> io::Result<()> {
+    /// An array or object closes, on a line of its own unless it is empty.
+    fn close<W: ?Sized + Write>(&mut self, w: &mut W, bracket: &[u8]) -> io::Result<()> {
         self.depth -= 1;
         if self.has_value {
             self.line(w, true)?;
         }
-        w.write_all(b"]")
+        w.write_all(bracket)
+    }
+}
+
+impl Formatter for Pretty {
+    fn begin_array<W: ?Sized + Write>(&mut self, w: &mut W) -> io::Result<()> {
+        self.open(w, b"[")
+    }
+
+    fn end_array<W: ?Sized + Write>(&mut self, w: &mut W) -> io::Result<()> {
+        self.close(w, b"]")
     }
 
     fn begin_array_value<W: ?Sized + Write>(&mut self, w: &mut W, first: bool) -> io::Result<()> {
@@ -61,17 +73,11 @@ impl Formatter for Pretty {
     }
 
     fn begin_object<W: ?Sized + Write>(&mut self, w: &mut W) -> io::Result<()> {
-        self.depth += 1;
-        self.has_value = false;
-        w.write_all(b"{")
+        self.open(w, b"{")
     }
 
     fn end_object<W: ?Sized + Write>(&mut self, w: &mut W) -> io::Result<()> {
-        self.depth -= 1;
-        if self.has_value {
-            self.line(w, true)?;
-        }
-        w.write_all(b"}")
+        self.close(w, b"}")
     }
 
     fn begin_object_key<W: ?Sized + Write>(&mut self, w: &mut W, first: bool) -> io::Result<()> {
