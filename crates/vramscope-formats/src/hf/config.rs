@@ -195,7 +195,10 @@ impl HfConfig {
         match self.opt_u64(keys)? {
             Some(0) => Err(self.err(keys[0], "a positive integer")),
             Some(n) => Ok(n),
-            None => Err(self.err(keys[0], "a positive integer (the field is missing)")),
+            None => match keys.iter().find(|k| self.is_null(k)) {
+                Some(k) => Err(self.err(k, "a positive integer (the field is null)")),
+                None => Err(self.err(keys[0], "a positive integer (the field is missing)")),
+            },
         }
     }
 
@@ -434,5 +437,18 @@ mod tests {
             let d = class_defaults(model_type).unwrap_or_else(|| panic!("{model_type}"));
             assert!(d.contains_key("vocab_size"), "{model_type}");
         }
+    }
+
+    /// A required field set to `null` is said to be null, not missing (the class default does
+    /// not stand in for it: transformers refuses it too).
+    #[test]
+    fn a_null_required_field_is_named_null() {
+        let text = r#"{"model_type": "gemma", "num_key_value_heads": null}"#;
+        let cfg = HfConfig::parse("config.json", text).expect("parses");
+        let message = cfg.u64(&["num_key_value_heads"]).unwrap_err().to_string();
+        assert!(message.contains("`num_key_value_heads`"), "{message}");
+        assert!(message.contains("(the field is null)"), "{message}");
+        let message = cfg.u64(&["no_such_field"]).unwrap_err().to_string();
+        assert!(message.contains("(the field is missing)"), "{message}");
     }
 }
