@@ -1,6 +1,5 @@
 //! `vramscope estimate`: one simulation, printed as tables or JSON.
 
-use std::io::Write;
 use std::path::Path;
 
 use anyhow::{anyhow, Context, Result};
@@ -12,6 +11,7 @@ use vramscope_report::{
 };
 
 use crate::model::{self, ModelArgs};
+use crate::output;
 use crate::step::StepArgs;
 
 /// `vramscope estimate` flags.
@@ -65,20 +65,16 @@ pub fn run(a: &EstimateArgs) -> Result<()> {
     if let Some(path) = &a.trace {
         write_trace(path, &loaded.graph, &sim)?;
     }
-    let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
     if a.json {
-        // streamed rather than built whole: a 70B model's report is 270 KB of JSON
-        vramscope_report::to_writer_pretty(&mut out, &report).context("writing to stdout")?;
-        out.write_all(b"\n").context("writing to stdout")?;
+        output::json(&report)?;
     } else {
         let mut t = render_text(&report, max_layers);
         if a.explain {
             t.push('\n');
             t.push_str(&vramscope_report::render_explain(&sim, &report, 8));
         }
-        out.write_all(t.as_bytes()).context("writing to stdout")?;
+        output::text(&t)?;
     }
-    out.flush().context("writing to stdout")?;
     // the process ends next: freeing the graph, the simulation and the report one allocation at
     // a time would cost about 3% of a 70B estimate's instructions (docs/performance.md)
     std::mem::forget((loaded, sim, report));

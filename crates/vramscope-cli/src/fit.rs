@@ -3,8 +3,6 @@
 //! the table that fits the step at `--batch-size`. The search itself lives in
 //! vramscope-advice; this is argument handling and printing.
 
-use std::io::Write;
-
 use anyhow::{anyhow, bail, Context, Result};
 use vramscope_advice::{
     fit_by_seq_len, fit_search, parse_margin, render, smallest_gpu, Target, SEQ_LENS,
@@ -14,6 +12,7 @@ use vramscope_core::Graph;
 
 use crate::estimate::gpu;
 use crate::model::{self, ModelArgs};
+use crate::output::Output;
 use crate::step::StepArgs;
 
 /// `vramscope fit` flags.
@@ -76,13 +75,11 @@ fn by_seq_len(
             row["batch_size"] = row["size"].clone();
         }
         v["model"] = name.into();
-        serde_json::to_string_pretty(&v).context("serialising the result")? + "\n"
+        Output::Json(v)
     } else {
-        render::fit_by_seq_len_text(what, &r)
+        Output::Text(render::fit_by_seq_len_text(what, &r))
     };
-    std::io::stdout()
-        .write_all(text.as_bytes())
-        .context("writing to stdout")
+    text.print()
 }
 
 /// Runs `vramscope fit`.
@@ -147,12 +144,12 @@ pub fn run(a: &FitArgs) -> Result<()> {
                     v["batch_size"] = r.size.into();
                 }
                 v["model"] = name.into();
-                serde_json::to_string_pretty(&v).context("serialising the result")? + "\n"
+                Output::Json(v)
             } else if r.size == 0 {
-                render::fit_text(&what, &r)
-                    + "what to change: `vramscope tricks` with the same model and flags ranks every remedy, each re-simulated\n"
+                Output::Text(render::fit_text(&what, &r)
+                    + "what to change: `vramscope tricks` with the same model and flags ranks every remedy, each re-simulated\n")
             } else {
-                render::fit_text(&what, &r)
+                Output::Text(render::fit_text(&what, &r))
             }
         }
         None => {
@@ -161,14 +158,11 @@ pub fn run(a: &FitArgs) -> Result<()> {
                 let mut v = serde_json::to_value(&r).context("serialising the result")?;
                 v["batch_size"] = a.model.batch_size.into();
                 v["model"] = name.into();
-                serde_json::to_string_pretty(&v).context("serialising the result")? + "\n"
+                Output::Json(v)
             } else {
-                render::smallest_gpu_text(&what, a.model.batch_size, &r)
+                Output::Text(render::smallest_gpu_text(&what, a.model.batch_size, &r))
             }
         }
     };
-    std::io::stdout()
-        .write_all(text.as_bytes())
-        .context("writing to stdout")?;
-    Ok(())
+    text.print()
 }

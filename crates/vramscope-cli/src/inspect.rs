@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Cell, CellAlignment, Table};
 use serde_json::json;
 use vramscope_formats::weights::{self, WeightFormat, WeightInventory};
@@ -21,12 +21,11 @@ pub struct InspectArgs {
 /// Runs `vramscope inspect`.
 pub fn run(a: &InspectArgs) -> Result<()> {
     let inv = weights::inspect(&a.path)?;
-    let text = if a.json {
-        serde_json::to_string_pretty(&to_json(&inv))? + "\n"
+    if a.json {
+        crate::output::json(&to_json(&inv))
     } else {
-        render(&inv)
-    };
-    std::io::Write::write_all(&mut std::io::stdout(), text.as_bytes()).context("writing to stdout")
+        crate::output::text(&render(&inv))
+    }
 }
 
 /// Bytes with a binary unit (B, KiB, MiB, GiB, TiB), two decimals above bytes.

@@ -11,6 +11,7 @@ mod finetune;
 mod fit;
 mod inspect;
 mod model;
+mod output;
 mod run;
 mod step;
 mod tricks;
@@ -87,27 +88,17 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
 }
 
 fn models() -> anyhow::Result<()> {
-    use anyhow::Context;
-    use std::io::Write;
     let names = vramscope_formats::zoo::names()
         .into_iter()
         .chain(vramscope_formats::hf_zoo::names());
-    let text: String = names.map(|n| format!("{n}\n")).collect();
-    std::io::stdout()
-        .write_all(text.as_bytes())
-        .context("writing to stdout")
+    output::text(&names.map(|n| format!("{n}\n")).collect::<String>())
 }
 
 fn gpus(json: bool) -> anyhow::Result<()> {
-    use anyhow::Context;
-    use std::io::Write;
     let gpus: &[vramscope_report::Gpu] = &vramscope_report::GPUS;
-    let text = if json {
-        serde_json::to_string_pretty(gpus).context("serialising the GPU table")? + "\n"
+    if json {
+        output::json(gpus)
     } else {
-        vramscope_report::render_gpus(gpus)
-    };
-    std::io::stdout()
-        .write_all(text.as_bytes())
-        .context("writing to stdout")
+        output::text(&vramscope_report::render_gpus(gpus))
+    }
 }

@@ -1,15 +1,14 @@
 //! `vramscope tricks`: every memory-saving trick re-simulated and ranked. The tricks live in
 //! vramscope-advice; this is argument handling, the model variants and printing.
 
-use std::io::Write;
-
-use anyhow::{Context, Result};
+use anyhow::Result;
 use vramscope_advice::render;
 use vramscope_advice::tricks::{tricks, FineTuning, ModelSource};
 use vramscope_core::sim::StepConfig;
 use vramscope_core::Graph;
 
 use crate::model::{self, parse_input, ModelArgs};
+use crate::output;
 use crate::step::StepArgs;
 
 /// `vramscope tricks` flags.
@@ -92,7 +91,7 @@ impl ModelSource for Source<'_> {
         batch: u64,
         cfg: &StepConfig,
     ) -> Option<Result<(Graph, StepConfig), String>> {
-        if !model::is_transformer(self.model) {
+        if !self.is_transformers_model() {
             return None;
         }
         if self.saved_4bit && matches!(change, FineTuning::LoadIn4bit | FineTuning::Qlora(_)) {
@@ -136,17 +135,13 @@ pub fn run(a: &TricksArgs) -> Result<()> {
         saved_4bit: loaded.pre_quantized.is_some(),
     };
     let rows = tricks(&source, a.model.batch_size, &cfg, a.gpus)?;
-    let text = if a.json {
-        serde_json::to_string_pretty(&rows).context("serialising the tricks")? + "\n"
+    if a.json {
+        output::json(&rows)
     } else {
-        render::tricks_text(
+        output::text(&render::tricks_text(
             &render::step_summary(&loaded.graph.name, &cfg),
             a.model.batch_size,
             &rows,
-        )
-    };
-    std::io::stdout()
-        .write_all(text.as_bytes())
-        .context("writing to stdout")?;
-    Ok(())
+        ))
+    }
 }

@@ -1,0 +1,42 @@
+//! What a command writes to stdout: text as it is, or JSON pretty-printed as
+//! `serde_json::to_string_pretty` prints it (streamed through `vramscope_report::to_writer_pretty`),
+//! then a line break. A reader that closes the pipe ends the command quietly (`main`).
+
+use std::io::Write;
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+
+/// Writes `text` to stdout.
+pub fn text(text: &str) -> Result<()> {
+    std::io::stdout()
+        .write_all(text.as_bytes())
+        .context("writing to stdout")
+}
+
+/// Writes `value` to stdout as pretty JSON and a line break, without building the text first (a
+/// 70B model's report is 270 KB).
+pub fn json<T: Serialize + ?Sized>(value: &T) -> Result<()> {
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+    vramscope_report::to_writer_pretty(&mut out, value).context("writing to stdout")?;
+    out.write_all(b"\n").context("writing to stdout")?;
+    out.flush().context("writing to stdout")
+}
+
+/// A result either way, for a command that decides in several places.
+pub enum Output {
+    /// Text for a terminal.
+    Text(String),
+    /// `--json`.
+    Json(serde_json::Value),
+}
+
+impl Output {
+    /// Writes it to stdout.
+    pub fn print(&self) -> Result<()> {
+        match self {
+            Output::Text(t) => text(t),
+            Output::Json(v) => json(v),
+        }
+    }
+}
