@@ -1,8 +1,9 @@
 //! The memory-saving tricks of the field's write-ups, each quantified by re-simulating the step
 //! with the change applied (never by a rule of thumb): smaller batches, accumulation, smaller
 //! input, precision, checkpointing, inference, optimizers, a transformer's layer checkpointing,
-//! LoRA, QLoRA and 4-bit weights, in-place activations, `zero_grad`, freeing the output, and more GPUs. A trick that saves nothing says so and why. Rows are ranked
-//! by peak reserved memory saved (what decides an out-of-memory error).
+//! LoRA, QLoRA and 4-bit weights, in-place activations, `zero_grad`, freeing the output, and
+//! more GPUs. A trick that saves nothing says so and why. Rows are ranked by peak reserved memory
+//! saved (what decides an out-of-memory error).
 
 use serde::Serialize;
 use vramscope_core::optim::Optimizer;
@@ -63,30 +64,30 @@ impl FineTuning {
     /// The rank the LoRA rows try.
     pub const RANK: u64 = 16;
 
-    fn row(self) -> (String, &'static str, &'static str, &'static str) {
+    fn row(self) -> (String, &'static str, String, &'static str) {
         match self {
             FineTuning::GradientCheckpointing => (
                 "gradient_checkpointing_enable()".into(),
                 "about +33% compute (each layer's forward runs again in backward)",
-                "model.gradient_checkpointing_enable()",
+                "model.gradient_checkpointing_enable()".into(),
                 "every decoder / encoder layer is checkpointed (non-reentrant): its inputs are kept, its activations recomputed in backward; the model's cache is turned off",
             ),
             FineTuning::Lora(r) => (
                 format!("LoRA r={r} (PEFT's default targets)"),
                 "trains low-rank adapters only: usually a little below full fine-tuning's quality",
-                "model = get_peft_model(model, LoraConfig(r=16))",
+                format!("model = get_peft_model(model, LoraConfig(r={r}))"),
                 "the frozen base gets no gradients and no optimizer states; the activations the adapters and the frozen layers' input gradients need are still saved",
             ),
             FineTuning::Qlora(r) => (
                 format!("QLoRA r={r} (4-bit NF4 base)"),
                 "4-bit quantisation error in the frozen weights; dequantisation compute; needs bitsandbytes",
-                "from_pretrained(..., quantization_config=BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=\"nf4\")); model = get_peft_model(model, LoraConfig(r=16))",
+                format!("from_pretrained(..., quantization_config=BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=\"nf4\")); model = get_peft_model(model, LoraConfig(r={r}))"),
                 "every nn.Linear but the output head is stored as 4-bit NF4 with its block scales and frozen; LoRA adapters are trained on top",
             ),
             FineTuning::LoadIn4bit => (
                 "load_in_4bit (bitsandbytes NF4 weights)".into(),
                 "4-bit quantisation error; dequantisation compute; needs bitsandbytes",
-                "from_pretrained(..., quantization_config=BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=\"nf4\"))",
+                "from_pretrained(..., quantization_config=BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=\"nf4\"))".into(),
                 "every nn.Linear but the output head is stored as 4-bit NF4 with its block scales, dequantised layer by layer as it runs",
             ),
         }
@@ -297,13 +298,30 @@ pub fn tricks<S: ModelSource>(
                 .into(),
         );
     }
-    // precision
-    // inference: no loss scaling, no updates to lose
+    // precision: (change, cost, code for an image model, code for a transformers model, which
+    // is loaded in the dtype and called on token ids, never cast). Inference: no loss scaling,
+    // no updates to lose
+    let load_bf16 = "model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16)  # or the model's own Auto class; or model.to(torch.bfloat16)";
     let precisions = if train {
         [
-            (Precision::AmpBf16, "none on Ampere and newer (bf16 tensor cores); small accuracy risk", "with torch.autocast('cuda', dtype=torch.bfloat16): loss = loss_fn(model(x), y)"),
-            (Precision::AmpFp16, "GradScaler bookkeeping; overflow risk handled by loss scaling", "scaler = torch.amp.GradScaler(); with torch.autocast('cuda', dtype=torch.float16): ...; scaler.scale(loss).backward()"),
-            (Precision::Bf16, "accuracy risk: bf16 weights lose small updates (use Kahan summation or fp32 master weights)", "model = model.to(torch.bfloat16); x = x.to(torch.bfloat16)"),
+            (
+                Precision::AmpBf16,
+                "none on Ampere and newer (bf16 tensor cores); small accuracy risk",
+                "with torch.autocast('cuda', dtype=torch.bfloat16): loss = loss_fn(model(x), y)",
+                "with torch.autocast('cuda', dtype=torch.bfloat16): loss = model(**batch).loss",
+            ),
+            (
+                Precision::AmpFp16,
+                "GradScaler bookkeeping; overflow risk handled by loss scaling",
+                "scaler = torch.amp.GradScaler(); with torch.autocast('cuda', dtype=torch.float16): ...; scaler.scale(loss).backward()",
+                "scaler = torch.amp.GradScaler(); with torch.autocast('cuda', dtype=torch.float16): loss = model(**batch).loss; scaler.scale(loss).backward()",
+            ),
+            (
+                Precision::Bf16,
+                "accuracy risk: bf16 weights lose small updates (use Kahan summation or fp32 master weights)",
+                "model = model.to(torch.bfloat16); x = x.to(torch.bfloat16)",
+                load_bf16,
+            ),
         ]
     } else {
         [
@@ -311,35 +329,25 @@ pub fn tricks<S: ModelSource>(
                 Precision::AmpBf16,
                 "none on Ampere and newer (bf16 tensor cores); small accuracy risk",
                 "with torch.autocast('cuda', dtype=torch.bfloat16): out = model(x)",
+                "with torch.autocast('cuda', dtype=torch.bfloat16): out = model(**batch)",
             ),
             (
                 Precision::AmpFp16,
                 "small accuracy risk (fp16 overflow in large activations)",
                 "with torch.autocast('cuda', dtype=torch.float16): out = model(x)",
+                "with torch.autocast('cuda', dtype=torch.float16): out = model(**batch)",
             ),
             (
                 Precision::Bf16,
                 "small accuracy risk (bf16 weights and activations)",
                 "model = model.to(torch.bfloat16); x = x.to(torch.bfloat16)",
+                load_bf16,
             ),
         ]
     };
-    for (p, cost, how) in precisions {
+    for (p, cost, how_image, how_transformers) in precisions {
         let name = format!("precision {}", p.name());
-        // a transformers model: loaded in the dtype, called on token ids (never cast), its loss
-        // its own
-        let how = match (hf, p, train) {
-            (false, ..) => how,
-            (true, Precision::Bf16, _) => "model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16)  # or the model's own Auto class; or model.to(torch.bfloat16)",
-            (true, _, true) => match p {
-                Precision::AmpFp16 => "scaler = torch.amp.GradScaler(); with torch.autocast('cuda', dtype=torch.float16): loss = model(**batch).loss; scaler.scale(loss).backward()",
-                _ => "with torch.autocast('cuda', dtype=torch.bfloat16): loss = model(**batch).loss",
-            },
-            (true, _, false) => match p {
-                Precision::AmpFp16 => "with torch.autocast('cuda', dtype=torch.float16): out = model(**batch)",
-                _ => "with torch.autocast('cuda', dtype=torch.bfloat16): out = model(**batch)",
-            },
-        };
+        let how = if hf { how_transformers } else { how_image };
         if cfg.precision == p {
             push(
                 name,
@@ -373,7 +381,7 @@ pub fn tricks<S: ModelSource>(
     }
     // checkpointing
     if train {
-        checkpoint_tricks(&base_graph, cfg, src.is_transformers_model(), &mut push)?;
+        checkpoint_tricks(&base_graph, cfg, hf, &mut push)?;
     }
     // a transformer's own: in training its layers checkpointed, LoRA, QLoRA; in inference and
     // generation its weights loaded in 4 bits
@@ -397,7 +405,7 @@ pub fn tricks<S: ModelSource>(
                 Change::FineTuning(change),
                 Some(sim(&g, &c)?),
                 cost,
-                how.into(),
+                how,
                 note.into(),
             ),
             // a model the change cannot be made to (no default targets, ...): said, not fatal
@@ -406,7 +414,7 @@ pub fn tricks<S: ModelSource>(
                 Change::None,
                 None,
                 "-",
-                how.into(),
+                how,
                 format!("not applicable: {m}"),
             ),
         }

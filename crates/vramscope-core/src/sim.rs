@@ -376,10 +376,9 @@ struct Shapes {
 impl Shapes {
     fn for_graph(g: &Graph) -> Self {
         // room for the shapes the run adds (casts, temporaries, scratch buffers, optimizer
-        // states), so that the arena is seldom copied as it grows, and not much more: what is
-        // reserved and never touched still widens the heap. Over the 623 `validation/golden.py`
-        // commands a run added 0.33 (median) to 1.18 shapes per node and parameter, of 2.4
-        // (median) to 3.7 dimensions each
+        // states: about one per node and parameter at most, of about three dimensions), so that
+        // the arena is seldom copied as it grows, and not much more: what is reserved and never
+        // touched still widens the heap (a copy is only slower, never wrong)
         let preloaded = g.tensors.len() + g.params.len();
         let extra = g.nodes.len() + g.params.len() + 64;
         let mut s = Shapes {
@@ -2440,11 +2439,10 @@ fn run(g: &Graph, cfg: &StepConfig, thread: ModelThread) -> Result<Simulation, S
             *slot = Some(i);
         }
     }
-    // room for what a step makes, so that the lists are seldom copied as they grow, and not much
-    // more (what is reserved and never touched still widens the heap). Over the 623
-    // `validation/golden.py` commands a run made 2.4 storages (median; 3.9 at the 90th
-    // percentile) per node and iteration plus parameter, and 0.55 runtime tensors (1.24) per
-    // storage
+    // room for what a training step makes (about 3 storages per node and iteration, a
+    // parameter's own, its gradient and optimizer states; a generation makes more), so that the
+    // lists are seldom copied as they grow, and not much more: what is reserved and never touched
+    // still widens the heap (a copy is only slower, never wrong)
     let iterations = cfg.iterations.max(1) as usize;
     let storages = (3 * g.nodes.len() * iterations + 4 * g.params.len() + 64).min(1 << 22);
     let mut s = Sim {
