@@ -76,14 +76,9 @@ fn main() -> ExitCode {
 /// Whether writing the output failed because its reader closed the pipe.
 fn is_broken_pipe(e: &anyhow::Error) -> bool {
     e.chain().any(|cause| {
-        let kind = match cause.downcast_ref::<std::io::Error>() {
-            Some(io) => Some(io.kind()),
-            // a report streamed as JSON: serde_json's error holds the I/O error
-            None => cause
-                .downcast_ref::<serde_json::Error>()
-                .and_then(serde_json::Error::io_error_kind),
-        };
-        kind == Some(std::io::ErrorKind::BrokenPipe)
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
     })
 }
 

@@ -18,7 +18,10 @@ pub fn text(text: &str) -> Result<()> {
 /// 70B model's report is 270 KB).
 pub fn json<T: Serialize + ?Sized>(value: &T) -> Result<()> {
     let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
-    vramscope_report::to_writer_pretty(&mut out, value).context("writing to stdout")?;
+    // as the I/O error it holds (a closed pipe stays one)
+    vramscope_report::to_writer_pretty(&mut out, value)
+        .map_err(std::io::Error::from)
+        .context("writing to stdout")?;
     out.write_all(b"\n").context("writing to stdout")?;
     out.flush().context("writing to stdout")
 }
