@@ -681,10 +681,13 @@ fn checkpoint_tricks<F>(
 where
     F: FnMut(String, Change, Option<Peak>, &str, String, String),
 {
+    // the modules whose parent is `m`, with their ids
     let children = |m: vramscope_core::ir::ModuleId| {
         g.modules
             .iter()
-            .filter(move |c| c.parent == Some(m))
+            .enumerate()
+            .filter(move |(_, c)| c.parent == Some(m))
+            .map(|(i, c)| (vramscope_core::ir::ModuleId(i as u32), c))
             .collect::<Vec<_>>()
     };
     let with_cp = |cp: Vec<Checkpoint>| -> Result<Peak, AdviceError> {
@@ -730,27 +733,29 @@ where
             "only the stages' inputs are kept; each stage is recomputed in backward".into(),
         );
     }
-    // every block of the stages (stages' children). A `ModuleList` / `ModuleDict` has no forward
-    // to wrap in `checkpoint`: its entries are the blocks (a transformer's layers)
-    let blocks: Vec<String> = stages
-        .iter()
-        .flat_map(|s| {
-            let id = g.find_module(&s.path);
-            id.map(|m| {
-                children(m)
-                    .into_iter()
-                    .flat_map(|c| match g.find_module(&c.path) {
-                        Some(list) if is_module_container(c) => {
-                            children(list).into_iter().map(|e| e.path.clone()).collect()
-                        }
-                        _ => vec![c.path.clone()],
-                    })
-                    .collect::<Vec<_>>()
+    // every block of the stages (stages' children), unless the model checkpoints its layers
+    // itself. A `ModuleList` / `ModuleDict` has no forward to wrap in `checkpoint`: its entries
+    // are the blocks (a transformer's layers)
+    let blocks: Vec<String> = if own_layer_checkpointing {
+        Vec::new()
+    } else {
+        stages
+            .iter()
+            .filter_map(|s| g.find_module(&s.path))
+            .flat_map(children)
+            .flat_map(|(id, c)| {
+                if is_module_container(c) {
+                    children(id)
+                        .into_iter()
+                        .map(|(_, e)| e.path.clone())
+                        .collect()
+                } else {
+                    vec![c.path.clone()]
+                }
             })
-            .unwrap_or_default()
-        })
-        .collect();
-    if blocks.len() > stages.len() && !own_layer_checkpointing {
+            .collect()
+    };
+    if blocks.len() > stages.len() {
         let after = with_cp(blocks.iter().cloned().map(Checkpoint::Module).collect())?;
         push(
             format!("checkpoint every block ({} blocks)", blocks.len()),

@@ -69,7 +69,7 @@ fn by_seq_len(
         cfg,
         target,
     )?;
-    let text = if a.json {
+    let out = if a.json {
         let mut v = serde_json::to_value(&r).context("serialising the result")?;
         for row in v["by_seq_len"].as_array_mut().into_iter().flatten() {
             row["batch_size"] = row["size"].clone();
@@ -79,7 +79,7 @@ fn by_seq_len(
     } else {
         Output::Text(render::fit_by_seq_len_text(what, &r))
     };
-    text.print()
+    out.print()
 }
 
 /// Runs `vramscope fit`.
@@ -107,7 +107,7 @@ pub fn run(a: &FitArgs) -> Result<()> {
     loaded.apply_to(&mut cfg);
     let name = loaded.graph.name.clone();
     let what = render::step_summary(&name, &cfg);
-    let text = match &a.gpu {
+    let out = match &a.gpu {
         Some(g) => {
             let gpu = gpu(g)?;
             let target = Target { gpu, margin };
@@ -164,5 +164,5 @@ pub fn run(a: &FitArgs) -> Result<()> {
             }
         }
     };
-    text.print()
+    out.print()
 }

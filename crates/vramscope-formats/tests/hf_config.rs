@@ -13,6 +13,18 @@ fn sizes_of(g: &vramscope_core::Graph, tensors: &[vramscope_core::TensorId]) -> 
         .collect()
 }
 
+/// The shape of `model`'s parameter `name` (panics naming it when there is none).
+fn param_shape<'m>(model: &'m hf::HfModel, name: &str) -> &'m [u64] {
+    model
+        .graph
+        .params
+        .iter()
+        .find(|p| p.name == name)
+        .unwrap_or_else(|| panic!("no parameter {name}"))
+        .shape
+        .as_slice()
+}
+
 fn root() -> String {
     format!("{}/../..", env!("CARGO_MANIFEST_DIR"))
 }
@@ -83,27 +95,13 @@ fn module_names_follow_transformers() {
     }
     assert_eq!(m.checkpoint_layers.len(), 12);
     assert_eq!(m.checkpoint_layers[3], "model.layers.3");
-    let k = m
-        .graph
-        .params
-        .iter()
-        .find(|p| p.name == "model.layers.0.self_attn.k_proj.weight")
-        .unwrap();
-    assert_eq!(k.shape.to_vec(), vec![256, 1024], "GQA: 4 kv heads of 64");
+    let k = param_shape(&m, "model.layers.0.self_attn.k_proj.weight");
+    assert_eq!(k.to_vec(), vec![256, 1024], "GQA: 4 kv heads of 64");
 
     let cfg = hf::read_config(&format!("{}/fixtures/hf/configs/gpt2_medium.json", root())).unwrap();
     let m = hf::build(&cfg, &input()).unwrap();
-    let c_attn = m
-        .graph
-        .params
-        .iter()
-        .find(|p| p.name == "transformer.h.0.attn.c_attn.weight")
-        .unwrap();
-    assert_eq!(
-        c_attn.shape.to_vec(),
-        vec![1024, 3072],
-        "Conv1D stores [in, out]"
-    );
+    let c_attn = param_shape(&m, "transformer.h.0.attn.c_attn.weight");
+    assert_eq!(c_attn.to_vec(), vec![1024, 3072], "Conv1D stores [in, out]");
     assert!(
         !m.graph.params.iter().any(|p| p.name == "lm_head.weight"),
         "tied to wte"
@@ -1458,14 +1456,9 @@ fn phi3_reads_a_head_dim_the_config_sets() {
     )
     .unwrap();
     let m = hf::build(&cfg, &input()).unwrap();
-    let qkv = m
-        .graph
-        .params
-        .iter()
-        .find(|p| p.name == "model.layers.0.self_attn.qkv_proj.weight")
-        .expect("qkv_proj");
+    let qkv = param_shape(&m, "model.layers.0.self_attn.qkv_proj.weight");
     // (2 query + 2 × 2 key/value heads) × 64
-    assert_eq!(qkv.shape.as_slice(), [384, 64]);
+    assert_eq!(qkv, [384, 64]);
 }
 
 /// `"num_key_value_heads": null` is None, which the config classes turn into
@@ -1480,11 +1473,6 @@ fn null_kv_heads_are_the_attention_heads() {
     )
     .unwrap();
     let m = hf::build(&cfg, &input()).unwrap();
-    let k = m
-        .graph
-        .params
-        .iter()
-        .find(|p| p.name == "model.layers.0.self_attn.k_proj.weight")
-        .expect("k_proj");
-    assert_eq!(k.shape.as_slice(), [8 * 16, 64]);
+    let k = param_shape(&m, "model.layers.0.self_attn.k_proj.weight");
+    assert_eq!(k, [8 * 16, 64]);
 }

@@ -34,9 +34,7 @@ impl Pretty {
             Ok(())
         }
     }
-}
 
-impl Pretty {
     /// An array or object opens: one level deeper, nothing in it yet.
     fn open<W: ?Sized + Write>(&mut self, w: &mut W, bracket: &[u8]) -> io::Result<()> {
         self.depth += 1;
