@@ -29,7 +29,7 @@ pub fn run(a: &InspectArgs) -> Result<()> {
 }
 
 /// Bytes with a binary unit (B, KiB, MiB, GiB, TiB), two decimals above bytes.
-fn human(bytes: u64) -> String {
+pub(crate) fn human(bytes: u64) -> String {
     const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
     if bytes < 1024 {
         return format!("{bytes} B");

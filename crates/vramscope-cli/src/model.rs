@@ -24,7 +24,8 @@ use vramscope_formats::zoo::{self, ZooInput};
 pub struct ModelArgs {
     /// A built-in model name (`vramscope models` lists them: torchvision models and transformer
     /// checkpoints such as gpt2 or llama-3-8b), a Hugging Face `config.json` (or a folder holding
-    /// one), or an `.onnx` file.
+    /// one), a `.gguf` file (the model transformers builds from its metadata), or an `.onnx`
+    /// file.
     pub model: String,
     /// Batch size.
     #[arg(long, short = 'b', default_value_t = 32)]
@@ -90,6 +91,12 @@ pub struct ModelArgs {
     /// Set once the checkpoint's name/dtype warnings have been printed (once per command).
     #[arg(skip)]
     pub(crate) checkpoint_warned: OnceLock<()>,
+    /// A `.gguf` MODEL's header and the config rebuilt from it, read once per command.
+    #[arg(skip)]
+    pub(crate) gguf: OnceLock<hf::GgufModel>,
+    /// Set once the GGUF note has been printed (once per command).
+    #[arg(skip)]
+    pub(crate) gguf_noted: OnceLock<()>,
 }
 
 /// Where parameter dtypes come from (`--weights-dtype`).
@@ -130,6 +137,12 @@ fn checkpoint(args: &ModelArgs) -> Result<&(PathBuf, WeightInventory)> {
 
 fn read_checkpoint(args: &ModelArgs) -> Result<(PathBuf, WeightInventory)> {
     let path = Path::new(&args.model);
+    if is_gguf(&args.model) {
+        bail!(
+            "--weights-dtype from-files: {} is a GGUF file, whose tensors transformers dequantizes into the model's dtype on load: choose that dtype with --precision",
+            args.model
+        );
+    }
     if !hf::is_hf_path(&args.model) {
         bail!(
             "--weights-dtype from-files reads the safetensors of a Hugging Face model folder (config.json beside *.safetensors); `{}` is not one",
@@ -269,7 +282,66 @@ pub fn parse_input(s: &str) -> Result<(u64, u64, u64)> {
 /// Whether `args.model` is a Hugging Face model (a config.json, a model folder or a built-in
 /// transformer), whose forward needs a sequence length.
 pub fn is_transformer(args: &ModelArgs) -> bool {
-    hf::is_hf_path(&args.model) || hf_zoo::config(&args.model).is_some()
+    hf::is_hf_path(&args.model) || is_gguf(&args.model) || hf_zoo::config(&args.model).is_some()
+}
+
+/// Whether MODEL names a GGUF file (by its extension, so that a missing file is an error about
+/// that file rather than an unknown model name).
+fn is_gguf(model: &str) -> bool {
+    model.to_ascii_lowercase().ends_with(".gguf")
+}
+
+/// The GGUF MODEL's header and the config rebuilt from it, read on the first call.
+fn gguf(args: &ModelArgs) -> Result<&hf::GgufModel> {
+    if let Some(read) = args.gguf.get() {
+        return Ok(read);
+    }
+    let read = hf::read_gguf(Path::new(&args.model))?;
+    Ok(args.gguf.get_or_init(|| read))
+}
+
+/// Transformers' loader fills the model it built from the metadata with the file's tensors and
+/// refuses a file whose tensors do not fit: the same check on the parameter counts.
+fn check_gguf_parameters(args: &ModelArgs, graph: &Graph) -> Result<()> {
+    let read = gguf(args)?;
+    let in_file: u64 = read
+        .inventory
+        .tensors
+        .iter()
+        .filter(|t| hf::is_gguf_parameter(&t.name))
+        .map(|t| t.elements)
+        .sum();
+    let built = graph.parameter_count();
+    if in_file != built {
+        bail!(
+            "{}: the {} model transformers builds from this file's metadata has {built} parameters, but the file's tensors hold {in_file} elements: they do not fit the model (transformers refuses to load such a file)",
+            args.model,
+            graph.modules.first().map_or("", |m| &*m.type_name),
+        );
+    }
+    if args.gguf_noted.set(()).is_ok() {
+        // what the blocks take as stored, beside the dequantized model that is simulated
+        let inv = &read.inventory;
+        let quantized: Vec<String> = inv
+            .by_dtype()
+            .into_iter()
+            .filter(|(name, _)| !matches!(name.as_str(), "F32" | "F16" | "BF16" | "F64"))
+            .map(|(name, t)| format!("{name} {}", crate::inspect::human(t.bytes)))
+            .collect();
+        eprintln!(
+            "note: {}: {} tensors, {} as stored{}; transformers' GGUF loader dequantizes a {} file into the model's dtype (--precision) on load, which is what is simulated",
+            args.model,
+            inv.tensors.len(),
+            crate::inspect::human(inv.bytes()),
+            if quantized.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", quantized.join(", "))
+            },
+            read.architecture
+        );
+    }
+    Ok(())
 }
 
 /// Builds the graph for `args` run as `step` says (with `batch_size` overriding the flag, for
@@ -343,13 +415,19 @@ fn load_base(
         let cfg = hf::read_config(&args.model)?;
         return load_hf(args, cfg, batch_size, precision, generate, "hf-config");
     }
+    if is_gguf(&args.model) {
+        let cfg = gguf(args)?.config.clone();
+        let m = load_hf(args, cfg, batch_size, precision, generate, "gguf")?;
+        check_gguf_parameters(args, &m.graph)?;
+        return Ok(m);
+    }
     if let Some(text) = hf_zoo::config(&args.model) {
         let cfg = hf::HfConfig::parse(&format!("built-in {}", args.model), text)?;
         return load_hf(args, cfg, batch_size, precision, generate, "zoo");
     }
     if generate.is_some() {
         bail!(
-            "--mode generate needs a Hugging Face causal LM (a built-in transformer such as gpt2 or llama-3-8b, a config.json or a model folder); `{}` is not one",
+            "--mode generate needs a Hugging Face causal LM (a built-in transformer such as gpt2 or llama-3-8b, a config.json, a model folder or a .gguf file); `{}` is not one",
             args.model
         );
     }
@@ -362,7 +440,7 @@ fn load_base(
         || args.use_cache.is_some()
     {
         bail!(
-            "--seq-len, --target-len, --task, --gradient-checkpointing, --attn-implementation and --use-cache apply to Hugging Face models (a built-in transformer, a config.json or a model folder; --seq-len also to ONNX files); `{}` is not one",
+            "--seq-len, --target-len, --task, --gradient-checkpointing, --attn-implementation and --use-cache apply to Hugging Face models (a built-in transformer, a config.json, a model folder or a .gguf file; --seq-len also to ONNX files); `{}` is not one",
             args.model
         );
     }

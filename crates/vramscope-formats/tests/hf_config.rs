@@ -1476,3 +1476,52 @@ fn null_kv_heads_are_the_attention_heads() {
     let k = param_shape(&m, "model.layers.0.self_attn.k_proj.weight");
     assert_eq!(k, [8 * 16, 64]);
 }
+
+/// GGUF files (`fixtures/weights/gguf/`, `validation/make_gguf_model_fixtures.py`): the config
+/// rebuilt from each header has the fields transformers' legacy GGUF loader sets, and the model
+/// built from it the class and parameter count `from_pretrained(folder, gguf_file=...)` loaded
+/// (`reference.json`).
+#[test]
+fn gguf_configs_equal_transformers() {
+    let dir = format!("{}/fixtures/weights/gguf", root());
+    let text = std::fs::read_to_string(format!("{dir}/reference.json")).unwrap();
+    let reference: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let files = reference.as_object().unwrap();
+    assert_eq!(files.len(), 8);
+    for (file, want) in files {
+        let read = hf::read_gguf(std::path::Path::new(&format!("{dir}/{file}"))).unwrap();
+        let model = hf::build(&read.config, &input()).unwrap();
+        assert_eq!(
+            model.graph.parameter_count(),
+            want["parameters"].as_u64().unwrap(),
+            "{file}"
+        );
+        assert_eq!(
+            model.graph.modules[0].type_name.as_ref(),
+            want["class"].as_str().unwrap(),
+            "{file}"
+        );
+        for (field, value) in want["config"].as_object().unwrap() {
+            if field == "architectures" {
+                continue; // the auto class picks the head; the file names none
+            }
+            // fields the file leaves to the config class (GPT-2's n_inner, ...) are null there
+            let ours = read.config.value(field);
+            if value.is_null() {
+                // Qwen2Config nulls its 4096 default when use_sliding_window is false (the
+                // builder reads both the same way)
+                let derived = field == "sliding_window"
+                    && read.config.value("use_sliding_window") == Some(&false.into());
+                assert!(
+                    derived || ours.is_none_or(|v| v.is_null()),
+                    "{file}: {field} = {ours:?}"
+                );
+            } else if let Some(expected) = value.as_f64() {
+                let got = ours.and_then(|v| v.as_f64());
+                assert_eq!(got, Some(expected), "{file}: {field}");
+            } else {
+                assert_eq!(ours, Some(value), "{file}: {field}");
+            }
+        }
+    }
+}

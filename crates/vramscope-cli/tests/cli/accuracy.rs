@@ -25,9 +25,10 @@ fn args_of(case: &Value) -> Vec<String> {
     let s = |k: &str| case[k].as_str().unwrap_or_default().to_string();
     let n = |k: &str| case[k].as_u64().unwrap_or(0).to_string();
     let model = s("model");
-    // Hugging Face configs (fixtures/hf/configs) and ONNX files (fixtures/onnx) are committed;
-    // their paths are from the repo root
-    let model = if model.ends_with(".json") || model.ends_with(".onnx") {
+    // Hugging Face configs (fixtures/hf/configs), GGUF files (fixtures/weights/gguf) and ONNX
+    // files (fixtures/onnx) are committed; their paths are from the repo root
+    let model = if model.ends_with(".json") || model.ends_with(".onnx") || model.ends_with(".gguf")
+    {
         format!("{}/../../{model}", env!("CARGO_MANIFEST_DIR"))
     } else {
         model
@@ -519,6 +520,18 @@ fn unseen_checkpoint_cases_match_truth() {
 fn unseen_shape_cases_match_truth() {
     assert_eq!(cases("hf_unseen_shapes.jsonl").len(), 9);
     check("hf_unseen_shapes.jsonl");
+}
+
+/// GGUF files as transformers loads them (`validation/make_gguf_fixtures.sh`): vramscope reads
+/// each `.gguf` header and rebuilds the config transformers' legacy GGUF loader makes of its
+/// metadata (Llama untied and tied, Qwen2 with its biases, Qwen3, Gemma2 with a sliding window,
+/// Gemma3, Phi-3, GPT-2; every tensor dequantized into the step's dtype); the truth tool measures
+/// that config as transformers wrote it out. Training in fp32, AMP bf16 and fp16 (with
+/// checkpointing), and inference.
+#[test]
+fn gguf_cases_match_truth() {
+    assert_eq!(cases("hf_gguf.jsonl").len(), 8);
+    check("hf_gguf.jsonl");
 }
 
 /// Built-in zoo checkpoints at their full depth and real sizes

@@ -561,3 +561,121 @@ fn closed_stdout_ends_quietly() {
         assert!(stderr.is_empty(), "{args:?}: {stderr}");
     }
 }
+
+/// A `.gguf` MODEL: refused architectures are named with what is built, a file whose tensors do
+/// not fit the model its metadata describes is refused as transformers refuses it, and a missing
+/// file is an error about that file, not an unknown model name.
+#[test]
+fn bad_gguf_models() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures/weights");
+    let path = |p: &str| format!("{dir}/{p}");
+    fails_with(
+        &[
+            "estimate",
+            &path("gguf/refused/bloom.gguf"),
+            "--seq-len",
+            "16",
+        ],
+        &[
+            "bloom.gguf",
+            "general.architecture",
+            "\"bloom\"",
+            "qwen3moe",
+        ],
+    );
+    fails_with(
+        &[
+            "estimate",
+            &path("gguf/refused/mystery.gguf"),
+            "--seq-len",
+            "16",
+        ],
+        &[
+            "mystery.gguf",
+            "general.architecture",
+            "\"mystery\"",
+            "gemma3",
+        ],
+    );
+    fails_with(
+        &[
+            "estimate",
+            &path("gguf/refused/llama-experts.gguf"),
+            "--seq-len",
+            "16",
+        ],
+        &[
+            "llama-experts.gguf",
+            "llama.expert_count",
+            "8 experts",
+            "config.json",
+        ],
+    );
+    // tiny.gguf's metadata has no sizes, so transformers builds LlamaConfig's default model
+    fails_with(
+        &["estimate", &path("tiny.gguf"), "--seq-len", "16"],
+        &["tiny.gguf", "6476288000 parameters", "2112 elements"],
+    );
+    fails_with(
+        &[
+            "estimate",
+            &path("corrupt/truncated.gguf"),
+            "--seq-len",
+            "16",
+        ],
+        &["truncated.gguf", "truncated or corrupt"],
+    );
+    fails_with(
+        &["estimate", "no/such/model.gguf", "--seq-len", "16"],
+        &["no/such/model.gguf", "No such file"],
+    );
+    fails_with(
+        &["estimate", &path("gguf/llama.gguf")],
+        &["llama.gguf", "--seq-len"],
+    );
+    fails_with(
+        &[
+            "estimate",
+            &path("gguf/llama.gguf"),
+            "--seq-len",
+            "16",
+            "--weights-dtype",
+            "from-files",
+        ],
+        &["GGUF file", "--precision"],
+    );
+}
+
+/// A GGUF model estimates like its config: the note on stderr says what the file's blocks take
+/// and that the model is simulated dequantized; `--json` stays clean on stdout.
+#[test]
+fn gguf_model_estimates() {
+    let model = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../fixtures/weights/gguf/qwen3.gguf"
+    );
+    let out = crate::vramscope(&[
+        "estimate",
+        model,
+        "--mode",
+        "generate",
+        "--prompt-len",
+        "32",
+        "--new-tokens",
+        "4",
+        "--precision",
+        "bf16",
+        "--json",
+    ]);
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            "24 tensors, 251.50 KiB as stored (Q4_K 18.00 KiB, Q6_K 26.25 KiB, Q8_0 204.00 KiB)"
+        ),
+        "{err}"
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["model"]["source"], "gguf");
+    assert_eq!(json["model"]["parameters"], 262_976);
+}

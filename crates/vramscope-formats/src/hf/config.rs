@@ -131,6 +131,12 @@ impl HfConfig {
         self
     }
 
+    /// `key` as the model is built with it: the file's value, else the config class's default
+    /// (see [`get`](Self::get)).
+    pub fn value(&self, key: &str) -> Option<&Value> {
+        self.get(key)
+    }
+
     /// `key` as the file sets it (at the top level, else in `text_config`), or the config
     /// class's default, unless the file sets it to `null`: that is None in transformers, which the
     /// class never replaces by its default (the readers' own fallbacks stand for what its

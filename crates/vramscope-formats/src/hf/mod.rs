@@ -37,6 +37,7 @@ mod distilbert;
 mod encoder_heads;
 mod gemma;
 mod generate;
+mod gguf_config;
 mod gpt2;
 pub(crate) mod layers;
 mod llama;
@@ -50,6 +51,7 @@ use std::path::Path;
 
 pub use config::HfConfig;
 pub use generate::{Generation, GenerationInfo};
+pub use gguf_config::{is_parameter as is_gguf_parameter, read_gguf, GgufModel};
 pub use quantization::PreQuantized4bit;
 use seq_cls::{DecoderHead, SeqCls, TokenCls};
 use vramscope_core::{BuildError, DType, Graph, Precision};
@@ -296,6 +298,12 @@ pub enum HfError {
         /// The path.
         path: String,
         /// What went wrong.
+        message: String,
+    },
+    /// A weight file's header could not be read (the message names the file and the field).
+    #[error("{message}")]
+    Header {
+        /// The reader's message.
         message: String,
     },
     /// Not valid JSON.
