@@ -28,6 +28,7 @@ def main():
     rng = random.Random(1)
     onnx = sorted(f for f in os.listdir(os.path.join(ROOT, "fixtures/onnx")) if f.endswith(".onnx"))
     files = ["fixtures/weights/tiny.safetensors", "fixtures/weights/tiny.gguf",
+             "fixtures/weights/gguf/qwen3.gguf", "fixtures/weights/gguf/gemma2.gguf",
              "fixtures/weights/llama-mixed/model.safetensors"] + [f"fixtures/onnx/{f}" for f in onnx[:8]]
     runs = failed = 0
     tmp = tempfile.mkdtemp()
@@ -46,6 +47,8 @@ def main():
             commands = [[args.bin, "inspect", path]]
             if ext == ".onnx":
                 commands.append([args.bin, "estimate", path])
+            elif "/gguf/" in rel:
+                commands.append([args.bin, "estimate", path, "--seq-len", "16", "-b", "1"])
             for c in commands:
                 runs += 1
                 try:

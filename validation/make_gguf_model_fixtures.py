@@ -51,6 +51,14 @@ ARCH = {"llama": gguf.MODEL_ARCH.LLAMA, "qwen2": gguf.MODEL_ARCH.QWEN2, "qwen3":
 QUANTS = [Q.Q8_0, Q.Q4_K, Q.Q6_K]
 
 
+def finish(w: gguf.GGUFWriter) -> None:
+    """Writes the header, the metadata and the tensors, and closes the file."""
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def hf_tensors(cfg: dict) -> dict[str, tuple[int, ...]]:
     """The state dict (names and shapes) of the model `cfg` describes, built on the meta device."""
     config = AutoConfig.for_model(**cfg)
@@ -116,10 +124,7 @@ def write(name: str, arch: str, general_name: str, cfg: dict) -> None:
             # K-quant blocks: arbitrary bytes (only the header and the shape matter here)
             bytes_per_row = shape[-1] // blk * gguf.GGML_QUANT_SIZES[qt][1]
             w.add_tensor(g, rng.integers(0, 256, (shape[0], bytes_per_row), dtype=np.uint8), raw_dtype=qt)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish(w)
 
 
 KEEP = ["model_type", "architectures", "num_hidden_layers", "n_layer", "hidden_size", "n_embd",
@@ -141,10 +146,7 @@ def write_refused() -> None:
         for key, value in extra.items():
             w.add_uint32(f"{arch}.{key}", value)
         w.add_tensor("token_embd.weight", np.zeros((8, 64), dtype=np.float32))
-        w.write_header_to_file()
-        w.write_kv_data_to_file()
-        w.write_tensors_to_file()
-        w.close()
+        finish(w)
 
 
 def main() -> None:

@@ -94,9 +94,9 @@ pub struct ModelArgs {
     /// A `.gguf` MODEL's header and the config rebuilt from it, read once per command.
     #[arg(skip)]
     pub(crate) gguf: OnceLock<hf::GgufModel>,
-    /// Set once the GGUF note has been printed (once per command).
+    /// Set once the GGUF file has been checked against the model and noted (once per command).
     #[arg(skip)]
-    pub(crate) gguf_noted: OnceLock<()>,
+    pub(crate) gguf_checked: OnceLock<()>,
 }
 
 /// Where parameter dtypes come from (`--weights-dtype`).
@@ -137,7 +137,7 @@ fn checkpoint(args: &ModelArgs) -> Result<&(PathBuf, WeightInventory)> {
 
 fn read_checkpoint(args: &ModelArgs) -> Result<(PathBuf, WeightInventory)> {
     let path = Path::new(&args.model);
-    if is_gguf(&args.model) {
+    if hf::is_gguf_path(&args.model) {
         bail!(
             "--weights-dtype from-files: {} is a GGUF file, whose tensors transformers dequantizes into the model's dtype on load: choose that dtype with --precision",
             args.model
@@ -279,16 +279,12 @@ pub fn parse_input(s: &str) -> Result<(u64, u64, u64)> {
     }
 }
 
-/// Whether `args.model` is a Hugging Face model (a config.json, a model folder or a built-in
-/// transformer), whose forward needs a sequence length.
+/// Whether `args.model` is a Hugging Face model (a config.json, a model folder, a GGUF file or a
+/// built-in transformer), whose forward needs a sequence length.
 pub fn is_transformer(args: &ModelArgs) -> bool {
-    hf::is_hf_path(&args.model) || is_gguf(&args.model) || hf_zoo::config(&args.model).is_some()
-}
-
-/// Whether MODEL names a GGUF file (by its extension, so that a missing file is an error about
-/// that file rather than an unknown model name).
-fn is_gguf(model: &str) -> bool {
-    model.to_ascii_lowercase().ends_with(".gguf")
+    hf::is_hf_path(&args.model)
+        || hf::is_gguf_path(&args.model)
+        || hf_zoo::config(&args.model).is_some()
 }
 
 /// The GGUF MODEL's header and the config rebuilt from it, read on the first call.
@@ -300,47 +296,34 @@ fn gguf(args: &ModelArgs) -> Result<&hf::GgufModel> {
     Ok(args.gguf.get_or_init(|| read))
 }
 
-/// Transformers' loader fills the model it built from the metadata with the file's tensors and
-/// refuses a file whose tensors do not fit: the same check on the parameter counts.
-fn check_gguf_parameters(args: &ModelArgs, graph: &Graph) -> Result<()> {
+/// Checks, once per command, that the file's tensors fit the model built from its metadata
+/// (the parameter count does not depend on the batch or length `fit` and `tricks` vary), and
+/// notes what its blocks take as stored beside the dequantized model that is simulated.
+fn check_gguf_once(args: &ModelArgs, graph: &Graph) -> Result<()> {
+    if args.gguf_checked.get().is_some() {
+        return Ok(());
+    }
     let read = gguf(args)?;
-    let in_file: u64 = read
-        .inventory
-        .tensors
-        .iter()
-        .filter(|t| hf::is_gguf_parameter(&t.name))
-        .map(|t| t.elements)
-        .sum();
-    let built = graph.parameter_count();
-    if in_file != built {
-        bail!(
-            "{}: the {} model transformers builds from this file's metadata has {built} parameters, but the file's tensors hold {in_file} elements: they do not fit the model (transformers refuses to load such a file)",
-            args.model,
-            graph.modules.first().map_or("", |m| &*m.type_name),
-        );
-    }
-    if args.gguf_noted.set(()).is_ok() {
-        // what the blocks take as stored, beside the dequantized model that is simulated
-        let inv = &read.inventory;
-        let quantized: Vec<String> = inv
-            .by_dtype()
-            .into_iter()
-            .filter(|(name, _)| !matches!(name.as_str(), "F32" | "F16" | "BF16" | "F64"))
-            .map(|(name, t)| format!("{name} {}", crate::inspect::human(t.bytes)))
-            .collect();
-        eprintln!(
-            "note: {}: {} tensors, {} as stored{}; transformers' GGUF loader dequantizes a {} file into the model's dtype (--precision) on load, which is what is simulated",
-            args.model,
-            inv.tensors.len(),
-            crate::inspect::human(inv.bytes()),
-            if quantized.is_empty() {
-                String::new()
-            } else {
-                format!(" ({})", quantized.join(", "))
-            },
-            read.architecture
-        );
-    }
+    read.check_fits(graph)?;
+    let human = crate::inspect::human;
+    let blocks: Vec<String> = read
+        .block_type_bytes()
+        .into_iter()
+        .map(|(name, bytes)| format!("{name} {}", human(bytes)))
+        .collect();
+    eprintln!(
+        "note: {}: {} tensors, {} as stored{}; transformers' GGUF loader dequantizes a {} file into the model's dtype (--precision) on load, which is what is simulated",
+        args.model,
+        read.inventory.tensors.len(),
+        human(read.inventory.bytes()),
+        if blocks.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", blocks.join(", "))
+        },
+        read.architecture()
+    );
+    let _ = args.gguf_checked.set(());
     Ok(())
 }
 
@@ -415,10 +398,10 @@ fn load_base(
         let cfg = hf::read_config(&args.model)?;
         return load_hf(args, cfg, batch_size, precision, generate, "hf-config");
     }
-    if is_gguf(&args.model) {
+    if hf::is_gguf_path(&args.model) {
         let cfg = gguf(args)?.config.clone();
         let m = load_hf(args, cfg, batch_size, precision, generate, "gguf")?;
-        check_gguf_parameters(args, &m.graph)?;
+        check_gguf_once(args, &m.graph)?;
         return Ok(m);
     }
     if let Some(text) = hf_zoo::config(&args.model) {

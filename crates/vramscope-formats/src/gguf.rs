@@ -70,6 +70,14 @@ pub fn ggml_type(id: u32) -> Option<GgmlType> {
     })
 }
 
+/// Whether the ggml type named `name` stores blocks of several elements (a quantized type, not
+/// F32 / F16 / BF16 or an integer type).
+pub fn is_block_type(name: &str) -> bool {
+    (0..=41)
+        .filter_map(ggml_type)
+        .any(|t| t.name == name && t.block_size > 1)
+}
+
 const MAGIC: &[u8; 4] = b"GGUF";
 const DEFAULT_ALIGNMENT: u64 = 32;
 /// ggml's GGML_MAX_DIMS.

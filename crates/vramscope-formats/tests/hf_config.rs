@@ -285,15 +285,7 @@ fn t5_v1_1_shapes_follow_d_kv_gating_and_stack_depths() {
     ))
     .unwrap();
     let m = hf::build(&cfg, &input()).unwrap();
-    let shape = |n: &str| {
-        m.graph
-            .params
-            .iter()
-            .find(|p| p.name == n)
-            .unwrap_or_else(|| panic!("{n} missing"))
-            .shape
-            .to_vec()
-    };
+    let shape = |n: &str| param_shape(&m, n).to_vec();
     // 6 heads of 64: q/k/v project 512 -> 384, o back
     assert_eq!(
         shape("encoder.block.1.layer.0.SelfAttention.q.weight"),

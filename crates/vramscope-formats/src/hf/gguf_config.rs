@@ -13,6 +13,8 @@ use std::path::Path;
 
 use serde_json::{Map, Number, Value};
 
+use vramscope_core::Graph;
+
 use super::{HfConfig, HfError};
 use crate::weights::WeightInventory;
 
@@ -23,8 +25,53 @@ pub struct GgufModel {
     pub config: HfConfig,
     /// The file's tensors (names, ggml types, bytes), from the header.
     pub inventory: WeightInventory,
-    /// `general.architecture` as the file says it.
-    pub architecture: String,
+}
+
+impl GgufModel {
+    /// `general.architecture` as the file says it (checked present when the config was built).
+    pub fn architecture(&self) -> &str {
+        self.inventory
+            .metadata
+            .get("general.architecture")
+            .map_or("", String::as_str)
+    }
+
+    /// Transformers' loader fills the model it built from the metadata with the file's tensors
+    /// and refuses a file whose tensors do not fit it: the same check, on the parameter count of
+    /// `graph` (the model built from [`config`](Self::config)) against the elements of the
+    /// file's tensors, llama.cpp's rope frequency factors aside (transformers skips them).
+    pub fn check_fits(&self, graph: &Graph) -> Result<(), HfError> {
+        let in_file: u64 = self
+            .inventory
+            .tensors
+            .iter()
+            .filter(|t| !(t.name.starts_with("rope_freqs") || t.name.starts_with("rope_factors")))
+            .map(|t| t.elements)
+            .sum();
+        let built = graph.parameter_count();
+        if in_file == built {
+            return Ok(());
+        }
+        Err(HfError::GgufMismatch {
+            path: self.config.path.clone(),
+            class: graph
+                .modules
+                .first()
+                .map_or(String::new(), |m| m.type_name.to_string()),
+            built,
+            in_file,
+        })
+    }
+
+    /// The bytes each block-quantized ggml type takes as stored (`Q4_K`, ...), by type name.
+    pub fn block_type_bytes(&self) -> Vec<(String, u64)> {
+        self.inventory
+            .by_dtype()
+            .into_iter()
+            .filter(|(name, _)| crate::gguf::is_block_type(name))
+            .map(|(name, total)| (name, total.bytes))
+            .collect()
+    }
 }
 
 /// The architectures whose GGUF files are read here, as `general.architecture` names them.
@@ -112,16 +159,7 @@ pub fn read_gguf(path: &Path) -> Result<GgufModel, HfError> {
         message: e.to_string(),
     })?;
     let config = config_from(path, &inventory)?;
-    let architecture = inventory
-        .metadata
-        .get("general.architecture")
-        .cloned()
-        .unwrap_or_default();
-    Ok(GgufModel {
-        config,
-        inventory,
-        architecture,
-    })
+    Ok(GgufModel { config, inventory })
 }
 
 fn config_from(path: &Path, inv: &WeightInventory) -> Result<HfConfig, HfError> {
@@ -173,7 +211,13 @@ fn config_from(path: &Path, inv: &WeightInventory) -> Result<HfConfig, HfError> 
         }
     }
     let mut cfg = Map::new();
-    cfg.insert("model_type".into(), Value::from(model_type));
+    // `load_gguf_checkpoint` renames gemma3 last, after the metadata is read under its own name
+    let config_type = if model_type == "gemma3" {
+        "gemma3_text"
+    } else {
+        model_type
+    };
+    cfg.insert("model_type".into(), Value::from(config_type));
     let has_output = inv.tensors.iter().any(|t| t.name == "output.weight");
     cfg.insert("tie_word_embeddings".into(), Value::Bool(!has_output));
     if model_type == "qwen3_moe" {
@@ -203,9 +247,6 @@ fn config_from(path: &Path, inv: &WeightInventory) -> Result<HfConfig, HfError> 
             cfg.insert("vocab_size".into(), Value::from(n));
         }
     }
-    if model_type == "gemma3" {
-        cfg.insert("model_type".into(), Value::from("gemma3_text"));
-    }
     let text = Value::Object(cfg).to_string();
     HfConfig::parse(&shown, &text)
 }
@@ -227,10 +268,4 @@ fn number(
         .and_then(Number::from_f64)
         .map(Value::Number)
         .ok_or_else(|| field_err(key, format!("a number (got {text:?})")))
-}
-
-/// Tensors a GGUF file holds beside the model's parameters (llama.cpp's rope frequency factors),
-/// which transformers' loader skips.
-pub fn is_parameter(name: &str) -> bool {
-    !(name.starts_with("rope_freqs") || name.starts_with("rope_factors"))
 }

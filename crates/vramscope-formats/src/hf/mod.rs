@@ -51,7 +51,7 @@ use std::path::Path;
 
 pub use config::HfConfig;
 pub use generate::{Generation, GenerationInfo};
-pub use gguf_config::{is_parameter as is_gguf_parameter, read_gguf, GgufModel};
+pub use gguf_config::{read_gguf, GgufModel};
 pub use quantization::PreQuantized4bit;
 use seq_cls::{DecoderHead, SeqCls, TokenCls};
 use vramscope_core::{BuildError, DType, Graph, Precision};
@@ -306,6 +306,18 @@ pub enum HfError {
         /// The reader's message.
         message: String,
     },
+    /// A GGUF file's tensors do not fit the model its metadata describes.
+    #[error("{path}: the {class} model transformers builds from this file's metadata has {built} parameters, but the file's tensors hold {in_file} elements: they do not fit the model (transformers refuses to load such a file)")]
+    GgufMismatch {
+        /// The file.
+        path: String,
+        /// The model class built.
+        class: String,
+        /// Its parameter count.
+        built: u64,
+        /// The elements of the file's tensors.
+        in_file: u64,
+    },
     /// Not valid JSON.
     #[error("{path}: not valid JSON: {message}")]
     Json {
@@ -375,6 +387,12 @@ pub enum HfError {
 pub fn is_hf_path(path: &str) -> bool {
     let p = Path::new(path);
     (p.is_file() && path.ends_with(".json")) || p.join("config.json").is_file()
+}
+
+/// Whether `path` names a GGUF file (by its extension, so that a missing file is an error about
+/// that file rather than an unknown model name).
+pub fn is_gguf_path(path: &str) -> bool {
+    path.to_ascii_lowercase().ends_with(".gguf")
 }
 
 /// Reads `config.json` (or `FOLDER/config.json`).
