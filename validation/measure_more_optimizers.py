@@ -1,4 +1,7 @@
-"""Measure Adagrad and RMSprop steps with ../shared/truth's machinery (which ships SGD/Adam only).
+"""Measure optimizers ../shared/truth's measure.py does not ship (it has SGD, SGD momentum, Adam and
+AdamW with foreach=True): Adagrad and RMSprop (PyTorch's defaults with foreach=True, as vramscope's
+`--optimizer adagrad|rmsprop`), and Adam / AdamW with fused=True (`adam_fused`, `adamw_fused`:
+vramscope's `--optimizer adam-fused|adamw-fused`, Hugging Face Trainer's default `adamw_torch_fused`).
 
 Run with the truth venv and its fake-CUDA shim preloaded (see ../shared/truth/README.md,
 "Using the pieces from Python"):
@@ -6,11 +9,21 @@ Run with the truth venv and its fake-CUDA shim preloaded (see ../shared/truth/RE
     PY=~/.venvs/truth/bin/python; D=$($PY ../shared/truth/measure.py --build-shim)
     LD_PRELOAD=$D/libfakecudart.so LD_LIBRARY_PATH=$D TRUTH_SHIM_ACTIVE=1 PYTHONPATH=../shared/truth \
         $PY validation/measure_more_optimizers.py resnet18:8:adagrad resnet18:8:rmsprop > out.jsonl
+    ... $PY validation/measure_more_optimizers.py --cases validation/cases_fused_optimizers.jsonl > out.jsonl
 
-Each argument is MODEL:BATCH:OPTIMIZER; each line printed is the same record `measure.py --json` gives.
-Optimizers use PyTorch's defaults with foreach=True, as vramscope's `--optimizer adagrad|rmsprop`.
+measure.py's loop emulates `scaler.step(opt)` as `scaler.unscale_(opt); opt.step()` (a real
+`scaler.step` syncs on `found_inf.item()`, which fake tensors cannot). A fused optimizer takes the
+other branch of `scaler.step` (`_step_supports_amp_scaling`: no `unscale_`, the scale and the inf
+flag handed to the kernel), which has no such sync: here `unscale_` on a fused optimizer defers to
+the real `scaler.step(opt)` instead, which the loop's `opt.step()` then runs.
+
+Each argument is MODEL:BATCH:OPTIMIZER (a torchvision model, fp32); `--cases FILE` measures every
+case of a case list instead (any model measure.py builds, paths relative to the file's folder, with
+one of the optimizers above as `optim`). Each line printed is the same record `measure.py --json`
+gives.
 """
 import json
+import os
 import sys
 
 import torch
@@ -24,15 +37,51 @@ def make_optimizer(name, params):
         return torch.optim.Adagrad(params, lr=0.01, foreach=True)
     if name == "rmsprop":
         return torch.optim.RMSprop(params, lr=0.01, foreach=True)
+    if name == "adam_fused":
+        return torch.optim.Adam(params, lr=1e-3, fused=True)
+    if name == "adamw_fused":
+        return torch.optim.AdamW(params, lr=1e-3, weight_decay=0.01, fused=True)
     return _orig(name, params)
 
 
 measure.make_optimizer = make_optimizer
 
-for spec in sys.argv[1:]:
-    model, batch, optim = spec.split(":")
-    case = measure.normalize_case({"model": f"torchvision:{model}", "batch": int(batch), "optim": "adam"})
+_unscale = torch.amp.grad_scaler.GradScaler.unscale_
+
+
+def unscale_(self, optimizer):
+    """`scaler.unscale_(opt)`, but for a fused optimizer: the next `opt.step()` is `scaler.step(opt)`."""
+    if not getattr(optimizer, "_step_supports_amp_scaling", False):
+        return _unscale(self, optimizer)
+    own_step = optimizer.step
+
+    def step(*args, **kwargs):
+        optimizer.step = own_step  # what scaler.step calls
+        return self.step(optimizer, *args, **kwargs)
+
+    optimizer.step = step
+
+
+torch.amp.grad_scaler.GradScaler.unscale_ = unscale_
+
+
+def run(spec, base_dir=None):
+    """Measures one case spec whose `optim` measure.py's own check would refuse."""
+    optim = spec["optim"]
+    case = measure.normalize_case({**spec, "optim": "adam"})
     case["optim"] = optim
-    case["name"] = f"{model}_b{batch}_fp32_{optim}"
-    rec = measure.run_case(case)
-    print(json.dumps(rec), flush=True)
+    return measure.run_case(case, base_dir)
+
+
+args = sys.argv[1:]
+if args[:1] == ["--cases"]:
+    path = args[1]
+    for line in open(path):
+        if line.strip():
+            print(json.dumps(run(json.loads(line), os.path.dirname(os.path.abspath(path)))), flush=True)
+else:
+    for spec in args:
+        model, batch, optim = spec.split(":")
+        rec = run({"model": f"torchvision:{model}", "batch": int(batch), "optim": optim,
+                   "name": f"{model}_b{batch}_fp32_{optim}"})
+        print(json.dumps(rec), flush=True)

@@ -426,10 +426,14 @@ pub fn tricks<S: ModelSource>(
             Optimizer::SgdMomentum,
             Optimizer::Adam,
             Optimizer::AdamW,
+            Optimizer::AdamFused,
+            Optimizer::AdamWFused,
             Optimizer::Adam8bit,
             Optimizer::Adafactor,
         ] {
-            if o == cfg.optimizer {
+            // fused Adam is offered to Adam users; everyone else is offered fused AdamW
+            if o == cfg.optimizer || (o == Optimizer::AdamFused && cfg.optimizer != Optimizer::Adam)
+            {
                 continue;
             }
             let c = StepConfig {
@@ -450,6 +454,14 @@ pub fn tricks<S: ModelSource>(
                     "torch.optim.Adam(model.parameters(), lr=1e-3)",
                 ),
                 Optimizer::AdamW => ("as Adam", "torch.optim.AdamW(model.parameters(), lr=1e-3)"),
+                Optimizer::AdamFused => (
+                    "none: the same update in one kernel (CUDA floating-point parameters)",
+                    "torch.optim.Adam(model.parameters(), lr=1e-3, fused=True)",
+                ),
+                Optimizer::AdamWFused => (
+                    "none: the same update in one kernel (CUDA floating-point parameters)",
+                    "torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)  # Trainer: optim=\"adamw_torch_fused\"",
+                ),
                 Optimizer::Adam8bit => (
                     "small accuracy risk; needs bitsandbytes",
                     "bnb.optim.Adam8bit(model.parameters(), lr=1e-3)",

@@ -238,6 +238,11 @@ fn eight_bit_adam_and_adafactor_states() {
     };
     let n: u64 = g.params.iter().map(|p| p.numel()).sum();
     assert_eq!(states(Optimizer::Adam), 8 * n);
+    // fused: the same moments and a float32 step count per parameter
+    assert_eq!(
+        states(Optimizer::AdamWFused),
+        8 * n + 4 * g.params.len() as u64
+    );
     // 8-bit: 2 bytes per element + 2 fp32 absmax per 256-block (all vgg11 params but the small
     // biases are over 4096 elements; those keep fp32 states)
     let expect_8bit: u64 = g

@@ -13,7 +13,8 @@ pub struct StepArgs {
     /// needs --prompt-len and --new-tokens).
     #[arg(long, default_value = "train")]
     pub mode: String,
-    /// sgd, sgd-momentum, adam, adamw, adagrad, rmsprop, adam8bit (bitsandbytes), adafactor.
+    /// sgd, sgd-momentum, adam, adamw, adam-fused, adamw-fused (`fused=True`; Hugging Face
+    /// Trainer's default `adamw_torch_fused`), adagrad, rmsprop, adam8bit (bitsandbytes), adafactor.
     #[arg(long, default_value = "sgd-momentum")]
     pub optimizer: String,
     /// fp32 (the default), fp16, bf16, amp-fp16, amp-bf16. With `--weights-dtype from-files` the
@@ -62,7 +63,12 @@ impl StepArgs {
             anyhow!("--precision {name:?}: expected one of fp32, fp16, bf16, amp-fp16, amp-bf16")
         })?;
         let optimizer = Optimizer::parse(&self.optimizer).ok_or_else(|| {
-            anyhow!("--optimizer {:?}: expected one of sgd, sgd-momentum, adam, adamw, adagrad, rmsprop, adam8bit, adafactor", self.optimizer)
+            let names: Vec<&str> = Optimizer::ALL.iter().map(|o| o.name()).collect();
+            anyhow!(
+                "--optimizer {:?}: expected one of {}",
+                self.optimizer,
+                names.join(", ")
+            )
         })?;
         Ok(StepConfig {
             mode,

@@ -1,6 +1,7 @@
 //! Optimizers as PyTorch's CUDA default (`foreach`) implementations run them: which state tensors
 //! each creates (lazily, at the first `step`), and which temporaries a step allocates
-//! (torch/optim/{sgd,adam,adamw,adagrad,rmsprop}.py, `_multi_tensor_*`); bitsandbytes' 8-bit
+//! (torch/optim/{sgd,adam,adamw,adagrad,rmsprop}.py, `_multi_tensor_*`); Adam and AdamW with
+//! `fused=True` (`_fused_adam`, Hugging Face Trainer's default `adamw_torch_fused`); bitsandbytes' 8-bit
 //! Adam (bitsandbytes/optim/optimizer.py, `Optimizer2State`, blockwise) and torch's Adafactor
 //! (torch/optim/_adafactor.py, whose default is the single-tensor loop).
 
@@ -34,6 +35,14 @@ pub enum Optimizer {
     /// `AdamW`: as Adam (weight decay is applied in place).
     #[serde(rename = "adamw")]
     AdamW,
+    /// `Adam(fused=True)`: exp_avg and exp_avg_sq, and the step count as a float32 scalar on the
+    /// device (created first); one fused kernel updates everything in place (no temporaries).
+    #[serde(rename = "adam-fused")]
+    AdamFused,
+    /// `AdamW(fused=True)`: as fused Adam (Hugging Face Trainer's default optimizer,
+    /// `adamw_torch_fused`, with torch 2.8 or newer).
+    #[serde(rename = "adamw-fused")]
+    AdamWFused,
     /// `Adagrad`: a running sum of squares; a step allocates `std` and the scaled numerator.
     #[serde(rename = "adagrad")]
     Adagrad,
@@ -75,11 +84,13 @@ pub enum StateInit {
 
 impl Optimizer {
     /// Every optimizer, in CLI order.
-    pub const ALL: [Optimizer; 8] = [
+    pub const ALL: [Optimizer; 10] = [
         Optimizer::Sgd,
         Optimizer::SgdMomentum,
         Optimizer::Adam,
         Optimizer::AdamW,
+        Optimizer::AdamFused,
+        Optimizer::AdamWFused,
         Optimizer::Adagrad,
         Optimizer::RmsProp,
         Optimizer::Adam8bit,
@@ -93,6 +104,8 @@ impl Optimizer {
             Optimizer::SgdMomentum => "sgd-momentum",
             Optimizer::Adam => "adam",
             Optimizer::AdamW => "adamw",
+            Optimizer::AdamFused => "adam-fused",
+            Optimizer::AdamWFused => "adamw-fused",
             Optimizer::Adagrad => "adagrad",
             Optimizer::RmsProp => "rmsprop",
             Optimizer::Adam8bit => "adam8bit",
@@ -100,21 +113,29 @@ impl Optimizer {
         }
     }
 
-    /// Parses the CLI spelling (also `sgdm`, `momentum`, `adamw8bit`, `adam-8bit`).
+    /// Parses the CLI spelling (also `sgdm`, `momentum`, `adamw8bit`, `adam-8bit`, and
+    /// Hugging Face Trainer's `optim` names `adamw_torch`, `adamw_torch_fused`).
     pub fn parse(s: &str) -> Option<Optimizer> {
         match s {
             "sgdm" | "momentum" => Some(Optimizer::SgdMomentum),
+            "adamw_torch" | "adamw-torch" => Some(Optimizer::AdamW),
+            "adam_fused" => Some(Optimizer::AdamFused),
+            "adamw_fused" | "adamw_torch_fused" | "adamw-torch-fused" => {
+                Some(Optimizer::AdamWFused)
+            }
             "adamw8bit" | "adam-8bit" | "adamw-8bit" => Some(Optimizer::Adam8bit),
             _ => Optimizer::ALL.into_iter().find(|o| o.name() == s),
         }
     }
 
-    /// The state tensors of one parameter (each the parameter's size and dtype), by name.
+    /// The state tensors of one parameter, by name (each the parameter's size and dtype, but for
+    /// the fused optimizers' scalar `step`).
     pub fn state_names(self) -> &'static [&'static str] {
         match self {
             Optimizer::Sgd => &[],
             Optimizer::SgdMomentum => &["momentum_buffer"],
             Optimizer::Adam | Optimizer::AdamW => &["exp_avg", "exp_avg_sq"],
+            Optimizer::AdamFused | Optimizer::AdamWFused => &["step", "exp_avg", "exp_avg_sq"],
             Optimizer::Adagrad => &["sum"],
             Optimizer::RmsProp => &["square_avg"],
             Optimizer::Adam8bit => &["state1", "state2", "absmax1", "absmax2"],
@@ -148,6 +169,13 @@ impl Optimizer {
                 smallvec![("row_var", row, dtype), ("col_var", col, dtype)]
             }
             Optimizer::Adafactor => smallvec![("variance", dims(), dtype)],
+            // `_init_group`: `state["step"] = torch.zeros((), dtype=_get_scalar_dtype(is_fused=
+            // True), device=p.device)` (float32), then the moments
+            Optimizer::AdamFused | Optimizer::AdamWFused => smallvec![
+                ("step", Dims::new(), DType::F32),
+                ("exp_avg", dims(), dtype),
+                ("exp_avg_sq", dims(), dtype),
+            ],
             _ => self
                 .state_names()
                 .iter()
@@ -208,8 +236,15 @@ impl Optimizer {
             Optimizer::Sgd | Optimizer::SgdMomentum => 0,
             Optimizer::Adam | Optimizer::AdamW | Optimizer::RmsProp => 1,
             Optimizer::Adagrad => 2,
+            Optimizer::AdamFused | Optimizer::AdamWFused => 0,
             Optimizer::Adam8bit | Optimizer::Adafactor => 0,
         }
+    }
+
+    /// Whether the step is one fused kernel that takes GradScaler's scale and inf flag itself
+    /// (`_step_supports_amp_scaling`): `scaler.step` then skips `unscale_`.
+    pub fn is_fused(self) -> bool {
+        matches!(self, Optimizer::AdamFused | Optimizer::AdamWFused)
     }
 
     /// A one-line account of what the optimizer keeps and allocates.
@@ -219,6 +254,9 @@ impl Optimizer {
             Optimizer::SgdMomentum => "SGD momentum clones each gradient into a momentum buffer at the first step",
             Optimizer::Adam | Optimizer::AdamW => {
                 "Adam creates exp_avg and exp_avg_sq lazily at the first step; each foreach step allocates sqrt(exp_avg_sq) for all parameters"
+            }
+            Optimizer::AdamFused | Optimizer::AdamWFused => {
+                "fused Adam creates exp_avg, exp_avg_sq and a float32 step scalar on the device at the first step; its fused step updates in place and allocates nothing"
             }
             Optimizer::Adagrad => "Adagrad creates its sum of squares in the constructor; each step allocates std and the scaled gradient",
             Optimizer::RmsProp => "RMSprop keeps square_avg; each step allocates its square root",

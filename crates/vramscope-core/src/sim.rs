@@ -2087,13 +2087,49 @@ impl<'g> Sim<'g> {
         }
     }
 
+    /// `scaler.step(opt)` with a fused optimizer, up to its `step` (torch/amp/grad_scaler.py):
+    /// `_check_inf_per_device` runs `_unscale_grads_` with a dummy scale of 1 (a 0-d one and a
+    /// found-inf flag, each copied per device; the flag's copy is kept until `update()`), then
+    /// `found_inf = sum(per-device flags)` and `grad_scale = _scale * 1` are handed to the fused
+    /// kernel. Returns the kept flag, then `grad_scale` and `found_inf` (freed after the step).
+    fn fused_scaler_step_start(&mut self) -> Vec<u32> {
+        let scalar = Meta {
+            shape: self.shapes.add(&[]),
+            dtype: DType::F32,
+        };
+        let new = |s: &mut Self| {
+            s.new_storage(
+                scalar,
+                Category::Temporaries,
+                Label::new("GradScaler"),
+                None,
+            )
+        };
+        let dummy_inv_scale = new(self);
+        let found_inf = new(self);
+        // `_MultiDeviceReplicator.get(device)` copies: the flag's first (an argument evaluated
+        // first), kept in `found_inf_per_device`; the scale's, dropped with the replicator
+        let kept = new(self);
+        let inv_copy = new(self);
+        // `_unscale_grads_` returns (its replicators go), then `_check_inf_per_device`'s locals
+        self.decref(inv_copy);
+        self.decref(dummy_inv_scale);
+        self.decref(found_inf);
+        let found_sum = new(self);
+        let grad_scale = new(self);
+        vec![kept, grad_scale, found_sum]
+    }
+
     fn optimizer_step(&mut self, first: bool) {
         let opt = self.cfg.optimizer;
         let trainable: Vec<usize> = (0..self.g.params.len())
             .filter(|&i| self.param_grad[i].is_some())
             .collect();
         let mut scaler_tmp = Vec::new();
-        if self.cfg.precision.uses_grad_scaler() {
+        let fused_scaler = self.cfg.precision.uses_grad_scaler() && opt.is_fused();
+        if fused_scaler {
+            scaler_tmp = self.fused_scaler_step_start();
+        } else if self.cfg.precision.uses_grad_scaler() {
             // scaler.unscale_(opt): inv_scale = _scale.double().reciprocal().float(); found_inf;
             // _amp_foreach_non_finite_check_and_unscale_ works in place; two scalar copies for
             // the per-device bookkeeping, one of which lives until scaler.update()
@@ -2118,6 +2154,15 @@ impl<'g> Sim<'g> {
         }
         if first && opt.state_init() == StateInit::FirstStep {
             self.create_optimizer_states(&trainable);
+        }
+        if fused_scaler {
+            // after the step: `del optimizer.grad_scale; del optimizer.found_inf`; the inf
+            // flag kept for scaler.update() goes last, below
+            let kept = scaler_tmp.remove(0);
+            for t in scaler_tmp.drain(..) {
+                self.decref(t);
+            }
+            scaler_tmp.push(kept);
         }
         if opt.step_temporaries() == StepTemporaries::PerParameter {
             for &i in &trainable {

@@ -193,6 +193,17 @@ fn adagrad_rmsprop_and_checkpoint_sequential_match_truth() {
     check("torchvision_more.jsonl");
 }
 
+/// Adam and AdamW with `fused=True` (Hugging Face Trainer's default `adamw_torch_fused`): a
+/// float32 step scalar per parameter created before its moments, no step temporaries, and under
+/// AMP fp16 `scaler.step`'s fused branch (`_check_inf_per_device`, the scale and inf flag handed
+/// to the kernel); torchvision and Hugging Face models, fp32 / AMP / pure bf16, checkpointing
+/// (validation/make_fused_optimizer_fixtures.sh).
+#[test]
+fn fused_optimizer_cases_match_truth() {
+    assert_eq!(cases("fused_optimizers.jsonl").len(), 11);
+    check("fused_optimizers.jsonl");
+}
+
 /// Every Hugging Face dev case: GPT-2, OPT, Mistral, Qwen2 (causal LM), DistilBERT (masked LM),
 /// RoBERTa (masked LM inference, sequence classification).
 #[test]
