@@ -81,6 +81,14 @@ pub struct ModelArgs {
     /// `DynamicCache` the same way (a local of the heads' forward).
     #[arg(long)]
     pub use_cache: Option<bool>,
+    /// Hugging Face decoders (the Llama family, MoE models; causal-lm and seq-cls, SDPA): each
+    /// batch carries an `attention_mask` with padding, as a padding data collator makes it
+    /// (`model(input_ids=..., attention_mask=...)`). transformers then builds the `[B, 1, S, S]`
+    /// boolean mask instead of running SDPA's `is_causal`: SDPA takes the cuDNN kernel with an
+    /// additive `[B, 1, S, S]` mask per layer, and GQA models repeat their keys and values.
+    /// Without it the batch is unpadded (equal lengths, or packed).
+    #[arg(long)]
+    pub padded: bool,
     /// Fine-tuning: LoRA adapters, frozen parameters.
     #[command(flatten)]
     pub finetune: crate::finetune::FinetuneArgs,
@@ -421,9 +429,10 @@ fn load_base(
         || args.attn_implementation.is_some()
         || args.target_len.is_some()
         || args.use_cache.is_some()
+        || args.padded
     {
         bail!(
-            "--seq-len, --target-len, --task, --gradient-checkpointing, --attn-implementation and --use-cache apply to Hugging Face models (a built-in transformer, a config.json, a model folder or a .gguf file; --seq-len also to ONNX files); `{}` is not one",
+            "--seq-len, --target-len, --task, --gradient-checkpointing, --attn-implementation, --use-cache and --padded apply to Hugging Face models (a built-in transformer, a config.json, a model folder or a .gguf file; --seq-len also to ONNX files); `{}` is not one",
             args.model
         );
     }
@@ -506,6 +515,7 @@ fn load_hf(
             attn,
             target_seq: args.target_len,
             gradient_checkpointing: args.gradient_checkpointing,
+            padded: args.padded,
         },
     )?;
     if args.use_cache.is_some() && !m.follows_use_cache {

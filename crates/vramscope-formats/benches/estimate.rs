@@ -71,6 +71,7 @@ fn hf_case(
         attn: hf::AttnImplementation::Sdpa,
         target_seq: None,
         gradient_checkpointing: false,
+        padded: false,
     };
     (cfg, input)
 }

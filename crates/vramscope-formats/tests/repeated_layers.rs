@@ -8,7 +8,8 @@ use vramscope_formats::zoo::{self, ZooInput};
 use vramscope_formats::{hf, hf_zoo};
 
 /// The inputs every built-in config is built with: short and past-the-window sequences (masks
-/// per layer kind), eager attention, checkpointing, generation (which records layers one by one).
+/// per layer kind), eager attention, checkpointing, a padded batch (the families that model it;
+/// the others refuse it alike), generation (which records layers one by one).
 fn inputs() -> Vec<hf::HfInput> {
     let base = hf::HfInput::new(2, 5, Precision::AmpBf16);
     vec![
@@ -25,6 +26,10 @@ fn inputs() -> Vec<hf::HfInput> {
         hf::HfInput {
             gradient_checkpointing: true,
             precision: Precision::Fp32,
+            ..base.clone()
+        },
+        hf::HfInput {
+            padded: true,
             ..base.clone()
         },
         hf::HfInput {

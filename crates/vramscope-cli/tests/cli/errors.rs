@@ -679,3 +679,72 @@ fn gguf_model_estimates() {
     assert_eq!(json["model"]["source"], "gguf");
     assert_eq!(json["model"]["parameters"], 262_976);
 }
+
+/// `--padded` is refused by name where it is not modelled: another family, eager attention,
+/// generation, a per-token head, a model that is not a Hugging Face one.
+#[test]
+fn padded_batches_refused_where_not_modelled() {
+    fails_with(
+        &["estimate", "gpt2", "--seq-len", "64", "--padded"],
+        &["--padded", "\"gpt2\"", "Llama-family"],
+    );
+    fails_with(
+        &[
+            "estimate",
+            "llama-3.2-1b",
+            "--seq-len",
+            "64",
+            "--padded",
+            "--attn-implementation",
+            "eager",
+        ],
+        &["--padded", "eager", "SDPA only"],
+    );
+    fails_with(
+        &[
+            "estimate",
+            "qwen2.5-0.5b",
+            "--mode",
+            "generate",
+            "--prompt-len",
+            "16",
+            "--new-tokens",
+            "2",
+            "--padded",
+        ],
+        &["--padded", "--mode generate"],
+    );
+    fails_with(
+        &[
+            "estimate",
+            "mistral-7b",
+            "--seq-len",
+            "64",
+            "--task",
+            "token-cls",
+            "--padded",
+        ],
+        &["--padded", "--task", "causal-lm and seq-cls"],
+    );
+    fails_with(
+        &["estimate", "resnet18", "--padded"],
+        &["--padded", "resnet18", "Hugging Face"],
+    );
+    // modelled: the batch's mask is an input, and the estimate is larger than unpadded
+    let peak = |extra: &[&str]| {
+        let mut args = vec![
+            "llama-3.2-1b",
+            "--seq-len",
+            "1024",
+            "-b",
+            "4",
+            "--precision",
+            "amp-bf16",
+        ];
+        args.extend_from_slice(extra);
+        crate::estimate_json(&args)["peak"]["allocated_bytes"]
+            .as_u64()
+            .unwrap()
+    };
+    assert!(peak(&["--padded"]) > peak(&[]));
+}

@@ -308,6 +308,7 @@ fn build_within(
         attn_weights: None,
         sdpa_masks: Vec::new(),
         head: DecoderHead::Lm,
+        padding_mask: None,
     };
     let mut logits = model.forward(&mut b, clone, &mut call);
     b.keep_until_now(&[clone]);
@@ -356,6 +357,7 @@ fn build_within(
             attn_weights: None,
             sdpa_masks: Vec::new(),
             head: DecoderHead::Lm,
+            padding_mask: None,
         };
         logits = model.forward(&mut b, ids1, &mut call);
         state.after_forward(
@@ -555,6 +557,7 @@ mod tests {
             attn: Default::default(),
             target_seq: None,
             gradient_checkpointing: false,
+            padded: false,
         };
         let m = llama::Model::new(cfg, "llama", &input, precision.param_dtype()).expect("model");
         let (g, info) = build_within(
@@ -665,6 +668,7 @@ mod tests {
             attn: Default::default(),
             target_seq: None,
             gradient_checkpointing: false,
+            padded: false,
         };
         // SDPA: the cache keeps views of the last 63 positions, each holding a 64-position tensor
         let m = crate::hf::build(&cfg, &input).expect("past the window with SDPA");

@@ -616,6 +616,99 @@ pub fn attention_mask(
     attention_mask_checked(b, batch, seq, pattern, eager, cache_len, packed_check)
 }
 
+/// `sdpa_mask`'s index vectors, locals held until it returns: batch and head (`arange`), then
+/// the query and key ones (`arange(n) + offset`: the `arange` goes once the sum exists).
+fn mask_index_vectors(b: &mut GraphBuilder, batch: u64, seq: u64, kv: u64) -> Vec<TensorId> {
+    let i64 = DTypeRule::Fixed(DType::I64);
+    let mut idx = b.op_multi(
+        {
+            let mut op = Aten::new("arange", vec![batch])
+                .dtype(i64)
+                .not_differentiable();
+            op.outputs.push((vec![1], i64));
+            op
+        },
+        &[],
+    );
+    for n in [seq, kv] {
+        let arange = Scratch::Alloc {
+            bytes: n * DType::I64.size(),
+            what: "arange",
+        };
+        let op = Aten::new("add", vec![n])
+            .dtype(i64)
+            .scratch(vec![arange])
+            .not_differentiable();
+        idx.push(b.op(op, &[]));
+    }
+    b.hold(&idx);
+    idx
+}
+
+/// [`attention_mask`] for a batch that carries an `attention_mask` (`padding`, the `[B, S]`
+/// int64 input) with padding, as a padding data collator makes it. `_preprocess_mask_arguments`
+/// turns it into a boolean copy and skips the packed-sequence check; SDPA cannot run `is_causal`
+/// (`_ignore_causal_mask_sdpa` finds padding: two `fast_all`, each a `sum` and an `==` scalar,
+/// read on the host); the pattern's mask function is wrapped in `and_masks(pattern,
+/// padding_mask_function)`: `new_ones(())`, `& pattern`, then `& padding_mask[batch_idx,
+/// kv_idx]` (`[B, 1, 1, KV]`), which makes the mask `[B, 1, S, KV]` itself (truth traces of
+/// validation/padding_models.py). The boolean copy and the index vectors go when the mask code
+/// returns. SDPA without a cache only.
+pub fn padded_attention_mask(
+    b: &mut GraphBuilder,
+    batch: u64,
+    seq: u64,
+    pattern: MaskPattern,
+    padding: TensorId,
+) -> TensorId {
+    let bool_ = DTypeRule::Fixed(DType::Bool);
+    let i64 = DTypeRule::Fixed(DType::I64);
+    let plane = vec![1, 1, seq, seq];
+    let op = |name: &'static str, shape: Vec<u64>, dtype: DTypeRule| {
+        Aten::new(name, shape).dtype(dtype).not_differentiable()
+    };
+    b.frame(|b| {
+        let mask_bool = b.op(op("_to_copy", vec![batch, seq], bool_), &[padding]);
+        // `_ignore_causal_mask_sdpa`: `fast_all(padding_mask)`, then the prefill case's
+        // `fast_all(padding_mask[:, :q_length])`, both false with padding (a real run reads them;
+        // under fake tensors transformers skips the check and builds the mask all the same)
+        for _ in 0..2 {
+            let sum = b.op(op("sum", vec![], i64), &[mask_bool]);
+            b.op(op("eq", vec![], bool_), &[sum]);
+        }
+        let idx = mask_index_vectors(b, batch, seq, seq);
+        b.hold(&[mask_bool]);
+        let (q_idx, kv_idx) = (idx[2], idx[3]);
+        // and_masks(pattern, padding): `result = new_ones(())`, then `result = result & f(...)`
+        let ones = b.op(op("new_ones", vec![], bool_), &[]);
+        let pattern_mask = match pattern {
+            MaskPattern::Causal => b.op(op("le", plane.clone(), bool_), &[kv_idx, q_idx]),
+            MaskPattern::SlidingWindow(_) => {
+                // sliding_window_causal_mask_function: and_masks(overlay, causal) of its own
+                let inner_ones = b.op(op("new_ones", vec![], bool_), &[]);
+                let shifted = b.op(op("sub", vec![1, 1, seq, 1], i64), &[q_idx]);
+                let gt = b.op(op("gt", plane.clone(), bool_), &[kv_idx, shifted]);
+                let inside = b.op(op("bitwise_and", plane.clone(), bool_), &[inner_ones, gt]);
+                let le = b.op(op("le", plane.clone(), bool_), &[kv_idx, q_idx]);
+                b.op(op("bitwise_and", plane.clone(), bool_), &[inside, le])
+            }
+            MaskPattern::Bidirectional | MaskPattern::BidirectionalSlidingWindow(_) => {
+                unreachable!("padded masks are built for the causal patterns only")
+            }
+        };
+        let with_pattern = b.op(
+            op("bitwise_and", plane.clone(), bool_),
+            &[ones, pattern_mask],
+        );
+        let padded = b.op(
+            op("index", vec![batch, 1, 1, seq], bool_),
+            &[mask_bool, idx[0], kv_idx],
+        );
+        let full = vec![batch, 1, seq, seq];
+        b.op(op("bitwise_and", full, bool_), &[with_pattern, padded])
+    })
+}
+
 /// [`attention_mask`] with the packed-sequence check run or not (`create_masks_for_generate`
 /// called without position ids, as `Gemma3Model` does, skips it).
 pub fn attention_mask_checked(
@@ -650,30 +743,7 @@ pub fn attention_mask_checked(
     let bool_ = DTypeRule::Fixed(DType::Bool);
     let square = vec![1, 1, seq, kv];
     let boolean = b.frame(|b| {
-        // batch and head index vectors, then the q and kv ones (`arange(n) + offset`: the
-        // `arange` goes once the sum exists), locals of sdpa_mask
-        let mut idx = b.op_multi(
-            {
-                let mut op = Aten::new("arange", vec![batch])
-                    .dtype(i64)
-                    .not_differentiable();
-                op.outputs.push((vec![1], i64));
-                op
-            },
-            &[],
-        );
-        for n in [seq, kv] {
-            let arange = Scratch::Alloc {
-                bytes: n * DType::I64.size(),
-                what: "arange",
-            };
-            let op = Aten::new("add", vec![n])
-                .dtype(i64)
-                .scratch(vec![arange])
-                .not_differentiable();
-            idx.push(b.op(op, &[]));
-        }
-        b.hold(&idx);
+        let idx = mask_index_vectors(b, batch, seq, kv);
         let (q_idx, kv_idx) = (idx[2], idx[3]);
         let causal = |b: &mut GraphBuilder| {
             b.op(
@@ -1261,6 +1331,9 @@ pub struct Call<'a> {
     pub sdpa_masks: Vec<Option<TensorId>>,
     /// The head on the last hidden state: `lm_head`, or a sequence classifier's `score`.
     pub head: DecoderHead,
+    /// The batch's `attention_mask` (`[B, S]` int64, with padding) passed to the model
+    /// (`--padded`); `None`: no mask passed.
+    pub padding_mask: Option<TensorId>,
 }
 
 impl Call<'_> {
@@ -1277,6 +1350,7 @@ impl Call<'_> {
             attn_weights: None,
             sdpa_masks: Vec::new(),
             head,
+            padding_mask: None,
         }
     }
 

@@ -30,9 +30,9 @@ use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 use super::generate::CausalLm;
 use super::layers::{
     add, apply_rotary, apply_rotary_sliced, attention_mask, attention_output, cached_attention,
-    dropout, eager_causal_mask, embedding, linear, mul, packed_sequence_check, position_ids,
-    rms_norm, rotary, rotated_heads_view, sdpa, sdpa_masked, v_grad_heads_first, view,
-    view_grads_copied, Call, Eager, EagerFlavor, KvCache, MaskPattern,
+    dropout, eager_causal_mask, embedding, linear, mul, packed_sequence_check,
+    padded_attention_mask, position_ids, rms_norm, rotary, rotated_heads_view, sdpa, sdpa_masked,
+    v_grad_heads_first, view, view_grads_copied, Call, Eager, EagerFlavor, KvCache, MaskPattern,
 };
 use super::seq_cls::{base_model, decoder_head, decoder_outputs, qa_inputs, DecoderHead};
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
@@ -303,7 +303,9 @@ pub fn build(
     let m = Model::new(cfg, model_type, input, dtype)?;
     let (s, p) = (&m.spec, m.prefix);
     let (bsz, seq) = (input.batch, input.seq);
-    let masks = |b: &mut GraphBuilder, cache_len| sdpa_masks(b, s, (bsz, seq, m.eager), cache_len);
+    let masks = |b: &mut GraphBuilder, cache_len, padding| {
+        sdpa_masks(b, s, (bsz, seq, m.eager), cache_len, padding)
+    };
     causal_lm(
         cfg,
         s,
@@ -324,8 +326,10 @@ pub(super) type DecoderLayer<'a> =
     dyn FnMut(&mut GraphBuilder, u64, TensorId, TensorId, TensorId, &mut Call) -> TensorId + 'a;
 
 /// A model's mask code (inside its forward): given the cache's length after this call's update
-/// (`None` without a cache), the masks it makes, one per pattern (`None` where SDPA runs without).
-pub(super) type MaskCode<'a> = dyn Fn(&mut GraphBuilder, Option<u64>) -> Vec<Option<TensorId>> + 'a;
+/// (`None` without a cache) and the batch's padded `attention_mask` (`None`: none passed), the
+/// masks it makes, one per pattern (`None` where SDPA runs without).
+pub(super) type MaskCode<'a> =
+    dyn Fn(&mut GraphBuilder, Option<u64>, Option<TensorId>) -> Vec<Option<TensorId>> + 'a;
 
 /// The masks the model's mask code makes for SDPA (`create_causal_mask` /
 /// `create_sliding_window_causal_mask`, in the forward's order; `None` where SDPA runs
@@ -333,13 +337,23 @@ pub(super) type MaskCode<'a> = dyn Fn(&mut GraphBuilder, Option<u64>) -> Vec<Opt
 /// With eager attention only their packed-sequence checks are recorded here (the eager mask is
 /// made by the forward).
 /// `cache_len`: with a cache, its length after this call's update (no packed-sequence checks; SDPA
-/// needs a mask only where a sliding window is reached).
+/// needs a mask only where a sliding window is reached). `padding`: the batch's padded
+/// `attention_mask`, which makes every mask (`padded_attention_mask`).
 fn sdpa_masks(
     b: &mut GraphBuilder,
     s: &Spec,
     (bsz, seq, eager): (u64, u64, bool),
     cache_len: Option<u64>,
+    padding: Option<TensorId>,
 ) -> Vec<Option<TensorId>> {
+    if let Some(padding) = padding {
+        return s
+            .masks
+            .patterns
+            .iter()
+            .map(|&m| Some(padded_attention_mask(b, bsz, seq, m, padding)))
+            .collect();
+    }
     s.masks
         .patterns
         .iter()
@@ -383,6 +397,7 @@ pub(super) fn causal_lm(
     let (bsz, seq) = (input.batch, input.seq);
     let mut b = GraphBuilder::new(model_type, &head.class(p));
     let ids = b.input(vec![bsz, seq], DType::I64);
+    let padding = input.padded.then(|| b.input(vec![bsz, seq], DType::I64));
     let qa_positions = qa_inputs(&mut b, head, bsz);
     let eager = input.attn == AttnImplementation::Eager;
     let use_cache = head.fills_cache(cfg, input)?;
@@ -397,6 +412,7 @@ pub(super) fn causal_lm(
         use_cache.then(|| KvCache::with_windows(vec![s.sliding_window; s.layers as usize]));
     let mut call = Call::plain(seq, head);
     call.cache = cache.as_mut();
+    call.padding_mask = padding;
     let out = forward(
         &mut b,
         (s, p, dtype, eager),
@@ -479,7 +495,11 @@ pub(super) fn forward(
         // the mask code checks for packed sequences only without a cache; the masks it makes
         // are locals of the forward. Over a cache SDPA needs none, except a sliding-window mask
         // whose window the cache has reached (Qwen2-MoE's window-0 mask, which no layer uses)
-        let m = masks(b, call.cache.is_some().then_some(call.past + seq));
+        let m = masks(
+            b,
+            call.cache.is_some().then_some(call.past + seq),
+            call.padding_mask,
+        );
         let held: Vec<TensorId> = m.iter().flatten().copied().collect();
         b.hold(&held);
         call.sdpa_masks = m;
@@ -902,8 +922,9 @@ impl CausalLm for Model {
     fn forward(&self, b: &mut GraphBuilder, ids: TensorId, call: &mut Call) -> TensorId {
         let (s, p, dtype) = (&self.spec, self.prefix, self.dtype);
         let (bsz, seq) = (b.shape(ids)[0], b.shape(ids)[1]);
-        let masks =
-            |b: &mut GraphBuilder, cache_len| sdpa_masks(b, s, (bsz, seq, self.eager), cache_len);
+        let masks = |b: &mut GraphBuilder, cache_len, padding| {
+            sdpa_masks(b, s, (bsz, seq, self.eager), cache_len, padding)
+        };
         forward(
             b,
             (s, p, dtype, self.eager),

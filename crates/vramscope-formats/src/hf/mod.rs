@@ -227,6 +227,10 @@ pub struct HfInput {
     pub generate: Option<Generation>,
     /// `attn_implementation` (`sdpa`, transformers' default, or `eager`).
     pub attn: AttnImplementation,
+    /// The batch carries an `attention_mask` (`[B, S]` int64) with padding, as a padding data
+    /// collator makes it, passed to the model: the mask code builds the `[B, 1, S, S]` boolean
+    /// mask, which SDPA attends with (another kernel; GQA models repeat their keys and values).
+    pub padded: bool,
 }
 
 impl HfInput {
@@ -242,6 +246,7 @@ impl HfInput {
             gradient_checkpointing: false,
             generate: None,
             attn: AttnImplementation::Sdpa,
+            padded: false,
         }
     }
 }
@@ -464,6 +469,31 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
             })
         }
     };
+    if input.padded {
+        let refused = if !matches!(family, Family::Llama | Family::Moe) {
+            Some(format!(
+                "model_type {model_type:?}: padded batches are modelled for the Llama-family \
+                 (llama, mistral, qwen2, qwen3, phi3) and MoE decoders"
+            ))
+        } else if input.attn == AttnImplementation::Eager {
+            Some("with --attn-implementation eager (SDPA only)".to_string())
+        } else if input.generate.is_some() {
+            Some("with --mode generate (a training or inference forward only)".to_string())
+        } else if !matches!(
+            input.task,
+            None | Some(HfTask::CausalLm) | Some(HfTask::SeqCls)
+        ) {
+            Some("for this --task (causal-lm and seq-cls only)".to_string())
+        } else {
+            None
+        };
+        if let Some(why) = refused {
+            return Err(HfError::BadInput(format!(
+                "{}: --padded is not modelled {why}",
+                cfg.path
+            )));
+        }
+    }
     // Gemma and T5 configs without `model_type` still take their class's defaults (the class
     // found from `architectures`), as they did before the table was shared
     let class_type = match family {

@@ -33,7 +33,7 @@ use super::config::MAX_EXPERTS;
 use super::generate::{rotary_kv_dtypes, CausalLm};
 use super::layers::{
     activation_fn, add, attention_mask, cast, linear, linear_fn, mul, packed_sequence_check,
-    to_dtype, view, Call, MaskPattern,
+    padded_attention_mask, to_dtype, view, Call, MaskPattern,
 };
 use super::llama::{causal_lm, decoder_layer, forward, mlp, silu_act_fn, spec, Spec};
 use super::seq_cls::DecoderHead;
@@ -265,7 +265,8 @@ pub fn build(
         experts: ExpertsImpl::GroupedMm,
     };
     let p = flavor.prefix();
-    let masks = |b: &mut GraphBuilder, cache_len| mask_code(b, &m, (bsz, seq), cache_len);
+    let masks =
+        |b: &mut GraphBuilder, cache_len, padding| mask_code(b, &m, (bsz, seq), cache_len, padding);
     causal_lm(
         cfg,
         &s,
@@ -368,12 +369,28 @@ pub struct Model {
 /// checks; a sliding-window mask where the keys reach the window (always, for Qwen2-MoE's window
 /// of 0, which a cached forward sizes over the whole cache: `[1, 1, S, past + S]`), which no
 /// layer attends with.
+/// With a padded `attention_mask` every mask is made (`padded_attention_mask`) and the layers
+/// attend with the causal (or Mixtral's sliding) one.
 fn mask_code(
     b: &mut GraphBuilder,
     m: &Moe,
     (bsz, seq): (u64, u64),
     cache_len: Option<u64>,
+    padding: Option<TensorId>,
 ) -> Vec<Option<TensorId>> {
+    if let Some(padding) = padding {
+        if let (Some(w), true) = (m.sliding_window.filter(|&w| w > 0), m.all_layers_slide) {
+            let mask = padded_attention_mask(b, bsz, seq, MaskPattern::SlidingWindow(w), padding);
+            return vec![Some(mask)];
+        }
+        let causal = padded_attention_mask(b, bsz, seq, MaskPattern::Causal, padding);
+        if let (true, Some(w)) = (m.both_masks, m.sliding_window) {
+            let sliding =
+                padded_attention_mask(b, bsz, seq, MaskPattern::SlidingWindow(w), padding);
+            b.hold(&[sliding]);
+        }
+        return vec![Some(causal)];
+    }
     if let (Some(w), true) = (m.sliding_window.filter(|&w| w > 0), m.all_layers_slide) {
         return vec![attention_mask(
             b,
@@ -460,7 +477,9 @@ impl CausalLm for Model {
         };
         let p = self.flavor.prefix();
         let autocast = self.autocast;
-        let masks = |b: &mut GraphBuilder, cache_len| mask_code(b, m, (c.bsz, c.seq), cache_len);
+        let masks = |b: &mut GraphBuilder, cache_len, padding| {
+            mask_code(b, m, (c.bsz, c.seq), cache_len, padding)
+        };
         forward(
             b,
             (s, p, self.dtype, false),
@@ -829,6 +848,7 @@ mod tests {
             attn: Default::default(),
             target_seq: None,
             gradient_checkpointing: false,
+            padded: false,
         }
     }
 
