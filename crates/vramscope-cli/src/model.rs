@@ -81,12 +81,13 @@ pub struct ModelArgs {
     /// `DynamicCache` the same way (a local of the heads' forward).
     #[arg(long)]
     pub use_cache: Option<bool>,
-    /// Hugging Face decoders (the Llama family, MoE models; causal-lm and seq-cls, SDPA): each
-    /// batch carries an `attention_mask` with padding, as a padding data collator makes it
-    /// (`model(input_ids=..., attention_mask=...)`). transformers then builds the `[B, 1, S, S]`
-    /// boolean mask instead of running SDPA's `is_causal`: SDPA takes the cuDNN kernel with an
-    /// additive `[B, 1, S, S]` mask per layer, and GQA models repeat their keys and values.
-    /// Without it the batch is unpadded (equal lengths, or packed).
+    /// Hugging Face decoders of the Llama family and MoE models (causal-lm, seq-cls) and BERT /
+    /// RoBERTa encoders (masked-lm, seq-cls), with SDPA: each batch carries an `attention_mask`
+    /// with padding, as a padding data collator makes it (`model(input_ids=...,
+    /// attention_mask=...)`). transformers then builds the `[B, 1, S, S]` boolean mask instead of
+    /// letting SDPA skip it: SDPA takes another kernel with an additive `[B, 1, S, S]` mask per
+    /// layer, and GQA models repeat their keys and values. Without it the batch is unpadded
+    /// (equal lengths, or packed).
     #[arg(long)]
     pub padded: bool,
     /// Fine-tuning: LoRA adapters, frozen parameters.

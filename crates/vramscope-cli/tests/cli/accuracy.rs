@@ -206,13 +206,16 @@ fn fused_optimizer_cases_match_truth() {
 
 /// Padded batches (`--padded`: the batch's `attention_mask` passed to the model, as a padding
 /// data collator makes it; validation/padding_models.py): the `[B, 1, S, S]` boolean mask
-/// `and_masks(causal or sliding window, padding)` builds, SDPA's cuDNN kernel with an additive
-/// mask and GQA's repeated keys and values; Llama 3.2 (checkpointing, inference), Mistral past
-/// its sliding window, Phi-3, Qwen2 (AMP fp16 at an unaligned length, sequence classification),
-/// Qwen3 in bf16, Mixtral with and without a window, Qwen2-MoE.
+/// `and_masks(causal, sliding window or bidirectional, padding)` builds, SDPA's cuDNN (decoders)
+/// or memory-efficient (encoders, attention dropout) kernel with an additive mask, GQA's
+/// repeated keys and values; Llama 3.2 (checkpointing, inference), Mistral past its sliding
+/// window, Phi-3, Qwen2 (AMP fp16 at an unaligned length, sequence classification), Qwen3 in
+/// bf16, Mixtral with and without a window, Qwen2-MoE; BERT (sequence classification, masked LM
+/// at an unaligned length in AMP fp16, bf16 inference), RoBERTa masked LM with checkpointing,
+/// XLM-RoBERTa.
 #[test]
 fn padded_batch_cases_match_truth() {
-    assert_eq!(cases("hf_padded.jsonl").len(), 11);
+    assert_eq!(cases("hf_padded.jsonl").len(), 16);
     check("hf_padded.jsonl");
 }
 

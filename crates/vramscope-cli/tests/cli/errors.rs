@@ -727,6 +727,28 @@ fn padded_batches_refused_where_not_modelled() {
         &["--padded", "--task", "causal-lm and seq-cls"],
     );
     fails_with(
+        &[
+            "estimate",
+            "bert-base-uncased",
+            "--seq-len",
+            "64",
+            "--task",
+            "qa",
+            "--padded",
+        ],
+        &["--padded", "--task", "masked-lm and seq-cls"],
+    );
+    fails_with(
+        &[
+            "estimate",
+            "distilbert-base-uncased",
+            "--seq-len",
+            "64",
+            "--padded",
+        ],
+        &["--padded", "\"distilbert\"", "BERT / RoBERTa"],
+    );
+    fails_with(
         &["estimate", "resnet18", "--padded"],
         &["--padded", "resnet18", "Hugging Face"],
     );

@@ -195,6 +195,7 @@ fn block(b: &mut GraphBuilder, s: &Spec, x: TensorId) -> TensorId {
             ["q_lin", "k_lin", "v_lin"],
             (e, s.heads, s.attn_dropout),
             s.eager,
+            None,
         );
         (linear(b, "out_lin", e, e, true, o), weights)
     });

@@ -577,13 +577,17 @@ pub enum MaskPattern {
     /// `create_sliding_window_causal_mask(sliding_window)` with Gemma3's bidirectional window
     /// overlay (`abs(q - kv) < sliding_window`).
     BidirectionalSlidingWindow(u64),
+    /// `create_bidirectional_mask` (the encoders: `bidirectional_mask_function`, `q_idx >= 0`),
+    /// which SDPA skips for an unpadded batch: made only for a padded one
+    /// ([`padded_attention_mask`]).
+    Encoder,
 }
 
 impl MaskPattern {
     fn window(self) -> Option<u64> {
         match self {
             MaskPattern::SlidingWindow(w) | MaskPattern::BidirectionalSlidingWindow(w) => Some(w),
-            MaskPattern::Causal | MaskPattern::Bidirectional => None,
+            MaskPattern::Causal | MaskPattern::Bidirectional | MaskPattern::Encoder => None,
         }
     }
 }
@@ -653,7 +657,9 @@ fn mask_index_vectors(b: &mut GraphBuilder, batch: u64, seq: u64, kv: u64) -> Ve
 /// padding_mask_function)`: `new_ones(())`, `& pattern`, then `& padding_mask[batch_idx,
 /// kv_idx]` (`[B, 1, 1, KV]`), which makes the mask `[B, 1, S, KV]` itself (truth traces of
 /// validation/padding_models.py). The boolean copy and the index vectors go when the mask code
-/// returns. SDPA without a cache only.
+/// returns. SDPA without a cache only. The encoders' `create_bidirectional_mask`
+/// ([`MaskPattern::Encoder`]) reads `padding_mask.all()` instead, and its pattern is `[1, 1, S,
+/// 1]`.
 pub fn padded_attention_mask(
     b: &mut GraphBuilder,
     batch: u64,
@@ -669,20 +675,32 @@ pub fn padded_attention_mask(
     };
     b.frame(|b| {
         let mask_bool = b.op(op("_to_copy", vec![batch, seq], bool_), &[padding]);
-        // `_ignore_causal_mask_sdpa`: `fast_all(padding_mask)`, then the prefill case's
-        // `fast_all(padding_mask[:, :q_length])`, both false with padding (a real run reads them;
-        // under fake tensors transformers skips the check and builds the mask all the same)
-        for _ in 0..2 {
-            let sum = b.op(op("sum", vec![], i64), &[mask_bool]);
-            b.op(op("eq", vec![], bool_), &[sum]);
+        // the skip checks a real run reads on the host, false with padding (under fake tensors
+        // transformers skips them and builds the mask all the same)
+        if pattern == MaskPattern::Encoder {
+            // `_ignore_bidirectional_mask_sdpa`: `padding_mask.all()`
+            b.op(op("all", vec![], bool_), &[mask_bool]);
+        } else {
+            // `_ignore_causal_mask_sdpa`: `fast_all(padding_mask)`, then the prefill case's
+            // `fast_all(padding_mask[:, :q_length])` (a `sum` and an `==` each)
+            for _ in 0..2 {
+                let sum = b.op(op("sum", vec![], i64), &[mask_bool]);
+                b.op(op("eq", vec![], bool_), &[sum]);
+            }
         }
         let idx = mask_index_vectors(b, batch, seq, seq);
         b.hold(&[mask_bool]);
         let (q_idx, kv_idx) = (idx[2], idx[3]);
         // and_masks(pattern, padding): `result = new_ones(())`, then `result = result & f(...)`
         let ones = b.op(op("new_ones", vec![], bool_), &[]);
+        // the pattern's own shape: `[1, 1, S, 1]` for the encoders' `q_idx >= 0`
+        let mut pattern_shape = plane.clone();
         let pattern_mask = match pattern {
             MaskPattern::Causal => b.op(op("le", plane.clone(), bool_), &[kv_idx, q_idx]),
+            MaskPattern::Encoder => {
+                pattern_shape = vec![1, 1, seq, 1];
+                b.op(op("ge", pattern_shape.clone(), bool_), &[q_idx])
+            }
             MaskPattern::SlidingWindow(_) => {
                 // sliding_window_causal_mask_function: and_masks(overlay, causal) of its own
                 let inner_ones = b.op(op("new_ones", vec![], bool_), &[]);
@@ -697,7 +715,7 @@ pub fn padded_attention_mask(
             }
         };
         let with_pattern = b.op(
-            op("bitwise_and", plane.clone(), bool_),
+            op("bitwise_and", pattern_shape, bool_),
             &[ones, pattern_mask],
         );
         let padded = b.op(
@@ -735,6 +753,7 @@ pub fn attention_mask_checked(
         MaskPattern::Causal => eager.is_some(),
         MaskPattern::SlidingWindow(w) => eager.is_some() || kv >= w,
         MaskPattern::Bidirectional | MaskPattern::BidirectionalSlidingWindow(_) => true,
+        MaskPattern::Encoder => false,
     };
     if !materialized {
         return None;
@@ -794,6 +813,7 @@ pub fn attention_mask_checked(
                 let near = mask_op(b, "lt", &plane, bool_, &[distance]);
                 mask_op(b, "bitwise_or", &plane, bool_, &[causal, near])
             }
+            MaskPattern::Encoder => unreachable!("an encoder's mask is made for padding only"),
             MaskPattern::SlidingWindow(_) => {
                 // and_masks(sliding_window_overlay, causal): new_ones(()) & (kv > q - w), then
                 // & (kv <= q)
@@ -1078,6 +1098,7 @@ pub fn encoder_self_attention(
     proj: [&str; 3],
     (e, heads, dropout_p): (u64, u64, f64),
     eager: Option<Eager>,
+    mask: Option<(TensorId, DType)>,
 ) -> (TensorId, Option<TensorId>) {
     let Some(eager) = eager else {
         let qkv = proj.map(|name| linear(b, name, e, e, true, x));
@@ -1086,7 +1107,17 @@ pub fn encoder_self_attention(
         // module of its own)
         b.hold(&qkv);
         b.declare_module("dropout", "Dropout");
-        return (attention_core(b, qkv, heads, dropout_p, false), None);
+        let o = match mask {
+            // a padded batch's `[B, 1, S, S]` mask (`padded_attention_mask`), made additive in
+            // the attention's dtype
+            Some((mask, dtype)) => {
+                let [q, k, v] = qkv.map(|t| split_heads(b, t, heads));
+                let o = sdpa_masked(b, q, k, v, mask, dropout_p, dtype);
+                merge_heads(b, o)
+            }
+            None => attention_core(b, qkv, heads, dropout_p, false),
+        };
+        return (o, None);
     };
     let qkv = proj.map(|name| {
         let t = linear(b, name, e, e, true, x);

@@ -470,20 +470,33 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
         }
     };
     if input.padded {
-        let refused = if !matches!(family, Family::Llama | Family::Moe) {
+        let encoder = matches!(family, Family::Bert(_));
+        let tasks_ok = if encoder {
+            matches!(
+                input.task,
+                None | Some(HfTask::MaskedLm) | Some(HfTask::SeqCls)
+            )
+        } else {
+            matches!(
+                input.task,
+                None | Some(HfTask::CausalLm) | Some(HfTask::SeqCls)
+            )
+        };
+        let refused = if !matches!(family, Family::Llama | Family::Moe | Family::Bert(_)) {
             Some(format!(
                 "model_type {model_type:?}: padded batches are modelled for the Llama-family \
-                 (llama, mistral, qwen2, qwen3, phi3) and MoE decoders"
+                 (llama, mistral, qwen2, qwen3, phi3) and MoE decoders and the BERT / RoBERTa \
+                 encoders"
             ))
         } else if input.attn == AttnImplementation::Eager {
             Some("with --attn-implementation eager (SDPA only)".to_string())
         } else if input.generate.is_some() {
             Some("with --mode generate (a training or inference forward only)".to_string())
-        } else if !matches!(
-            input.task,
-            None | Some(HfTask::CausalLm) | Some(HfTask::SeqCls)
-        ) {
-            Some("for this --task (causal-lm and seq-cls only)".to_string())
+        } else if !tasks_ok {
+            Some(format!(
+                "for this --task ({} and seq-cls only)",
+                if encoder { "masked-lm" } else { "causal-lm" }
+            ))
         } else {
             None
         };

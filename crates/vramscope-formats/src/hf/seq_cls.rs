@@ -151,8 +151,10 @@ impl SeqCls {
 /// inside the model class's forward: `logits = score(h)`; with a pad token `non_pad_mask =
 /// (ids != pad).to(int32)`, `token_indices = arange(S, int32)`, `last = (token_indices *
 /// non_pad_mask).argmax(-1)`, else `last = -1` (a `select`); then `logits[arange(B), last]`,
-/// whose backward scatters into zeros of the indexed tensor's shape. `logits`, the mask and the
-/// indices are locals until the forward returns. Returns the pooled logits `[B, num_labels]`.
+/// whose backward scatters into zeros of the indexed tensor's shape. `h` (`hidden_states`, also
+/// held by the base model's output), `logits`, the mask and the indices are locals until the
+/// forward returns, in that order (truth traces of a padded Qwen2 classifier, whose forward
+/// peaks during the pooling). Returns the pooled logits `[B, num_labels]`.
 pub fn sequence_classification(
     b: &mut GraphBuilder,
     head: SeqCls,
@@ -171,7 +173,7 @@ pub fn sequence_classification(
             let masked = int_op(b, "mul", vec![bsz, seq], DType::I32, &[positions, mask]);
             let last = int_op(b, "argmax", vec![bsz], DType::I64, &[masked]);
             let rows = int_op(b, "arange", vec![bsz], DType::I64, &[]);
-            b.hold(&[logits, mask, positions, last]);
+            b.hold(&[h, logits, mask, positions, last]);
             b.op(
                 advanced_index(vec![bsz, labels], vec![bsz, seq, labels], 2),
                 &[logits, rows, last],
@@ -179,7 +181,7 @@ pub fn sequence_classification(
         } else {
             let at_last = b.op(Select { dim: 1 }, &[logits]);
             let rows = int_op(b, "arange", vec![bsz], DType::I64, &[]);
-            b.hold(&[logits]);
+            b.hold(&[h, logits]);
             b.op(
                 advanced_index(vec![bsz, labels], vec![bsz, labels], 1),
                 &[at_last, rows],
