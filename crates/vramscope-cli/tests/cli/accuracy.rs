@@ -210,12 +210,13 @@ fn fused_optimizer_cases_match_truth() {
 /// or memory-efficient (encoders, attention dropout) kernel with an additive mask, GQA's
 /// repeated keys and values; Llama 3.2 (checkpointing, inference), Mistral past its sliding
 /// window, Phi-3, Qwen2 (AMP fp16 at an unaligned length, sequence classification), Qwen3 in
-/// bf16, Mixtral with and without a window, Qwen2-MoE; BERT (sequence classification, masked LM
+/// bf16, Mixtral with and without a window, Qwen2-MoE, Gemma, Gemma3 (past its window, pure bf16,
+/// checkpointing); BERT (sequence classification, masked LM
 /// at an unaligned length in AMP fp16, bf16 inference), RoBERTa masked LM with checkpointing,
 /// XLM-RoBERTa.
 #[test]
 fn padded_batch_cases_match_truth() {
-    assert_eq!(cases("hf_padded.jsonl").len(), 16);
+    assert_eq!(cases("hf_padded.jsonl").len(), 19);
     check("hf_padded.jsonl");
 }
 

@@ -770,3 +770,12 @@ fn padded_batches_refused_where_not_modelled() {
     };
     assert!(peak(&["--padded"]) > peak(&[]));
 }
+
+/// Gemma2 always runs eager attention, which `--padded` does not model: refused by name.
+#[test]
+fn padded_gemma2_refused() {
+    fails_with(
+        &["estimate", "gemma-2-2b", "--seq-len", "64", "--padded"],
+        &["--padded", "Gemma2", "eager"],
+    );
+}

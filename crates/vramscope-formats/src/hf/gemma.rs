@@ -50,9 +50,10 @@ use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 use super::generate::CausalLm;
 use super::layers::{
     activation_fn, add, apply_rotary, attention_mask_checked, attention_output, cached_attention,
-    eager_attention, embedding_lookup, gemma_rms_norm, linear, mul, mul_scalar, position_ids,
-    rotary, rotary_with_buffers, rotated_heads_view, sdpa, sdpa_masked, tied_head,
-    v_grad_heads_first, view, view_grads_copied, Call, Eager, EagerFlavor, KvCache, MaskPattern,
+    eager_attention, embedding_lookup, gemma_rms_norm, linear, mul, mul_scalar,
+    padded_attention_mask, position_ids, rotary, rotary_with_buffers, rotated_heads_view, sdpa,
+    sdpa_masked, tied_head, v_grad_heads_first, view, view_grads_copied, Call, Eager, EagerFlavor,
+    KvCache, MaskPattern,
 };
 use super::seq_cls::{decoder_outputs, sequence_classification, DecoderHead};
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
@@ -469,6 +470,22 @@ pub fn build(
     let m = Model::new(cfg, flavor, input, dtype)?;
     let s = &m.spec;
     let bare = head == DecoderHead::Bare;
+    if input.padded && (m.eager || s.bidirectional || m.vision.is_some()) {
+        return Err(HfError::BadInput(format!(
+            "{}: --padded is not modelled for {} (SDPA causal text models only: Gemma, Gemma3 \
+             text)",
+            cfg.path,
+            if flavor == Flavor::Gemma2 {
+                "Gemma2, which always runs eager attention"
+            } else if m.eager {
+                "eager attention"
+            } else if s.bidirectional {
+                "bidirectional attention"
+            } else {
+                "Gemma3ForConditionalGeneration"
+            }
+        )));
+    }
     if s.bidirectional && !bare {
         return Err(field_err(
             cfg,
@@ -500,12 +517,16 @@ pub fn build(
     };
     let mut b = GraphBuilder::new(name, &class);
     let ids = b.input(vec![input.batch, input.seq], DType::I64);
+    let padding = input
+        .padded
+        .then(|| b.input(vec![input.batch, input.seq], DType::I64));
     let token_cls = matches!(head, DecoderHead::TokenClassification(_));
     let mut cache = head
         .fills_cache(cfg, input)?
         .then(|| KvCache::with_windows(m.cache_windows()));
     let mut call = Call::plain(input.seq, head);
     call.cache = cache.as_mut();
+    call.padding_mask = padding;
     let out = m.forward(&mut b, ids, &mut call);
     drop(call);
     if bare || token_cls {
@@ -813,8 +834,10 @@ fn masks(
             MaskPattern::SlidingWindow(s.sliding_window),
         )
     };
-    let mask = |b: &mut GraphBuilder, pattern| {
-        attention_mask_checked(b, c.bsz, seq, pattern, eager, cache_len, packed_check)
+    let mask = |b: &mut GraphBuilder, pattern| match call.padding_mask {
+        // a padded batch (SDPA, causal patterns: `build` refuses the rest)
+        Some(padding) => Some(padded_attention_mask(b, c.bsz, seq, pattern, padding)),
+        None => attention_mask_checked(b, c.bsz, seq, pattern, eager, cache_len, packed_check),
     };
     let full_mask = mask(b, full);
     let sliding_mask = if s.flavor.sandwich() {

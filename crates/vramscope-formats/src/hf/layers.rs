@@ -959,11 +959,16 @@ fn sdpa_with_mask(
     let k = autocast_arg(b, k);
     let q = autocast_arg(b, q);
     let shape = b.shape(mask).to_vec();
+    // `where(mask, 0.0, -inf)`: the two scalars (`scalar_tensor`, 0-d in `dtype`) are made
+    // before the output and freed after it (truth traces)
+    let scalar = Scratch::Alloc {
+        bytes: dtype.size(),
+        what: "scalar_tensor",
+    };
     let additive = b.op(
         Aten::new("where", shape)
             .dtype(DTypeRule::Fixed(dtype))
-            .temporary(vec![], DTypeRule::Fixed(dtype))
-            .temporary(vec![], DTypeRule::Fixed(dtype))
+            .scratch(vec![scalar, scalar])
             .not_differentiable(),
         &[mask],
     );

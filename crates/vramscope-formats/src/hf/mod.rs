@@ -482,11 +482,14 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
                 None | Some(HfTask::CausalLm) | Some(HfTask::SeqCls)
             )
         };
-        let refused = if !matches!(family, Family::Llama | Family::Moe | Family::Bert(_)) {
+        let refused = if !matches!(
+            family,
+            Family::Llama | Family::Moe | Family::Gemma(_) | Family::Bert(_)
+        ) {
             Some(format!(
                 "model_type {model_type:?}: padded batches are modelled for the Llama-family \
-                 (llama, mistral, qwen2, qwen3, phi3) and MoE decoders and the BERT / RoBERTa \
-                 encoders"
+                 (llama, mistral, qwen2, qwen3, phi3), MoE and Gemma decoders and the BERT / \
+                 RoBERTa encoders"
             ))
         } else if input.attn == AttnImplementation::Eager {
             Some("with --attn-implementation eager (SDPA only)".to_string())
