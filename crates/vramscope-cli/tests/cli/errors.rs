@@ -739,14 +739,8 @@ fn padded_batches_refused_where_not_modelled() {
         &["--padded", "--task", "masked-lm and seq-cls"],
     );
     fails_with(
-        &[
-            "estimate",
-            "distilbert-base-uncased",
-            "--seq-len",
-            "64",
-            "--padded",
-        ],
-        &["--padded", "\"distilbert\"", "BERT / RoBERTa"],
+        &["estimate", "t5-small", "--seq-len", "64", "--padded"],
+        &["--padded", "\"t5\"", "DistilBERT encoders"],
     );
     fails_with(
         &["estimate", "resnet18", "--padded"],

@@ -15,7 +15,7 @@ use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 use super::bert::{encoder_eager, num_labels};
 use super::layers::{
     activation, activation_fn, activation_kind, add, dropout, embedding, encoder_self_attention,
-    layer_norm, linear, tied_head_bias, view, Eager,
+    layer_norm, linear, padded_attention_mask, tied_head_bias, view, Eager, MaskPattern,
 };
 use super::{build_error, encoder_heads, HfConfig, HfError, HfInput, HfTask};
 
@@ -104,6 +104,11 @@ pub fn build(
     }
     let mut b = GraphBuilder::new("distilbert", head);
     let ids = b.input(vec![bsz, seq], DType::I64);
+    let padding = input.padded.then(|| b.input(vec![bsz, seq], DType::I64));
+    let attn_dtype = input
+        .precision
+        .autocast_dtype()
+        .unwrap_or(input.precision.param_dtype());
     let positions = (task == HfTask::QuestionAnswering)
         .then(|| encoder_heads::question_answering_inputs(&mut b, bsz));
     let encoder = |b: &mut GraphBuilder| {
@@ -118,11 +123,18 @@ pub fn build(
             (dropout(b, "dropout", s.dropout, x), word)
         });
         let mut x = x;
+        // a padded batch: `create_bidirectional_mask` (after the embeddings), handed to every
+        // block
+        let mask = padding
+            .map(|p| padded_attention_mask(b, bsz, seq, MaskPattern::Encoder, p))
+            .map(|m| view(b, "expand", m, vec![bsz, 1, seq, seq]));
+        b.hold(&mask.into_iter().collect::<Vec<_>>());
         b.module("transformer", "Transformer", &[x], |b| {
             b.module("layer", "ModuleList", &[], |b| {
                 for i in 0..s.layers {
-                    x = b.module(&i.to_string(), "TransformerBlock", &[x], |b| {
-                        block(b, &s, x)
+                    let args: Vec<TensorId> = std::iter::once(x).chain(mask).collect();
+                    x = b.module(&i.to_string(), "TransformerBlock", &args, |b| {
+                        block(b, &s, x, mask.map(|m| (m, attn_dtype)))
                     });
                 }
             });
@@ -186,7 +198,7 @@ pub fn build(
     Ok((graph, layers))
 }
 
-fn block(b: &mut GraphBuilder, s: &Spec, x: TensorId) -> TensorId {
+fn block(b: &mut GraphBuilder, s: &Spec, x: TensorId, mask: Option<(TensorId, DType)>) -> TensorId {
     let e = s.dim;
     let (a, weights) = b.module("attention", "DistilBertSelfAttention", &[x], |b| {
         let (o, weights) = encoder_self_attention(
@@ -195,7 +207,7 @@ fn block(b: &mut GraphBuilder, s: &Spec, x: TensorId) -> TensorId {
             ["q_lin", "k_lin", "v_lin"],
             (e, s.heads, s.attn_dropout),
             s.eager,
-            None,
+            mask,
         );
         (linear(b, "out_lin", e, e, true, o), weights)
     });

@@ -470,7 +470,7 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
         }
     };
     if input.padded {
-        let encoder = matches!(family, Family::Bert(_));
+        let encoder = matches!(family, Family::Bert(_) | Family::DistilBert);
         let tasks_ok = if encoder {
             matches!(
                 input.task,
@@ -484,12 +484,12 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
         };
         let refused = if !matches!(
             family,
-            Family::Llama | Family::Moe | Family::Gemma(_) | Family::Bert(_)
+            Family::Llama | Family::Moe | Family::Gemma(_) | Family::Bert(_) | Family::DistilBert
         ) {
             Some(format!(
                 "model_type {model_type:?}: padded batches are modelled for the Llama-family \
                  (llama, mistral, qwen2, qwen3, phi3), MoE and Gemma decoders and the BERT / \
-                 RoBERTa encoders"
+                 RoBERTa / DistilBERT encoders"
             ))
         } else if input.attn == AttnImplementation::Eager {
             Some("with --attn-implementation eager (SDPA only)".to_string())
