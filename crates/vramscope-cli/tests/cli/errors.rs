@@ -685,8 +685,8 @@ fn gguf_model_estimates() {
 #[test]
 fn padded_batches_refused_where_not_modelled() {
     fails_with(
-        &["estimate", "gpt2", "--seq-len", "64", "--padded"],
-        &["--padded", "\"gpt2\"", "Llama-family"],
+        &["estimate", "opt-125m", "--seq-len", "64", "--padded"],
+        &["--padded", "\"opt\"", "Llama-family"],
     );
     fails_with(
         &[

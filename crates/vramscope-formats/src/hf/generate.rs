@@ -309,6 +309,7 @@ fn build_within(
         sdpa_masks: Vec::new(),
         head: DecoderHead::Lm,
         padding_mask: None,
+        padded_sdpa: None,
     };
     let mut logits = model.forward(&mut b, clone, &mut call);
     b.keep_until_now(&[clone]);
@@ -358,6 +359,7 @@ fn build_within(
             sdpa_masks: Vec::new(),
             head: DecoderHead::Lm,
             padding_mask: None,
+            padded_sdpa: None,
         };
         logits = model.forward(&mut b, ids1, &mut call);
         state.after_forward(

@@ -11,8 +11,8 @@ use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 use super::generate::CausalLm;
 use super::layers::{
     add, add_scalar, cached_attention, conv1d, dropout, eager_causal_mask, embedding, mul,
-    mul_scalar, packed_sequence_check, position_ids, pow_fp32, view, Call, Eager, EagerFlavor,
-    KvCache,
+    mul_scalar, packed_sequence_check, padded_attention_mask, position_ids, pow_fp32, view, Call,
+    Eager, EagerFlavor, KvCache, MaskPattern,
 };
 use super::seq_cls::{base_model, decoder_head, decoder_outputs, qa_inputs, DecoderHead};
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
@@ -78,11 +78,15 @@ pub fn build(
     };
     let mut b = GraphBuilder::new("gpt2", &class);
     let ids = b.input(vec![input.batch, input.seq], DType::I64);
+    let padding = input
+        .padded
+        .then(|| b.input(vec![input.batch, input.seq], DType::I64));
     let qa_positions = qa_inputs(&mut b, head, input.batch);
     let use_cache = head.fills_cache(cfg, input)?;
     let mut cache = use_cache.then(|| KvCache::with_windows(vec![None; m.spec.layers as usize]));
     let mut call = Call::plain(input.seq, head);
     call.cache = cache.as_mut();
+    call.padding_mask = padding;
     let out = m.forward(&mut b, ids, &mut call);
     drop(call);
     let outputs = decoder_outputs(
@@ -104,6 +108,9 @@ pub struct Model {
     spec: Spec,
     /// `attn_implementation="eager"`.
     eager: Option<Eager>,
+    /// The dtype SDPA attends in (the autocast dtype, else the parameters'), in which a padded
+    /// batch's mask is made additive.
+    compute: DType,
 }
 
 impl Model {
@@ -128,7 +135,15 @@ impl Model {
             dtype: input.precision.param_dtype(),
             autocast: input.precision.autocast_dtype(),
         });
-        Ok(Model { spec, eager })
+        let compute = input
+            .precision
+            .autocast_dtype()
+            .unwrap_or(input.precision.param_dtype());
+        Ok(Model {
+            spec,
+            eager,
+            compute,
+        })
     }
 
     /// The layers `gradient_checkpointing_enable()` checkpoints (the bare model's are at the
@@ -164,7 +179,15 @@ impl Model {
             // until it returns
             b.hold(&[tok, pos, pe]);
             let x = add(b, tok, pe);
-            if call.cache.is_none() {
+            let mut mask_arg = Vec::new();
+            if let Some(padding) = call.padding_mask {
+                // `create_causal_mask` on the batch's mask: a local of the forward every block
+                // attends with (SDPA: `Model::new`'s callers refuse eager attention)
+                let mask = padded_attention_mask(b, bsz, seq, MaskPattern::Causal, padding);
+                b.hold(&[mask]);
+                call.padded_sdpa = Some((mask, self.compute));
+                mask_arg.push(mask);
+            } else if call.cache.is_none() {
                 packed_sequence_check(b, bsz, seq);
             }
             if self.eager.is_some() {
@@ -184,10 +207,11 @@ impl Model {
                     let f = |b: &mut GraphBuilder| {
                         block(b, s, self.eager, (bsz, seq), x, i as usize, call)
                     };
+                    let args: Vec<TensorId> = std::iter::once(x).chain(mask_arg.clone()).collect();
                     x = if replay {
-                        b.module_repeated(&mut blocks, &name, "GPT2Block", &[x], f)
+                        b.module_repeated(&mut blocks, &name, "GPT2Block", &args, f)
                     } else {
-                        b.module(&name, "GPT2Block", &[x], f)
+                        b.module(&name, "GPT2Block", &args, f)
                     };
                 }
             });

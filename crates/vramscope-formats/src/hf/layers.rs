@@ -1370,6 +1370,9 @@ pub struct Call<'a> {
     /// The batch's `attention_mask` (`[B, S]` int64, with padding) passed to the model
     /// (`--padded`); `None`: no mask passed.
     pub padding_mask: Option<TensorId>,
+    /// A padded batch's mask (`padded_attention_mask`) that [`cached_attention`] attends with,
+    /// and the dtype SDPA makes it additive in (GPT-2, OPT).
+    pub padded_sdpa: Option<(TensorId, DType)>,
 }
 
 impl Call<'_> {
@@ -1387,6 +1390,7 @@ impl Call<'_> {
             sdpa_masks: Vec::new(),
             head,
             padding_mask: None,
+            padded_sdpa: None,
         }
     }
 
@@ -1437,6 +1441,10 @@ pub fn cached_attention(
             b.frame(|b| eager_attention(b, eager, q, k, v, &[mask], dropout_p, cached));
         call.attn_weights = Some(weights);
         return o;
+    }
+    if let Some((mask, dtype)) = call.padded_sdpa {
+        let o = sdpa_masked(b, q, k, v, mask, dropout_p, dtype);
+        return merge_heads(b, o);
     }
     let causal = b.shape(q)[2] > 1;
     let o = sdpa(b, q, k, v, dropout_p, causal);
