@@ -82,7 +82,7 @@ pub struct ModelArgs {
     #[arg(long)]
     pub use_cache: Option<bool>,
     /// Hugging Face decoders of the Llama family, MoE models, Gemma and Gemma3 text models,
-    /// GPT-2 (causal-lm, seq-cls) and BERT /
+    /// GPT-2, OPT (causal-lm, seq-cls) and BERT /
     /// RoBERTa / DistilBERT encoders (masked-lm, seq-cls), with SDPA: each batch carries an `attention_mask`
     /// with padding, as a padding data collator makes it (`model(input_ids=...,
     /// attention_mask=...)`). transformers then builds the `[B, 1, S, S]` boolean mask instead of

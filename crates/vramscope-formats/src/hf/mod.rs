@@ -488,13 +488,14 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
                 | Family::Moe
                 | Family::Gemma(_)
                 | Family::Gpt2
+                | Family::Opt
                 | Family::Bert(_)
                 | Family::DistilBert
         ) {
             Some(format!(
                 "model_type {model_type:?}: padded batches are modelled for the Llama-family \
-                 (llama, mistral, qwen2, qwen3, phi3), MoE, Gemma and GPT-2 decoders and the \
-                 BERT / RoBERTa / DistilBERT encoders"
+                 (llama, mistral, qwen2, qwen3, phi3), MoE, Gemma, GPT-2 and OPT decoders and \
+                 the BERT / RoBERTa / DistilBERT encoders"
             ))
         } else if input.attn == AttnImplementation::Eager {
             Some("with --attn-implementation eager (SDPA only)".to_string())

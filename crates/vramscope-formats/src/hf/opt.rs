@@ -11,8 +11,8 @@ use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 use super::generate::CausalLm;
 use super::layers::{
     activation, activation_kind, add, cached_attention, decoder_heads, dropout_fn,
-    eager_causal_mask, embedding, layer_norm, linear, mul_scalar, view, Call, Eager, EagerFlavor,
-    KvCache,
+    eager_causal_mask, embedding, layer_norm, linear, mul_scalar, padded_attention_mask, view,
+    Call, Eager, EagerFlavor, KvCache, MaskPattern,
 };
 use super::seq_cls::{base_model, decoder_head, decoder_outputs, qa_inputs, DecoderHead};
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
@@ -98,11 +98,15 @@ pub fn build(
     let m = Model::new(cfg, input)?;
     let mut b = GraphBuilder::new("opt", &head.class("OPT"));
     let ids = b.input(vec![input.batch, input.seq], DType::I64);
+    let padding = input
+        .padded
+        .then(|| b.input(vec![input.batch, input.seq], DType::I64));
     let qa_positions = qa_inputs(&mut b, head, input.batch);
     let use_cache = head.fills_cache(cfg, input)?;
     let mut cache = use_cache.then(|| KvCache::with_windows(vec![None; m.spec.layers as usize]));
     let mut call = Call::plain(input.seq, head);
     call.cache = cache.as_mut();
+    call.padding_mask = padding;
     let out = m.forward(&mut b, ids, &mut call);
     drop(call);
     let outputs = decoder_outputs(
@@ -191,18 +195,37 @@ fn decoder(
             .dtype(rule)
             .not_differentiable()
     };
-    let ones = b.op(int_op("ones", call.past + seq, f32), &[]);
+    // a padded batch's int64 mask is the position mask itself (the positions stay int64, and
+    // `.long()` returns them as they are)
+    let (ones, pos_dtype) = match call.padding_mask {
+        Some(padding) => (padding, i64),
+        None => (b.op(int_op("ones", call.past + seq, f32), &[]), f32),
+    };
     let pos = match call.position_ids {
         Some(pos) => pos,
         None => b.frame(|b| {
-            let cs = b.op(int_op("cumsum", seq, f32), &[ones]);
-            let m = b.op(int_op("mul", seq, f32), &[cs, ones]);
-            let sub = b.op(int_op("sub", seq, f32), &[m]);
+            let cs = b.op(int_op("cumsum", seq, pos_dtype), &[ones]);
+            let m = b.op(int_op("mul", seq, pos_dtype), &[cs, ones]);
+            let sub = b.op(int_op("sub", seq, pos_dtype), &[m]);
             // `position_ids` (the cumsum) is rebound only after `.long()`
             b.hold(&[cs]);
-            b.op(int_op("_to_copy", seq, i64), &[sub])
+            if call.padding_mask.is_some() {
+                sub
+            } else {
+                b.op(int_op("_to_copy", seq, i64), &[sub])
+            }
         }),
     };
+    let mut mask_arg = Vec::new();
+    if let Some(padding) = call.padding_mask {
+        // create_causal_mask on the batch's mask, between the positions and embed_positions; a
+        // local of the forward every layer attends with (SDPA)
+        let mask = padded_attention_mask(b, bsz, seq, MaskPattern::Causal, padding);
+        b.hold(&[mask]);
+        let dtype = m.attention.autocast.unwrap_or(m.attention.dtype);
+        call.padded_sdpa = Some((mask, dtype));
+        mask_arg.push(mask);
+    }
     if m.eager {
         // create_causal_mask runs after position_ids are made, before embed_positions; the
         // mask is a local of the forward until it returns
@@ -249,7 +272,10 @@ fn decoder(
     let mut x = add(b, tok_in, pe);
     b.module("layers", "ModuleList", &[], |b| {
         for i in 0..s.layers {
-            x = b.module(&i.to_string(), "OPTDecoderLayer", &[x], |b| {
+            // `decoder_layer(hidden_states, attention_mask=causal_mask, position_ids=...)`: a
+            // checkpoint keeps the position ids (and a padded batch's mask) until its backward
+            let args: Vec<TensorId> = [x, pos].into_iter().chain(mask_arg.clone()).collect();
+            x = b.module(&i.to_string(), "OPTDecoderLayer", &args, |b| {
                 layer(b, m, bsz, seq, x, i as usize, call)
             });
         }
