@@ -711,7 +711,7 @@ pub fn padded_attention_mask(
                 b.op(op("bitwise_and", plane.clone(), bool_), &[inside, le])
             }
             MaskPattern::Bidirectional | MaskPattern::BidirectionalSlidingWindow(_) => {
-                unreachable!("padded masks are built for the causal patterns only")
+                unreachable!("padded masks: causal, sliding-window and encoder patterns (`build` refuses the rest)")
             }
         };
         let with_pattern = b.op(
