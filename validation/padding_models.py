@@ -19,10 +19,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from hf_attn_models import _config  # noqa: E402  (measure.py loads this file by path)
 
 
-def causal_lm(batch, seq, checkpoint=False, config="fixtures/hf/configs/llama32_1b_2l.json", pad=1, **_):
+def causal_lm(batch, seq, checkpoint=False, config="fixtures/hf/configs/llama32_1b_2l.json", pad=1, attn="sdpa",
+              **_):
     import torch
     import transformers
-    cfg = _config(config, "sdpa")
+    cfg = _config(config, attn)
     cls = transformers.AutoModelForCausalLM._model_mapping[type(cfg)]
     model = cls(cfg)
     if checkpoint:

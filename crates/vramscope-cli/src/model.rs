@@ -83,7 +83,8 @@ pub struct ModelArgs {
     pub use_cache: Option<bool>,
     /// Hugging Face decoders of the Llama family, MoE models, Gemma and Gemma3 text models,
     /// GPT-2, OPT (causal-lm, seq-cls) and BERT /
-    /// RoBERTa / DistilBERT encoders (masked-lm, seq-cls), with SDPA: each batch carries an `attention_mask`
+    /// RoBERTa / DistilBERT encoders (masked-lm, seq-cls), with SDPA (eager attention too for the
+    /// Llama family): each batch carries an `attention_mask`
     /// with padding, as a padding data collator makes it (`model(input_ids=...,
     /// attention_mask=...)`). transformers then builds the `[B, 1, S, S]` boolean mask instead of
     /// letting SDPA skip it: SDPA takes another kernel with an additive `[B, 1, S, S]` mask per

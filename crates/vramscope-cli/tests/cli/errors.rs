@@ -699,18 +699,6 @@ fn padded_batches_refused_where_not_modelled() {
     fails_with(
         &[
             "estimate",
-            "llama-3.2-1b",
-            "--seq-len",
-            "64",
-            "--padded",
-            "--attn-implementation",
-            "eager",
-        ],
-        &["--padded", "eager", "SDPA only"],
-    );
-    fails_with(
-        &[
-            "estimate",
             "qwen2.5-0.5b",
             "--mode",
             "generate",

@@ -669,62 +669,120 @@ pub fn padded_attention_mask(
 ) -> TensorId {
     let bool_ = DTypeRule::Fixed(DType::Bool);
     let i64 = DTypeRule::Fixed(DType::I64);
-    let plane = vec![1, 1, seq, seq];
-    let op = |name: &'static str, shape: Vec<u64>, dtype: DTypeRule| {
-        Aten::new(name, shape).dtype(dtype).not_differentiable()
-    };
     b.frame(|b| {
-        let mask_bool = b.op(op("_to_copy", vec![batch, seq], bool_), &[padding]);
+        let mask_bool = mask_op(b, "_to_copy", vec![batch, seq], bool_, &[padding]);
+        b.hold(&[mask_bool]);
         // the skip checks a real run reads on the host, false with padding (under fake tensors
         // transformers skips them and builds the mask all the same)
         if pattern == MaskPattern::Encoder {
             // `_ignore_bidirectional_mask_sdpa`: `padding_mask.all()`
-            b.op(op("all", vec![], bool_), &[mask_bool]);
+            mask_op(b, "all", vec![], bool_, &[mask_bool]);
         } else {
             // `_ignore_causal_mask_sdpa`: `fast_all(padding_mask)`, then the prefill case's
             // `fast_all(padding_mask[:, :q_length])` (a `sum` and an `==` each)
             for _ in 0..2 {
-                let sum = b.op(op("sum", vec![], i64), &[mask_bool]);
-                b.op(op("eq", vec![], bool_), &[sum]);
+                let sum = mask_op(b, "sum", vec![], i64, &[mask_bool]);
+                mask_op(b, "eq", vec![], bool_, &[sum]);
             }
         }
-        let idx = mask_index_vectors(b, batch, seq, seq);
+        padded_mask_function(b, batch, seq, pattern, mask_bool)
+    })
+}
+
+/// [`padded_attention_mask`] for eager attention (`eager_mask`: no skip checks, then
+/// `where(mask, tensor(0.0), finfo.min)` in the dtype of the embeddings `x`), as
+/// [`eager_causal_mask`] makes it for an unpadded batch: the additive `[B, 1, S, S]` mask. The
+/// boolean copy of the batch's mask goes when the mask code returns, after the `where`.
+pub fn padded_eager_mask(
+    b: &mut GraphBuilder,
+    batch: u64,
+    seq: u64,
+    pattern: MaskPattern,
+    padding: TensorId,
+    x: TensorId,
+) -> TensorId {
+    let bool_ = DTypeRule::Fixed(DType::Bool);
+    let f32 = DTypeRule::Fixed(DType::F32);
+    b.frame(|b| {
+        let mask_bool = mask_op(b, "_to_copy", vec![batch, seq], bool_, &[padding]);
         b.hold(&[mask_bool]);
+        let mask = padded_mask_function(b, batch, seq, pattern, mask_bool);
+        let zero = mask_op(b, "zeros", vec![], f32, &[]);
+        let min = mask_op(b, "scalar_tensor", vec![], f32, &[]);
+        b.op(
+            Aten::new("where", vec![batch, 1, seq, seq])
+                .dtype(DTypeRule::Like(3))
+                .not_differentiable(),
+            &[mask, zero, min, x],
+        )
+    })
+}
+
+/// `sdpa_mask`'s work on a padded batch (`mask_bool`, the boolean `[B, S]` copy): the index
+/// vectors (locals until it returns), then `and_masks(pattern, padding_mask_function)`:
+/// `new_ones(())`, `& pattern`, then `& padding_mask[batch_idx, kv_idx]` (`[B, 1, 1, KV]`),
+/// which makes the mask `[B, 1, S, KV]` itself.
+fn padded_mask_function(
+    b: &mut GraphBuilder,
+    batch: u64,
+    seq: u64,
+    pattern: MaskPattern,
+    mask_bool: TensorId,
+) -> TensorId {
+    let bool_ = DTypeRule::Fixed(DType::Bool);
+    let i64 = DTypeRule::Fixed(DType::I64);
+    let plane = vec![1, 1, seq, seq];
+    b.frame(|b| {
+        let idx = mask_index_vectors(b, batch, seq, seq);
         let (q_idx, kv_idx) = (idx[2], idx[3]);
-        // and_masks(pattern, padding): `result = new_ones(())`, then `result = result & f(...)`
-        let ones = b.op(op("new_ones", vec![], bool_), &[]);
+        let ones = mask_op(b, "new_ones", vec![], bool_, &[]);
         // the pattern's own shape: `[1, 1, S, 1]` for the encoders' `q_idx >= 0`
         let mut pattern_shape = plane.clone();
         let pattern_mask = match pattern {
-            MaskPattern::Causal => b.op(op("le", plane.clone(), bool_), &[kv_idx, q_idx]),
+            MaskPattern::Causal => mask_op(b, "le", plane.clone(), bool_, &[kv_idx, q_idx]),
             MaskPattern::Encoder => {
                 pattern_shape = vec![1, 1, seq, 1];
-                b.op(op("ge", pattern_shape.clone(), bool_), &[q_idx])
+                mask_op(b, "ge", pattern_shape.clone(), bool_, &[q_idx])
             }
             MaskPattern::SlidingWindow(_) => {
                 // sliding_window_causal_mask_function: and_masks(overlay, causal) of its own
-                let inner_ones = b.op(op("new_ones", vec![], bool_), &[]);
-                let shifted = b.op(op("sub", vec![1, 1, seq, 1], i64), &[q_idx]);
-                let gt = b.op(op("gt", plane.clone(), bool_), &[kv_idx, shifted]);
-                let inside = b.op(op("bitwise_and", plane.clone(), bool_), &[inner_ones, gt]);
-                let le = b.op(op("le", plane.clone(), bool_), &[kv_idx, q_idx]);
-                b.op(op("bitwise_and", plane.clone(), bool_), &[inside, le])
+                let inner_ones = mask_op(b, "new_ones", vec![], bool_, &[]);
+                let shifted = mask_op(b, "sub", vec![1, 1, seq, 1], i64, &[q_idx]);
+                let gt = mask_op(b, "gt", plane.clone(), bool_, &[kv_idx, shifted]);
+                let inside = mask_op(b, "bitwise_and", plane.clone(), bool_, &[inner_ones, gt]);
+                let le = mask_op(b, "le", plane.clone(), bool_, &[kv_idx, q_idx]);
+                mask_op(b, "bitwise_and", plane.clone(), bool_, &[inside, le])
             }
             MaskPattern::Bidirectional | MaskPattern::BidirectionalSlidingWindow(_) => {
-                unreachable!("padded masks: causal, sliding-window and encoder patterns (`build` refuses the rest)")
+                unreachable!(
+                    "padded masks: causal, sliding-window and encoder patterns (`build` refuses the rest)"
+                )
             }
         };
-        let with_pattern = b.op(
-            op("bitwise_and", pattern_shape, bool_),
-            &[ones, pattern_mask],
-        );
-        let padded = b.op(
-            op("index", vec![batch, 1, 1, seq], bool_),
+        let with_pattern = mask_op(b, "bitwise_and", pattern_shape, bool_, &[ones, pattern_mask]);
+        let padded = mask_op(
+            b,
+            "index",
+            vec![batch, 1, 1, seq],
+            bool_,
             &[mask_bool, idx[0], kv_idx],
         );
-        let full = vec![batch, 1, seq, seq];
-        b.op(op("bitwise_and", full, bool_), &[with_pattern, padded])
+        mask_op(b, "bitwise_and", vec![batch, 1, seq, seq], bool_, &[with_pattern, padded])
     })
+}
+
+/// A mask-code op: no gradient, `dtype` output of `shape`.
+fn mask_op(
+    b: &mut GraphBuilder,
+    name: &'static str,
+    shape: Vec<u64>,
+    dtype: DTypeRule,
+    inputs: &[TensorId],
+) -> TensorId {
+    b.op(
+        Aten::new(name, shape).dtype(dtype).not_differentiable(),
+        inputs,
+    )
 }
 
 /// [`attention_mask`] with the packed-sequence check run or not (`create_masks_for_generate`

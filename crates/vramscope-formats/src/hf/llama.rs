@@ -31,8 +31,9 @@ use super::generate::CausalLm;
 use super::layers::{
     add, apply_rotary, apply_rotary_sliced, attention_mask, attention_output, cached_attention,
     dropout, eager_causal_mask, embedding, linear, mul, packed_sequence_check,
-    padded_attention_mask, position_ids, rms_norm, rotary, rotated_heads_view, sdpa, sdpa_masked,
-    v_grad_heads_first, view, view_grads_copied, Call, Eager, EagerFlavor, KvCache, MaskPattern,
+    padded_attention_mask, padded_eager_mask, position_ids, rms_norm, rotary, rotated_heads_view,
+    sdpa, sdpa_masked, v_grad_heads_first, view, view_grads_copied, Call, Eager, EagerFlavor,
+    KvCache, MaskPattern,
 };
 use super::seq_cls::{base_model, decoder_head, decoder_outputs, qa_inputs, DecoderHead};
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
@@ -347,11 +348,12 @@ fn sdpa_masks(
     padding: Option<TensorId>,
 ) -> Vec<Option<TensorId>> {
     if let Some(padding) = padding {
+        // eager attention: the forward makes its additive mask itself (`padded_eager_mask`)
         return s
             .masks
             .patterns
             .iter()
-            .map(|&m| Some(padded_attention_mask(b, bsz, seq, m, padding)))
+            .map(|&m| (!eager).then(|| padded_attention_mask(b, bsz, seq, m, padding)))
             .collect();
     }
     s.masks
@@ -400,6 +402,13 @@ pub(super) fn causal_lm(
     let padding = input.padded.then(|| b.input(vec![bsz, seq], DType::I64));
     let qa_positions = qa_inputs(&mut b, head, bsz);
     let eager = input.attn == AttnImplementation::Eager;
+    if input.padded && eager && s.masks.patterns.len() != 1 {
+        return Err(HfError::BadInput(format!(
+            "{}: --padded with --attn-implementation eager is modelled for models with one mask \
+             pattern (this config has full and sliding-window layers); use SDPA",
+            cfg.path
+        )));
+    }
     let use_cache = head.fills_cache(cfg, input)?;
     if use_cache && cfg.bool_or("use_sliding_window", false)? {
         return Err(HfError::Field {
@@ -503,7 +512,13 @@ pub(super) fn forward(
         let held: Vec<TensorId> = m.iter().flatten().copied().collect();
         b.hold(&held);
         call.sdpa_masks = m;
-        if eager {
+        if let (true, Some(padding)) = (eager, call.padding_mask) {
+            // `eager_mask` on the batch's mask, with the model's one pattern (`build` refuses
+            // eager padded batches with several)
+            let mask = padded_eager_mask(b, bsz, seq, s.masks.patterns[0], padding, x);
+            b.hold(&[mask]);
+            call.eager_mask = Some(mask);
+        } else if eager {
             let mask = eager_causal_mask(b, bsz, (seq, call.past + seq), x);
             // `causal_mask` is a local of the forward until it returns
             b.hold(&[mask]);
