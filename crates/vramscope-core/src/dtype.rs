@@ -143,6 +143,12 @@ impl Precision {
         }
     }
 
+    /// The dtype autocast's lower-precision ops (matmuls, attention) run in: the autocast dtype,
+    /// else the parameters'.
+    pub fn compute_dtype(self) -> DType {
+        self.autocast_dtype().unwrap_or(self.param_dtype())
+    }
+
     /// Whether a `GradScaler` runs (autocast fp16).
     pub fn uses_grad_scaler(self) -> bool {
         self == Precision::AmpFp16

@@ -2091,8 +2091,9 @@ impl<'g> Sim<'g> {
     /// `_check_inf_per_device` runs `_unscale_grads_` with a dummy scale of 1 (a 0-d one and a
     /// found-inf flag, each copied per device; the flag's copy is kept until `update()`), then
     /// `found_inf = sum(per-device flags)` and `grad_scale = _scale * 1` are handed to the fused
-    /// kernel. Returns the kept flag, then `grad_scale` and `found_inf` (freed after the step).
-    fn fused_scaler_step_start(&mut self) -> Vec<u32> {
+    /// kernel. Returns the kept flag, and `grad_scale` and `found_inf` (freed after the step, in
+    /// that order: `del optimizer.grad_scale; del optimizer.found_inf`).
+    fn fused_scaler_step_start(&mut self) -> (u32, [u32; 2]) {
         let scalar = Meta {
             shape: self.shapes.add(&[]),
             dtype: DType::F32,
@@ -2117,7 +2118,7 @@ impl<'g> Sim<'g> {
         self.decref(found_inf);
         let found_sum = new(self);
         let grad_scale = new(self);
-        vec![kept, grad_scale, found_sum]
+        (kept, [grad_scale, found_sum])
     }
 
     fn optimizer_step(&mut self, first: bool) {
@@ -2126,9 +2127,11 @@ impl<'g> Sim<'g> {
             .filter(|&i| self.param_grad[i].is_some())
             .collect();
         let mut scaler_tmp = Vec::new();
-        let fused_scaler = self.cfg.precision.uses_grad_scaler() && opt.is_fused();
-        if fused_scaler {
-            scaler_tmp = self.fused_scaler_step_start();
+        let mut fused_args = None;
+        if self.cfg.precision.uses_grad_scaler() && opt.is_fused() {
+            let (kept, args) = self.fused_scaler_step_start();
+            scaler_tmp.push(kept);
+            fused_args = Some(args);
         } else if self.cfg.precision.uses_grad_scaler() {
             // scaler.unscale_(opt): inv_scale = _scale.double().reciprocal().float(); found_inf;
             // _amp_foreach_non_finite_check_and_unscale_ works in place; two scalar copies for
@@ -2155,14 +2158,9 @@ impl<'g> Sim<'g> {
         if first && opt.state_init() == StateInit::FirstStep {
             self.create_optimizer_states(&trainable);
         }
-        if fused_scaler {
-            // after the step: `del optimizer.grad_scale; del optimizer.found_inf`; the inf
-            // flag kept for scaler.update() goes last, below
-            let kept = scaler_tmp.remove(0);
-            for t in scaler_tmp.drain(..) {
-                self.decref(t);
-            }
-            scaler_tmp.push(kept);
+        // after the fused step; the inf flag kept for scaler.update() goes last, below
+        for t in fused_args.into_iter().flatten() {
+            self.decref(t);
         }
         if opt.step_temporaries() == StepTemporaries::PerParameter {
             for &i in &trainable {

@@ -16,9 +16,9 @@ use vramscope_core::ops::{ActivationKind, Aten, DTypeRule, Select};
 use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
 use super::layers::{
-    activation, activation_fn, activation_kind, add, dropout, embedding, encoder_self_attention,
-    layer_norm, linear, padded_attention_mask, tied_head_bias, view, Eager, EagerFlavor,
-    MaskPattern,
+    activation, activation_fn, activation_kind, add, dropout, embedding, encoder_padded_mask,
+    encoder_self_attention, layer_norm, linear, padding_input, tied_head_bias, view, Eager,
+    EagerFlavor,
 };
 use super::{build_error, encoder_heads, AttnImplementation, HfConfig, HfError, HfInput, HfTask};
 
@@ -104,9 +104,6 @@ struct Spec {
     tied: bool,
     /// `attn_implementation="eager"`: the attention `eager_attention_forward` runs (`None`: SDPA).
     eager: Option<Eager>,
-    /// The dtype SDPA attends in (the autocast dtype, else the parameters'): a padded batch's
-    /// mask is made additive in it.
-    attn_dtype: DType,
 }
 
 /// The encoders' `eager_attention_forward` for an input's precision, when it asks for eager
@@ -161,10 +158,6 @@ fn spec(cfg: &HfConfig, input: &HfInput) -> Result<Spec, HfError> {
         num_labels: num_labels(cfg)?,
         tied: cfg.bool_or("tie_word_embeddings", true)?,
         eager: encoder_eager(input),
-        attn_dtype: input
-            .precision
-            .autocast_dtype()
-            .unwrap_or(input.precision.param_dtype()),
     })
 }
 
@@ -209,7 +202,7 @@ pub fn build(
     let mut b = GraphBuilder::new(flavor.model_type(), &format!("{prefix}{head}"));
     let top = b.param_mark();
     let ids = b.input(vec![bsz, seq], DType::I64);
-    let padding = input.padded.then(|| b.input(vec![bsz, seq], DType::I64));
+    let padding = padding_input(&mut b, input);
     let positions = (task == HfTask::QuestionAnswering)
         .then(|| encoder_heads::question_answering_inputs(&mut b, bsz));
     let pooler = bare || (flavor == Flavor::Bert && task == HfTask::SeqCls);
@@ -218,19 +211,14 @@ pub fn build(
             embeddings(b, &s, flavor, ids)
         });
         let mut x = x;
-        // a padded batch: `create_bidirectional_mask` (after the embeddings), a local of the
-        // model's forward handed to every layer
-        let mask = padding
-            .map(|p| padded_attention_mask(b, bsz, seq, MaskPattern::Encoder, p))
-            .map(|m| view(b, "expand", m, vec![bsz, 1, seq, seq]));
-        b.hold(&mask.into_iter().collect::<Vec<_>>());
-        let attn_mask = mask.map(|m| (m, s.attn_dtype));
+        // a padded batch's mask, handed to every layer
+        let mask = encoder_padded_mask(b, (bsz, seq), padding, input.precision);
         b.module("encoder", &format!("{prefix}Encoder"), &[x], |b| {
             b.module("layer", "ModuleList", &[], |b| {
                 for i in 0..s.layers {
-                    let args: Vec<TensorId> = std::iter::once(x).chain(mask).collect();
+                    let args: Vec<TensorId> = std::iter::once(x).chain(mask.map(|m| m.0)).collect();
                     x = b.module(&i.to_string(), &format!("{prefix}Layer"), &args, |b| {
-                        encoder_layer(b, &s, prefix, x, attn_mask)
+                        encoder_layer(b, &s, prefix, x, mask)
                     });
                 }
             });

@@ -14,8 +14,8 @@ use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
 use super::bert::{encoder_eager, num_labels};
 use super::layers::{
-    activation, activation_fn, activation_kind, add, dropout, embedding, encoder_self_attention,
-    layer_norm, linear, padded_attention_mask, tied_head_bias, view, Eager, MaskPattern,
+    activation, activation_fn, activation_kind, add, dropout, embedding, encoder_padded_mask,
+    encoder_self_attention, layer_norm, linear, padding_input, tied_head_bias, view, Eager,
 };
 use super::{build_error, encoder_heads, HfConfig, HfError, HfInput, HfTask};
 
@@ -104,11 +104,7 @@ pub fn build(
     }
     let mut b = GraphBuilder::new("distilbert", head);
     let ids = b.input(vec![bsz, seq], DType::I64);
-    let padding = input.padded.then(|| b.input(vec![bsz, seq], DType::I64));
-    let attn_dtype = input
-        .precision
-        .autocast_dtype()
-        .unwrap_or(input.precision.param_dtype());
+    let padding = padding_input(&mut b, input);
     let positions = (task == HfTask::QuestionAnswering)
         .then(|| encoder_heads::question_answering_inputs(&mut b, bsz));
     let encoder = |b: &mut GraphBuilder| {
@@ -123,18 +119,14 @@ pub fn build(
             (dropout(b, "dropout", s.dropout, x), word)
         });
         let mut x = x;
-        // a padded batch: `create_bidirectional_mask` (after the embeddings), handed to every
-        // block
-        let mask = padding
-            .map(|p| padded_attention_mask(b, bsz, seq, MaskPattern::Encoder, p))
-            .map(|m| view(b, "expand", m, vec![bsz, 1, seq, seq]));
-        b.hold(&mask.into_iter().collect::<Vec<_>>());
+        // a padded batch's mask, handed to every block
+        let mask = encoder_padded_mask(b, (bsz, seq), padding, input.precision);
         b.module("transformer", "Transformer", &[x], |b| {
             b.module("layer", "ModuleList", &[], |b| {
                 for i in 0..s.layers {
-                    let args: Vec<TensorId> = std::iter::once(x).chain(mask).collect();
+                    let args: Vec<TensorId> = std::iter::once(x).chain(mask.map(|m| m.0)).collect();
                     x = b.module(&i.to_string(), "TransformerBlock", &args, |b| {
-                        block(b, &s, x, mask.map(|m| (m, attn_dtype)))
+                        block(b, &s, x, mask)
                     });
                 }
             });

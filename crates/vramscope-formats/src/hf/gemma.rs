@@ -49,11 +49,10 @@ use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
 use super::generate::CausalLm;
 use super::layers::{
-    activation_fn, add, apply_rotary, attention_mask_checked, attention_output, cached_attention,
-    eager_attention, embedding_lookup, gemma_rms_norm, linear, mul, mul_scalar,
-    padded_attention_mask, position_ids, rotary, rotary_with_buffers, rotated_heads_view, sdpa,
-    sdpa_masked, tied_head, v_grad_heads_first, view, view_grads_copied, Call, Eager, EagerFlavor,
-    KvCache, MaskPattern,
+    activation_fn, add, apply_rotary, attention_output, cached_attention, eager_attention,
+    embedding_lookup, gemma_rms_norm, linear, model_mask, mul, mul_scalar, padding_input,
+    position_ids, rotary, rotary_with_buffers, rotated_heads_view, sdpa, sdpa_masked, tied_head,
+    v_grad_heads_first, view, view_grads_copied, Call, Eager, EagerFlavor, KvCache, MaskPattern,
 };
 use super::seq_cls::{decoder_outputs, sequence_classification, DecoderHead};
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
@@ -517,9 +516,7 @@ pub fn build(
     };
     let mut b = GraphBuilder::new(name, &class);
     let ids = b.input(vec![input.batch, input.seq], DType::I64);
-    let padding = input
-        .padded
-        .then(|| b.input(vec![input.batch, input.seq], DType::I64));
+    let padding = padding_input(&mut b, input);
     let token_cls = matches!(head, DecoderHead::TokenClassification(_));
     let mut cache = head
         .fills_cache(cfg, input)?
@@ -834,10 +831,9 @@ fn masks(
             MaskPattern::SlidingWindow(s.sliding_window),
         )
     };
-    let mask = |b: &mut GraphBuilder, pattern| match call.padding_mask {
-        // a padded batch (SDPA, causal patterns: `build` refuses the rest)
-        Some(padding) => Some(padded_attention_mask(b, c.bsz, seq, pattern, padding)),
-        None => attention_mask_checked(b, c.bsz, seq, pattern, eager, cache_len, packed_check),
+    let mask = |b: &mut GraphBuilder, pattern| {
+        let code = (cache_len, packed_check);
+        model_mask(b, (c.bsz, seq), pattern, eager, code, call.padding_mask)
     };
     let full_mask = mask(b, full);
     let sliding_mask = if s.flavor.sandwich() {

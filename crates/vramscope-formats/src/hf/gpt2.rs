@@ -11,8 +11,8 @@ use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 use super::generate::CausalLm;
 use super::layers::{
     add, add_scalar, cached_attention, conv1d, dropout, eager_causal_mask, embedding, mul,
-    mul_scalar, packed_sequence_check, padded_attention_mask, position_ids, pow_fp32, view, Call,
-    Eager, EagerFlavor, KvCache, MaskPattern,
+    mul_scalar, packed_sequence_check, padded_causal_mask, padding_input, position_ids, pow_fp32,
+    view, Call, Eager, EagerFlavor, KvCache,
 };
 use super::seq_cls::{base_model, decoder_head, decoder_outputs, qa_inputs, DecoderHead};
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
@@ -78,9 +78,7 @@ pub fn build(
     };
     let mut b = GraphBuilder::new("gpt2", &class);
     let ids = b.input(vec![input.batch, input.seq], DType::I64);
-    let padding = input
-        .padded
-        .then(|| b.input(vec![input.batch, input.seq], DType::I64));
+    let padding = padding_input(&mut b, input);
     let qa_positions = qa_inputs(&mut b, head, input.batch);
     let use_cache = head.fills_cache(cfg, input)?;
     let mut cache = use_cache.then(|| KvCache::with_windows(vec![None; m.spec.layers as usize]));
@@ -106,11 +104,11 @@ pub fn build(
 /// GPT-2 ready to record its forward, once or once per generation step.
 pub struct Model {
     spec: Spec,
+    /// The attention's dtypes (`eager_attention_forward`'s with `attn_implementation="eager"`;
+    /// with SDPA, the dtype it makes a padded batch's mask additive in).
+    attention: Eager,
     /// `attn_implementation="eager"`.
-    eager: Option<Eager>,
-    /// The dtype SDPA attends in (the autocast dtype, else the parameters'), in which a padded
-    /// batch's mask is made additive.
-    compute: DType,
+    eager: bool,
 }
 
 impl Model {
@@ -130,19 +128,14 @@ impl Model {
                 expected: "false with --attn-implementation eager (the upcast attention is not modelled; SDPA ignores the flag)".into(),
             });
         }
-        let eager = (input.attn == AttnImplementation::Eager).then(|| Eager {
-            flavor: EagerFlavor::Gpt2,
-            dtype: input.precision.param_dtype(),
-            autocast: input.precision.autocast_dtype(),
-        });
-        let compute = input
-            .precision
-            .autocast_dtype()
-            .unwrap_or(input.precision.param_dtype());
         Ok(Model {
             spec,
-            eager,
-            compute,
+            attention: Eager {
+                flavor: EagerFlavor::Gpt2,
+                dtype: input.precision.param_dtype(),
+                autocast: input.precision.autocast_dtype(),
+            },
+            eager: input.attn == AttnImplementation::Eager,
         })
     }
 
@@ -179,18 +172,13 @@ impl Model {
             // until it returns
             b.hold(&[tok, pos, pe]);
             let x = add(b, tok, pe);
-            let mut mask_arg = Vec::new();
-            if let Some(padding) = call.padding_mask {
-                // `create_causal_mask` on the batch's mask: a local of the forward every block
-                // attends with (SDPA: `Model::new`'s callers refuse eager attention)
-                let mask = padded_attention_mask(b, bsz, seq, MaskPattern::Causal, padding);
-                b.hold(&[mask]);
-                call.padded_sdpa = Some((mask, self.compute));
-                mask_arg.push(mask);
-            } else if call.cache.is_none() {
+            // `create_causal_mask`: on a padded batch's mask (no packed-sequence check), else
+            // the check and no mask (SDPA's is_causal)
+            let mask_arg = padded_causal_mask(b, call, (bsz, seq));
+            if mask_arg.is_none() && call.cache.is_none() {
                 packed_sequence_check(b, bsz, seq);
             }
-            if self.eager.is_some() {
+            if self.eager {
                 let mask = eager_causal_mask(b, bsz, (seq, call.past + seq), x);
                 // `causal_mask` is a local of the forward until it returns
                 b.hold(&[mask]);
@@ -205,9 +193,9 @@ impl Model {
                     let name = i.to_string();
                     let replay = call.cache.is_none();
                     let f = |b: &mut GraphBuilder| {
-                        block(b, s, self.eager, (bsz, seq), x, i as usize, call)
+                        block(b, s, self.attention, (bsz, seq), x, i as usize, call)
                     };
-                    let args: Vec<TensorId> = std::iter::once(x).chain(mask_arg.clone()).collect();
+                    let args: Vec<TensorId> = std::iter::once(x).chain(mask_arg).collect();
                     x = if replay {
                         b.module_repeated(&mut blocks, &name, "GPT2Block", &args, f)
                     } else {
@@ -225,7 +213,7 @@ impl Model {
 fn block(
     b: &mut GraphBuilder,
     s: &Spec,
-    eager: Option<Eager>,
+    attention: Eager,
     (bsz, seq): (u64, u64),
     input: TensorId,
     layer: usize,
@@ -253,11 +241,6 @@ fn block(
                 view(b, "transpose", t, vec![bsz, s.heads, seq, d])
             })
             .collect();
-        let eager = eager.unwrap_or(Eager {
-            flavor: EagerFlavor::Gpt2,
-            dtype: DType::F32,
-            autocast: None,
-        });
         let o = cached_attention(
             b,
             call,
@@ -266,7 +249,7 @@ fn block(
             heads[1],
             heads[2],
             s.attn_pdrop,
-            eager,
+            attention,
         );
 
         let o = conv1d(b, "c_proj", e, e, o);

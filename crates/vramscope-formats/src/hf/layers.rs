@@ -13,6 +13,7 @@ use vramscope_core::ops::{
 use vramscope_core::{DType, GraphBuilder, TensorId};
 
 use super::seq_cls::DecoderHead;
+use super::HfInput;
 
 /// `nn.Embedding(num, dim)` called on integer `ids`: `embedding(weight, ids)`, which saves the
 /// indices; backward makes a dense `[num, dim]` gradient. Returns the output and the weight (for
@@ -577,47 +578,15 @@ pub enum MaskPattern {
     /// `create_sliding_window_causal_mask(sliding_window)` with Gemma3's bidirectional window
     /// overlay (`abs(q - kv) < sliding_window`).
     BidirectionalSlidingWindow(u64),
-    /// `create_bidirectional_mask` (the encoders: `bidirectional_mask_function`, `q_idx >= 0`),
-    /// which SDPA skips for an unpadded batch: made only for a padded one
-    /// ([`padded_attention_mask`]).
-    Encoder,
 }
 
 impl MaskPattern {
     fn window(self) -> Option<u64> {
         match self {
             MaskPattern::SlidingWindow(w) | MaskPattern::BidirectionalSlidingWindow(w) => Some(w),
-            MaskPattern::Causal | MaskPattern::Bidirectional | MaskPattern::Encoder => None,
+            MaskPattern::Causal | MaskPattern::Bidirectional => None,
         }
     }
-}
-
-/// The attention mask `create_causal_mask` / `create_sliding_window_causal_mask` return for a
-/// `[B, S]` batch without padding, with their temporaries (the packed-sequence check first).
-///
-/// * `eager: None` (SDPA): `None` where SDPA can run `is_causal` instead — always for the causal
-///   pattern, and for a sliding window while `KV` < the window — else the boolean `[1, 1, S, KV]`
-///   mask expanded (a view) to `[B, 1, S, KV]`.
-/// * `eager: Some(dtype)`: never skipped; the boolean mask turned into an additive `[B, 1, S, S]`
-///   mask of `dtype` (`torch.where(mask, 0, finfo.min)`; the dtype of `inputs_embeds`).
-/// * The bidirectional patterns pass an `or_mask_function`, which turns the skip off and builds
-///   the mask through `torch.vmap` over the four index vectors: every step's result is the
-///   `[S, KV]` plane (a `[S]` one where only the query index is in it), expanded to
-///   `[B, 1, S, KV]` at the end (truth traces of EmbeddingGemma's `Gemma3TextModel`).
-///
-/// `cache_len`: with a cache, its length after this call's update (the masks are `[.., S, KV]`,
-/// and the mask code skips the packed-sequence check; a sliding-window layer's `KV` stops at
-/// `w - 1` cached positions plus this call's); `None` without one (`KV` = `S`).
-pub fn attention_mask(
-    b: &mut GraphBuilder,
-    batch: u64,
-    seq: u64,
-    pattern: MaskPattern,
-    eager: Option<DType>,
-    cache_len: Option<u64>,
-) -> Option<TensorId> {
-    let packed_check = cache_len.is_none();
-    attention_mask_checked(b, batch, seq, pattern, eager, cache_len, packed_check)
 }
 
 /// `sdpa_mask`'s index vectors, locals held until it returns: batch and head (`arange`), then
@@ -649,66 +618,109 @@ fn mask_index_vectors(b: &mut GraphBuilder, batch: u64, seq: u64, kv: u64) -> Ve
     idx
 }
 
-/// [`attention_mask`] for a batch that carries an `attention_mask` (`padding`, the `[B, S]`
-/// int64 input) with padding, as a padding data collator makes it. `_preprocess_mask_arguments`
-/// turns it into a boolean copy and skips the packed-sequence check; SDPA cannot run `is_causal`
-/// (`_ignore_causal_mask_sdpa` finds padding: two `fast_all`, each a `sum` and an `==` scalar,
-/// read on the host); the pattern's mask function is wrapped in `and_masks(pattern,
-/// padding_mask_function)`: `new_ones(())`, `& pattern`, then `& padding_mask[batch_idx,
-/// kv_idx]` (`[B, 1, 1, KV]`), which makes the mask `[B, 1, S, KV]` itself (truth traces of
-/// validation/padding_models.py). The boolean copy and the index vectors go when the mask code
-/// returns. SDPA without a cache only. The encoders' `create_bidirectional_mask`
-/// ([`MaskPattern::Encoder`]) reads `padding_mask.all()` instead, and its pattern is `[1, 1, S,
-/// 1]`.
+/// A padded batch's `attention_mask` input (`[B, S]` int64, made after `input_ids`, as a padding
+/// collator's batch is moved to the device); `None` unless `--padded`.
+pub fn padding_input(b: &mut GraphBuilder, input: &HfInput) -> Option<TensorId> {
+    input
+        .padded
+        .then(|| b.input(vec![input.batch, input.seq], DType::I64))
+}
+
+/// `create_bidirectional_mask` in an encoder's forward (after the embeddings): a padded batch's
+/// mask ([`padded_attention_mask`]), a local of the forward until it returns, with the dtype SDPA
+/// makes it additive in; `None` for an unpadded batch (SDPA skips the mask).
+pub fn encoder_padded_mask(
+    b: &mut GraphBuilder,
+    (batch, seq): (u64, u64),
+    padding: Option<TensorId>,
+    precision: vramscope_core::Precision,
+) -> Option<(TensorId, DType)> {
+    let padding = padding?;
+    let mask = padded_attention_mask(b, batch, seq, PaddedPattern::Encoder, padding, None);
+    b.hold(&[mask]);
+    Some((mask, precision.compute_dtype()))
+}
+
+/// `create_causal_mask` on a padded batch's mask for the decoders that attend through
+/// [`cached_attention`] (GPT-2, OPT; SDPA): a local of the forward, set on `call` for every layer
+/// to attend with, and returned for the layers' arguments (a checkpoint keeps it). `None` for an
+/// unpadded batch.
+pub fn padded_causal_mask(
+    b: &mut GraphBuilder,
+    call: &mut Call,
+    (batch, seq): (u64, u64),
+) -> Option<TensorId> {
+    let padding = call.padding_mask?;
+    let mask = padded_attention_mask(b, batch, seq, PaddedPattern::Causal, padding, None);
+    b.hold(&[mask]);
+    call.padded_sdpa = Some(mask);
+    Some(mask)
+}
+
+/// The mask patterns transformers builds for a padded batch ([`padded_attention_mask`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PaddedPattern {
+    /// `create_causal_mask`.
+    Causal,
+    /// `create_sliding_window_causal_mask(sliding_window)`.
+    SlidingWindow(u64),
+    /// `create_bidirectional_mask` (the encoders' `bidirectional_mask_function`, `q_idx >= 0`),
+    /// which SDPA skips for an unpadded batch.
+    Encoder,
+}
+
+impl PaddedPattern {
+    /// The padded form of a decoder's pattern; `None` for Gemma3's bidirectional overlays, whose
+    /// padded masks are not modelled (`gemma::build` refuses `--padded` for them).
+    pub fn of(pattern: MaskPattern) -> Option<Self> {
+        match pattern {
+            MaskPattern::Causal => Some(PaddedPattern::Causal),
+            MaskPattern::SlidingWindow(w) => Some(PaddedPattern::SlidingWindow(w)),
+            MaskPattern::Bidirectional | MaskPattern::BidirectionalSlidingWindow(_) => None,
+        }
+    }
+}
+
+/// The `[B, 1, S, S]` mask the mask code makes for a batch that carries an `attention_mask`
+/// (`padding`, the `[B, S]` int64 input) with padding, as a padding data collator makes it.
+/// `_preprocess_mask_arguments` turns it into a boolean copy (freed when the mask code returns)
+/// and skips the packed-sequence check. SDPA (`eager_embeds: None`): the skip checks a real run
+/// reads on the host, false with padding (`_ignore_causal_mask_sdpa`: two `fast_all`, each a
+/// `sum` and an `==` scalar; the encoders' `_ignore_bidirectional_mask_sdpa`:
+/// `padding_mask.all()`; under fake tensors transformers skips them and builds the mask all the
+/// same), then [`padded_mask_function`]'s boolean mask. Eager attention (`eager_embeds`, the
+/// embeddings whose dtype the mask takes): `eager_mask` runs no skip checks and turns the
+/// boolean mask into an additive one, `where(mask, tensor(0.0), finfo.min)`, as
+/// [`eager_causal_mask`] does for an unpadded batch (truth traces of validation/padding_models.py).
+/// Without a cache only.
 pub fn padded_attention_mask(
     b: &mut GraphBuilder,
     batch: u64,
     seq: u64,
-    pattern: MaskPattern,
+    pattern: PaddedPattern,
     padding: TensorId,
+    eager_embeds: Option<TensorId>,
 ) -> TensorId {
     let bool_ = DTypeRule::Fixed(DType::Bool);
     let i64 = DTypeRule::Fixed(DType::I64);
-    b.frame(|b| {
-        let mask_bool = mask_op(b, "_to_copy", vec![batch, seq], bool_, &[padding]);
-        b.hold(&[mask_bool]);
-        // the skip checks a real run reads on the host, false with padding (under fake tensors
-        // transformers skips them and builds the mask all the same)
-        if pattern == MaskPattern::Encoder {
-            // `_ignore_bidirectional_mask_sdpa`: `padding_mask.all()`
-            mask_op(b, "all", vec![], bool_, &[mask_bool]);
-        } else {
-            // `_ignore_causal_mask_sdpa`: `fast_all(padding_mask)`, then the prefill case's
-            // `fast_all(padding_mask[:, :q_length])` (a `sum` and an `==` each)
-            for _ in 0..2 {
-                let sum = mask_op(b, "sum", vec![], i64, &[mask_bool]);
-                mask_op(b, "eq", vec![], bool_, &[sum]);
-            }
-        }
-        padded_mask_function(b, batch, seq, pattern, mask_bool)
-    })
-}
-
-/// [`padded_attention_mask`] for eager attention (`eager_mask`: no skip checks, then
-/// `where(mask, tensor(0.0), finfo.min)` in the dtype of the embeddings `x`), as
-/// [`eager_causal_mask`] makes it for an unpadded batch: the additive `[B, 1, S, S]` mask. The
-/// boolean copy of the batch's mask goes when the mask code returns, after the `where`.
-pub fn padded_eager_mask(
-    b: &mut GraphBuilder,
-    batch: u64,
-    seq: u64,
-    pattern: MaskPattern,
-    padding: TensorId,
-    x: TensorId,
-) -> TensorId {
-    let bool_ = DTypeRule::Fixed(DType::Bool);
     let f32 = DTypeRule::Fixed(DType::F32);
     b.frame(|b| {
-        let mask_bool = mask_op(b, "_to_copy", vec![batch, seq], bool_, &[padding]);
+        let mask_bool = mask_op(b, "_to_copy", &[batch, seq], bool_, &[padding]);
         b.hold(&[mask_bool]);
+        let Some(x) = eager_embeds else {
+            if pattern == PaddedPattern::Encoder {
+                mask_op(b, "all", &[], bool_, &[mask_bool]);
+            } else {
+                for _ in 0..2 {
+                    let sum = mask_op(b, "sum", &[], i64, &[mask_bool]);
+                    mask_op(b, "eq", &[], bool_, &[sum]);
+                }
+            }
+            return padded_mask_function(b, batch, seq, pattern, mask_bool);
+        };
         let mask = padded_mask_function(b, batch, seq, pattern, mask_bool);
-        let zero = mask_op(b, "zeros", vec![], f32, &[]);
-        let min = mask_op(b, "scalar_tensor", vec![], f32, &[]);
+        let zero = mask_op(b, "zeros", &[], f32, &[]);
+        let min = mask_op(b, "scalar_tensor", &[], f32, &[]);
         b.op(
             Aten::new("where", vec![batch, 1, seq, seq])
                 .dtype(DTypeRule::Like(3))
@@ -716,6 +728,25 @@ pub fn padded_eager_mask(
             &[mask, zero, min, x],
         )
     })
+}
+
+/// The mask a model's mask code makes for `pattern`: with SDPA, a padded batch's
+/// ([`padded_attention_mask`]); otherwise [`attention_mask_checked`]'s (the builders refuse
+/// `--padded` where a padded mask is not modelled).
+pub fn model_mask(
+    b: &mut GraphBuilder,
+    (batch, seq): (u64, u64),
+    pattern: MaskPattern,
+    eager: Option<DType>,
+    (cache_len, packed_check): (Option<u64>, bool),
+    padding: Option<TensorId>,
+) -> Option<TensorId> {
+    match (padding, PaddedPattern::of(pattern), eager) {
+        (Some(padding), Some(padded), None) => {
+            Some(padded_attention_mask(b, batch, seq, padded, padding, None))
+        }
+        _ => attention_mask_checked(b, batch, seq, pattern, eager, cache_len, packed_check),
+    }
 }
 
 /// `sdpa_mask`'s work on a padded batch (`mask_bool`, the boolean `[B, S]` copy): the index
@@ -726,67 +757,110 @@ fn padded_mask_function(
     b: &mut GraphBuilder,
     batch: u64,
     seq: u64,
-    pattern: MaskPattern,
+    pattern: PaddedPattern,
     mask_bool: TensorId,
 ) -> TensorId {
     let bool_ = DTypeRule::Fixed(DType::Bool);
-    let i64 = DTypeRule::Fixed(DType::I64);
-    let plane = vec![1, 1, seq, seq];
+    let plane = [1, 1, seq, seq];
     b.frame(|b| {
         let idx = mask_index_vectors(b, batch, seq, seq);
         let (q_idx, kv_idx) = (idx[2], idx[3]);
-        let ones = mask_op(b, "new_ones", vec![], bool_, &[]);
+        let ones = mask_op(b, "new_ones", &[], bool_, &[]);
         // the pattern's own shape: `[1, 1, S, 1]` for the encoders' `q_idx >= 0`
-        let mut pattern_shape = plane.clone();
-        let pattern_mask = match pattern {
-            MaskPattern::Causal => mask_op(b, "le", plane.clone(), bool_, &[kv_idx, q_idx]),
-            MaskPattern::Encoder => {
-                pattern_shape = vec![1, 1, seq, 1];
-                mask_op(b, "ge", pattern_shape.clone(), bool_, &[q_idx])
+        let (pattern_shape, pattern_mask) = match pattern {
+            PaddedPattern::Causal => (plane, mask_op(b, "le", &plane, bool_, &[kv_idx, q_idx])),
+            PaddedPattern::Encoder => {
+                let column = [1, 1, seq, 1];
+                (column, mask_op(b, "ge", &column, bool_, &[q_idx]))
             }
-            MaskPattern::SlidingWindow(_) => {
-                // sliding_window_causal_mask_function: and_masks(overlay, causal) of its own
-                let inner_ones = mask_op(b, "new_ones", vec![], bool_, &[]);
-                let shifted = mask_op(b, "sub", vec![1, 1, seq, 1], i64, &[q_idx]);
-                let gt = mask_op(b, "gt", plane.clone(), bool_, &[kv_idx, shifted]);
-                let inside = mask_op(b, "bitwise_and", plane.clone(), bool_, &[inner_ones, gt]);
-                let le = mask_op(b, "le", plane.clone(), bool_, &[kv_idx, q_idx]);
-                mask_op(b, "bitwise_and", plane.clone(), bool_, &[inside, le])
-            }
-            MaskPattern::Bidirectional | MaskPattern::BidirectionalSlidingWindow(_) => {
-                unreachable!(
-                    "padded masks: causal, sliding-window and encoder patterns (`build` refuses the rest)"
-                )
+            PaddedPattern::SlidingWindow(_) => {
+                (plane, sliding_window_causal(b, seq, seq, q_idx, kv_idx))
             }
         };
-        let with_pattern = mask_op(b, "bitwise_and", pattern_shape, bool_, &[ones, pattern_mask]);
+        let with_pattern = mask_op(
+            b,
+            "bitwise_and",
+            &pattern_shape,
+            bool_,
+            &[ones, pattern_mask],
+        );
         let padded = mask_op(
             b,
             "index",
-            vec![batch, 1, 1, seq],
+            &[batch, 1, 1, seq],
             bool_,
             &[mask_bool, idx[0], kv_idx],
         );
-        mask_op(b, "bitwise_and", vec![batch, 1, seq, seq], bool_, &[with_pattern, padded])
+        mask_op(
+            b,
+            "bitwise_and",
+            &[batch, 1, seq, seq],
+            bool_,
+            &[with_pattern, padded],
+        )
     })
+}
+
+/// `sliding_window_causal_mask_function(w)`, itself `and_masks(sliding_window_overlay, causal)`:
+/// `new_ones(())`, `& (kv > q - w)`, then `& (kv <= q)` (`[1, 1, S, KV]`).
+fn sliding_window_causal(
+    b: &mut GraphBuilder,
+    seq: u64,
+    kv: u64,
+    q_idx: TensorId,
+    kv_idx: TensorId,
+) -> TensorId {
+    let bool_ = DTypeRule::Fixed(DType::Bool);
+    let square = [1, 1, seq, kv];
+    let ones = mask_op(b, "new_ones", &[], bool_, &[]);
+    let shifted = mask_op(
+        b,
+        "sub",
+        &[1, 1, seq, 1],
+        DTypeRule::Fixed(DType::I64),
+        &[q_idx],
+    );
+    let gt = mask_op(b, "gt", &square, bool_, &[kv_idx, shifted]);
+    let inside = mask_op(b, "bitwise_and", &square, bool_, &[ones, gt]);
+    let le = mask_op(b, "le", &square, bool_, &[kv_idx, q_idx]);
+    mask_op(b, "bitwise_and", &square, bool_, &[inside, le])
 }
 
 /// A mask-code op: no gradient, `dtype` output of `shape`.
 fn mask_op(
     b: &mut GraphBuilder,
     name: &'static str,
-    shape: Vec<u64>,
+    shape: &[u64],
     dtype: DTypeRule,
     inputs: &[TensorId],
 ) -> TensorId {
     b.op(
-        Aten::new(name, shape).dtype(dtype).not_differentiable(),
+        Aten::new(name, shape.to_vec())
+            .dtype(dtype)
+            .not_differentiable(),
         inputs,
     )
 }
 
-/// [`attention_mask`] with the packed-sequence check run or not (`create_masks_for_generate`
-/// called without position ids, as `Gemma3Model` does, skips it).
+/// The attention mask `create_causal_mask` / `create_sliding_window_causal_mask` return for a
+/// `[B, S]` batch without padding, with their temporaries (the packed-sequence check first).
+///
+/// * `eager: None` (SDPA): `None` where SDPA can run `is_causal` instead — always for the causal
+///   pattern, and for a sliding window while `KV` < the window — else the boolean `[1, 1, S, KV]`
+///   mask expanded (a view) to `[B, 1, S, KV]`.
+/// * `eager: Some(dtype)`: never skipped; the boolean mask turned into an additive `[B, 1, S, S]`
+///   mask of `dtype` (`torch.where(mask, 0, finfo.min)`; the dtype of `inputs_embeds`).
+/// * The bidirectional patterns pass an `or_mask_function`, which turns the skip off and builds
+///   the mask through `torch.vmap` over the four index vectors: every step's result is the
+///   `[S, KV]` plane (a `[S]` one where only the query index is in it), expanded to
+///   `[B, 1, S, KV]` at the end (truth traces of EmbeddingGemma's `Gemma3TextModel`).
+///
+/// `cache_len`: with a cache, its length after this call's update (the masks are `[.., S, KV]`,
+/// and the mask code skips the packed-sequence check; a sliding-window layer's `KV` stops at
+/// `w - 1` cached positions plus this call's); `None` without one (`KV` = `S`).
+///
+/// `packed_check`: whether the mask code runs the packed-sequence check (only without a cache;
+/// `create_masks_for_generate` called without position ids, as `Gemma3Model` does, skips it).
 pub fn attention_mask_checked(
     b: &mut GraphBuilder,
     batch: u64,
@@ -811,42 +885,19 @@ pub fn attention_mask_checked(
         MaskPattern::Causal => eager.is_some(),
         MaskPattern::SlidingWindow(w) => eager.is_some() || kv >= w,
         MaskPattern::Bidirectional | MaskPattern::BidirectionalSlidingWindow(_) => true,
-        MaskPattern::Encoder => false,
     };
     if !materialized {
         return None;
     }
     let i64 = DTypeRule::Fixed(DType::I64);
     let bool_ = DTypeRule::Fixed(DType::Bool);
-    let square = vec![1, 1, seq, kv];
+    let square = [1, 1, seq, kv];
     let boolean = b.frame(|b| {
         let idx = mask_index_vectors(b, batch, seq, kv);
         let (q_idx, kv_idx) = (idx[2], idx[3]);
-        let causal = |b: &mut GraphBuilder| {
-            b.op(
-                Aten::new("le", square.clone())
-                    .dtype(bool_)
-                    .not_differentiable(),
-                &[kv_idx, q_idx],
-            )
-        };
         let plane = vec![seq, kv];
-        fn mask_op(
-            b: &mut GraphBuilder,
-            name: &'static str,
-            shape: &[u64],
-            dtype: DTypeRule,
-            inputs: &[TensorId],
-        ) -> TensorId {
-            b.op(
-                Aten::new(name, shape.to_vec())
-                    .dtype(dtype)
-                    .not_differentiable(),
-                inputs,
-            )
-        }
         match pattern {
-            MaskPattern::Causal => causal(b),
+            MaskPattern::Causal => mask_op(b, "le", &square, bool_, &[kv_idx, q_idx]),
             MaskPattern::Bidirectional => {
                 // or_masks(causal, lambda: torch.tensor(True)): new_zeros(()) | (kv <= q), then
                 // | the scalar copied to the device
@@ -871,42 +922,7 @@ pub fn attention_mask_checked(
                 let near = mask_op(b, "lt", &plane, bool_, &[distance]);
                 mask_op(b, "bitwise_or", &plane, bool_, &[causal, near])
             }
-            MaskPattern::Encoder => unreachable!("an encoder's mask is made for padding only"),
-            MaskPattern::SlidingWindow(_) => {
-                // and_masks(sliding_window_overlay, causal): new_ones(()) & (kv > q - w), then
-                // & (kv <= q)
-                let ones = b.op(
-                    Aten::new("new_ones", vec![])
-                        .dtype(bool_)
-                        .not_differentiable(),
-                    &[],
-                );
-                let shifted = b.op(
-                    Aten::new("sub", vec![1, 1, seq, 1])
-                        .dtype(i64)
-                        .not_differentiable(),
-                    &[q_idx],
-                );
-                let gt = b.op(
-                    Aten::new("gt", square.clone())
-                        .dtype(bool_)
-                        .not_differentiable(),
-                    &[kv_idx, shifted],
-                );
-                let inside = b.op(
-                    Aten::new("bitwise_and", square.clone())
-                        .dtype(bool_)
-                        .not_differentiable(),
-                    &[ones, gt],
-                );
-                let c = causal(b);
-                b.op(
-                    Aten::new("bitwise_and", square.clone())
-                        .dtype(bool_)
-                        .not_differentiable(),
-                    &[inside, c],
-                )
-            }
+            MaskPattern::SlidingWindow(_) => sliding_window_causal(b, seq, kv, q_idx, kv_idx),
         }
     });
     let full = vec![batch, 1, seq, kv];
@@ -1428,9 +1444,9 @@ pub struct Call<'a> {
     /// The batch's `attention_mask` (`[B, S]` int64, with padding) passed to the model
     /// (`--padded`); `None`: no mask passed.
     pub padding_mask: Option<TensorId>,
-    /// A padded batch's mask (`padded_attention_mask`) that [`cached_attention`] attends with,
-    /// and the dtype SDPA makes it additive in (GPT-2, OPT).
-    pub padded_sdpa: Option<(TensorId, DType)>,
+    /// A padded batch's mask (`padded_attention_mask`) that [`cached_attention`] attends with
+    /// (GPT-2, OPT), made additive in the attention's compute dtype.
+    pub padded_sdpa: Option<TensorId>,
 }
 
 impl Call<'_> {
@@ -1500,8 +1516,8 @@ pub fn cached_attention(
         call.attn_weights = Some(weights);
         return o;
     }
-    if let Some((mask, dtype)) = call.padded_sdpa {
-        let o = sdpa_masked(b, q, k, v, mask, dropout_p, dtype);
+    if let Some(mask) = call.padded_sdpa {
+        let o = sdpa_masked(b, q, k, v, mask, dropout_p, eager.compute_dtype());
         return merge_heads(b, o);
     }
     let causal = b.shape(q)[2] > 1;
@@ -1518,6 +1534,13 @@ pub struct Eager {
     pub dtype: DType,
     /// The autocast dtype, if any.
     pub autocast: Option<DType>,
+}
+
+impl Eager {
+    /// The dtype the attention's matmuls run in: the autocast dtype, else the model's.
+    pub fn compute_dtype(self) -> DType {
+        self.autocast.unwrap_or(self.dtype)
+    }
 }
 
 /// The `eager_attention_forward`s of the modelled families.

@@ -29,11 +29,11 @@ use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
 use super::generate::CausalLm;
 use super::layers::{
-    add, apply_rotary, apply_rotary_sliced, attention_mask, attention_output, cached_attention,
-    dropout, eager_causal_mask, embedding, linear, mul, packed_sequence_check,
-    padded_attention_mask, padded_eager_mask, position_ids, rms_norm, rotary, rotated_heads_view,
-    sdpa, sdpa_masked, v_grad_heads_first, view, view_grads_copied, Call, Eager, EagerFlavor,
-    KvCache, MaskPattern,
+    add, apply_rotary, apply_rotary_sliced, attention_output, cached_attention, dropout,
+    eager_causal_mask, embedding, linear, model_mask, mul, packed_sequence_check,
+    padded_attention_mask, padding_input, position_ids, rms_norm, rotary, rotated_heads_view, sdpa,
+    sdpa_masked, v_grad_heads_first, view, view_grads_copied, Call, Eager, EagerFlavor, KvCache,
+    MaskPattern, PaddedPattern,
 };
 use super::seq_cls::{base_model, decoder_head, decoder_outputs, qa_inputs, DecoderHead};
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
@@ -347,27 +347,26 @@ fn sdpa_masks(
     cache_len: Option<u64>,
     padding: Option<TensorId>,
 ) -> Vec<Option<TensorId>> {
-    if let Some(padding) = padding {
-        // eager attention: the forward makes its additive mask itself (`padded_eager_mask`)
-        return s
-            .masks
-            .patterns
-            .iter()
-            .map(|&m| (!eager).then(|| padded_attention_mask(b, bsz, seq, m, padding)))
-            .collect();
-    }
     s.masks
         .patterns
         .iter()
         .map(|&m| {
-            if eager {
-                if cache_len.is_none() {
-                    packed_sequence_check(b, bsz, seq);
-                }
-                None
-            } else {
-                attention_mask(b, bsz, seq, m, None, cache_len)
+            if !eager {
+                return model_mask(
+                    b,
+                    (bsz, seq),
+                    m,
+                    None,
+                    (cache_len, cache_len.is_none()),
+                    padding,
+                );
             }
+            // eager attention: the forward makes its additive mask; a padded batch's mask code
+            // runs no packed-sequence check
+            if cache_len.is_none() && padding.is_none() {
+                packed_sequence_check(b, bsz, seq);
+            }
+            None
         })
         .collect()
 }
@@ -399,7 +398,7 @@ pub(super) fn causal_lm(
     let (bsz, seq) = (input.batch, input.seq);
     let mut b = GraphBuilder::new(model_type, &head.class(p));
     let ids = b.input(vec![bsz, seq], DType::I64);
-    let padding = input.padded.then(|| b.input(vec![bsz, seq], DType::I64));
+    let padding = padding_input(&mut b, input);
     let qa_positions = qa_inputs(&mut b, head, bsz);
     let eager = input.attn == AttnImplementation::Eager;
     if input.padded && eager && s.masks.patterns.len() != 1 {
@@ -515,7 +514,9 @@ pub(super) fn forward(
         if let (true, Some(padding)) = (eager, call.padding_mask) {
             // `eager_mask` on the batch's mask, with the model's one pattern (`build` refuses
             // eager padded batches with several)
-            let mask = padded_eager_mask(b, bsz, seq, s.masks.patterns[0], padding, x);
+            let pattern = s.masks.patterns.first().and_then(|&p| PaddedPattern::of(p));
+            let pattern = pattern.unwrap_or(PaddedPattern::Causal);
+            let mask = padded_attention_mask(b, bsz, seq, pattern, padding, Some(x));
             b.hold(&[mask]);
             call.eager_mask = Some(mask);
         } else if eager {

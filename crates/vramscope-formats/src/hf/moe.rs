@@ -32,8 +32,7 @@ use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 use super::config::MAX_EXPERTS;
 use super::generate::{rotary_kv_dtypes, CausalLm};
 use super::layers::{
-    activation_fn, add, attention_mask, cast, linear, linear_fn, mul, packed_sequence_check,
-    padded_attention_mask, to_dtype, view, Call, MaskPattern,
+    activation_fn, add, cast, linear, linear_fn, model_mask, mul, to_dtype, view, Call, MaskPattern,
 };
 use super::llama::{causal_lm, decoder_layer, forward, mlp, silu_act_fn, spec, Spec};
 use super::seq_cls::DecoderHead;
@@ -378,39 +377,28 @@ fn mask_code(
     cache_len: Option<u64>,
     padding: Option<TensorId>,
 ) -> Vec<Option<TensorId>> {
-    if let Some(padding) = padding {
-        if let (Some(w), true) = (m.sliding_window.filter(|&w| w > 0), m.all_layers_slide) {
-            let mask = padded_attention_mask(b, bsz, seq, MaskPattern::SlidingWindow(w), padding);
-            return vec![Some(mask)];
-        }
-        let causal = padded_attention_mask(b, bsz, seq, MaskPattern::Causal, padding);
-        if let (true, Some(w)) = (m.both_masks, m.sliding_window) {
-            let sliding =
-                padded_attention_mask(b, bsz, seq, MaskPattern::SlidingWindow(w), padding);
-            b.hold(&[sliding]);
-        }
-        return vec![Some(causal)];
-    }
-    if let (Some(w), true) = (m.sliding_window.filter(|&w| w > 0), m.all_layers_slide) {
-        return vec![attention_mask(
+    let mask = |b: &mut GraphBuilder, pattern| {
+        model_mask(
             b,
-            bsz,
-            seq,
-            MaskPattern::SlidingWindow(w),
+            (bsz, seq),
+            pattern,
             None,
-            cache_len,
-        )];
+            (cache_len, cache_len.is_none()),
+            padding,
+        )
+    };
+    if let (Some(w), true) = (m.sliding_window.filter(|&w| w > 0), m.all_layers_slide) {
+        return vec![mask(b, MaskPattern::SlidingWindow(w))];
     }
-    if cache_len.is_none() {
-        packed_sequence_check(b, bsz, seq);
-    }
+    // create_causal_mask: unpadded, its packed-sequence check and no mask (SDPA's is_causal)
+    let causal = mask(b, MaskPattern::Causal);
     if let (true, Some(w)) = (m.both_masks, m.sliding_window) {
         // create_sliding_window_causal_mask: its own packed-sequence check, then a mask that
         // cannot be skipped when the keys reach the window (always, for a window of 0)
-        let mask = attention_mask(b, bsz, seq, MaskPattern::SlidingWindow(w), None, cache_len);
-        b.hold(&mask.into_iter().collect::<Vec<_>>());
+        let sliding = mask(b, MaskPattern::SlidingWindow(w));
+        b.hold(&sliding.into_iter().collect::<Vec<_>>());
     }
-    vec![None]
+    vec![causal]
 }
 
 impl Model {

@@ -11,8 +11,8 @@ use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 use super::generate::CausalLm;
 use super::layers::{
     activation, activation_kind, add, cached_attention, decoder_heads, dropout_fn,
-    eager_causal_mask, embedding, layer_norm, linear, mul_scalar, padded_attention_mask, view,
-    Call, Eager, EagerFlavor, KvCache, MaskPattern,
+    eager_causal_mask, embedding, layer_norm, linear, mul_scalar, padded_causal_mask,
+    padding_input, view, Call, Eager, EagerFlavor, KvCache,
 };
 use super::seq_cls::{base_model, decoder_head, decoder_outputs, qa_inputs, DecoderHead};
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
@@ -98,9 +98,7 @@ pub fn build(
     let m = Model::new(cfg, input)?;
     let mut b = GraphBuilder::new("opt", &head.class("OPT"));
     let ids = b.input(vec![input.batch, input.seq], DType::I64);
-    let padding = input
-        .padded
-        .then(|| b.input(vec![input.batch, input.seq], DType::I64));
+    let padding = padding_input(&mut b, input);
     let qa_positions = qa_inputs(&mut b, head, input.batch);
     let use_cache = head.fills_cache(cfg, input)?;
     let mut cache = use_cache.then(|| KvCache::with_windows(vec![None; m.spec.layers as usize]));
@@ -216,16 +214,8 @@ fn decoder(
             }
         }),
     };
-    let mut mask_arg = Vec::new();
-    if let Some(padding) = call.padding_mask {
-        // create_causal_mask on the batch's mask, between the positions and embed_positions; a
-        // local of the forward every layer attends with (SDPA)
-        let mask = padded_attention_mask(b, bsz, seq, MaskPattern::Causal, padding);
-        b.hold(&[mask]);
-        let dtype = m.attention.autocast.unwrap_or(m.attention.dtype);
-        call.padded_sdpa = Some((mask, dtype));
-        mask_arg.push(mask);
-    }
+    // a padded batch: create_causal_mask on its mask, between the positions and embed_positions
+    let mask_arg = padded_causal_mask(b, call, (bsz, seq));
     if m.eager {
         // create_causal_mask runs after position_ids are made, before embed_positions; the
         // mask is a local of the forward until it returns
@@ -274,7 +264,7 @@ fn decoder(
         for i in 0..s.layers {
             // `decoder_layer(hidden_states, attention_mask=causal_mask, position_ids=...)`: a
             // checkpoint keeps the position ids (and a padded batch's mask) until its backward
-            let args: Vec<TensorId> = [x, pos].into_iter().chain(mask_arg.clone()).collect();
+            let args: Vec<TensorId> = [x, pos].into_iter().chain(mask_arg).collect();
             x = b.module(&i.to_string(), "OPTDecoderLayer", &args, |b| {
                 layer(b, m, bsz, seq, x, i as usize, call)
             });
