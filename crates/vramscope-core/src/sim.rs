@@ -1882,7 +1882,9 @@ impl<'g> Sim<'g> {
                 bs.made_for[k] = Some(sid);
                 bs.produced.push((target, sid));
             }
-            for k in 0..bs.temps.len() {
+            // a backward formula's temporaries die at the end of its full-expression, the last
+            // made first (C++ destroys temporaries in reverse order of construction)
+            for k in (0..bs.temps.len()).rev() {
                 self.decref(bs.temps[k]);
             }
             self.release_scratch(&mut made);
@@ -2244,10 +2246,14 @@ fn release_schedule(g: &Graph) -> ReleaseSchedule {
             by_hold[t.0 as usize] = Some(h as u32);
         }
     }
-    // by node: the tensors an op used last, newest first (an expression's temporaries die before
-    // its frame returns), then those frames release as they return: inner frames first (their
-    // holds were recorded first), each frame's in the order it took them (CPython clears a
-    // frame's locals first to last)
+    // by node: the arguments an op used last, in argument order (CPython drops a call's
+    // arguments first to last, a binary operator's left operand before its right), then other
+    // tensors whose last reference is the op (outputs nobody reads), newest first; then what
+    // frames release as they return: inner frames first (their holds were recorded first), each
+    // frame's in the order it took them (CPython clears a frame's locals first to last); then
+    // module calls' arguments that only the caller's variable kept, which the caller rebinds
+    // once the call has returned (truth traces: a decoder layer's normed input goes after the
+    // attention's `query_states`)
     // parameters used as activations, the model's inputs and outputs are never released here
     for t in g.inputs.iter().chain(&g.outputs) {
         last[t.0 as usize] = None;
@@ -2255,6 +2261,17 @@ fn release_schedule(g: &Graph) -> ReleaseSchedule {
     for (l, td) in last.iter_mut().zip(&g.tensors) {
         if td.param.is_some() {
             *l = None;
+        }
+    }
+    // the module call whose argument a tensor is when the call's return is its last reference
+    // (the outermost of calls returning together)
+    let mut by_scope: Vec<Option<u32>> = vec![None; n_t];
+    for (k, s) in g.scopes.iter().enumerate() {
+        for t in &s.inputs {
+            let i = t.0 as usize;
+            if s.end > 0 && last[i] == Some(s.end as usize - 1) && by_hold[i].is_none() {
+                by_scope[i] = Some(k as u32);
+            }
         }
     }
     let mut starts = vec![0u32; g.nodes.len() + 1];
@@ -2266,8 +2283,19 @@ fn release_schedule(g: &Graph) -> ReleaseSchedule {
     }
     let mut fill = starts.clone();
     let mut tensors = vec![TensorId(0); starts[g.nodes.len()] as usize];
+    let mut placed = vec![false; n_t];
+    for (n, node) in g.nodes.iter().enumerate() {
+        for t in &node.inputs {
+            let i = t.0 as usize;
+            if last[i] == Some(n) && by_hold[i].is_none() && by_scope[i].is_none() && !placed[i] {
+                placed[i] = true;
+                tensors[fill[n] as usize] = *t;
+                fill[n] += 1;
+            }
+        }
+    }
     for (t, l) in last.iter().enumerate().rev() {
-        if let (Some(l), None) = (*l, by_hold[t]) {
+        if let (Some(l), None, None, false) = (*l, by_hold[t], by_scope[t], placed[t]) {
             tensors[fill[l] as usize] = TensorId(t as u32);
             fill[l] += 1;
         }
@@ -2277,6 +2305,18 @@ fn release_schedule(g: &Graph) -> ReleaseSchedule {
         if let (Some(l), true) = (last[t], by_hold[t] == Some(h as u32)) {
             tensors[fill[l] as usize] = TensorId(t as u32);
             fill[l] += 1;
+        }
+    }
+    for (k, s) in g.scopes.iter().enumerate() {
+        for t in &s.inputs {
+            let i = t.0 as usize;
+            if let (Some(l), Some(true)) = (last[i], by_scope[i].map(|b| b == k as u32)) {
+                if !placed[i] {
+                    placed[i] = true;
+                    tensors[fill[l] as usize] = *t;
+                    fill[l] += 1;
+                }
+            }
         }
     }
     ReleaseSchedule { starts, tensors }

@@ -699,6 +699,90 @@ fn odd_shape_cases_are_within_a_tenth_of_a_percent() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// Which tensor each free releases (`fixtures/truth/events/free_order.jsonl`, measured with
+/// `validation/make_free_order_fixtures.sh`): every allocation and free of a phase in order, each
+/// free naming the allocation it releases (its index among the phase's events, -1 for an earlier
+/// phase's). Equal sizes freed in another order keep other blocks alive, which moves the caching
+/// allocator's later choices. GPT-2: `arange(S) + past` is made before the sum and freed after it,
+/// a block frees `attn_output` before `feed_forward_hidden_states` when it returns, gelu_new's
+/// `MulBackward0` releases `other` before `self`, `PowBackward0`'s temporaries go last first.
+/// Qwen2 under AMP bf16: rotary's sum frees its left operand first, and a layer's normed input
+/// goes after the attention's locals, when the layer rebinds it.
+#[test]
+fn frees_release_the_tensors_truth_releases() {
+    let all = cases("events/free_order.jsonl");
+    assert_eq!(all.len(), 6);
+    let dir = std::env::temp_dir().join(format!("vramscope-free-order-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for case in &all {
+        let config = format!(
+            "{}/../../{}",
+            env!("CARGO_MANIFEST_DIR"),
+            case["config"].as_str().unwrap()
+        );
+        let trace = dir.join("trace.jsonl");
+        let mut args = vec!["estimate".to_string(), config.clone()];
+        args.extend(
+            case["args"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|a| a.as_str().unwrap().to_string()),
+        );
+        args.extend(["--trace".into(), trace.to_string_lossy().to_string()]);
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = crate::vramscope(&argv);
+        assert!(out.status.success(), "{config}: {:?}", out);
+        let phase = case["phase"].as_str().unwrap();
+        let mut current = String::new();
+        // (kind, bytes, index of the freed allocation among the phase's events or -1)
+        let mut ours: Vec<(String, u64, i64)> = Vec::new();
+        let mut index = std::collections::HashMap::new();
+        for line in std::fs::read_to_string(&trace).unwrap().lines() {
+            let e: Value = serde_json::from_str(line).unwrap();
+            let bytes = e["bytes"].as_u64().unwrap_or(0);
+            match e["ev"].as_str() {
+                Some("phase") => {
+                    current = e["phase"].as_str().unwrap_or_default().to_string();
+                    index.clear();
+                }
+                Some("alloc") if current == phase && bytes > 0 => {
+                    index.insert(e["sid"].as_u64().unwrap(), ours.len() as i64);
+                    ours.push(("alloc".into(), bytes, -1));
+                }
+                Some("free") if current == phase && bytes > 0 => {
+                    let freed = index.remove(&e["sid"].as_u64().unwrap()).unwrap_or(-1);
+                    ours.push(("free".into(), bytes, freed));
+                }
+                _ => {}
+            }
+        }
+        let truth: Vec<(String, u64, i64)> = case["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                (
+                    e[0].as_str().unwrap().to_string(),
+                    e[1].as_u64().unwrap(),
+                    e.get(2).and_then(Value::as_i64).unwrap_or(-1),
+                )
+            })
+            .collect();
+        let first = truth.iter().zip(&ours).position(|(t, o)| t != o);
+        assert!(
+            first.is_none() && truth.len() == ours.len(),
+            "{config}: {phase} differs from truth at event {first:?}: truth {:?}, ours {:?} ({} \
+             events, truth {})",
+            first.map(|i| &truth[i]),
+            first.map(|i| &ours[i]),
+            ours.len(),
+            truth.len()
+        );
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// Llama-family training (`fixtures/truth/events/backward.jsonl`, measured with
 /// `validation/make_backward_event_fixtures.sh`): a phase's allocations and frees, size by size
 /// and in order, as truth traced them. Under float32, SDPA runs the mem-efficient kernel: its

@@ -20,8 +20,9 @@ impl Op for Mul {
         vec![inputs[0].promote(inputs[1]); n]
     }
 
+    // MulBackward0 releases `other_` before `self_` (Functions.h: saved inputs in name order)
     fn saved_for_backward(&self, _ctx: &OpCtx) -> Vec<Saved> {
-        vec![Saved::Input(0), Saved::Input(1)]
+        vec![Saved::Input(1), Saved::Input(0)]
     }
 
     // a broadcast input's gradient is computed at full size, then summed down

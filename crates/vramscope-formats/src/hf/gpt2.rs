@@ -272,6 +272,9 @@ fn block(
         let h = conv1d(b, "c_proj", s.inner, e, h);
         dropout(b, "dropout", s.resid_pdrop, h)
     });
+    // `feed_forward_hidden_states` too is a local until the block returns, freed after
+    // `attn_output` (CPython clears a frame's locals in the order they were first bound)
+    b.hold(&[y]);
     let out = add(b, x, y);
     b.keep_until_now(&[ln2]);
     out

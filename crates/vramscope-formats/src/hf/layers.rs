@@ -84,11 +84,15 @@ pub fn dropout(b: &mut GraphBuilder, name: &str, p: f64, x: TensorId) -> TensorI
     b.layer(name, Dropout { p }, &[x])
 }
 
-/// `position_ids = arange(S) + past_seen_tokens` (int64, `[S]`).
+/// `position_ids = arange(S) + past_seen_tokens` (int64, `[S]`): the `arange` is made before the
+/// sum and freed after it (truth traces), so it is scratch, not a temporary made after the output.
 pub fn position_ids(b: &mut GraphBuilder, seq: u64) -> TensorId {
     let op = Aten::new("add", vec![seq])
         .dtype(DTypeRule::Fixed(DType::I64))
-        .temporary(vec![seq], DTypeRule::Fixed(DType::I64))
+        .scratch(vec![Scratch::Alloc {
+            bytes: seq * DType::I64.size(),
+            what: "arange",
+        }])
         .not_differentiable();
     b.op(op, &[])
 }
@@ -174,9 +178,10 @@ pub fn linear_fn(b: &mut GraphBuilder, x: TensorId, weight: TensorId) -> TensorI
     if let Some(l) = shape.last_mut() {
         *l = out;
     }
+    // MmBackward0 releases `mat2_` (the weight) before `self_`
     let op = Aten::new("linear", shape)
         .autocast(Autocast::LowerPrecision)
-        .saves(vec![Saved::Input(0), Saved::Input(1)])
+        .saves(vec![Saved::Input(1), Saved::Input(0)])
         .cross_saves(0, 1)
         .right_to_left();
     b.op(op, &[x, weight])
@@ -211,7 +216,7 @@ pub fn mul(b: &mut GraphBuilder, x: TensorId, y: TensorId) -> TensorId {
     let s = broadcast_shapes(b.shape(x), b.shape(y)).unwrap_or_else(|| b.shape(x).into());
     b.op(
         Aten::new("mul", s)
-            .saves(vec![Saved::Input(0), Saved::Input(1)])
+            .saves(vec![Saved::Input(1), Saved::Input(0)])
             .cross_saves(0, 1)
             .right_to_left()
             .grads_like_output(),
@@ -346,7 +351,7 @@ pub fn gemma_rms_norm(
         // down)
         let out = b.op(
             Aten::new("mul", s.clone())
-                .saves(vec![Saved::Input(0), Saved::Input(1)])
+                .saves(vec![Saved::Input(1), Saved::Input(0)])
                 .cross_saves(0, 1)
                 .backward_temporary(s, DTypeRule::Fixed(DType::F32)),
             &[h, w1],
@@ -370,7 +375,7 @@ fn rms_normalize(b: &mut GraphBuilder, xf: TensorId, hold_variance: bool) -> Ten
     // x * rsqrt: the rsqrt gradient is a full-size product summed down
     b.op(
         Aten::new("mul", s.clone())
-            .saves(vec![Saved::Input(0), Saved::Input(1)])
+            .saves(vec![Saved::Input(1), Saved::Input(0)])
             .cross_saves(0, 1)
             .backward_temporary(s, DTypeRule::Fixed(DType::F32)),
         &[xf, r],

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Measures small training steps with ../shared/truth's --trace and keeps, per case and phase, every
+# allocation and free in order, each free with the allocation it releases (its index among the
+# phase's events, -1 for one made in an earlier phase): fixtures/truth/events/free_order.jsonl.
+# Two traces with the same sizes in the same order can still free different tensors of one size,
+# which moves the caching allocator's later choices (validation/free_order.py); the CLI test
+# checks which tensor each free releases:
+# - GPT-2 (2 layers, float32, batch 2 x 256): `arange(S) + past` made before the sum and freed
+#   after it; a block's `attn_output` freed before `feed_forward_hidden_states` when the block
+#   returns; gelu_new's `MulBackward0` releasing `other` before `self`; `PowBackward0`'s two
+#   temporaries freed last first.
+# - Qwen2-small (2 layers, sequence classification, AMP bf16, batch 4 x 512): rotary's
+#   `(q * cos) + (rotate_half(q) * sin)` frees its left operand first; the normed input of a
+#   layer goes after the attention's locals (`query_states`), when the layer rebinds it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${VENV:-$HOME/.venvs/truth}
+mkdir -p .truth/raw
+out=fixtures/truth/events/free_order.jsonl
+: > "$out"
+# config, task, amp (fp32 / bf16), optimizer, batch, sequence length, phases (comma-separated)
+while read -r cfg task amp optim batch seq phases; do
+  trace=".truth/raw/$cfg.$task.$amp.b$batch.s$seq.free_order.trace"
+  if [ ! -s "$trace" ]; then
+    "$VENV/bin/python" ../shared/truth/measure.py --model "hf:fixtures/hf/configs/$cfg.json" \
+        --task "$task" --batch "$batch" --seq "$seq" --amp "$amp" --optim "$optim" \
+        --trace "$trace" --json > ".truth/raw/$cfg.$task.$amp.free_order.json"
+  fi
+  python3 - "$cfg" "$task" "$amp" "$optim" "$batch" "$seq" "$phases" "$trace" >> "$out" <<'PY'
+import json, sys
+cfg, task, amp, optim, batch, seq, phases, trace = sys.argv[1:9]
+precision = {"fp32": "fp32", "bf16": "amp-bf16", "fp16": "amp-fp16"}[amp]
+optimizer = {"sgdm": "sgd-momentum"}.get(optim, optim)
+by_phase, phase, index = {}, None, {}
+for line in open(trace):
+    e = json.loads(line)
+    if e["ev"] == "phase":
+        phase = e["phase"]
+        index = {}
+    elif e["ev"] in ("alloc", "free") and e["bytes"] > 0:
+        events = by_phase.setdefault(phase, [])
+        if e["ev"] == "alloc":
+            index[e["sid"]] = len(events)
+            events.append(["alloc", e["bytes"]])
+        else:
+            events.append(["free", e["bytes"], index.pop(e["sid"], -1)])
+args = ["--task", task, "--batch-size", batch, "--seq-len", seq, "--precision", precision,
+        "--optimizer", optimizer]
+for want in phases.split(","):
+    case = {"config": f"fixtures/hf/configs/{cfg}.json", "args": args, "phase": want,
+            "events": by_phase[want]}
+    print(json.dumps(case, separators=(",", ":")))
+PY
+done <<'CASES'
+gpt2_2l causal-lm fp32 sgd 2 256 it1.forward,it1.backward,it2.forward,it2.backward
+qwen2_small_2l seq-cls bf16 adamw 4 512 it1.forward,it2.forward
+CASES
+wc -c "$out"
