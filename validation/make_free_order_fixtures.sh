@@ -9,6 +9,10 @@
 #   after it; a block's `attn_output` freed before `feed_forward_hidden_states` when the block
 #   returns; gelu_new's `MulBackward0` releasing `other` before `self`; `PowBackward0`'s two
 #   temporaries freed last first.
+# - GPT-2 medium (2 layers) with eager attention (validation/cases_eager.jsonl's gpt2_2l_b2_s256_fp32_adamw_eager,
+#   forward): the mask's `where(mask, tensor(0.0), min)` frees its 0-d `scalar_tensor` inside the
+#   call, then the `0.0`, then the boolean mask when `mask` is rebound; the output projection's
+#   result (the dropout's argument) goes before the attention's locals.
 # - Qwen2-small (2 layers, sequence classification, AMP bf16, batch 4 x 512): rotary's
 #   `(q * cos) + (rotate_half(q) * sin)` frees its left operand first; the normed input of a
 #   layer goes after the attention's locals (`query_states`), when the layer rebinds it.
@@ -18,17 +22,25 @@ VENV=${VENV:-$HOME/.venvs/truth}
 mkdir -p .truth/raw
 out=fixtures/truth/events/free_order.jsonl
 : > "$out"
-# config, task, amp (fp32 / bf16), optimizer, batch, sequence length, phases (comma-separated)
-while read -r cfg task amp optim batch seq phases; do
-  trace=".truth/raw/$cfg.$task.$amp.b$batch.s$seq.free_order.trace"
-  if [ ! -s "$trace" ]; then
-    "$VENV/bin/python" ../shared/truth/measure.py --model "hf:fixtures/hf/configs/$cfg.json" \
-        --task "$task" --batch "$batch" --seq "$seq" --amp "$amp" --optim "$optim" \
-        --trace "$trace" --json > ".truth/raw/$cfg.$task.$amp.free_order.json"
+# config, task, amp (fp32 / bf16), optimizer, batch, sequence length, phases (comma-separated), and
+# a case of validation/cases_eager.jsonl to measure instead of the hf: config (then vramscope runs
+# with --attn-implementation eager), or -
+while read -r cfg task amp optim batch seq phases eager_case; do
+  if [ "$eager_case" = - ]; then
+    trace=".truth/raw/$cfg.$task.$amp.b$batch.s$seq.free_order.trace"
+    measure=(--model "hf:fixtures/hf/configs/$cfg.json" --task "$task" --batch "$batch" --seq "$seq"
+             --amp "$amp" --optim "$optim")
+  else
+    trace=".truth/raw/$eager_case.free_order.trace"
+    measure=(--spec validation/cases_eager.jsonl --name "$eager_case" --base-dir validation)
   fi
-  python3 - "$cfg" "$task" "$amp" "$optim" "$batch" "$seq" "$phases" "$trace" >> "$out" <<'PY'
+  if [ ! -s "$trace" ]; then
+    "$VENV/bin/python" ../shared/truth/measure.py "${measure[@]}" --trace "$trace" --json \
+        > "$trace.json"
+  fi
+  python3 - "$cfg" "$task" "$amp" "$optim" "$batch" "$seq" "$phases" "$trace" "$eager_case" >> "$out" <<'PY'
 import json, sys
-cfg, task, amp, optim, batch, seq, phases, trace = sys.argv[1:9]
+cfg, task, amp, optim, batch, seq, phases, trace, eager_case = sys.argv[1:10]
 precision = {"fp32": "fp32", "bf16": "amp-bf16", "fp16": "amp-fp16"}[amp]
 optimizer = {"sgdm": "sgd-momentum"}.get(optim, optim)
 by_phase, phase, index = {}, None, {}
@@ -46,13 +58,16 @@ for line in open(trace):
             events.append(["free", e["bytes"], index.pop(e["sid"], -1)])
 args = ["--task", task, "--batch-size", batch, "--seq-len", seq, "--precision", precision,
         "--optimizer", optimizer]
+if eager_case != "-":
+    args += ["--attn-implementation", "eager"]
 for want in phases.split(","):
     case = {"config": f"fixtures/hf/configs/{cfg}.json", "args": args, "phase": want,
             "events": by_phase[want]}
     print(json.dumps(case, separators=(",", ":")))
 PY
 done <<'CASES'
-gpt2_2l causal-lm fp32 sgd 2 256 it1.forward,it1.backward,it2.forward,it2.backward
-qwen2_small_2l seq-cls bf16 adamw 4 512 it1.forward,it2.forward
+gpt2_2l causal-lm fp32 sgd 2 256 it1.forward,it1.backward,it2.forward,it2.backward -
+gpt2_medium_2l causal-lm fp32 adamw 2 256 it1.forward gpt2_2l_b2_s256_fp32_adamw_eager
+qwen2_small_2l seq-cls bf16 adamw 4 512 it1.forward,it2.forward -
 CASES
 wc -c "$out"

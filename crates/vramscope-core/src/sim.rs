@@ -2269,7 +2269,8 @@ fn release_schedule(g: &Graph) -> ReleaseSchedule {
     for (k, s) in g.scopes.iter().enumerate() {
         for t in &s.inputs {
             let i = t.0 as usize;
-            if s.end > 0 && last[i] == Some(s.end as usize - 1) && by_hold[i].is_none() {
+            // a call of one node (a leaf module) has no frame of its own whose locals go first
+            if s.end > s.first + 1 && last[i] == Some(s.end as usize - 1) && by_hold[i].is_none() {
                 by_scope[i] = Some(k as u32);
             }
         }

@@ -706,12 +706,15 @@ fn odd_shape_cases_are_within_a_tenth_of_a_percent() {
 /// allocator's later choices. GPT-2: `arange(S) + past` is made before the sum and freed after it,
 /// a block frees `attn_output` before `feed_forward_hidden_states` when it returns, gelu_new's
 /// `MulBackward0` releases `other` before `self`, `PowBackward0`'s temporaries go last first.
+/// GPT-2 medium with eager attention: `where(mask, tensor(0.0), min)` frees its `scalar_tensor`
+/// inside the call, then the `0.0`, then the boolean mask when `mask` is rebound; the output
+/// projection's result (the dropout's argument) goes before the attention's locals.
 /// Qwen2 under AMP bf16: rotary's sum frees its left operand first, and a layer's normed input
 /// goes after the attention's locals, when the layer rebinds it.
 #[test]
 fn frees_release_the_tensors_truth_releases() {
     let all = cases("events/free_order.jsonl");
-    assert_eq!(all.len(), 6);
+    assert_eq!(all.len(), 7);
     let dir = std::env::temp_dir().join(format!("vramscope-free-order-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     for case in &all {

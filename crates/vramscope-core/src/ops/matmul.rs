@@ -33,7 +33,8 @@ impl Op for MatMul {
         Autocast::LowerPrecision
     }
 
+    // MmBackward0 / BmmBackward0 release `mat2_` (the right operand) before `self_` (Functions.h)
     fn saved_for_backward(&self, _ctx: &OpCtx) -> Vec<Saved> {
-        vec![Saved::Input(0), Saved::Input(1)]
+        vec![Saved::Input(1), Saved::Input(0)]
     }
 }

@@ -53,12 +53,13 @@ impl Op for MatMulCopy {
         Autocast::LowerPrecision
     }
 
+    // BmmBackward0 releases `mat2_` (the right operand) before `self_` (Functions.h)
     fn saved_for_backward(&self, _ctx: &OpCtx) -> Vec<Saved> {
         match (self.lhs, self.rhs) {
-            (true, true) => vec![Saved::Output(0), Saved::Output(1)],
-            (true, false) => vec![Saved::Output(0), Saved::Input(1)],
-            (false, true) => vec![Saved::Input(0), Saved::Output(0)],
-            (false, false) => vec![Saved::Input(0), Saved::Input(1)],
+            (true, true) => vec![Saved::Output(1), Saved::Output(0)],
+            (true, false) => vec![Saved::Input(1), Saved::Output(0)],
+            (false, true) => vec![Saved::Output(0), Saved::Input(0)],
+            (false, false) => vec![Saved::Input(1), Saved::Input(0)],
         }
     }
 }

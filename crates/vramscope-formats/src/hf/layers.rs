@@ -708,7 +708,6 @@ pub fn padded_attention_mask(
 ) -> TensorId {
     let bool_ = DTypeRule::Fixed(DType::Bool);
     let i64 = DTypeRule::Fixed(DType::I64);
-    let f32 = DTypeRule::Fixed(DType::F32);
     b.frame(|b| {
         let mask_bool = mask_op(b, "_to_copy", &[batch, seq], bool_, &[padding]);
         b.hold(&[mask_bool]);
@@ -724,14 +723,7 @@ pub fn padded_attention_mask(
             return padded_mask_function(b, batch, seq, pattern, mask_bool);
         };
         let mask = padded_mask_function(b, batch, seq, pattern, mask_bool);
-        let zero = mask_op(b, "zeros", &[], f32, &[]);
-        let min = mask_op(b, "scalar_tensor", &[], f32, &[]);
-        b.op(
-            Aten::new("where", vec![batch, 1, seq, seq])
-                .dtype(DTypeRule::Like(3))
-                .not_differentiable(),
-            &[mask, zero, min, x],
-        )
+        eager_where(b, vec![batch, 1, seq, seq], mask, x)
     })
 }
 
@@ -1759,15 +1751,27 @@ pub fn eager_causal_mask(
             &[q_idx, kv_idx],
         );
         b.keep_until_now(&[batch_idx, head_idx, q_idx, kv_idx]);
-        let f32 = DTypeRule::Fixed(DType::F32);
-        let zero = int(b, "zeros", vec![], f32, &[]);
-        let min = int(b, "scalar_tensor", vec![], f32, &[]);
-        // `where` in the dtype of the embeddings
-        b.op(
-            Aten::new("where", vec![bsz, 1, seq, kv_len])
-                .dtype(DTypeRule::Like(3))
-                .not_differentiable(),
-            &[allowed, zero, min, x],
-        )
+        eager_where(b, vec![bsz, 1, seq, kv_len], allowed, x)
     })
+}
+
+/// `mask = torch.where(mask, torch.tensor(0.0), min_dtype)` in the dtype of the embeddings `x`:
+/// the `0.0` is a Python argument made before the call, `min_dtype` the 0-d `scalar_tensor` the
+/// call makes and frees around its output; after the call the `0.0` goes, then the boolean mask
+/// when `mask` is rebound (truth traces).
+fn eager_where(b: &mut GraphBuilder, shape: Vec<u64>, mask: TensorId, x: TensorId) -> TensorId {
+    let f32 = DTypeRule::Fixed(DType::F32);
+    let zero = mask_op(b, "zeros", &[], f32, &[]);
+    let additive = b.op(
+        Aten::new("where", shape)
+            .dtype(DTypeRule::Like(2))
+            .scratch(vec![Scratch::Alloc {
+                bytes: DType::F32.size(),
+                what: "scalar_tensor",
+            }])
+            .not_differentiable(),
+        &[mask, zero, x],
+    );
+    b.keep_until_now(&[mask]);
+    additive
 }
