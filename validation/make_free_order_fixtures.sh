@@ -15,7 +15,11 @@
 #   result (the dropout's argument) goes before the attention's locals.
 # - Qwen2-small (2 layers, sequence classification, AMP bf16, batch 4 x 512): rotary's
 #   `(q * cos) + (rotate_half(q) * sin)` frees its left operand first; the normed input of a
-#   layer goes after the attention's locals (`query_states`), when the layer rebinds it.
+#   layer goes after the attention's locals (`query_states`), when the layer rebinds it. Its
+#   model phase: the rotary module, made after the norm, computes `inv_freq` step by step around
+#   its two buffers, and `post_init()` once more (the default rope).
+# - Llama 3.2 (2 layers, float32, batch 1 x 32), the model phase: Llama 3's rope smoothing, step
+#   by step.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-$HOME/.venvs/truth}
@@ -68,6 +72,7 @@ PY
 done <<'CASES'
 gpt2_2l causal-lm fp32 sgd 2 256 it1.forward,it1.backward,it2.forward,it2.backward -
 gpt2_medium_2l causal-lm fp32 adamw 2 256 it1.forward gpt2_2l_b2_s256_fp32_adamw_eager
-qwen2_small_2l seq-cls bf16 adamw 4 512 it1.forward,it2.forward -
+qwen2_small_2l seq-cls bf16 adamw 4 512 model,it1.forward,it2.forward -
+llama32_1b_2l causal-lm fp32 sgd 1 32 model -
 CASES
 wc -c "$out"

@@ -15,6 +15,17 @@ use crate::ir::{
 };
 use crate::ops::{Op, ShapeError};
 
+/// One step of a construction program ([`GraphBuilder::init_program`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InitStep {
+    /// A temporary of this dtype is allocated.
+    Alloc(DType),
+    /// The temporary allocated by step `i` is freed.
+    Free(usize),
+    /// The next buffer is allocated (a parameter of the graph).
+    Buffer,
+}
+
 /// What `GraphBuilder::shape` answers after a shape error: more dimensions than any op reads,
 /// none of them zero (also the number of outputs a node gets after the error).
 const PLACEHOLDER_SHAPE: [u64; 8] = [1; 8];
@@ -235,7 +246,8 @@ impl GraphBuilder {
         self.stack.last().copied().unwrap_or(ModuleId(0))
     }
 
-    fn child_path(&self, name: &str) -> String {
+    /// The full name of `name` under the current module (`model.rotary_emb.inv_freq`).
+    pub fn child_path(&self, name: &str) -> String {
         let parent = &self.graph.modules[self.current().0 as usize].path;
         if parent.is_empty() {
             name.to_string()
@@ -608,6 +620,11 @@ impl GraphBuilder {
         self.graph.nodes.len()
     }
 
+    /// How many parameters and buffers were registered since `mark`.
+    pub fn params_since(&self, mark: &ParamMark) -> usize {
+        self.graph.params.len() - mark.params as usize
+    }
+
     /// Marks where the parameters registered from now on start (see
     /// [`order_params`](Self::order_params)).
     pub fn param_mark(&self) -> ParamMark {
@@ -827,6 +844,7 @@ impl GraphBuilder {
                 // `post_init` makes at the same point
                 freed_after_allocations: head.is_some() && i < free_now,
                 module,
+                order: None,
             });
         }
     }
@@ -844,6 +862,7 @@ impl GraphBuilder {
             free_at: UNTIL_BUILT,
             freed_after_allocations: false,
             module,
+            order: None,
         });
     }
 
@@ -860,7 +879,59 @@ impl GraphBuilder {
             free_at: at,
             freed_after_allocations: false,
             module,
+            order: None,
         });
+    }
+
+    /// Tensors a module's `__init__` (and its model's `post_init()`) computes step by step around
+    /// the buffers it keeps (a rotary module's `inv_freq`): `steps` run in order from just before
+    /// the buffer `first_buffer` (a full parameter name) is allocated, each [`InitStep::Buffer`]
+    /// standing for the allocation of the next buffer in construction order; every temporary is
+    /// `shape` of its dtype. Nothing is recorded when the buffer does not exist.
+    pub fn init_program(&mut self, first_buffer: &str, shape: Shape, steps: &[InitStep]) {
+        let params = &self.graph.params;
+        let Some(first) = self
+            .param_index
+            .get(first_buffer, |i| &params[i as usize].name)
+        else {
+            return;
+        };
+        let d = &self.graph.params[first as usize];
+        let (mut at, module) = (d.init_rank, d.module);
+        let mut made: Vec<Option<usize>> = Vec::with_capacity(steps.len());
+        for (key, step) in steps.iter().enumerate() {
+            let key = key as u32;
+            match *step {
+                InitStep::Alloc(dtype) => {
+                    made.push(Some(self.graph.init_temporaries.len()));
+                    self.graph.init_temporaries.push(InitTemporary {
+                        shape: shape.clone(),
+                        dtype: Some(dtype),
+                        alloc_at: at,
+                        free_at: u32::MAX,
+                        freed_after_allocations: false,
+                        module,
+                        order: Some((key, 0)),
+                    });
+                }
+                InitStep::Free(j) => {
+                    made.push(None);
+                    if let Some(t) = made
+                        .get(j)
+                        .copied()
+                        .flatten()
+                        .and_then(|i| self.graph.init_temporaries.get_mut(i))
+                    {
+                        t.free_at = at;
+                        t.order = t.order.map(|(alloc, _)| (alloc, key));
+                    }
+                }
+                InitStep::Buffer => {
+                    made.push(None);
+                    at += 1;
+                }
+            }
+        }
     }
 
     /// Registers a module that holds parameters but is only used functionally (never "called").

@@ -162,6 +162,11 @@ pub struct InitTemporary {
     pub freed_after_allocations: bool,
     /// The module whose `__init__` made it.
     pub module: ModuleId,
+    /// Where its allocation and its free fall among the events of their positions: `Some((alloc,
+    /// free))` runs the position's ordered events by these keys, before the others (a rotary
+    /// module's `inv_freq` computed step by step around its buffers; see
+    /// `GraphBuilder::init_program`).
+    pub order: Option<(u32, u32)>,
 }
 
 /// What the model's output is trained against.

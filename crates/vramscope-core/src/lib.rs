@@ -13,6 +13,6 @@ pub mod optim;
 pub mod passes;
 pub mod sim;
 
-pub use builder::{BuildError, GraphBuilder};
+pub use builder::{BuildError, GraphBuilder, InitStep};
 pub use dtype::{DType, Precision};
 pub use ir::{Graph, Shape, TensorId};

@@ -1523,8 +1523,41 @@ impl<'g> Sim<'g> {
         let built = k as usize >= g.params.len();
         // `first`: those freed before the position's allocations (allocated earlier, and not
         // `freed_after_allocations`: `Some(true)`), the others (`Some(false)`), or all
+        // the position's ordered events first, by their keys
+        let mut ordered: Vec<(u32, usize, bool)> = Vec::new();
+        for (i, t) in g.init_temporaries.iter().enumerate() {
+            if let Some((alloc_key, free_key)) = t.order {
+                if t.alloc_at == k {
+                    ordered.push((alloc_key, i, true));
+                }
+                if t.free_at == k {
+                    ordered.push((free_key, i, false));
+                }
+            }
+        }
+        ordered.sort_unstable();
+        for (_, i, alloc) in ordered {
+            let t = &g.init_temporaries[i];
+            if alloc {
+                let meta = Meta {
+                    shape: self.shapes.add(&t.shape),
+                    dtype: t.dtype.unwrap_or(model_dtype),
+                };
+                live[i] = Some(self.new_storage(
+                    meta,
+                    Category::Temporaries,
+                    Label::new("construction temporary"),
+                    Some(t.module),
+                ));
+            } else if let Some(sid) = live[i].take() {
+                self.decref(sid);
+            }
+        }
         let free_where = |s: &mut Self, live: &mut [Option<u32>], first: Option<bool>| {
             for (t, slot) in g.init_temporaries.iter().zip(live.iter_mut()) {
+                if t.order.is_some() {
+                    continue;
+                }
                 let freed_first = t.alloc_at < k && !t.freed_after_allocations;
                 if t.free_at == k && first.is_none_or(|f| freed_first == f) {
                     if let Some(sid) = slot.take() {
@@ -1537,7 +1570,7 @@ impl<'g> Sim<'g> {
             free_where(self, live, Some(true));
         }
         for (t, slot) in g.init_temporaries.iter().zip(live.iter_mut()) {
-            if t.alloc_at == k {
+            if t.alloc_at == k && t.order.is_none() {
                 let meta = Meta {
                     shape: self.shapes.add(&t.shape),
                     dtype: t.dtype.unwrap_or(model_dtype),

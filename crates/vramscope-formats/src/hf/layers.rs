@@ -10,7 +10,7 @@ use vramscope_core::ops::{
     ScaledDotProductAttention, ScaledDotProductAttentionBias, Scratch, Slice, Softmax, ToDtype,
     ViewStridedGrad,
 };
-use vramscope_core::{DType, GraphBuilder, TensorId};
+use vramscope_core::{DType, GraphBuilder, InitStep, TensorId};
 
 use super::seq_cls::DecoderHead;
 use super::HfInput;
@@ -396,6 +396,39 @@ pub(super) fn rms_rsqrt(b: &mut GraphBuilder, xf: TensorId, hold_variance: bool)
     }
     let var = add_scalar(b, var);
     fp32_pointwise(b, "rsqrt", Saved::Output(0), var)
+}
+
+/// How a rotary module computes its `inv_freq` at construction, and `post_init()` once more
+/// (truth traces of the model phase, the same in every Llama-family, MoE and Gemma model): one
+/// token per step, `A4` / `A8` / `A1` a `[rotary_dim / 2]` temporary of float32 / int64 / bool,
+/// `F{i}` the free of step `i`'s temporary, `B` the next buffer (`inv_freq`, then
+/// `original_inv_freq`, its clone). The default rope: `1 / base ** (arange(0, D, 2) / D)`.
+pub const ROPE_INIT_DEFAULT: &str =
+    "A4 A4 F0 A4 F1 A4 B F5 F3 B A4 A4 F10 A4 F11 A4 A4 F15 F13 F16";
+
+/// [`ROPE_INIT_DEFAULT`] for `rope_type: "llama3"` (Llama 3.1 / 3.2): the default frequencies from
+/// an int64 `arange`, then the wavelength-dependent smoothing, step by step.
+pub const ROPE_INIT_LLAMA3: &str = "A8 A4 F0 A4 F1 A4 F3 A4 A4 F7 F5 A4 A4 F11 A1 A4 A4 F14 F15 \
+    A4 A4 F19 A4 F20 A4 F22 A4 A4 F26 A4 F27 A4 A4 F29 F31 A1 A1 F35 A1 A1 F38 A1 F36 F39 B F16 \
+    F8 F12 F24 F32 F41 B A8 A4 F52 A4 F53 A4 F55 A4 A4 F59 F57 A4 A4 F63 A1 A4 A4 F66 F67 A4 A4 \
+    F71 A4 F72 A4 F74 A4 A4 F78 A4 F79 A4 A4 F81 F83 A1 A1 F87 A1 A1 F90 A1 F88 F91 A4 F68 F60 \
+    F64 F76 F84 F93 F96";
+
+/// Records a rotary module's construction program ([`ROPE_INIT_DEFAULT`]'s notation) around its
+/// buffers, the first of which is `first_buffer` (a full name).
+pub fn rope_init(b: &mut GraphBuilder, first_buffer: &str, half_dim: u64, program: &str) {
+    let steps: Vec<InitStep> = program
+        .split_whitespace()
+        .filter_map(|token| match token.split_at(1) {
+            ("A", "4") => Some(InitStep::Alloc(DType::F32)),
+            ("A", "8") => Some(InitStep::Alloc(DType::I64)),
+            ("A", "1") => Some(InitStep::Alloc(DType::Bool)),
+            ("B", "") => Some(InitStep::Buffer),
+            ("F", i) => i.parse().ok().map(InitStep::Free),
+            _ => None,
+        })
+        .collect();
+    b.init_program(first_buffer, vec![half_dim], &steps);
 }
 
 /// Rotary embedding (`model.rotary_emb`): `cos` and `sin` `[1, S, D]` (`[B, S, D]` for the

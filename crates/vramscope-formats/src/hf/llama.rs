@@ -31,9 +31,9 @@ use super::generate::CausalLm;
 use super::layers::{
     add, apply_rotary, apply_rotary_sliced, attention_output, cached_attention, dropout,
     eager_causal_mask, embedding, linear, model_mask, mul, packed_sequence_check,
-    padded_attention_mask, padding_input, position_ids, rms_norm, rotary, rotated_heads_view, sdpa,
-    sdpa_masked, v_grad_heads_first, view, view_grads_copied, Call, Eager, EagerFlavor, KvCache,
-    MaskPattern, PaddedPattern,
+    padded_attention_mask, padding_input, position_ids, rms_norm, rope_init, rotary,
+    rotated_heads_view, sdpa, sdpa_masked, v_grad_heads_first, view, view_grads_copied, Call,
+    Eager, EagerFlavor, KvCache, MaskPattern, PaddedPattern, ROPE_INIT_DEFAULT, ROPE_INIT_LLAMA3,
 };
 use super::seq_cls::{base_model, decoder_head, decoder_outputs, qa_inputs, DecoderHead};
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
@@ -88,6 +88,9 @@ pub(super) struct Spec {
     pub(super) head_dim: u64,
     /// Channels of each head that rotary embeddings turn (Phi-3's `partial_rotary_factor`).
     rotary_dim: u64,
+    /// How the rotary module computes `inv_freq` at construction, where traced
+    /// (`layers::ROPE_INIT_DEFAULT`'s notation).
+    rope_init: Option<&'static str>,
     pub(super) intermediate: u64,
     pub(super) attn_dropout: f64,
     /// Phi-3's `resid_pdrop` (its `resid_attn_dropout` / `resid_mlp_dropout` modules).
@@ -260,6 +263,7 @@ pub(super) fn spec(cfg: &HfConfig, model_type: &str) -> Result<Spec, HfError> {
         kv_heads,
         head_dim,
         rotary_dim,
+        rope_init: rope_init_program(cfg)?,
         intermediate: cfg.u64(&["intermediate_size"])?,
         attn_dropout: cfg.prob_or("attention_dropout", 0.0)?,
         resid_dropout: match variant {
@@ -431,7 +435,7 @@ pub(super) fn causal_lm(
         Some(layer_kind),
     );
     let per_token = head.per_token();
-    if head == DecoderHead::Bare || per_token {
+    if (head == DecoderHead::Bare || per_token) && s.rope_init.is_none() {
         // `post_init()` at the end of `{p}Model.__init__` recomputes the rotary `inv_freq` into
         // its buffer: float32 `[rotary_dim / 2]` temporaries, three alive at once for the
         // default rope, eight for Llama 3's (truth traces; the other rope types are taken as the
@@ -460,6 +464,22 @@ pub(super) fn causal_lm(
     };
     let layers = (0..s.layers).map(|i| format!("{root}layers.{i}")).collect();
     Ok((graph, layers))
+}
+
+/// The construction program of the config's rope type, where traced: the default rope (no
+/// `rope_type`, or `"default"`) and Llama 3's.
+fn rope_init_program(cfg: &HfConfig) -> Result<Option<&'static str>, HfError> {
+    let mut rope_type = None;
+    for holder in ["rope_parameters", "rope_scaling"] {
+        for key in ["rope_type", "type"] {
+            rope_type = rope_type.or(cfg.nested_str(holder, key)?);
+        }
+    }
+    Ok(match rope_type {
+        None | Some("default") => Some(ROPE_INIT_DEFAULT),
+        Some("llama3") => Some(ROPE_INIT_LLAMA3),
+        Some(_) => None,
+    })
 }
 
 /// How many `[rotary_dim / 2]` float32 temporaries are alive at once while `post_init()`
@@ -492,6 +512,7 @@ pub(super) fn forward(
     let bare = call.head == DecoderHead::Bare;
     let base = call.head.base();
     let model = |b: &mut GraphBuilder| {
+        let mark = b.param_mark();
         let (x, emb) = embedding(b, "embed_tokens", s.vocab, s.hidden, ids);
         let pos = match call.position_ids {
             // `generate` passes them (its model inputs keep them)
@@ -557,10 +578,16 @@ pub(super) fn forward(
                 };
             }
         });
-        (
-            rms_norm(b, "norm", &format!("{p}RMSNorm"), s.hidden, dtype, x),
-            emb,
-        )
+        let out = rms_norm(b, "norm", &format!("{p}RMSNorm"), s.hidden, dtype, x);
+        // `__init__` makes the rotary module after the norm, computing its `inv_freq` step by
+        // step, and `post_init()` computes it once more (the first call only: a generation's
+        // later steps register nothing)
+        if let (Some(program), true) = (s.rope_init, b.params_since(&mark) > 0) {
+            b.order_params(mark, &["embed_tokens", "layers", "norm", "rotary_emb"]);
+            let first = b.child_path("rotary_emb.inv_freq");
+            rope_init(b, &first, s.rotary_dim / 2, program);
+        }
+        (out, emb)
     };
     let out = base_model(b, bare, (base, &format!("{p}Model")), ids, model);
     vec![decoder_head(b, call, (s.hidden, s.vocab, s.tied), ids, out)]
