@@ -19,7 +19,7 @@
 #   model phase: the rotary module, made after the norm, computes `inv_freq` step by step around
 #   its two buffers, and `post_init()` once more (the default rope).
 # - Llama 3.2 (2 layers, float32, batch 1 x 32), the model phase: Llama 3's rope smoothing, step
-#   by step.
+#   by step; Gemma-3-1B (2 layers, the same), its rotary module's two frequency sets.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-$HOME/.venvs/truth}
@@ -74,5 +74,6 @@ gpt2_2l causal-lm fp32 sgd 2 256 it1.forward,it1.backward,it2.forward,it2.backwa
 gpt2_medium_2l causal-lm fp32 adamw 2 256 it1.forward gpt2_2l_b2_s256_fp32_adamw_eager
 qwen2_small_2l seq-cls bf16 adamw 4 512 model,it1.forward,it2.forward -
 llama32_1b_2l causal-lm fp32 sgd 1 32 model -
+gemma3_1b_2l causal-lm fp32 sgd 1 32 model -
 CASES
 wc -c "$out"

@@ -720,13 +720,14 @@ fn odd_shape_cases_are_within_a_tenth_of_a_percent() {
 /// inside the call, then the `0.0`, then the boolean mask when `mask` is rebound; the output
 /// projection's result (the dropout's argument) goes before the attention's locals.
 /// Qwen2 under AMP bf16: rotary's sum frees its left operand first, and a layer's normed input
-/// goes after the attention's locals, when the layer rebinds it. The model phases of Qwen2 and
-/// Llama 3.2: the rotary module, made after the norm, computes `inv_freq` step by step around
-/// its buffers (the default rope, Llama 3's), and `post_init()` computes it once more.
+/// goes after the attention's locals, when the layer rebinds it. The model phases of Qwen2,
+/// Llama 3.2 and Gemma-3-1B: the rotary module, made after the norm, computes `inv_freq` step by
+/// step around its buffers (the default rope, Llama 3's, Gemma3's two frequency sets), and
+/// `post_init()` computes it once more.
 #[test]
 fn frees_release_the_tensors_truth_releases() {
     let all = cases("events/free_order.jsonl");
-    assert_eq!(all.len(), 9);
+    assert_eq!(all.len(), 10);
     let dir = std::env::temp_dir().join(format!("vramscope-free-order-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     for case in &all {

@@ -51,8 +51,9 @@ use super::generate::CausalLm;
 use super::layers::{
     activation_fn, add, apply_rotary, attention_output, cached_attention, eager_attention,
     embedding_lookup, gemma_rms_norm, linear, model_mask, mul, mul_scalar, padding_input,
-    position_ids, rotary, rotary_with_buffers, rotated_heads_view, sdpa, sdpa_masked, tied_head,
-    v_grad_heads_first, view, view_grads_copied, Call, Eager, EagerFlavor, KvCache, MaskPattern,
+    position_ids, rope_init, rotary, rotary_with_buffers, rotated_heads_view, sdpa, sdpa_masked,
+    tied_head, v_grad_heads_first, view, view_grads_copied, Call, Eager, EagerFlavor, KvCache,
+    MaskPattern, ROPE_INIT_DEFAULT, ROPE_INIT_GEMMA3_TWO_SETS,
 };
 use super::seq_cls::{decoder_outputs, sequence_classification, DecoderHead};
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
@@ -102,6 +103,9 @@ enum LayerType {
 /// The config values transformers uses (its config classes' defaults where a key is missing).
 struct Spec {
     flavor: Flavor,
+    /// How the rotary module computes its frequencies at construction, where traced
+    /// (`layers::ROPE_INIT_DEFAULT`'s notation).
+    rope_init: Option<&'static str>,
     vocab: u64,
     hidden: u64,
     heads: u64,
@@ -228,8 +232,22 @@ fn spec(cfg: &HfConfig, flavor: Flavor) -> Result<Spec, HfError> {
         // Gemma3Attention does not pass soft-capping to the attention function
         Flavor::Gemma3 => (None, cfg.nullable_f64("final_logit_softcapping", None)?),
     };
+    // traced: one frequency set of the default rope (Gemma, Gemma2, Gemma3's sliding layers),
+    // and Gemma3's two sets without rope scaling
+    let unscaled = |key: &str| cfg.value(key).is_none_or(serde_json::Value::is_null);
+    let types = |t: LayerType| layer_types.contains(&t);
+    let rope_init = match flavor {
+        _ if !unscaled("rope_parameters") => None,
+        Flavor::Gemma3 if types(LayerType::Full) && types(LayerType::Sliding) => {
+            unscaled("rope_scaling").then_some(ROPE_INIT_GEMMA3_TWO_SETS)
+        }
+        // Gemma3's scaling applies to its full-attention frequencies only
+        Flavor::Gemma3 if !types(LayerType::Full) => Some(ROPE_INIT_DEFAULT),
+        _ => unscaled("rope_scaling").then_some(ROPE_INIT_DEFAULT),
+    };
     Ok(Spec {
         flavor,
+        rope_init,
         vocab: cfg.u64(&["vocab_size"])?,
         hidden,
         heads,
@@ -526,7 +544,7 @@ pub fn build(
     call.padding_mask = padding;
     let out = m.forward(&mut b, ids, &mut call);
     drop(call);
-    if bare || token_cls {
+    if (bare || token_cls) && s.rope_init.is_none() {
         // `post_init()` recomputes the rotary `inv_freq` buffers: float32 `[head_dim / 2]`
         // temporaries, three alive at once for one frequency set; Gemma3 computes one per layer
         // type and keeps each until the next is made (truth traces). The token classifier makes
@@ -729,6 +747,18 @@ fn model(b: &mut GraphBuilder, c: &Ctx, ids: TensorId, call: &mut Call) -> (Tens
     );
     if call.first {
         declare_in_init_order(b, s);
+        // the rotary module computes its buffers step by step, and `post_init()` once more
+        if let Some(program) = s.rope_init {
+            let first = if s.flavor != Flavor::Gemma3 {
+                "inv_freq"
+            } else if s.layer_types.contains(&LayerType::Full) {
+                "full_attention_inv_freq"
+            } else {
+                "sliding_attention_inv_freq"
+            };
+            let first = b.child_path(&format!("rotary_emb.{first}"));
+            rope_init(b, &first, s.head_dim / 2, program);
+        }
     }
     // Gemma3ForConditionalGeneration's model makes the masks (create_masks_for_generate, without
     // position ids, so without the packed-sequence check) before its language model runs, which

@@ -414,6 +414,11 @@ pub const ROPE_INIT_LLAMA3: &str = "A8 A4 F0 A4 F1 A4 F3 A4 A4 F7 F5 A4 A4 F11 A
     F71 A4 F72 A4 F74 A4 A4 F78 A4 F79 A4 A4 F81 F83 A1 A1 F87 A1 A1 F90 A1 F88 F91 A4 F68 F60 \
     F64 F76 F84 F93 F96";
 
+/// [`ROPE_INIT_DEFAULT`] for Gemma3's two frequency sets (full and sliding attention, no rope
+/// scaling): both computed, then `post_init()` computes both again.
+pub const ROPE_INIT_GEMMA3_TWO_SETS: &str = "A4 A4 F0 A4 F1 A4 B F5 F3 B A4 A4 F10 A4 F11 A4 B \
+    F15 F13 B A4 A4 F20 A4 F21 A4 A4 F25 F23 A4 A4 F29 A4 F30 A4 A4 F34 F32 F26 F35";
+
 /// Records a rotary module's construction program ([`ROPE_INIT_DEFAULT`]'s notation) around its
 /// buffers, the first of which is `first_buffer` (a full name).
 pub fn rope_init(b: &mut GraphBuilder, first_buffer: &str, half_dim: u64, program: &str) {
