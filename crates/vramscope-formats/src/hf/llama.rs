@@ -519,8 +519,13 @@ pub(super) fn forward(
             Some(pos) => pos,
             None => position_ids(b, seq),
         };
-        // inputs_embeds and position_ids are locals of the model's forward until it returns
-        b.hold(&[x, pos]);
+        // inputs_embeds and position_ids are locals of the model's forward until it returns;
+        // Qwen2's and Qwen3's forward also put them in a `mask_kwargs` dict, a local bound after
+        // the masks' `causal_mask_mapping`, so they go after the masks (truth traces)
+        let embeds_after_masks = matches!(s.variant, Variant::Qwen2 | Variant::Qwen3);
+        if !embeds_after_masks {
+            b.hold(&[x, pos]);
+        }
         // the mask code checks for packed sequences only without a cache; the masks it makes
         // are locals of the forward. Over a cache SDPA needs none, except a sliding-window mask
         // whose window the cache has reached (Qwen2-MoE's window-0 mask, which no layer uses)
@@ -545,6 +550,9 @@ pub(super) fn forward(
             // `causal_mask` is a local of the forward until it returns
             b.hold(&[mask]);
             call.eager_mask = Some(mask);
+        }
+        if embeds_after_masks {
+            b.hold(&[x, pos]);
         }
         let (cos, sin) = rotary(b, s.rotary_dim, x, pos);
         // so are `position_embeddings`
