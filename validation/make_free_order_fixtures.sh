@@ -21,8 +21,10 @@
 # - Llama 3.2 (2 layers, float32, batch 1 x 32), the model phase: Llama 3's rope smoothing, step
 #   by step; Gemma-3-1B (2 layers, the same), its rotary module's two frequency sets.
 # - Qwen2-small with eager attention (cases_eager.jsonl's qwen2_2l_b2_s256_fp32_adamw_eager,
-#   forward): the model's forward frees its mask before `position_ids`, which its `mask_kwargs`
-#   dict (a local bound after `causal_mask_mapping`) keeps.
+#   forward and backward): the model's forward frees its mask before `position_ids`, which its
+#   `mask_kwargs` dict (a local bound after `causal_mask_mapping`) keeps; in backward, with fewer
+#   KV heads than heads, q's, k's and v's gradients come back heads-first and their projection's
+#   `ViewBackward0` copies them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-$HOME/.venvs/truth}
@@ -78,6 +80,6 @@ gpt2_medium_2l causal-lm fp32 adamw 2 256 it1.forward gpt2_2l_b2_s256_fp32_adamw
 qwen2_small_2l seq-cls bf16 adamw 4 512 model,it1.forward,it2.forward -
 llama32_1b_2l causal-lm fp32 sgd 1 32 model -
 gemma3_1b_2l causal-lm fp32 sgd 1 32 model -
-qwen2_small_2l causal-lm fp32 adamw 2 256 it1.forward qwen2_2l_b2_s256_fp32_adamw_eager
+qwen2_small_2l causal-lm fp32 adamw 2 256 it1.forward,it1.backward qwen2_2l_b2_s256_fp32_adamw_eager
 CASES
 wc -c "$out"

@@ -315,10 +315,12 @@ pub fn rms_norm(
     b.module(name, type_name, &[x], |b| {
         let w = b.parameter("weight", vec![hidden]);
         let xf = cast(b, x, dtype, DType::F32);
-        // `variance` is a local of the forward: it lives until the module returns
-        let h = rms_normalize(b, xf, true);
-        // the float32 product is the `hidden_states` local until the module returns
-        b.hold(&[h]);
+        let var = rms_variance(b, xf);
+        let r = rsqrt_plus_eps(b, var);
+        let h = times_rsqrt(b, xf, r);
+        // the float32 product (`hidden_states`) and `variance` are locals of the forward until
+        // the module returns, freed in that order (CPython clears the argument first)
+        b.hold(&[h, var]);
         let h = cast(b, h, DType::F32, dtype);
         // weight * h: h's gradient is allocated before the weight's full-size product, which
         // goes first (truth traces)
@@ -370,9 +372,13 @@ pub fn gemma_rms_norm(
 /// the mean alive until the current module returns (a Python local) instead of freeing it once
 /// `+ eps` has used it (a temporary of the expression).
 fn rms_normalize(b: &mut GraphBuilder, xf: TensorId, hold_variance: bool) -> TensorId {
-    let s = b.shape(xf).to_vec();
     let r = rms_rsqrt(b, xf, hold_variance);
-    // x * rsqrt: the rsqrt gradient is a full-size product summed down
+    times_rsqrt(b, xf, r)
+}
+
+/// `x * rsqrt` on a float32 `x`: the rsqrt gradient is a full-size product summed down.
+fn times_rsqrt(b: &mut GraphBuilder, xf: TensorId, r: TensorId) -> TensorId {
+    let s = b.shape(xf).to_vec();
     b.op(
         Aten::new("mul", s.clone())
             .saves(vec![Saved::Input(1), Saved::Input(0)])
@@ -385,15 +391,25 @@ fn rms_normalize(b: &mut GraphBuilder, xf: TensorId, hold_variance: bool) -> Ten
 /// `rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)` on a float32 `x` (a `[..., 1]` tensor): the
 /// part RMSNorm and T5LayerNorm share; `hold_variance` as in [`rms_normalize`].
 pub(super) fn rms_rsqrt(b: &mut GraphBuilder, xf: TensorId, hold_variance: bool) -> TensorId {
+    let var = rms_variance(b, xf);
+    if hold_variance {
+        b.hold(&[var]);
+    }
+    rsqrt_plus_eps(b, var)
+}
+
+/// `x.pow(2).mean(-1, keepdim=True)` on a float32 `x`.
+fn rms_variance(b: &mut GraphBuilder, xf: TensorId) -> TensorId {
     let mut s1 = b.shape(xf).to_vec();
     if let Some(l) = s1.last_mut() {
         *l = 1;
     }
     let p = pow_fp32(b, xf);
-    let var = b.op(Aten::new("mean", s1), &[p]);
-    if hold_variance {
-        b.hold(&[var]);
-    }
+    b.op(Aten::new("mean", s1), &[p])
+}
+
+/// `rsqrt(variance + eps)`.
+fn rsqrt_plus_eps(b: &mut GraphBuilder, var: TensorId) -> TensorId {
     let var = add_scalar(b, var);
     fp32_pointwise(b, "rsqrt", Saved::Output(0), var)
 }
@@ -812,13 +828,7 @@ fn padded_mask_function(
                 (plane, sliding_window_causal(b, seq, seq, q_idx, kv_idx))
             }
         };
-        let with_pattern = mask_op(
-            b,
-            "bitwise_and",
-            &pattern_shape,
-            bool_,
-            &[ones, pattern_mask],
-        );
+        let with_pattern = combine_masks(b, "bitwise_and", &pattern_shape, ones, pattern_mask);
         let padded = mask_op(
             b,
             "index",
@@ -826,12 +836,12 @@ fn padded_mask_function(
             bool_,
             &[mask_bool, idx[0], kv_idx],
         );
-        mask_op(
+        combine_masks(
             b,
             "bitwise_and",
             &[batch, 1, seq, seq],
-            bool_,
-            &[with_pattern, padded],
+            with_pattern,
+            padded,
         )
     })
 }
@@ -856,9 +866,30 @@ fn sliding_window_causal(
         &[q_idx],
     );
     let gt = mask_op(b, "gt", &square, bool_, &[kv_idx, shifted]);
-    let inside = mask_op(b, "bitwise_and", &square, bool_, &[ones, gt]);
+    let inside = combine_masks(b, "bitwise_and", &square, ones, gt);
     let le = mask_op(b, "le", &square, bool_, &[kv_idx, q_idx]);
-    mask_op(b, "bitwise_and", &square, bool_, &[inside, le])
+    combine_masks(b, "bitwise_and", &square, inside, le)
+}
+
+/// One step of `and_masks` / `or_masks`: `result = result & mask(...)` (or `|`). The mask the
+/// step computed is a temporary of the expression, freed when the operator returns; `result`, a
+/// local, goes only when it is rebound (truth traces).
+fn combine_masks(
+    b: &mut GraphBuilder,
+    name: &'static str,
+    shape: &[u64],
+    result: TensorId,
+    mask: TensorId,
+) -> TensorId {
+    let out = mask_op(
+        b,
+        name,
+        shape,
+        DTypeRule::Fixed(DType::Bool),
+        &[result, mask],
+    );
+    b.keep_until_now(&[result]);
+    out
 }
 
 /// A mask-code op: no gradient, `dtype` output of `shape`.
@@ -938,9 +969,9 @@ pub fn attention_mask_checked(
                 // | the scalar copied to the device
                 let zeros = mask_op(b, "new_zeros", &[seq], bool_, &[]);
                 let le = mask_op(b, "le", &plane, bool_, &[kv_idx, q_idx]);
-                let causal = mask_op(b, "bitwise_or", &plane, bool_, &[zeros, le]);
+                let causal = combine_masks(b, "bitwise_or", &plane, zeros, le);
                 let all = mask_op(b, "_to_copy", &[], bool_, &[]);
-                mask_op(b, "bitwise_or", &plane, bool_, &[causal, all])
+                combine_masks(b, "bitwise_or", &plane, causal, all)
             }
             MaskPattern::BidirectionalSlidingWindow(_) => {
                 // or_masks(and_masks(sliding_window_overlay, causal), abs(q - kv) < w)
@@ -948,14 +979,14 @@ pub fn attention_mask_checked(
                 let ones = mask_op(b, "new_ones", &[seq], bool_, &[]);
                 let shifted = mask_op(b, "sub", &[seq], i64, &[q_idx]);
                 let gt = mask_op(b, "gt", &plane, bool_, &[kv_idx, shifted]);
-                let inside = mask_op(b, "bitwise_and", &plane, bool_, &[ones, gt]);
+                let inside = combine_masks(b, "bitwise_and", &plane, ones, gt);
                 let le = mask_op(b, "le", &plane, bool_, &[kv_idx, q_idx]);
-                let window = mask_op(b, "bitwise_and", &plane, bool_, &[inside, le]);
-                let causal = mask_op(b, "bitwise_or", &plane, bool_, &[zeros, window]);
+                let window = combine_masks(b, "bitwise_and", &plane, inside, le);
+                let causal = combine_masks(b, "bitwise_or", &plane, zeros, window);
                 let diff = mask_op(b, "sub", &plane, i64, &[q_idx, kv_idx]);
                 let distance = mask_op(b, "abs", &plane, i64, &[diff]);
                 let near = mask_op(b, "lt", &plane, bool_, &[distance]);
-                mask_op(b, "bitwise_or", &plane, bool_, &[causal, near])
+                combine_masks(b, "bitwise_or", &plane, causal, near)
             }
             MaskPattern::SlidingWindow(_) => sliding_window_causal(b, seq, kv, q_idx, kv_idx),
         }

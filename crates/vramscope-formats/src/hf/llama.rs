@@ -750,7 +750,7 @@ pub(super) fn attention(
                     heads_first: bool,
                     qk_norm: Option<&str>| {
             let t = linear(b, name, s.hidden, heads * d, s.qkv_bias, x);
-            let t = rotated_heads_view(b, t, vec![bsz, seq, heads, d], heads_first && copied_grads);
+            let t = rotated_heads_view(b, t, vec![bsz, seq, heads, d], heads_first);
             let t = match qk_norm {
                 Some(n) => rms_norm(b, n, &norm, d, proj_dtype, t),
                 None => t,
@@ -784,16 +784,21 @@ pub(super) fn attention(
                 heads_of(b, kvd, s.kv_heads),
             )
         } else {
+            // eager training with fewer KV heads than heads: q's, k's and v's gradients all come
+            // back heads-first, and their projections' `ViewBackward0` copies them (truth traces
+            // of Qwen2-small's step, and of Qwen3's with checkpointing and a padded batch)
+            let eager_training = call.eager_mask.is_some() && call.cache.is_none();
+            let gqa = s.heads > s.kv_heads;
+            let (q_copied, k_copied, v_copied) = if eager_training {
+                (gqa, gqa, gqa)
+            } else {
+                let v = v_grad_heads_first(mask.is_some(), s.heads, s.kv_heads);
+                (copied_grads, copied_grads, copied_grads && v)
+            };
             (
-                proj(b, "q_proj", s.heads, true, qn),
-                proj(b, "k_proj", s.kv_heads, true, kn),
-                proj(
-                    b,
-                    "v_proj",
-                    s.kv_heads,
-                    v_grad_heads_first(mask.is_some(), s.heads, s.kv_heads),
-                    None,
-                ),
+                proj(b, "q_proj", s.heads, q_copied, qn),
+                proj(b, "k_proj", s.kv_heads, k_copied, kn),
+                proj(b, "v_proj", s.kv_heads, v_copied, None),
             )
         };
         // apply_rotary_pos_emb(q, k, ...): the raw q and k stay referenced until both are rotated
