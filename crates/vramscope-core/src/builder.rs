@@ -620,6 +620,38 @@ impl GraphBuilder {
         self.graph.nodes.len()
     }
 
+    /// Moves the construction of child module `child`'s parameters and buffers (of the current
+    /// module, registered since `mark`) after every other one registered since `mark`, keeping
+    /// their order and every parameter's place in `parameters()`: a module a forward calls first
+    /// but `__init__` makes last (a decoder's rotary module, after the final norm). Construction
+    /// temporaries stay right after the parameter they followed.
+    pub fn construct_last(&mut self, mark: ParamMark, child: &str) {
+        let start = mark.params as usize;
+        let prefix = format!("{}.", self.child_path(child));
+        let params = &mut self.graph.params[start..];
+        let mut by_rank: Vec<usize> = (0..params.len()).collect();
+        by_rank.sort_by_key(|&i| params[i].init_rank);
+        let ranks: Vec<u32> = by_rank.iter().map(|&i| params[i].init_rank).collect();
+        let (moved, kept): (Vec<usize>, Vec<usize>) = by_rank
+            .iter()
+            .partition(|&&i| params[i].name.starts_with(&prefix));
+        if moved.is_empty() {
+            return;
+        }
+        let mut new_rank = std::collections::HashMap::with_capacity(ranks.len());
+        for (&i, &r) in kept.iter().chain(&moved).zip(&ranks) {
+            new_rank.insert(params[i].init_rank, r);
+            params[i].init_rank = r;
+        }
+        for t in &mut self.graph.init_temporaries {
+            for at in [&mut t.alloc_at, &mut t.free_at] {
+                if let Some(&r) = at.checked_sub(1).and_then(|k| new_rank.get(&k)) {
+                    *at = r + 1;
+                }
+            }
+        }
+    }
+
     /// How many parameters and buffers were registered since `mark`.
     pub fn params_since(&self, mark: &ParamMark) -> usize {
         self.graph.params.len() - mark.params as usize

@@ -255,7 +255,8 @@ pub fn rotated_heads_view(
 /// `.view` heads-first, so that `ViewBackward0` copies them ([`rotated_heads_view`]): those of a
 /// training forward's SDPA (masked or not, whatever the backend), and, when the forward fills a
 /// cache while training (the per-token heads' base model), those of eager attention instead
-/// (truth traces of Qwen2, SmolLM2, Llama-3.2, Gemma and Gemma2).
+/// (truth traces of Qwen2, SmolLM2, Llama-3.2, Gemma and Gemma2). The Llama family's eager
+/// training with fewer KV heads than heads copies all three (`llama::attention`).
 pub fn view_grads_copied(cache: bool, eager: bool) -> bool {
     cache == eager
 }

@@ -591,7 +591,7 @@ pub(super) fn forward(
         // step, and `post_init()` computes it once more (the first call only: a generation's
         // later steps register nothing)
         if let (Some(program), true) = (s.rope_init, b.params_since(&mark) > 0) {
-            b.order_params(mark, &["embed_tokens", "layers", "norm", "rotary_emb"]);
+            b.construct_last(mark, "rotary_emb");
             let first = b.child_path("rotary_emb.inv_freq");
             rope_init(b, &first, s.rotary_dim / 2, program);
         }
