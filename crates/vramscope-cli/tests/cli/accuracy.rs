@@ -709,6 +709,30 @@ fn odd_shape_cases_are_within_a_tenth_of_a_percent() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// Runs an event fixture's `estimate` (its `config` and `args`) with `--trace` into `dir`:
+/// the config's path and the trace's.
+fn trace_event_case(case: &Value, dir: &std::path::Path) -> (String, std::path::PathBuf) {
+    let config = format!(
+        "{}/../../{}",
+        env!("CARGO_MANIFEST_DIR"),
+        case["config"].as_str().unwrap()
+    );
+    let trace = dir.join("trace.jsonl");
+    let mut args = vec!["estimate".to_string(), config.clone()];
+    args.extend(
+        case["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap().to_string()),
+    );
+    args.extend(["--trace".into(), trace.to_string_lossy().to_string()]);
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = crate::vramscope(&argv);
+    assert!(out.status.success(), "{config}: {:?}", out);
+    (config, trace)
+}
+
 /// Which tensor each free releases (`fixtures/truth/events/free_order.jsonl`, measured with
 /// `validation/make_free_order_fixtures.sh`): every allocation and free of a phase in order, each
 /// free naming the allocation it releases (its index among the phase's events, -1 for an earlier
@@ -733,24 +757,7 @@ fn frees_release_the_tensors_truth_releases() {
     let dir = std::env::temp_dir().join(format!("vramscope-free-order-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     for case in &all {
-        let config = format!(
-            "{}/../../{}",
-            env!("CARGO_MANIFEST_DIR"),
-            case["config"].as_str().unwrap()
-        );
-        let trace = dir.join("trace.jsonl");
-        let mut args = vec!["estimate".to_string(), config.clone()];
-        args.extend(
-            case["args"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|a| a.as_str().unwrap().to_string()),
-        );
-        args.extend(["--trace".into(), trace.to_string_lossy().to_string()]);
-        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
-        let out = crate::vramscope(&argv);
-        assert!(out.status.success(), "{config}: {:?}", out);
+        let (config, trace) = trace_event_case(case, &dir);
         let phase = case["phase"].as_str().unwrap();
         let mut current = String::new();
         // (kind, bytes, index of the freed allocation among the phase's events or -1)
@@ -824,24 +831,7 @@ fn llama_training_matches_truth_event_by_event() {
     let dir = std::env::temp_dir().join(format!("vramscope-backward-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     for case in &all {
-        let config = format!(
-            "{}/../../{}",
-            env!("CARGO_MANIFEST_DIR"),
-            case["config"].as_str().unwrap()
-        );
-        let trace = dir.join("trace.jsonl");
-        let mut args = vec!["estimate".to_string(), config.clone()];
-        args.extend(
-            case["args"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|a| a.as_str().unwrap().to_string()),
-        );
-        args.extend(["--trace".into(), trace.to_string_lossy().to_string()]);
-        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
-        let out = crate::vramscope(&argv);
-        assert!(out.status.success(), "{config}: {:?}", out);
+        let (config, trace) = trace_event_case(case, &dir);
         let phase = case["phase"].as_str().unwrap();
         let mut current = String::new();
         let mut ours: Vec<(String, u64)> = Vec::new();
