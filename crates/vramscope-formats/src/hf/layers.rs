@@ -346,7 +346,7 @@ pub fn gemma_rms_norm(
         let s = b.shape(x).to_vec();
         let xf = cast(b, x, dtype, DType::F32);
         // the mean is a temporary of one expression here, freed by the `+ eps`
-        let h = rms_normalize(b, xf, false);
+        let h = rms_normalize(b, xf);
         // 1.0 + weight.float(): a [dim] float32 tensor
         let wf = cast(b, w, weight_dtype, DType::F32);
         let w1 = add_scalar(b, wf);
@@ -369,11 +369,10 @@ pub fn gemma_rms_norm(
     })
 }
 
-/// `x * rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)` on a float32 `x`; `hold_variance` keeps
-/// the mean alive until the current module returns (a Python local) instead of freeing it once
-/// `+ eps` has used it (a temporary of the expression).
-fn rms_normalize(b: &mut GraphBuilder, xf: TensorId, hold_variance: bool) -> TensorId {
-    let r = rms_rsqrt(b, xf, hold_variance);
+/// `x * rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)` on a float32 `x`, the mean a temporary of
+/// the expression (freed once `+ eps` has used it).
+fn rms_normalize(b: &mut GraphBuilder, xf: TensorId) -> TensorId {
+    let r = rms_rsqrt(b, xf, false);
     times_rsqrt(b, xf, r)
 }
 
