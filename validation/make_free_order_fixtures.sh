@@ -24,7 +24,8 @@
 #   forward and backward): the model's forward frees its mask before `position_ids`, which its
 #   `mask_kwargs` dict (a local bound after `causal_mask_mapping`) keeps; in backward, with fewer
 #   KV heads than heads, q's, k's and v's gradients come back heads-first and their projection's
-#   `ViewBackward0` copies them.
+#   `ViewBackward0` copies them. Gemma-2B (2 layers, one KV head, AMP bf16, 2 x 640, eager
+#   attention; cases_eager_gemma.jsonl's), its backward: the same copies.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-$HOME/.venvs/truth}
@@ -32,7 +33,8 @@ mkdir -p .truth/raw
 out=fixtures/truth/events/free_order.jsonl
 : > "$out"
 # config, task, amp (fp32 / bf16), optimizer, batch, sequence length, phases (comma-separated), and
-# a case of validation/cases_eager.jsonl to measure instead of the hf: config (then vramscope runs
+# an eager-attention case to measure instead of the hf: config, as LIST:NAME for the case NAME of
+# validation/cases_LIST.jsonl (then vramscope runs
 # with --attn-implementation eager), or -
 while read -r cfg task amp optim batch seq phases eager_case; do
   if [ "$eager_case" = - ]; then
@@ -40,8 +42,9 @@ while read -r cfg task amp optim batch seq phases eager_case; do
     measure=(--model "hf:fixtures/hf/configs/$cfg.json" --task "$task" --batch "$batch" --seq "$seq"
              --amp "$amp" --optim "$optim")
   else
-    trace=".truth/raw/$eager_case.free_order.trace"
-    measure=(--spec validation/cases_eager.jsonl --name "$eager_case" --base-dir validation)
+    trace=".truth/raw/${eager_case#*:}.free_order.trace"
+    measure=(--spec "validation/cases_${eager_case%%:*}.jsonl" --name "${eager_case#*:}"
+             --base-dir validation)
   fi
   if [ ! -s "$trace" ]; then
     "$VENV/bin/python" ../shared/truth/measure.py "${measure[@]}" --trace "$trace" --json \
@@ -76,10 +79,11 @@ for want in phases.split(","):
 PY
 done <<'CASES'
 gpt2_2l causal-lm fp32 sgd 2 256 it1.forward,it1.backward,it2.forward,it2.backward -
-gpt2_medium_2l causal-lm fp32 adamw 2 256 it1.forward gpt2_2l_b2_s256_fp32_adamw_eager
+gpt2_medium_2l causal-lm fp32 adamw 2 256 it1.forward eager:gpt2_2l_b2_s256_fp32_adamw_eager
 qwen2_small_2l seq-cls bf16 adamw 4 512 model,it1.forward,it2.forward -
 llama32_1b_2l causal-lm fp32 sgd 1 32 model -
 gemma3_1b_2l causal-lm fp32 sgd 1 32 model -
-qwen2_small_2l causal-lm fp32 adamw 2 256 it1.forward,it1.backward qwen2_2l_b2_s256_fp32_adamw_eager
+qwen2_small_2l causal-lm fp32 adamw 2 256 it1.forward,it1.backward eager:qwen2_2l_b2_s256_fp32_adamw_eager
+gemma_2b_2l causal-lm bf16 adamw 2 640 it1.backward eager_gemma:gemma_2l_b2_s640_ampbf16_adamw_eager
 CASES
 wc -c "$out"

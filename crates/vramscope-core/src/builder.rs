@@ -643,6 +643,12 @@ impl GraphBuilder {
             new_rank.insert(params[i].init_rank, r);
             params[i].init_rank = r;
         }
+        self.follow_moved_ranks(&new_rank);
+    }
+
+    /// Keeps each construction temporary right after the parameter it followed, once
+    /// construction ranks have moved (`new_rank`: old rank to new).
+    fn follow_moved_ranks(&mut self, new_rank: &std::collections::HashMap<u32, u32>) {
         for t in &mut self.graph.init_temporaries {
             for at in [&mut t.alloc_at, &mut t.free_at] {
                 if let Some(&r) = at.checked_sub(1).and_then(|k| new_rank.get(&k)) {
@@ -730,17 +736,10 @@ impl GraphBuilder {
         for (&i, &r) in by_rank.iter().zip(&ranks) {
             new_rank[i] = r;
         }
-        // a construction temporary stays right after the parameter it followed
         let moved_rank: std::collections::HashMap<u32, u32> = (0..end - start)
             .map(|i| (self.graph.params[start + i].init_rank, new_rank[i]))
             .collect();
-        for t in &mut self.graph.init_temporaries {
-            for at in [&mut t.alloc_at, &mut t.free_at] {
-                if let Some(&r) = at.checked_sub(1).and_then(|k| moved_rank.get(&k)) {
-                    *at = r + 1;
-                }
-            }
-        }
+        self.follow_moved_ranks(&moved_rank);
         let old: Vec<ParamDef> = self.graph.params.drain(start..).collect();
         for (i, d) in old.iter().enumerate() {
             self.param_index.remove(&d.name, (start + i) as u32);

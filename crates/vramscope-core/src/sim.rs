@@ -23,7 +23,7 @@ use smallvec::SmallVec;
 
 use crate::dtype::{DType, Precision};
 use crate::fasthash::IntMap;
-use crate::ir::{Graph, ModuleId, ParamId, ParamKind, Shape, Task, TensorId};
+use crate::ir::{Graph, InitTemporary, ModuleId, ParamId, ParamKind, Shape, Task, TensorId};
 use crate::ops::{
     Alias, Autocast, GradIn, GradOrder, LogSoftmax, NllLoss, Op, OpCtx, Saved, Scratch,
     SdpaBackend, TensorMeta,
@@ -1494,8 +1494,21 @@ impl<'g> Sim<'g> {
         order.sort_by_key(|&i| self.g.params[i].init_rank);
         self.param_rt = vec![0; self.g.params.len()];
         let mut temps: Vec<Option<u32>> = vec![None; self.g.init_temporaries.len()];
+        // the ordered temporaries' events (`InitTemporary::order`): (position, key, temporary,
+        // whether it is the allocation), sorted
+        let mut ordered: Vec<(u32, u32, usize, bool)> = Vec::new();
+        for (i, t) in self.g.init_temporaries.iter().enumerate() {
+            if let Some((alloc_key, free_key)) = t.order {
+                ordered.push((t.alloc_at, alloc_key, i, true));
+                ordered.push((t.free_at, free_key, i, false));
+            }
+        }
+        ordered.sort_unstable();
+        let mut next = 0;
         for (k, i) in order.into_iter().map(Some).chain([None]).enumerate() {
-            self.init_temporaries_at(k as u32, &mut temps);
+            let end = next + ordered[next..].partition_point(|e| e.0 <= k as u32);
+            self.init_temporaries_at(k as u32, &mut temps, &ordered[next..end]);
+            next = end;
             let Some(i) = i else { break };
             let p = &self.g.params[i];
             let meta = self.param_meta(ParamId(i as u32));
@@ -1517,42 +1530,24 @@ impl<'g> Sim<'g> {
     /// are allocated, then those of them already due are freed. After the last parameter every due
     /// one is freed, in call order, after the allocations: `post_init()` unties (T5's per-stack
     /// embeddings) only once `__init__` has made its last tensor (the untied head).
-    fn init_temporaries_at(&mut self, k: u32, live: &mut [Option<u32>]) {
-        let model_dtype = self.cfg.precision.param_dtype();
+    fn init_temporaries_at(
+        &mut self,
+        k: u32,
+        live: &mut [Option<u32>],
+        ordered: &[(u32, u32, usize, bool)],
+    ) {
         let g = self.g;
         let built = k as usize >= g.params.len();
-        // `first`: those freed before the position's allocations (allocated earlier, and not
-        // `freed_after_allocations`: `Some(true)`), the others (`Some(false)`), or all
         // the position's ordered events first, by their keys
-        let mut ordered: Vec<(u32, usize, bool)> = Vec::new();
-        for (i, t) in g.init_temporaries.iter().enumerate() {
-            if let Some((alloc_key, free_key)) = t.order {
-                if t.alloc_at == k {
-                    ordered.push((alloc_key, i, true));
-                }
-                if t.free_at == k {
-                    ordered.push((free_key, i, false));
-                }
-            }
-        }
-        ordered.sort_unstable();
-        for (_, i, alloc) in ordered {
-            let t = &g.init_temporaries[i];
+        for &(_, _, i, alloc) in ordered {
             if alloc {
-                let meta = Meta {
-                    shape: self.shapes.add(&t.shape),
-                    dtype: t.dtype.unwrap_or(model_dtype),
-                };
-                live[i] = Some(self.new_storage(
-                    meta,
-                    Category::Temporaries,
-                    Label::new("construction temporary"),
-                    Some(t.module),
-                ));
+                live[i] = Some(self.new_init_temporary(&g.init_temporaries[i]));
             } else if let Some(sid) = live[i].take() {
                 self.decref(sid);
             }
         }
+        // `first`: those freed before the position's allocations (allocated earlier, and not
+        // `freed_after_allocations`: `Some(true)`), the others (`Some(false)`), or all
         let free_where = |s: &mut Self, live: &mut [Option<u32>], first: Option<bool>| {
             for (t, slot) in g.init_temporaries.iter().zip(live.iter_mut()) {
                 if t.order.is_some() {
@@ -1571,19 +1566,24 @@ impl<'g> Sim<'g> {
         }
         for (t, slot) in g.init_temporaries.iter().zip(live.iter_mut()) {
             if t.alloc_at == k && t.order.is_none() {
-                let meta = Meta {
-                    shape: self.shapes.add(&t.shape),
-                    dtype: t.dtype.unwrap_or(model_dtype),
-                };
-                *slot = Some(self.new_storage(
-                    meta,
-                    Category::Temporaries,
-                    Label::new("construction temporary"),
-                    Some(t.module),
-                ));
+                *slot = Some(self.new_init_temporary(t));
             }
         }
         free_where(self, live, if built { None } else { Some(false) });
+    }
+
+    /// Allocates construction temporary `t` (its dtype, else the model's).
+    fn new_init_temporary(&mut self, t: &InitTemporary) -> u32 {
+        let meta = Meta {
+            shape: self.shapes.add(&t.shape),
+            dtype: t.dtype.unwrap_or(self.cfg.precision.param_dtype()),
+        };
+        self.new_storage(
+            meta,
+            Category::Temporaries,
+            Label::new("construction temporary"),
+            Some(t.module),
+        )
     }
 
     /// Runs graph nodes `first..end` as a forward pass; `env` maps graph tensors to rt tensors.

@@ -50,10 +50,10 @@ use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 use super::generate::CausalLm;
 use super::layers::{
     activation_fn, add, apply_rotary, attention_output, cached_attention, eager_attention,
-    embedding_lookup, gemma_rms_norm, linear, model_mask, mul, mul_scalar, padding_input,
-    position_ids, rope_init, rotary, rotary_with_buffers, rotated_heads_view, sdpa, sdpa_masked,
-    tied_head, v_grad_heads_first, view, view_grads_copied, Call, Eager, EagerFlavor, KvCache,
-    MaskPattern, ROPE_INIT_DEFAULT, ROPE_INIT_GEMMA3_TWO_SETS,
+    embedding_lookup, gemma_rms_norm, heads_first_grads, linear, model_mask, mul, mul_scalar,
+    padding_input, position_ids, rope_init, rotary, rotary_with_buffers, rotated_heads_view, sdpa,
+    sdpa_masked, tied_head, view, Call, Eager, EagerFlavor, KvCache, MaskPattern,
+    ROPE_INIT_DEFAULT, ROPE_INIT_GEMMA3_TWO_SETS,
 };
 use super::seq_cls::{decoder_outputs, sequence_classification, DecoderHead};
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
@@ -1038,15 +1038,20 @@ fn attention(
     let p = s.flavor.prefix();
     // (Gemma3's q/k norms keep the heads-first layout rotary gives them; its sliding layers past
     // the window copy too: truth traces at 516 tokens)
-    let copied_grads = view_grads_copied(call.cache.is_some(), c.eager);
-    let heads_of = |b: &mut GraphBuilder, name: &str, heads: u64, heads_first: bool| {
+    let [q_copied, k_copied, v_copied] = heads_first_grads(
+        call.cache.is_some(),
+        c.eager,
+        mask.is_some(),
+        s.heads,
+        s.kv_heads,
+    );
+    let heads_of = |b: &mut GraphBuilder, name: &str, heads: u64, copied: bool| {
         let t = linear(b, name, s.hidden, heads * d, s.attn_bias, x);
-        let t = rotated_heads_view(b, t, vec![bsz, seq, heads, d], heads_first && copied_grads);
+        let t = rotated_heads_view(b, t, vec![bsz, seq, heads, d], copied);
         view(b, "transpose", t, vec![bsz, heads, seq, d])
     };
-    let q = heads_of(b, "q_proj", s.heads, true);
-    let k = heads_of(b, "k_proj", s.kv_heads, true);
-    let v_copied = v_grad_heads_first(mask.is_some(), s.heads, s.kv_heads);
+    let q = heads_of(b, "q_proj", s.heads, q_copied);
+    let k = heads_of(b, "k_proj", s.kv_heads, k_copied);
     let v = heads_of(b, "v_proj", s.kv_heads, v_copied);
     let (q, k) = if s.flavor == Flavor::Gemma3 {
         // per-head GemmaRMSNorm on the transposed q and k, in the projections' dtype

@@ -251,14 +251,29 @@ pub fn rotated_heads_view(
     }
 }
 
-/// Whether the q / k (and, see [`v_grad_heads_first`], v) gradients reach their projection's
-/// `.view` heads-first, so that `ViewBackward0` copies them ([`rotated_heads_view`]): those of a
-/// training forward's SDPA (masked or not, whatever the backend), and, when the forward fills a
-/// cache while training (the per-token heads' base model), those of eager attention instead
-/// (truth traces of Qwen2, SmolLM2, Llama-3.2, Gemma and Gemma2). The Llama family's eager
-/// training with fewer KV heads than heads copies all three (`llama::attention`).
-pub fn view_grads_copied(cache: bool, eager: bool) -> bool {
-    cache == eager
+/// Which of q's, k's and v's gradients reach their projection's `.view` heads-first, so that
+/// `ViewBackward0` copies them ([`rotated_heads_view`]):
+/// - q's and k's: those of a training forward's SDPA (masked or not, whatever the backend), and,
+///   when the forward fills a cache while training (the per-token heads' base model), those of
+///   eager attention instead (truth traces of Qwen2, SmolLM2, Llama-3.2, Gemma and Gemma2);
+/// - v's too when `repeat_kv` expands k and v before SDPA (a mask, fewer KV heads than heads):
+///   `ExpandBackward0` sums v's gradient into a new `[B, kv, S, D]` tensor (truth traces of
+///   Mistral past its sliding window and Gemma-3-4B);
+/// - all three in eager training with fewer KV heads than heads (truth traces of Qwen2-small's
+///   step, and of Qwen3's with checkpointing and a padded batch).
+pub fn heads_first_grads(
+    cache: bool,
+    eager: bool,
+    masked: bool,
+    heads: u64,
+    kv_heads: u64,
+) -> [bool; 3] {
+    let gqa = heads > kv_heads;
+    if eager && !cache {
+        return [gqa; 3];
+    }
+    let qk = cache == eager;
+    [qk, qk, qk && masked && gqa]
 }
 
 /// `x.to(dtype)` when it changes the dtype (a `_to_copy` with its own autograd node).
@@ -777,7 +792,13 @@ pub fn padded_attention_mask(
             return padded_mask_function(b, batch, seq, pattern, mask_bool);
         };
         let mask = padded_mask_function(b, batch, seq, pattern, mask_bool);
-        eager_where(b, vec![batch, 1, seq, seq], mask, x)
+        eager_where(
+            b,
+            vec![batch, 1, seq, seq],
+            mask,
+            (Some(x), DType::F32),
+            DType::F32,
+        )
     })
 }
 
@@ -997,14 +1018,7 @@ pub fn attention_mask_checked(
             Aten::view("expand", full).grads(vec![GradIn::None]),
             &[boolean],
         ),
-        Some(dtype) => b.op(
-            Aten::new("where", full)
-                .dtype(DTypeRule::Fixed(dtype))
-                .temporary(vec![], DTypeRule::Fixed(dtype))
-                .temporary(vec![], DTypeRule::Fixed(dtype))
-                .not_differentiable(),
-            &[boolean],
-        ),
+        Some(dtype) => eager_where(b, full, boolean, (None, dtype), dtype),
     })
 }
 
@@ -1022,15 +1036,6 @@ pub fn repeat_kv(b: &mut GraphBuilder, x: TensorId, n_rep: u64) -> TensorId {
     } else {
         b.op(Aten::new("clone", out).dtype(DTypeRule::Like(0)), &[x])
     }
-}
-
-/// Whether v's gradient, like q's and k's, comes back heads-first to the `.view(hidden_shape)`
-/// of its projection, whose `ViewBackward0` then copies it: when [`sdpa_masked`] repeats k and v
-/// (a mask, and fewer KV heads than heads), `repeat_kv`'s `ExpandBackward0` sums v's gradient
-/// into a new `[B, kv, S, D]` tensor (truth traces of Mistral past its sliding window and
-/// Gemma-3-4B).
-pub fn v_grad_heads_first(masked: bool, heads: u64, kv_heads: u64) -> bool {
-    masked && heads > kv_heads
 }
 
 /// `F.scaled_dot_product_attention(q, k, v, attn_mask=mask)` as transformers' `sdpa_attention_forward`
@@ -1820,26 +1825,43 @@ pub fn eager_causal_mask(
             &[q_idx, kv_idx],
         );
         b.keep_until_now(&[batch_idx, head_idx, q_idx, kv_idx]);
-        eager_where(b, vec![bsz, 1, seq, kv_len], allowed, x)
+        eager_where(
+            b,
+            vec![bsz, 1, seq, kv_len],
+            allowed,
+            (Some(x), DType::F32),
+            DType::F32,
+        )
     })
 }
 
-/// `mask = torch.where(mask, torch.tensor(0.0), min_dtype)` in the dtype of the embeddings `x`:
-/// the `0.0` is a Python argument made before the call, `min_dtype` the 0-d `scalar_tensor` the
-/// call makes and frees around its output; after the call the `0.0` goes, then the boolean mask
-/// when `mask` is rebound (truth traces).
-fn eager_where(b: &mut GraphBuilder, shape: Vec<u64>, mask: TensorId, x: TensorId) -> TensorId {
-    let f32 = DTypeRule::Fixed(DType::F32);
-    let zero = mask_op(b, "zeros", &[], f32, &[]);
+/// `mask = torch.where(mask, torch.tensor(0.0), min_dtype)`: the result in the dtype of the
+/// embeddings `x` (`(Some(x), _)`) or in `dtype`; the `0.0` is a Python argument made before the
+/// call, `min_dtype` the 0-d `scalar_tensor` the call makes and frees around its output, both
+/// `scalar_dtype`; after the call the `0.0` goes, then the boolean mask when `mask` is rebound
+/// (truth traces).
+fn eager_where(
+    b: &mut GraphBuilder,
+    shape: Vec<u64>,
+    mask: TensorId,
+    (x, dtype): (Option<TensorId>, DType),
+    scalar_dtype: DType,
+) -> TensorId {
+    let zero = mask_op(b, "zeros", &[], DTypeRule::Fixed(scalar_dtype), &[]);
+    let rule = match x {
+        Some(_) => DTypeRule::Like(2),
+        None => DTypeRule::Fixed(dtype),
+    };
+    let inputs: Vec<TensorId> = [mask, zero].into_iter().chain(x).collect();
     let additive = b.op(
         Aten::new("where", shape)
-            .dtype(DTypeRule::Like(2))
+            .dtype(rule)
             .scratch(vec![Scratch::Alloc {
-                bytes: DType::F32.size(),
+                bytes: scalar_dtype.size(),
                 what: "scalar_tensor",
             }])
             .not_differentiable(),
-        &[mask, zero, x],
+        &inputs,
     );
     b.keep_until_now(&[mask]);
     additive

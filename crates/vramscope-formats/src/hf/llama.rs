@@ -30,10 +30,10 @@ use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 use super::generate::CausalLm;
 use super::layers::{
     add, apply_rotary, apply_rotary_sliced, attention_output, cached_attention, dropout,
-    eager_causal_mask, embedding, linear, model_mask, mul, packed_sequence_check,
-    padded_attention_mask, padding_input, position_ids, rms_norm, rope_init, rotary,
-    rotated_heads_view, sdpa, sdpa_masked, v_grad_heads_first, view, view_grads_copied, Call,
-    Eager, EagerFlavor, KvCache, MaskPattern, PaddedPattern, ROPE_INIT_DEFAULT, ROPE_INIT_LLAMA3,
+    eager_causal_mask, embedding, heads_first_grads, linear, model_mask, mul,
+    packed_sequence_check, padded_attention_mask, padding_input, position_ids, rms_norm, rope_init,
+    rotary, rotated_heads_view, sdpa, sdpa_masked, view, Call, Eager, EagerFlavor, KvCache,
+    MaskPattern, PaddedPattern, ROPE_INIT_DEFAULT, ROPE_INIT_LLAMA3,
 };
 use super::seq_cls::{base_model, decoder_head, decoder_outputs, qa_inputs, DecoderHead};
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
@@ -737,9 +737,14 @@ pub(super) fn attention(
     let (bsz, seq) = (xs[0], xs[1]);
     let mask = layer_mask(s, call, layer);
     // through Qwen3's q/k norms too, whose elementwise backward keeps the heads-first layout
-    // rotary gives them, unless Phi-3's slices of the fused projection come between
-    let copied_grads = s.variant != Variant::Phi3
-        && view_grads_copied(call.cache.is_some(), call.eager_mask.is_some());
+    // rotary gives them (Phi-3's slices of the fused projection come between: no copies)
+    let [q_copied, k_copied, v_copied] = heads_first_grads(
+        call.cache.is_some(),
+        call.eager_mask.is_some(),
+        mask.is_some(),
+        s.heads,
+        s.kv_heads,
+    );
     b.module("self_attn", &format!("{p}Attention"), &[x], |b| {
         let init_order = b.param_mark();
         let d = s.head_dim;
@@ -784,17 +789,6 @@ pub(super) fn attention(
                 heads_of(b, kvd, s.kv_heads),
             )
         } else {
-            // eager training with fewer KV heads than heads: q's, k's and v's gradients all come
-            // back heads-first, and their projections' `ViewBackward0` copies them (truth traces
-            // of Qwen2-small's step, and of Qwen3's with checkpointing and a padded batch)
-            let eager_training = call.eager_mask.is_some() && call.cache.is_none();
-            let gqa = s.heads > s.kv_heads;
-            let (q_copied, k_copied, v_copied) = if eager_training {
-                (gqa, gqa, gqa)
-            } else {
-                let v = v_grad_heads_first(mask.is_some(), s.heads, s.kv_heads);
-                (copied_grads, copied_grads, copied_grads && v)
-            };
             (
                 proj(b, "q_proj", s.heads, q_copied, qn),
                 proj(b, "k_proj", s.kv_heads, k_copied, kn),
