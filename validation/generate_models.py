@@ -144,12 +144,15 @@ def generation(model, vocab, batch, seq, new_tokens):
     return model, make_batch, None, forward
 
 
-def eager(batch, seq, config="fixtures/hf/configs/gpt2_medium_2l.json", layers=None, overrides=None, **_):
+def eager(batch, seq, config="fixtures/hf/configs/gpt2_medium_2l.json", layers=None, overrides=None,
+          checkpoint=None, **_):
     import transformers
     _patch_packed_sequence_detection()
     cfg = _config(config, layers, "eager", overrides)
     cfg.use_cache = False
     model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.get_default_dtype())
+    if checkpoint:
+        model.gradient_checkpointing_enable()
     return causal_lm_step(model, model, cfg, batch, seq)
 
 

@@ -14,13 +14,18 @@ With `--generate`, K random causal LMs' `model.generate()` (validation/generate_
 random batch, prompt, number of new tokens and precision against `estimate --mode generate`; with
 `--heads`, K random token classifiers, question-answering models and bare models
 (validation/encoder_head_models.py) against `estimate --task token-cls | qa | feature-extraction`;
-with `--t5`, K random T5 / mT5 / UMT5 training or evaluation steps (validation/t5_models.py).
+with `--t5`, K random T5 / mT5 / UMT5 training or evaluation steps (validation/t5_models.py);
+with `--eager`, K random causal LMs under `attn_implementation="eager"`
+(validation/generate_models.py:eager) against `estimate --attn-implementation eager`; with
+`--lora`, K random causal LMs with LoRA adapters on random targets, rank and dropout
+(validation/lora_models.py:lora) against `estimate --lora R --lora-targets ...`.
 
 Prints each difference and the total; configs go to a temporary folder.
 
     ~/.venvs/truth/bin/python validation/random_configs.py [SEED] [N]
     ~/.venvs/truth/bin/python validation/random_configs.py SEED --truth K [--jobs 2] [--generate | --heads | --t5]
     python3 validation/random_configs.py SEED --truth K --write-cases random   # commit them
+    python3 validation/random_configs.py SEED --truth K --eager --write-cases random_eager
 """
 import argparse
 import concurrent.futures as cf
@@ -232,12 +237,26 @@ def truth_cases(seed, k):
     return out
 
 
-def write_cases(seed, k, name):
+def write_cases(seed, k, name, spec=None):
     """Commits K random configs (fixtures/hf/random/) and their truth cases
-    (validation/cases_NAME.jsonl) for validation/make_py_fixtures.sh."""
+    (validation/cases_NAME.jsonl) for validation/make_py_fixtures.sh; with `spec`
+    ([`eager_spec`] or [`lora_spec`]) the causal LMs of that sweep."""
     folder = os.path.join(ROOT, "fixtures", "hf", "random")
     os.makedirs(folder, exist_ok=True)
     lines = []
+    if spec is not None:
+        for i, mt, cfg, rng, _ in causal_cases(seed, k, None, spec is lora_spec):
+            rel = f"fixtures/hf/random/s{seed}_{i}_{mt.replace('-', '_')}.json"
+            note = f"validation/random_configs.py {seed} --write-cases {name}: case {i}, drawn from {BASES[mt]}"
+            with open(os.path.join(ROOT, rel), "w") as f:
+                f.write(json.dumps({"_source": note, **cfg}, indent=2) + "\n")
+            case = spec(i, mt, cfg, rng, rel)
+            case["name"] = f"s{seed}_{i}_{case['name']}"
+            lines.append(json.dumps(case))
+        with open(os.path.join(HERE, f"cases_{name}.jsonl"), "w") as f:
+            f.write("\n".join(lines) + "\n")
+        print(f"wrote {k} configs and validation/cases_{name}.jsonl")
+        return
     for i, mt, cfg, (batch, seq, mode, amp, pdt, optim, ckpt) in truth_cases(seed, k):
         rel = f"fixtures/hf/random/s{seed}_{i}_{mt.replace('-', '_')}.json"
         note = f"validation/random_configs.py {seed} --write-cases {name}: case {i}, drawn from {BASES[mt]}"
@@ -391,8 +410,96 @@ def generate_cases(seed, k, tmp):
     return out
 
 
-def truth_sweep(seed, k, jobs, tmp, generate=False, heads=False, t5=False):
-    if t5:
+# causal LMs with an eager / LoRA case (validation/generate_models.py:eager, lora_models.py:lora)
+CAUSAL = ["gpt2", "opt", "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3_text", "mixtral"]
+# the nn.Linear names a random LoRA picks its targets from
+LORA_TARGETS = {
+    "gpt2": ["c_attn", "c_proj", "c_fc"],
+    "opt": ["q_proj", "k_proj", "v_proj", "out_proj", "fc1", "fc2"],
+    "phi3": ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"],
+    # Mixtral's experts are fused parameters, not nn.Linear modules
+    "mixtral": ["q_proj", "k_proj", "v_proj", "o_proj"],
+}
+
+
+def causal_cases(seed, k, tmp, lora=False):
+    rng = random.Random(seed)
+    # lora_models.py builds with SDPA, which Gemma2's classes do not declare
+    families = [m for m in CAUSAL if not (lora and m == "gemma2")]
+    out = []
+    for i in range(k):
+        mt, cfg = random_config(rng, families, measured_heads=True)
+        cfg["architectures"] = [heads_of(mt)[0]]
+        out.append((i, mt, cfg, random.Random(seed * 1000 + i), tmp))
+    return out
+
+
+def eager_spec(i, mt, cfg, rng, config):
+    """A random causal LM's training step or forward with `attn_implementation="eager"`
+    (validation/generate_models.py:eager; `config` its file) as a truth case whose `vramscope`
+    entry runs `estimate --attn-implementation eager`."""
+    batch, seq, mode, amp, pdt, optim, ckpt = random_step(rng)
+    seq = within_positions(mt, cfg, seq)
+    case = {"name": f"{mt.replace('-', '_')}_eager_b{batch}_s{seq}_{mode}_{amp}"
+                    f"{'' if pdt == 'fp32' else '_p' + pdt}_{optim}{'_ckpt' if ckpt else ''}",
+            "model": "py:generate_models.py:eager", "batch": batch, "seq": seq, "mode": mode, "amp": amp,
+            "param_dtype": pdt, "optim": optim, "model_kwargs": {"config": config},
+            "vramscope": {"config": config, "args": ["--attn-implementation", "eager"]}}
+    if ckpt:
+        case["checkpoint"] = True
+    return case
+
+
+def lora_spec(i, mt, cfg, rng, config):
+    """A random causal LM with PEFT-style LoRA adapters (validation/lora_models.py:lora) on random
+    targets, rank, dropout and checkpointing as a truth case whose `vramscope` entry runs
+    `estimate --lora R --lora-targets ...`."""
+    names = LORA_TARGETS.get(mt, ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+    targets = ",".join(rng.sample(names, rng.randint(1, len(names))))
+    r, dropout = rng.choice([4, 8, 16, 64]), rng.choice([0.0, 0.0, 0.1])
+    batch, seq = rng.choice([1, 2, 4]), rng.choice([512, 1000, 2048] if MEDIUM else [64, 128, 200, 256])
+    seq = within_positions(mt, cfg, seq)
+    amp = rng.choice(["fp32", "bf16", "fp16"])
+    optim = rng.choice(["adamw", "sgd"])
+    ckpt = rng.random() < 0.3 and mt != "mixtral"
+    case = {"name": f"{mt.replace('-', '_')}_lora{r}_b{batch}_s{seq}_{amp}_{optim}{'_ckpt' if ckpt else ''}",
+            "model": "py:lora_models.py:lora", "batch": batch, "seq": seq, "mode": "train", "amp": amp,
+            "param_dtype": "fp32", "optim": optim,
+            "model_kwargs": {"config": config, "r": r, "dropout": dropout, "targets": targets},
+            "vramscope": {"config": config, "args": ["--lora", str(r), "--lora-targets", targets,
+                                                     "--lora-dropout", str(dropout)]}}
+    if ckpt:
+        case["checkpoint"] = True
+    return case
+
+
+def spec_case(spec, i, mt, cfg, rng, tmp):
+    """Measures the case `spec` makes for a random config with ../shared/truth and vramscope."""
+    path = os.path.join(tmp, f"c{i}.json")
+    with open(path, "w") as f:
+        json.dump(cfg, f)
+    case = spec(i, mt, cfg, rng, path)
+    what = f"{i} {case['name']}"
+    if "targets" in case["model_kwargs"]:
+        what += f" ({case['model_kwargs']['targets']}, dropout {case['model_kwargs']['dropout']})"
+    cmd = [sys.executable, MEASURE, "--spec-json", json.dumps({k: v for k, v in case.items() if k != "vramscope"}),
+           "--base-dir", HERE, "--json"]
+    optim = {"sgdm": "sgd-momentum"}.get(case["optim"], case["optim"])
+    amp, pdt = case["amp"], case["param_dtype"]
+    precision = {"bf16": "amp-bf16", "fp16": "amp-fp16"}.get(amp, {"bf16": "bf16"}.get(pdt, "fp32"))
+    args = [path, "-b", str(case["batch"]), "--seq-len", str(case["seq"]), "--mode", case["mode"],
+            "--precision", precision, "--optimizer", optim, *case["vramscope"]["args"]]
+    if case.get("checkpoint"):
+        args.append("--gradient-checkpointing")
+    return measured_against(what, cmd, args)
+
+
+def truth_sweep(seed, k, jobs, tmp, generate=False, heads=False, t5=False, eager=False, lora=False):
+    if eager or lora:
+        spec = eager_spec if eager else lora_spec
+        run = lambda c: spec_case(spec, *c)  # noqa: E731
+        cases = causal_cases(seed, k, tmp, lora)
+    elif t5:
         run = lambda c: t5_case(*c)  # noqa: E731
         cases = t5_cases(seed, k, tmp)
     elif heads:
@@ -438,14 +545,20 @@ def main():
                     help="checkpoint-like widths (512 to 4096) and sequence lengths (512 to 2048)")
     ap.add_argument("--t5", action="store_true",
                     help="with --truth K: K random T5 / mT5 / UMT5 steps (validation/t5_models.py) instead")
+    ap.add_argument("--eager", action="store_true",
+                    help="with --truth K: K random causal LMs under attn_implementation=eager "
+                         "(validation/generate_models.py:eager) instead")
+    ap.add_argument("--lora", action="store_true",
+                    help="with --truth K: K random causal LMs with LoRA adapters on random targets "
+                         "(validation/lora_models.py:lora) instead")
     a = ap.parse_args()
     global MEDIUM, NULLS
     MEDIUM, NULLS = a.medium, a.nulls
     tmp = tempfile.mkdtemp(prefix="vramscope_random_configs_")
     if a.truth and a.write_cases:
-        write_cases(a.seed, a.truth, a.write_cases)
+        write_cases(a.seed, a.truth, a.write_cases, eager_spec if a.eager else lora_spec if a.lora else None)
     elif a.truth:
-        truth_sweep(a.seed, a.truth, a.jobs, tmp, a.generate, a.heads, a.t5)
+        truth_sweep(a.seed, a.truth, a.jobs, tmp, a.generate, a.heads, a.t5, a.eager, a.lora)
     else:
         parameter_counts(a.seed, a.n, tmp)
 

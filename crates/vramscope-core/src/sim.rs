@@ -636,6 +636,7 @@ struct OpInfo {
     leaf_requires_grad: bool,
     grad_order: GradOrder,
     grads_like_output: bool,
+    extras_first: bool,
 }
 
 impl Default for OpInfo {
@@ -649,6 +650,7 @@ impl Default for OpInfo {
             leaf_requires_grad: false,
             grad_order: GradOrder::LeftToRight,
             grads_like_output: false,
+            extras_first: false,
         }
     }
 }
@@ -664,6 +666,7 @@ impl OpInfo {
             leaf_requires_grad: op.leaf_requires_grad(),
             grad_order: op.grad_order(),
             grads_like_output: op.grads_like_output(),
+            extras_first: op.extras_before_outputs(),
         }
     }
 }
@@ -1009,6 +1012,21 @@ impl<'g> Sim<'g> {
         }
     }
 
+    /// Allocates the extra results of the call whose answers are `plan` into `extras`.
+    fn make_extras(
+        &mut self,
+        plan: OpPlan,
+        cat: Category,
+        label: Label,
+        module: Option<ModuleId>,
+        extras: &mut Vec<u32>,
+    ) {
+        for k in plan.extras.range() {
+            let meta = self.plans.metas[k];
+            extras.push(self.new_storage(meta, cat, label, module));
+        }
+    }
+
     fn clear_autocast_cache(&mut self) {
         for (p, c) in std::mem::take(&mut self.autocast_cache) {
             self.autocast_cached[p.0 as usize] = None;
@@ -1144,6 +1162,9 @@ impl<'g> Sim<'g> {
             && saves_only_inputs;
         sc.extras.clear();
         if !stop_before_kernel {
+            if info.extras_first {
+                self.make_extras(plan, cat, label, module, &mut sc.extras);
+            }
             self.run_scratch(plan.forward_scratch, cat, module, &mut sc.made);
             let leaf = info.leaf_requires_grad && self.grad_enabled;
             match plan.alias {
@@ -1174,10 +1195,8 @@ impl<'g> Sim<'g> {
                 }
             }
             // 3. extras and temporaries
-            for k in plan.extras.range() {
-                let meta = self.plans.metas[k];
-                let e = self.new_storage(meta, cat, label, module);
-                sc.extras.push(e);
+            if !info.extras_first {
+                self.make_extras(plan, cat, label, module, &mut sc.extras);
             }
             for k in plan.forward_temporaries.range() {
                 let bytes = self.plans.bytes[k];

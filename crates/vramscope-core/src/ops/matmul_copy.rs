@@ -2,21 +2,35 @@
 //! or both operands: a strided view whose batch dimensions cannot merge (a transformers eager
 //! attention's `query`, laid out `[B, S, H, D]` by the rotary products or sliced from GPT-2's
 //! packed `c_attn` output, and the transposed keys of such a layout). Under autocast `matmul`
-//! casts its operands first (right to left) and copies the cast ones, so the copies are this op's
-//! first outputs and the product its last; `BmmBackward0` keeps what `bmm` received: the copies,
-//! or the operands themselves where they needed none. Swin's `attn @ v` (`v` a slice of the
-//! permuted qkv projection) copies only the right operand.
+//! casts its operands first (right to left) and copies the cast ones. The copies are extras made
+//! before the product: `bmm` keeps what it received for backward (`BmmBackward0`: the copies, or
+//! the operands themselves where they needed none), and otherwise `matmul` drops them as it
+//! returns, before the autocast wrapper drops its casts (truth traces of eager MQA inference).
+//! Swin's `attn @ v` (`v` a slice of the permuted qkv projection) copies only the right operand.
 
 use super::*;
 
-/// `[..., n, k] @ [..., k, m]` copying the left and/or right operand; outputs the copies (left
-/// first) then `a @ b`.
+/// `[..., n, k] @ [..., k, m]` copying the left and/or right operand; outputs `a @ b`, the copies
+/// (left first) are its extras.
 #[derive(Debug, Clone)]
 pub struct MatMulCopy {
     /// Copies the left operand.
     pub lhs: bool,
     /// Copies the right operand.
     pub rhs: bool,
+}
+
+impl MatMulCopy {
+    /// The copies `matmul` makes of `inputs` (left first).
+    fn copies(&self, inputs: &[TensorMeta]) -> Vec<TensorMeta> {
+        let copied = [self.lhs, self.rhs];
+        inputs
+            .iter()
+            .zip(copied)
+            .filter(|(_, c)| *c)
+            .map(|(m, _)| m.clone())
+            .collect()
+    }
 }
 
 impl Op for MatMulCopy {
@@ -29,36 +43,31 @@ impl Op for MatMulCopy {
     }
 
     fn output_shapes(&self, inputs: &[&[u64]]) -> Result<Vec<Shape>, ShapeError> {
-        let mut out = MatMul.output_shapes(inputs)?;
-        if self.rhs {
-            out.insert(0, inputs[1].to_vec());
-        }
-        if self.lhs {
-            out.insert(0, inputs[0].to_vec());
-        }
-        Ok(out)
-    }
-
-    fn output_dtypes(&self, inputs: &[DType], n: usize) -> Vec<DType> {
-        let mut d = vec![inputs.first().copied().unwrap_or(DType::F32); n];
-        if self.lhs && self.rhs && n == 3 {
-            d[1] = inputs.get(1).copied().unwrap_or(d[1]);
-        } else if self.rhs && !self.lhs && n == 2 {
-            d[0] = inputs.get(1).copied().unwrap_or(d[0]);
-        }
-        d
+        MatMul.output_shapes(inputs)
     }
 
     fn autocast(&self) -> Autocast {
         Autocast::LowerPrecision
     }
 
+    fn forward_extras(&self, ctx: &OpCtx) -> Vec<TensorMeta> {
+        self.copies(ctx.inputs)
+    }
+
+    fn inference_extras(&self, ctx: &OpCtx) -> Vec<TensorMeta> {
+        self.copies(ctx.inputs)
+    }
+
+    fn extras_before_outputs(&self) -> bool {
+        true
+    }
+
     // BmmBackward0 releases `mat2_` (the right operand) before `self_` (Functions.h)
     fn saved_for_backward(&self, _ctx: &OpCtx) -> Vec<Saved> {
         match (self.lhs, self.rhs) {
-            (true, true) => vec![Saved::Output(1), Saved::Output(0)],
-            (true, false) => vec![Saved::Input(1), Saved::Output(0)],
-            (false, true) => vec![Saved::Output(0), Saved::Input(0)],
+            (true, true) => vec![Saved::Extra(1), Saved::Extra(0)],
+            (true, false) => vec![Saved::Input(1), Saved::Extra(0)],
+            (false, true) => vec![Saved::Extra(0), Saved::Input(0)],
             (false, false) => vec![Saved::Input(1), Saved::Input(0)],
         }
     }
@@ -68,27 +77,39 @@ impl Op for MatMulCopy {
 mod tests {
     use super::*;
 
+    fn meta(shape: &[u64]) -> TensorMeta {
+        TensorMeta {
+            shape: shape.to_vec(),
+            dtype: DType::BF16,
+        }
+    }
+
     #[test]
-    fn copies_come_first_then_the_product() {
+    fn the_copies_are_extras_made_before_the_product() {
         let op = MatMulCopy {
             lhs: true,
             rhs: true,
         };
         let s = op.output_shapes(&[&[2, 4, 8, 16], &[2, 4, 16, 8]]).unwrap();
-        assert_eq!(
-            s,
-            vec![vec![2, 4, 8, 16], vec![2, 4, 16, 8], vec![2, 4, 8, 8]]
-        );
-        let q_only = MatMulCopy {
-            lhs: true,
-            rhs: false,
+        assert_eq!(s, vec![vec![2, 4, 8, 8]]);
+        assert!(op.extras_before_outputs());
+        let inputs = [meta(&[2, 4, 8, 16]), meta(&[2, 4, 16, 8])];
+        let ctx = OpCtx {
+            inputs: &inputs,
+            params: &[],
+            outputs: &[],
+            training: false,
+            inputs_require_grad: &[],
         };
+        assert_eq!(op.inference_extras(&ctx), inputs.to_vec());
+        let k_only = MatMulCopy {
+            lhs: false,
+            rhs: true,
+        };
+        assert_eq!(k_only.forward_extras(&ctx), vec![inputs[1].clone()]);
         assert_eq!(
-            q_only
-                .output_shapes(&[&[2, 4, 8, 16], &[2, 4, 16, 8]])
-                .unwrap()
-                .len(),
-            2
+            k_only.saved_for_backward(&ctx),
+            vec![Saved::Extra(0), Saved::Input(0)]
         );
     }
 }

@@ -301,6 +301,14 @@ pub trait Op: Debug + Send + Sync {
         Vec::new()
     }
 
+    /// Whether the extras are made before the outputs: a composite op's intermediates that its
+    /// last kernel reads (`matmul`'s contiguous copies of its operands, which `bmm` keeps). Like
+    /// every extra they go when the op returns unless autograd saved them, so before the op's
+    /// autocast casts.
+    fn extras_before_outputs(&self) -> bool {
+        false
+    }
+
     /// Transient allocations inside the forward op, in bytes (allocated after the outputs, freed
     /// before the op returns).
     fn forward_temporaries(&self, _ctx: &OpCtx) -> Vec<u64> {

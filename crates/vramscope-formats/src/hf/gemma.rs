@@ -1006,7 +1006,7 @@ fn decoder_layer(
             (c.compute, c.dtype),
             y,
         );
-        add(b, x, y)
+        residual_add(b, x, y)
     } else {
         let x = add(b, input, a);
         let y = gemma_rms_norm(
@@ -1018,8 +1018,16 @@ fn decoder_layer(
             x,
         );
         let y = b.module("mlp", &format!("{p}MLP"), &[y], |b| mlp(b, s, y));
-        add(b, x, y)
+        residual_add(b, x, y)
     }
+}
+
+/// The layer's last `hidden_states = residual + hidden_states`: the MLP's output goes as the name
+/// is rebound, `residual` when the layer returns (truth traces of inference).
+fn residual_add(b: &mut GraphBuilder, residual: TensorId, y: TensorId) -> TensorId {
+    let out = add(b, residual, y);
+    b.keep_until_now(&[residual]);
+    out
 }
 
 /// Self-attention from the normed hidden states `x` to the `o_proj` output, and the attention

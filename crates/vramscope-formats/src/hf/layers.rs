@@ -334,6 +334,7 @@ pub fn rms_norm(
         let var = rms_variance(b, xf);
         let r = rsqrt_plus_eps(b, var);
         let h = times_rsqrt(b, xf, r);
+        rebound(b, x, xf);
         // the float32 product (`hidden_states`) and `variance` are locals of the forward until
         // the module returns, freed in that order (CPython clears the argument first)
         b.hold(&[h, var]);
@@ -362,6 +363,8 @@ pub fn gemma_rms_norm(
         let xf = cast(b, x, dtype, DType::F32);
         // the mean is a temporary of one expression here, freed by the `+ eps`
         let h = rms_normalize(b, xf);
+        // `x.float()` is `_norm`'s argument, dropped as it returns
+        rebound(b, x, xf);
         // 1.0 + weight.float(): a [dim] float32 tensor
         let wf = cast(b, w, weight_dtype, DType::F32);
         let w1 = add_scalar(b, wf);
@@ -374,6 +377,8 @@ pub fn gemma_rms_norm(
                 .backward_temporary(s, DTypeRule::Fixed(DType::F32)),
             &[h, w1],
         );
+        // `output = output * (1.0 + ...)`: the old output goes after the sum
+        b.keep_until_now(&[h]);
         if dtype != DType::F32 {
             // the float32 `output` is a local until the forward returns
             b.hold(&[out]);
@@ -382,6 +387,16 @@ pub fn gemma_rms_norm(
             out
         }
     })
+}
+
+/// `hidden = hidden * torch.rsqrt(...)` where `hidden` was `x.to(float32)`: CPython drops the
+/// expression's temporaries as the product returns, and the old `hidden` (`xf`, when the cast
+/// made a copy) only when the statement rebinds the name (truth traces: `rsqrt`, then
+/// `_to_copy`).
+fn rebound(b: &mut GraphBuilder, x: TensorId, xf: TensorId) {
+    if xf != x {
+        b.keep_until_now(&[xf]);
+    }
 }
 
 /// `x * rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)` on a float32 `x`, the mean a temporary of
@@ -1676,23 +1691,27 @@ pub fn eager_attention(
     }
     // matmul(q, k^T): bmm needs merged batch dimensions, so it copies q (laid out [B, S, H, D]
     // by the slicing or the rotary products) and, unless repeat_kv made them contiguous, the
-    // transposed keys
-    // transposed keys. With a batch of one, merging it into the heads is a view whatever the
-    // layout (truth traces: no copy at batch 1)
-    let copy_k = bsz > 1 && !cached && (!llama_like || kv_heads == heads || kv_heads == 1);
+    // transposed keys (and in `probs @ v` the values). With a batch of one, merging it into the
+    // heads is a view whatever the layout (truth traces: no copy at batch 1)
+    let copy_v = bsz > 1 && !cached && (!llama_like || kv_heads == heads || kv_heads == 1);
+    // one kv head: repeat_kv's result is a view with a zero head stride, which bmm cannot take;
+    // but autocast's cast of a float32 key (the rotary embedding's float32 `cos` promoted it)
+    // makes a contiguous copy, so then matmul needs none (truth traces of eager MQA under AMP).
+    // The values come from their projection in the autocast dtype: never cast, always copied
+    let key_cast = e.autocast.is_some_and(|low| low != e.dtype);
+    let copy_k = copy_v && !(llama_like && kv_heads == 1 && kv_heads != heads && key_cast);
     // a single query is viewable for bmm, except GPT-2's (a slice of the packed `c_attn`
     // output, whose batch stride is 3 × the heads')
     let copy_q = bsz > 1 && (sq > 1 || !llama_like);
     let kt = view(b, "transpose", k, vec![bsz, heads, d, sk]);
     let scores = if copy_q || copy_k {
-        let outs = b.op_multi(
+        b.op(
             MatMulCopy {
                 lhs: copy_q,
                 rhs: copy_k,
             },
             &[q, kt],
-        );
-        *outs.last().unwrap_or(&q)
+        )
     } else {
         b.op(MatMul, &[q, kt])
     };
@@ -1760,14 +1779,14 @@ pub fn eager_attention(
     };
     let probs = dropout_fn(b, dropout_p, probs);
     // matmul(probs, v): v is copied unless repeat_kv made it contiguous
-    let o = if copy_k {
-        b.op_multi(
+    let o = if copy_v {
+        b.op(
             MatMulCopy {
                 lhs: false,
                 rhs: true,
             },
             &[probs, v],
-        )[1]
+        )
     } else {
         b.op(MatMul, &[probs, v])
     };

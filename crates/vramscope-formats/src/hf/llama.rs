@@ -682,6 +682,9 @@ pub(super) fn decoder_layer(
         y
     };
     let out = add(b, x, y);
+    // `hidden_states = residual + hidden_states`: the MLP's output goes as the name is rebound,
+    // `residual` when the layer returns (truth traces of inference)
+    b.keep_until_now(&[x]);
     // `__init__` creates the attention and the MLP before the norms the forward calls first
     b.order_params(
         init_order,

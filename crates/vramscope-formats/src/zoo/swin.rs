@@ -351,13 +351,13 @@ fn shifted_window_attention(
         }
         attn = b.op(Softmax { dim: 3 }, &[attn]);
         // attn.matmul(v).transpose(1, 2).reshape(B*nW, N, C); matmul copies v (after casting)
-        let o = b.op_multi(
+        let o = b.op(
             MatMulCopy {
                 lhs: false,
                 rhs: true,
             },
             &[attn, qkv3[2]],
-        )[1];
+        );
         let o = strided_grad_view(b, o, vec![bw, heads, nn, d]);
         let o = view(b, "transpose", o, vec![bw, nn, heads, d]);
         let o = b.op(
