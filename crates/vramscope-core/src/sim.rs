@@ -1940,11 +1940,16 @@ impl<'g> Sim<'g> {
                 self.decref(bs.temps[k]);
             }
             self.release_scratch(&mut made);
-            // saved tensors of a recomputed region are the node's own unpacked copies, dropped
-            // when its backward function returns; other saved tensors are released after the
-            // engine is done with the node
+            // saved tensors of a recomputed region are the node's own unpacked copies (the
+            // checkpoint's unpack hook drops its reference), locals of its `apply` that C++
+            // destroys as it returns, the last unpacked first: the saved list backwards (truth
+            // traces: MmBackward0's input, then its weight); other saved tensors are released in
+            // list order after the engine is done with the node
             if node.region.is_some() {
-                self.release_saved(i);
+                let span = std::mem::take(&mut self.tape[i].saved);
+                for k in span.range().rev() {
+                    self.decref(self.tape_saved[k]);
+                }
             }
             // validate_outputs: in input order, each gradient reduced to its input's shape and
             // cast to its dtype

@@ -664,6 +664,27 @@ fn more_random_config_cases_match_truth() {
     check("hf_random_more.jsonl");
 }
 
+/// Random causal LMs of every decoder family under `attn_implementation="eager"`, training
+/// (with checkpointing in some) and inference at random batches, lengths and precisions
+/// (`validation/random_configs.py 1725 --truth 16 --eager`, then seed 1726's 16). Before matmul's
+/// operand copies became extras freed ahead of the autocast casts, Gemma2's and Gemma3's
+/// one-KV-head inference under AMP bf16 reserved 5.9% and 5.3% too much; before the eager mask
+/// carried Mistral's sliding-window overlay at any length, a checkpointed Mistral step reserved
+/// 33% too much.
+#[test]
+fn random_eager_cases_match_truth() {
+    assert_eq!(cases("hf_random_eager.jsonl").len(), 32);
+    check("hf_random_eager.jsonl");
+}
+
+/// Random causal LMs with PEFT-style LoRA adapters on random targets, rank and dropout, with and
+/// without checkpointing, fp32 and AMP (`validation/random_configs.py 1727 --truth 16 --lora`).
+#[test]
+fn random_lora_cases_match_truth() {
+    assert_eq!(cases("hf_random_lora.jsonl").len(), 16);
+    check("hf_random_lora.jsonl");
+}
+
 /// Config fields that change the model from what the built-in configs build
 /// (`validation/make_config_variant_fixtures.sh`): BERT, RoBERTa and DistilBERT masked LMs with
 /// `tie_word_embeddings: false`, whose MLM decoder keeps its own weight and bias (BERT's and

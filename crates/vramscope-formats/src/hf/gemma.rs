@@ -1050,8 +1050,8 @@ fn attention(
         call.cache.is_some(),
         c.eager,
         mask.is_some(),
-        s.heads,
-        s.kv_heads,
+        (s.heads, s.kv_heads),
+        bsz,
     );
     let heads_of = |b: &mut GraphBuilder, name: &str, heads: u64, copied: bool| {
         let t = linear(b, name, s.hidden, heads * d, s.attn_bias, x);

@@ -260,17 +260,19 @@ pub fn rotated_heads_view(
 ///   `ExpandBackward0` sums v's gradient into a new `[B, kv, S, D]` tensor (truth traces of
 ///   Mistral past its sliding window and Gemma-3-4B);
 /// - all three in eager training with fewer KV heads than heads (truth traces of Qwen2-small's
-///   step, and of Qwen3's with checkpointing and a padded batch).
+///   step, and of Qwen3's with checkpointing and a padded batch), or with a batch of one, where
+///   matmul takes q, k and v as views and bmm's gradients come back heads-first (truth traces of
+///   Phi-3 and Mistral at batch 1).
 pub fn heads_first_grads(
     cache: bool,
     eager: bool,
     masked: bool,
-    heads: u64,
-    kv_heads: u64,
+    (heads, kv_heads): (u64, u64),
+    batch: u64,
 ) -> [bool; 3] {
     let gqa = heads > kv_heads;
     if eager && !cache {
-        return [gqa; 3];
+        return [gqa || batch == 1; 3];
     }
     let qk = cache == eager;
     [qk, qk, qk && masked && gqa]
@@ -602,36 +604,47 @@ pub fn apply_rotary(
     add(b, m1, m2)
 }
 
-/// Phi-3's `apply_rotary_pos_emb` on one of q / k (`[B, H, S, D]`) with `rotary_dim` ≤ D rotary
-/// channels: `q_rot = q[..., :rotary_dim]` (an alias when it is all of D, else a slice),
-/// `q_pass = q[..., rotary_dim:]` (a slice, empty when rotary_dim = D, whose `SliceBackward0`
-/// still scatters into a zero `[B, H, S, D]` gradient), and `cat([rotary(q_rot), q_pass], -1)`,
-/// a new tensor even when `q_pass` is empty.
+/// Phi-3's `apply_rotary_pos_emb` on q and k (`[B, H, S, D]`) with `rotary_dim` ≤ D rotary
+/// channels: `q_rot, q_pass = q[..., :rotary_dim], q[..., rotary_dim:]`, the same for k (an
+/// alias when it is all of D, else a slice; the pass slice empty when rotary_dim = D, whose
+/// `SliceBackward0` still scatters into a zero `[B, H, S, D]` gradient), then `cat([rotary(q_rot),
+/// q_pass], -1)` and k's, each a new tensor even when the pass slice is empty. All four slices
+/// come before the rotations, so backward runs both rotations before the slices (truth traces
+/// of Phi-3 with eager attention at batch 1).
 pub fn apply_rotary_sliced(
     b: &mut GraphBuilder,
-    q: TensorId,
+    (q, k): (TensorId, TensorId),
     cos: TensorId,
     sin: TensorId,
     amp: bool,
     rotary_dim: u64,
-) -> TensorId {
-    let s = b.shape(q).to_vec();
-    let d = s[3];
-    let mut rot_shape = s.clone();
-    rot_shape[3] = rotary_dim;
-    let mut pass_shape = s.clone();
-    pass_shape[3] = d - rotary_dim;
-    let q_rot = if rotary_dim == d {
-        view(b, "alias", q, rot_shape)
-    } else {
-        b.op(Slice { shape: rot_shape }, &[q])
+) -> (TensorId, TensorId) {
+    let split = |b: &mut GraphBuilder, x: TensorId| {
+        let s = b.shape(x).to_vec();
+        let d = s[3];
+        let mut rot_shape = s.clone();
+        rot_shape[3] = rotary_dim;
+        let mut pass_shape = s;
+        pass_shape[3] = d - rotary_dim;
+        let rot = if rotary_dim == d {
+            view(b, "alias", x, rot_shape)
+        } else {
+            b.op(Slice { shape: rot_shape }, &[x])
+        };
+        (rot, b.op(Slice { shape: pass_shape }, &[x]))
     };
-    let q_pass = b.op(Slice { shape: pass_shape }, &[q]);
-    let r = apply_rotary(b, q_rot, cos, sin, amp);
-    b.op(
-        Aten::new("cat", s).grads(vec![GradIn::PassThrough(0), GradIn::PassThrough(0)]),
-        &[r, q_pass],
-    )
+    let (q_rot, q_pass) = split(b, q);
+    let (k_rot, k_pass) = split(b, k);
+    let embed = |b: &mut GraphBuilder, x: TensorId, rot: TensorId, pass: TensorId| {
+        let r = apply_rotary(b, rot, cos, sin, amp);
+        let s = b.shape(x).to_vec();
+        b.op(
+            Aten::new("cat", s).grads(vec![GradIn::PassThrough(0), GradIn::PassThrough(0)]),
+            &[r, pass],
+        )
+    };
+    let q_embed = embed(b, q, q_rot, q_pass);
+    (q_embed, embed(b, k, k_rot, k_pass))
 }
 
 /// `F.scaled_dot_product_attention(q, k, v, dropout_p, is_causal)` (GQA via `enable_gqa`; the
@@ -1792,9 +1805,14 @@ pub fn eager_attention(
     };
     // matmul returns bmm's product through `_unsafe_view`, whose backward reshapes the incoming
     // gradient (a transposed view, from the `.transpose(1, 2).contiguous()` below) to bmm's
-    // layout: a copy, freed once BmmBackward0 has used it (truth traces: `UnsafeViewBackward0`)
+    // layout: a copy, freed once BmmBackward0 has used it (truth traces: `UnsafeViewBackward0`);
+    // a view at batch 1, as the forward's reshapes are
     let o = b.op(
-        Aten::view("_unsafe_view", vec![bsz, heads, sq, d]).grads(vec![GradIn::New]),
+        Aten::view("_unsafe_view", vec![bsz, heads, sq, d]).grads(vec![if bsz > 1 {
+            GradIn::New
+        } else {
+            GradIn::PassThrough(0)
+        }]),
         &[o],
     );
     let o = view(b, "transpose", o, vec![bsz, sq, heads, d]);

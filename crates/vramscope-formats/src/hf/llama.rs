@@ -31,9 +31,9 @@ use super::generate::CausalLm;
 use super::layers::{
     add, apply_rotary, apply_rotary_sliced, attention_output, cached_attention, dropout,
     eager_causal_mask, embedding, heads_first_grads, linear, model_mask, mul,
-    packed_sequence_check, padded_attention_mask, padding_input, position_ids, rms_norm, rope_init,
-    rotary, rotated_heads_view, sdpa, sdpa_masked, view, Call, Eager, EagerFlavor, KvCache,
-    MaskPattern, PaddedPattern, ROPE_INIT_DEFAULT, ROPE_INIT_LLAMA3,
+    padded_attention_mask, padding_input, position_ids, rms_norm, rope_init, rotary,
+    rotated_heads_view, sdpa, sdpa_masked, view, Call, Eager, EagerFlavor, KvCache, MaskPattern,
+    PaddedPattern, ROPE_INIT_DEFAULT, ROPE_INIT_LLAMA3,
 };
 use super::seq_cls::{base_model, decoder_head, decoder_outputs, qa_inputs, DecoderHead};
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
@@ -309,7 +309,13 @@ pub fn build(
     let (s, p) = (&m.spec, m.prefix);
     let (bsz, seq) = (input.batch, input.seq);
     let masks = |b: &mut GraphBuilder, cache_len, padding| {
-        sdpa_masks(b, s, (bsz, seq, m.eager), cache_len, padding)
+        sdpa_masks(
+            b,
+            s,
+            (bsz, seq, m.eager.then_some(dtype)),
+            cache_len,
+            padding,
+        )
     };
     causal_lm(
         cfg,
@@ -336,41 +342,36 @@ pub(super) type DecoderLayer<'a> =
 pub(super) type MaskCode<'a> =
     dyn Fn(&mut GraphBuilder, Option<u64>, Option<TensorId>) -> Vec<Option<TensorId>> + 'a;
 
-/// The masks the model's mask code makes for SDPA (`create_causal_mask` /
-/// `create_sliding_window_causal_mask`, in the forward's order; `None` where SDPA runs
-/// `is_causal`).
-/// With eager attention only their packed-sequence checks are recorded here (the eager mask is
-/// made by the forward).
+/// The masks the model's mask code makes (`create_causal_mask` /
+/// `create_sliding_window_causal_mask`, in the forward's order, each after its packed-sequence
+/// check): for SDPA boolean masks, `None` where SDPA runs `is_causal`; for eager attention
+/// (`eager`: the dtype of the embeddings) additive ones, never skipped, a sliding-window
+/// pattern's with its window overlay whatever the length (truth traces of Mistral's). A padded
+/// batch's eager mask is made by the forward (only the packed-sequence checks are recorded here,
+/// none for a padded batch).
 /// `cache_len`: with a cache, its length after this call's update (no packed-sequence checks; SDPA
 /// needs a mask only where a sliding window is reached). `padding`: the batch's padded
 /// `attention_mask`, which makes every mask (`padded_attention_mask`).
 fn sdpa_masks(
     b: &mut GraphBuilder,
     s: &Spec,
-    (bsz, seq, eager): (u64, u64, bool),
+    (bsz, seq, eager): (u64, u64, Option<DType>),
     cache_len: Option<u64>,
     padding: Option<TensorId>,
 ) -> Vec<Option<TensorId>> {
     s.masks
         .patterns
         .iter()
-        .map(|&m| {
-            if !eager {
-                return model_mask(
-                    b,
-                    (bsz, seq),
-                    m,
-                    None,
-                    (cache_len, cache_len.is_none()),
-                    padding,
-                );
-            }
-            // eager attention: the forward makes its additive mask; a padded batch's mask code
-            // runs no packed-sequence check
-            if cache_len.is_none() && padding.is_none() {
-                packed_sequence_check(b, bsz, seq);
-            }
-            None
+        .map(|&m| match (eager, padding) {
+            (Some(_), Some(_)) => None,
+            _ => model_mask(
+                b,
+                (bsz, seq),
+                m,
+                eager,
+                (cache_len, cache_len.is_none()),
+                padding,
+            ),
         })
         .collect()
 }
@@ -536,7 +537,16 @@ pub(super) fn forward(
         );
         let held: Vec<TensorId> = m.iter().flatten().copied().collect();
         b.hold(&held);
-        call.sdpa_masks = m;
+        // eager attention: the mask code made the additive masks, one per pattern, each layer
+        // attending with its pattern's (the MoE decoders' mask code makes none: the causal one
+        // below)
+        let eager_masks = if eager && !m.is_empty() && m.iter().all(Option::is_some) {
+            call.sdpa_masks = vec![None; m.len()];
+            held
+        } else {
+            call.sdpa_masks = m;
+            Vec::new()
+        };
         if let (true, Some(padding)) = (eager, call.padding_mask) {
             // `eager_mask` on the batch's mask, with the model's one pattern (`build` refuses
             // eager padded batches with several)
@@ -545,7 +555,7 @@ pub(super) fn forward(
             let mask = padded_attention_mask(b, bsz, seq, pattern, padding, Some(x));
             b.hold(&[mask]);
             call.eager_mask = Some(mask);
-        } else if eager {
+        } else if eager && eager_masks.is_empty() {
             let mask = eager_causal_mask(b, bsz, (seq, call.past + seq), x);
             // `causal_mask` is a local of the forward until it returns
             b.hold(&[mask]);
@@ -568,6 +578,12 @@ pub(super) fn forward(
                 // keeps them until its backward)
                 let mut args = vec![x, cos, sin, pos];
                 args.extend(layer_mask(s, call, i as usize));
+                if let Some(&k) = s.masks.of_layer.get(i as usize) {
+                    if let Some(&mask) = eager_masks.get(k) {
+                        call.eager_mask = Some(mask);
+                        args.push(mask);
+                    }
+                }
                 let name = i.to_string();
                 let kind = layer_kind.filter(|_| call.cache.is_none()).map(|k| k(i));
                 let f = |b: &mut GraphBuilder| layer(b, i, x, cos, sin, call);
@@ -745,8 +761,8 @@ pub(super) fn attention(
         call.cache.is_some(),
         call.eager_mask.is_some(),
         mask.is_some(),
-        s.heads,
-        s.kv_heads,
+        (s.heads, s.kv_heads),
+        bsz,
     );
     b.module("self_attn", &format!("{p}Attention"), &[x], |b| {
         let init_order = b.param_mark();
@@ -774,22 +790,28 @@ pub(super) fn attention(
         let (q, k, v) = if phi3 {
             let (qd, kvd) = (s.heads * d, s.kv_heads * d);
             let qkv = linear(b, "qkv_proj", s.hidden, qd + 2 * kvd, false, x);
-            // qkv[..., a:b]: a slice each (SliceBackward0 scatters into a zero [B, S, op]
-            // gradient), viewed as heads
-            let heads_of = |b: &mut GraphBuilder, n: u64, heads: u64| {
-                let t = b.op(
+            // qkv[..., a:b]: the three slices (SliceBackward0 scatters into a zero [B, S, op]
+            // gradient), then each viewed as heads; under SDPA their gradients come back laid
+            // out as the views are, in eager training as for the other families
+            let eager_training = call.eager_mask.is_some() && call.cache.is_none();
+            let slice = |b: &mut GraphBuilder, n: u64| {
+                b.op(
                     Slice {
                         shape: vec![bsz, seq, n],
                     },
                     &[qkv],
-                );
-                let t = view(b, "view", t, vec![bsz, seq, heads, d]);
+                )
+            };
+            let (q, k, v) = (slice(b, qd), slice(b, kvd), slice(b, kvd));
+            let heads_of = |b: &mut GraphBuilder, t: TensorId, heads: u64, copied: bool| {
+                let t =
+                    rotated_heads_view(b, t, vec![bsz, seq, heads, d], copied && eager_training);
                 view(b, "transpose", t, vec![bsz, heads, seq, d])
             };
             (
-                heads_of(b, qd, s.heads),
-                heads_of(b, kvd, s.kv_heads),
-                heads_of(b, kvd, s.kv_heads),
+                heads_of(b, q, s.heads, q_copied),
+                heads_of(b, k, s.kv_heads, k_copied),
+                heads_of(b, v, s.kv_heads, v_copied),
             )
         } else {
             (
@@ -803,10 +825,7 @@ pub(super) fn attention(
             b.hold(&[q, k]);
             if phi3 {
                 // Phi-3's version slices the rotary channels and cats the rest back
-                (
-                    apply_rotary_sliced(b, q, cos, sin, low_precision_qk, s.rotary_dim),
-                    apply_rotary_sliced(b, k, cos, sin, low_precision_qk, s.rotary_dim),
-                )
+                apply_rotary_sliced(b, (q, k), cos, sin, low_precision_qk, s.rotary_dim)
             } else {
                 (
                     apply_rotary(b, q, cos, sin, low_precision_qk),
@@ -976,7 +995,13 @@ impl CausalLm for Model {
         let (s, p, dtype) = (&self.spec, self.prefix, self.dtype);
         let (bsz, seq) = (b.shape(ids)[0], b.shape(ids)[1]);
         let masks = |b: &mut GraphBuilder, cache_len, padding| {
-            sdpa_masks(b, s, (bsz, seq, self.eager), cache_len, padding)
+            sdpa_masks(
+                b,
+                s,
+                (bsz, seq, self.eager.then_some(dtype)),
+                cache_len,
+                padding,
+            )
         };
         forward(
             b,
