@@ -247,9 +247,19 @@ def write_cases(seed, k, name, spec=None):
     if spec is not None:
         for i, mt, cfg, rng, _ in causal_cases(seed, k, None, spec is lora_spec):
             rel = f"fixtures/hf/random/s{seed}_{i}_{mt.replace('-', '_')}.json"
-            note = f"validation/random_configs.py {seed} --write-cases {name}: case {i}, drawn from {BASES[mt]}"
-            with open(os.path.join(ROOT, rel), "w") as f:
-                f.write(json.dumps({"_source": note, **cfg}, indent=2) + "\n")
+            flag = "--eager" if spec is eager_spec else "--lora"
+            note = (f"validation/random_configs.py {seed} --truth {k} {flag} --write-cases {name}: case {i}, "
+                    f"drawn from {BASES[mt]}")
+            path = os.path.join(ROOT, rel)
+            if os.path.exists(path):
+                # the other sweep of the same seed drew the same config (same draws, same name)
+                with open(path) as f:
+                    kept = {k2: v for k2, v in json.load(f).items() if not k2.startswith("_")}
+                if kept != cfg:
+                    sys.exit(f"{rel} exists with another config; use another seed")
+            else:
+                with open(path, "w") as f:
+                    f.write(json.dumps({"_source": note, **cfg}, indent=2) + "\n")
             case = spec(i, mt, cfg, rng, rel)
             case["name"] = f"s{seed}_{i}_{case['name']}"
             lines.append(json.dumps(case))

@@ -1311,7 +1311,11 @@ impl<'g> Sim<'g> {
         for k in 0..sc.extras.len() {
             self.decref(sc.extras[k]);
         }
-        for k in 0..sc.casts.len() {
+        // the wrapper's casts are temporaries of its call expression, destroyed in reverse
+        // order of construction: the activations' first, the weight's, then the bias's last
+        // made, so the bias's goes first (truth traces of a checkpointed LoRA GPT-2's frozen
+        // Conv1D: bias, input, weight)
+        for k in (0..sc.casts.len()).rev() {
             self.release_rt(sc.casts[k]);
         }
         self.scratch = Some(sc);

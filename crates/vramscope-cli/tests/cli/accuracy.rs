@@ -678,10 +678,13 @@ fn random_eager_cases_match_truth() {
 }
 
 /// Random causal LMs with PEFT-style LoRA adapters on random targets, rank and dropout, with and
-/// without checkpointing, fp32 and AMP (`validation/random_configs.py 1727 --truth 16 --lora`).
+/// without checkpointing, fp32 and AMP (`validation/random_configs.py 1727 --truth 16 --lora`,
+/// then seed 1726's 16). A checkpointed GPT-2 under AMP fp16 with adapters on `c_fc` and
+/// `c_proj` was 0.03% under truth's peak before the checkpoints kept the blocks' `position_ids`
+/// keyword argument.
 #[test]
 fn random_lora_cases_match_truth() {
-    assert_eq!(cases("hf_random_lora.jsonl").len(), 16);
+    assert_eq!(cases("hf_random_lora.jsonl").len(), 32);
     check("hf_random_lora.jsonl");
 }
 

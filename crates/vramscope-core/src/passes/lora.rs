@@ -410,6 +410,9 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
             vec![result, scaled],
             Vec::new(),
         );
+        // `result = result + ...`: the scaled adapters' output, a temporary, goes first, the old
+        // `result` as the name is rebound (truth traces of a checkpointed LoRA GPT-2)
+        new_holds.push((result, out.nodes.len() as u32));
         if upcast.is_some() {
             // the low-precision result plus the float32 adapters' output is float32:
             // `result = result.to(torch_result_dtype)`

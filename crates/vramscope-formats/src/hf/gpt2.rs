@@ -195,7 +195,10 @@ impl Model {
                     let f = |b: &mut GraphBuilder| {
                         block(b, s, self.attention, (bsz, seq), x, i as usize, call)
                     };
-                    let args: Vec<TensorId> = std::iter::once(x).chain(mask_arg).collect();
+                    // `position_ids` is a keyword argument of every block (unused there, but a
+                    // checkpoint keeps it until its backward)
+                    let args: Vec<TensorId> =
+                        std::iter::once(x).chain(mask_arg).chain([pos]).collect();
                     x = if replay {
                         b.module_repeated(&mut blocks, &name, "GPT2Block", &args, f)
                     } else {
@@ -264,7 +267,9 @@ fn block(
     }
     let x = add(b, a, input);
     b.keep_until_now(&[ln1]);
-    b.hold(&[a]);
+    // `residual = hidden_states`: the block's first local, so cleared first when it returns
+    // (after the last add has rebound `hidden_states`, freeing ln_2's output)
+    b.hold(&[x, a]);
     let ln2 = b.layer("ln_2", LayerNorm::new(e), &[x]);
     let y = b.module("mlp", "GPT2MLP", &[ln2], |b| {
         let h = conv1d(b, "c_fc", e, s.inner, ln2);
