@@ -677,6 +677,17 @@ fn random_eager_cases_match_truth() {
     check("hf_random_eager.jsonl");
 }
 
+/// Eager attention with a sliding window (`validation/make_eager_window_fixtures.sh`): Mixtral
+/// past its window (training under AMP bf16, inference), Qwen2 with sliding layers from
+/// `max_window_layers` (one additive mask per pattern), Mistral inside its window (the overlay is
+/// built whatever the length). The session-start engine attended Mixtral's eager layers with
+/// SDPA's boolean mask: 10.4% and 25.6% under truth's peak.
+#[test]
+fn eager_window_cases_match_truth() {
+    assert_eq!(cases("hf_eager_windows.jsonl").len(), 4);
+    check("hf_eager_windows.jsonl");
+}
+
 /// Random causal LMs with PEFT-style LoRA adapters on random targets, rank and dropout, with and
 /// without checkpointing, fp32 and AMP (`validation/random_configs.py 1727 --truth 16 --lora`,
 /// then seed 1726's 16). A checkpointed GPT-2 under AMP fp16 with adapters on `c_fc` and

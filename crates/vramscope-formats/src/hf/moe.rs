@@ -36,7 +36,7 @@ use super::layers::{
 };
 use super::llama::{causal_lm, decoder_layer, forward, mlp, silu_act_fn, spec, Spec};
 use super::seq_cls::DecoderHead;
-use super::{check_positions, HfConfig, HfError, HfInput};
+use super::{check_positions, AttnImplementation, HfConfig, HfError, HfInput};
 
 /// Which MoE family a `model_type` names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -264,8 +264,10 @@ pub fn build(
         experts: ExpertsImpl::GroupedMm,
     };
     let p = flavor.prefix();
-    let masks =
-        |b: &mut GraphBuilder, cache_len, padding| mask_code(b, &m, (bsz, seq), cache_len, padding);
+    let eager = (input.attn == AttnImplementation::Eager).then_some(dtype);
+    let masks = |b: &mut GraphBuilder, cache_len, padding| {
+        mask_code(b, &m, (bsz, seq, eager), cache_len, padding)
+    };
     causal_lm(
         cfg,
         &s,
@@ -369,20 +371,27 @@ pub struct Model {
 /// of 0, which a cached forward sizes over the whole cache: `[1, 1, S, past + S]`), which no
 /// layer attends with.
 /// With a padded `attention_mask` every mask is made (`padded_attention_mask`) and the layers
-/// attend with the causal (or Mixtral's sliding) one.
+/// attend with the causal (or Mixtral's sliding) one. With eager attention (`eager`: the
+/// embeddings' dtype) every mask is an additive one, made at any length (truth traces of Mixtral
+/// past its window).
 fn mask_code(
     b: &mut GraphBuilder,
     m: &Moe,
-    (bsz, seq): (u64, u64),
+    (bsz, seq, eager): (u64, u64, Option<DType>),
     cache_len: Option<u64>,
     padding: Option<TensorId>,
 ) -> Vec<Option<TensorId>> {
     let mask = |b: &mut GraphBuilder, pattern| {
+        // eager attention: additive masks, never skipped (a padded batch's is made by the
+        // forward, as for the Llama family)
+        if eager.is_some() && padding.is_some() {
+            return None;
+        }
         model_mask(
             b,
             (bsz, seq),
             pattern,
-            None,
+            eager,
             (cache_len, cache_len.is_none()),
             padding,
         )
@@ -466,7 +475,7 @@ impl CausalLm for Model {
         let p = self.flavor.prefix();
         let autocast = self.autocast;
         let masks = |b: &mut GraphBuilder, cache_len, padding| {
-            mask_code(b, m, (c.bsz, c.seq), cache_len, padding)
+            mask_code(b, m, (c.bsz, c.seq, None), cache_len, padding)
         };
         forward(
             b,
