@@ -791,9 +791,16 @@ pub(super) fn attention(
             let (qd, kvd) = (s.heads * d, s.kv_heads * d);
             let qkv = linear(b, "qkv_proj", s.hidden, qd + 2 * kvd, false, x);
             // qkv[..., a:b]: the three slices (SliceBackward0 scatters into a zero [B, S, op]
-            // gradient), then each viewed as heads; under SDPA their gradients come back laid
-            // out as the views are, in eager training as for the other families
-            let eager_training = call.eager_mask.is_some() && call.cache.is_none();
+            // gradient), then each viewed as heads. Under SDPA q's and k's gradients come back
+            // heads-first (q and k are `cat` results) and so does v's from cuDNN attention (v, a
+            // slice of `qkv`, is not dense), so ViewBackward0 copies them: q and k with
+            // mem-efficient attention, all three with cuDNN (truth traces of Phi-3 in float32
+            // and under AMP fp16); with eager attention as for the other families
+            let [q_copied, k_copied, v_copied] = if call.eager_mask.is_some() {
+                [q_copied, k_copied, v_copied]
+            } else {
+                [true, true, proj_dtype.size() == 2]
+            };
             let slice = |b: &mut GraphBuilder, n: u64| {
                 b.op(
                     Slice {
@@ -804,8 +811,7 @@ pub(super) fn attention(
             };
             let (q, k, v) = (slice(b, qd), slice(b, kvd), slice(b, kvd));
             let heads_of = |b: &mut GraphBuilder, t: TensorId, heads: u64, copied: bool| {
-                let t =
-                    rotated_heads_view(b, t, vec![bsz, seq, heads, d], copied && eager_training);
+                let t = rotated_heads_view(b, t, vec![bsz, seq, heads, d], copied);
                 view(b, "transpose", t, vec![bsz, heads, seq, d])
             };
             (
