@@ -179,6 +179,12 @@ def parameter_counts(seed, n, tmp):
     print(f"{n} configs, {fails} differences or errors")
 
 
+def precision_flag(amp, param_dtype):
+    """`estimate --precision` for measure.py's `--amp` and `--param-dtype`."""
+    return {"bf16": "amp-bf16", "fp16": "amp-fp16"}.get(amp) or {"bf16": "bf16", "fp16": "fp16"}.get(
+        param_dtype, "fp32")
+
+
 def measured_against(what, measure_cmd, vramscope_args):
     """Runs `measure_cmd` (../shared/truth) and `vramscope estimate ... --json`: `(what, (peak
     allocated error %, peak reserved error %))`, or `(what, message)` when either fails."""
@@ -297,7 +303,7 @@ def truth_case(i, mt, cfg, step, tmp):
            "--mode", mode, "--amp", amp, "--param-dtype", pdt, "--optim", optim, "--json"]
     if ckpt:
         cmd.append("--checkpoint")
-    precision = {"bf16": "amp-bf16", "fp16": "amp-fp16"}.get(amp, {"bf16": "bf16"}.get(pdt, "fp32"))
+    precision = precision_flag(amp, pdt)
     optimizer = {"sgdm": "sgd-momentum"}.get(optim, optim)
     args = [path, "-b", str(batch), "--seq-len", str(seq), "--mode", mode, "--precision", precision,
             "--optimizer", optimizer]
@@ -319,7 +325,7 @@ def generate_case(i, mt, cfg, rng, tmp):
     cmd = [sys.executable, MEASURE, "--model", "py:" + os.path.join(HERE, "generate_models.py") + ":generate",
            "--model-kwargs", json.dumps({"config": path, "new_tokens": new}), "--batch", str(batch),
            "--seq", str(prompt), "--mode", "infer", "--amp", amp, "--param-dtype", pdt, "--json"]
-    precision = "amp-bf16" if amp == "bf16" else {"bf16": "bf16", "fp16": "fp16"}.get(pdt, "fp32")
+    precision = precision_flag(amp, pdt)
     args = [path, "-b", str(batch), "--mode", "generate", "--prompt-len", str(prompt), "--new-tokens",
             str(new), "--precision", precision]
     return measured_against(what, cmd, args)
@@ -346,7 +352,7 @@ def head_case(i, mt, cfg, rng, tmp):
     cmd = [sys.executable, MEASURE, "--model", "py:" + os.path.join(HERE, "encoder_head_models.py") + ":" + factory,
            "--model-kwargs", json.dumps({"config": path, "attn": "sdpa"}), "--batch", str(batch),
            "--seq", str(seq), "--mode", mode, "--amp", amp, "--param-dtype", pdt, "--optim", optim, "--json"]
-    precision = {"bf16": "amp-bf16", "fp16": "amp-fp16"}.get(amp, {"bf16": "bf16"}.get(pdt, "fp32"))
+    precision = precision_flag(amp, pdt)
     args = [path, "-b", str(batch), "--seq-len", str(seq), "--mode", mode, "--task", task, "--precision",
             precision, "--optimizer", optim]
     return measured_against(what, cmd, args)
@@ -391,7 +397,7 @@ def t5_case(i, mt, cfg, rng, tmp):
            "--seq", str(seq), "--mode", mode, "--amp", amp, "--optim", optim, "--json"]
     if ckpt:
         cmd.append("--checkpoint")
-    precision = {"bf16": "amp-bf16", "fp16": "amp-fp16"}.get(amp, "fp32")
+    precision = precision_flag(amp, "fp32")
     args = [path, "-b", str(batch), "--seq-len", str(seq), "--target-len", str(target), "--use-cache", "false",
             "--mode", mode, "--precision", precision, "--optimizer", optim]
     if ckpt:
@@ -496,7 +502,7 @@ def spec_case(spec, i, mt, cfg, rng, tmp):
            "--base-dir", HERE, "--json"]
     optim = {"sgdm": "sgd-momentum"}.get(case["optim"], case["optim"])
     amp, pdt = case["amp"], case["param_dtype"]
-    precision = {"bf16": "amp-bf16", "fp16": "amp-fp16"}.get(amp, {"bf16": "bf16"}.get(pdt, "fp32"))
+    precision = precision_flag(amp, pdt)
     args = [path, "-b", str(case["batch"]), "--seq-len", str(case["seq"]), "--mode", case["mode"],
             "--precision", precision, "--optimizer", optim, *case["vramscope"]["args"]]
     if case.get("checkpoint"):

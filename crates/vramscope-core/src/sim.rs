@@ -1874,7 +1874,7 @@ impl<'g> Sim<'g> {
                 bs.incoming.push(self.grad_buf[o as usize].take());
             }
             if bs.incoming.iter().all(Option::is_none) {
-                self.release_saved(i);
+                self.release_saved(i, false);
                 self.finish_region_node(i);
                 continue;
             }
@@ -1950,10 +1950,7 @@ impl<'g> Sim<'g> {
             // traces: MmBackward0's input, then its weight); other saved tensors are released in
             // list order after the engine is done with the node
             if node.region.is_some() {
-                let span = std::mem::take(&mut self.tape[i].saved);
-                for k in span.range().rev() {
-                    self.decref(self.tape_saved[k]);
-                }
+                self.release_saved(i, true);
             }
             // validate_outputs: in input order, each gradient reduced to its input's shape and
             // cast to its dtype
@@ -1976,7 +1973,7 @@ impl<'g> Sim<'g> {
                     self.decref(s);
                 }
             }
-            self.release_saved(i);
+            self.release_saved(i, false);
             // the region's last node to run released the last saved tensor whose hooks hold
             // the checkpoint frame: the frame (and the region's inputs it keeps) goes before the
             // engine adds the node's gradients into its inputs' buffers
@@ -2015,11 +2012,19 @@ impl<'g> Sim<'g> {
         self.in_backward = false;
     }
 
-    /// Releases tape node `i`'s saved tensors (once: its list is emptied).
-    fn release_saved(&mut self, i: usize) {
+    /// Releases tape node `i`'s saved tensors (once: its list is emptied), in list order or,
+    /// `last_first`, backwards.
+    fn release_saved(&mut self, i: usize, last_first: bool) {
         let span = std::mem::take(&mut self.tape[i].saved);
-        for k in span.range() {
-            self.decref(self.tape_saved[k]);
+        let range = span.range();
+        if last_first {
+            for k in range.rev() {
+                self.decref(self.tape_saved[k]);
+            }
+        } else {
+            for k in range {
+                self.decref(self.tape_saved[k]);
+            }
         }
     }
 

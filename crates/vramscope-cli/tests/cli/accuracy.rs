@@ -697,15 +697,7 @@ fn phi3_sdpa_gradient_copies_match_truth() {
     let all = cases("hf_phi3_sdpa_grads.jsonl");
     assert_eq!(all.len(), 1);
     check("hf_phi3_sdpa_grads.jsonl");
-    let args = args_of(&all[0]);
-    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
-    let r = estimate_json(&argv);
-    let ours = r["peak"]["reserved_bytes"].as_f64().unwrap();
-    let truth = all[0]["peak_reserved"].as_f64().unwrap();
-    assert!(
-        (ours - truth).abs() <= 0.005 * truth,
-        "peak reserved {ours} against truth's {truth}"
-    );
+    assert_peaks_within(&all, &[("reserved_bytes", "peak_reserved", 0.005)]);
 }
 
 /// Random causal LMs with PEFT-style LoRA adapters on random targets, rank and dropout, with and
@@ -741,15 +733,24 @@ fn config_variant_cases_match_truth() {
 fn odd_shape_cases_are_within_a_tenth_of_a_percent() {
     let all = cases("hf_odd_shapes.jsonl");
     assert_eq!(all.len(), 30);
+    assert_peaks_within(
+        &all,
+        &[
+            ("allocated_bytes", "peak_alloc", 0.001),
+            ("reserved_bytes", "peak_reserved", 0.005),
+        ],
+    );
+}
+
+/// Asserts, for every case, each `(peak field of ours, field of the fixture, relative
+/// tolerance)` of `limits`.
+fn assert_peaks_within(all: &[Value], limits: &[(&str, &str, f64)]) {
     let mut failures = Vec::new();
-    for case in &all {
+    for case in all {
         let args = args_of(case);
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
         let r = estimate_json(&argv);
-        for (ours, theirs, tolerance) in [
-            ("allocated_bytes", "peak_alloc", 0.001),
-            ("reserved_bytes", "peak_reserved", 0.005),
-        ] {
+        for &(ours, theirs, tolerance) in limits {
             let o = r["peak"][ours].as_f64().unwrap();
             let t = case[theirs].as_f64().unwrap();
             if (o - t).abs() > tolerance * t {

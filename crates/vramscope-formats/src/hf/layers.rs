@@ -263,16 +263,25 @@ pub fn rotated_heads_view(
 ///   step, and of Qwen3's with checkpointing and a padded batch), or with a batch of one, where
 ///   matmul takes q, k and v as views and bmm's gradients come back heads-first (truth traces of
 ///   Phi-3 and Mistral at batch 1).
+///
+/// `fused_half`: q, k and v are slices of one fused projection (Phi-3's `qkv_proj`), `Some(half)`
+/// with whether attention runs in half precision. Under SDPA q and k are then `cat` results
+/// whose gradients come back heads-first, and so does v's from the half-precision kernels (v, a
+/// slice, is not dense), whatever the cache: q and k copied with mem-efficient attention, all
+/// three with cuDNN (truth traces of Phi-3 in float32 and under AMP fp16).
 pub fn heads_first_grads(
     cache: bool,
     eager: bool,
     masked: bool,
     (heads, kv_heads): (u64, u64),
-    batch: u64,
+    (batch, fused_half): (u64, Option<bool>),
 ) -> [bool; 3] {
     let gqa = heads > kv_heads;
     if eager && !cache {
         return [gqa || batch == 1; 3];
+    }
+    if let (Some(half), false) = (fused_half, eager) {
+        return [true, true, half];
     }
     let qk = cache == eager;
     [qk, qk, qk && masked && gqa]
@@ -1004,10 +1013,30 @@ pub fn attention_mask_checked(
     if !materialized {
         return None;
     }
+    let boolean = pattern_mask(b, batch, (seq, kv), pattern);
+    let full = vec![batch, 1, seq, kv];
+    Some(match eager {
+        None => b.op(
+            Aten::view("expand", full).grads(vec![GradIn::None]),
+            &[boolean],
+        ),
+        Some(dtype) => eager_where(b, full, boolean, (None, dtype), dtype),
+    })
+}
+
+/// The boolean `[1, 1, S, KV]` mask (a `[S, KV]` plane for the bidirectional overlays) the mask
+/// functions of `pattern` compute, with the index vectors they use (locals of `sdpa_mask`, freed
+/// when it returns).
+fn pattern_mask(
+    b: &mut GraphBuilder,
+    batch: u64,
+    (seq, kv): (u64, u64),
+    pattern: MaskPattern,
+) -> TensorId {
     let i64 = DTypeRule::Fixed(DType::I64);
     let bool_ = DTypeRule::Fixed(DType::Bool);
     let square = [1, 1, seq, kv];
-    let boolean = b.frame(|b| {
+    b.frame(|b| {
         let idx = mask_index_vectors(b, batch, seq, kv);
         let (q_idx, kv_idx) = (idx[2], idx[3]);
         let plane = vec![seq, kv];
@@ -1039,14 +1068,6 @@ pub fn attention_mask_checked(
             }
             MaskPattern::SlidingWindow(_) => sliding_window_causal(b, seq, kv, q_idx, kv_idx),
         }
-    });
-    let full = vec![batch, 1, seq, kv];
-    Some(match eager {
-        None => b.op(
-            Aten::view("expand", full).grads(vec![GradIn::None]),
-            &[boolean],
-        ),
-        Some(dtype) => eager_where(b, full, boolean, (None, dtype), dtype),
     })
 }
 
@@ -1840,36 +1861,14 @@ pub fn eager_causal_mask(
     (seq, kv_len): (u64, u64),
     x: TensorId,
 ) -> TensorId {
-    let i64 = DTypeRule::Fixed(DType::I64);
-    let int = |b: &mut GraphBuilder, name, shape, rule, inputs: &[TensorId]| {
-        b.op(
-            Aten::new(name, shape).dtype(rule).not_differentiable(),
-            inputs,
-        )
-    };
-    b.frame(|b| {
-        let batch_idx = int(b, "arange", vec![bsz], i64, &[]);
-        let head_idx = int(b, "arange", vec![1], i64, &[]);
-        let a = int(b, "arange", vec![seq], i64, &[]);
-        let q_idx = int(b, "add", vec![seq], i64, &[a]);
-        let a = int(b, "arange", vec![kv_len], i64, &[]);
-        let kv_idx = int(b, "add", vec![kv_len], i64, &[a]);
-        let allowed = int(
-            b,
-            "le",
-            vec![1, 1, seq, kv_len],
-            DTypeRule::Fixed(DType::Bool),
-            &[q_idx, kv_idx],
-        );
-        b.keep_until_now(&[batch_idx, head_idx, q_idx, kv_idx]);
-        eager_where(
-            b,
-            vec![bsz, 1, seq, kv_len],
-            allowed,
-            (Some(x), DType::F32),
-            DType::F32,
-        )
-    })
+    let allowed = pattern_mask(b, bsz, (seq, kv_len), MaskPattern::Causal);
+    eager_where(
+        b,
+        vec![bsz, 1, seq, kv_len],
+        allowed,
+        (Some(x), DType::F32),
+        DType::F32,
+    )
 }
 
 /// `mask = torch.where(mask, torch.tensor(0.0), min_dtype)`: the result in the dtype of the

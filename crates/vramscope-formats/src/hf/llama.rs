@@ -29,11 +29,10 @@ use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
 use super::generate::CausalLm;
 use super::layers::{
-    add, apply_rotary, apply_rotary_sliced, attention_output, cached_attention, dropout,
-    eager_causal_mask, embedding, heads_first_grads, linear, model_mask, mul,
-    padded_attention_mask, padding_input, position_ids, rms_norm, rope_init, rotary,
-    rotated_heads_view, sdpa, sdpa_masked, view, Call, Eager, EagerFlavor, KvCache, MaskPattern,
-    PaddedPattern, ROPE_INIT_DEFAULT, ROPE_INIT_LLAMA3,
+    add, apply_rotary, apply_rotary_sliced, attention_output, cached_attention, dropout, embedding,
+    heads_first_grads, linear, model_mask, mul, padded_attention_mask, padding_input, position_ids,
+    rms_norm, rope_init, rotary, rotated_heads_view, sdpa, sdpa_masked, view, Call, Eager,
+    EagerFlavor, KvCache, MaskPattern, PaddedPattern, ROPE_INIT_DEFAULT, ROPE_INIT_LLAMA3,
 };
 use super::seq_cls::{base_model, decoder_head, decoder_outputs, qa_inputs, DecoderHead};
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
@@ -439,10 +438,10 @@ pub(super) fn causal_lm(
     if (head == DecoderHead::Bare || per_token) && s.rope_init.is_none() {
         // `post_init()` at the end of `{p}Model.__init__` recomputes the rotary `inv_freq` into
         // its buffer: float32 `[rotary_dim / 2]` temporaries, three alive at once for the
-        // default rope, eight for Llama 3's (truth traces; the other rope types are taken as the
-        // default's). The per-token heads make their model with `AutoModel.from_config`, a
-        // model of its own, before their head.
-        for _ in 0..rope_init_temporaries(cfg)? {
+        // default rope (truth traces; the rope types without a traced program, `rope_init`,
+        // are taken as the default's). The per-token heads make their model with
+        // `AutoModel.from_config`, a model of its own, before their head.
+        for _ in 0..3 {
             b.temporary_at_init(vec![s.rotary_dim / 2], DType::F32);
         }
     }
@@ -481,19 +480,6 @@ fn rope_init_program(cfg: &HfConfig) -> Result<Option<&'static str>, HfError> {
         Some("llama3") => Some(ROPE_INIT_LLAMA3),
         Some(_) => None,
     })
-}
-
-/// How many `[rotary_dim / 2]` float32 temporaries are alive at once while `post_init()`
-/// recomputes `inv_freq`: 8 for `rope_type: "llama3"`, 3 otherwise.
-fn rope_init_temporaries(cfg: &HfConfig) -> Result<u64, HfError> {
-    for holder in ["rope_parameters", "rope_scaling"] {
-        for key in ["rope_type", "type"] {
-            if cfg.nested_str(holder, key)? == Some("llama3") {
-                return Ok(8);
-            }
-        }
-    }
-    Ok(3)
 }
 
 /// One call of `{p}ForCausalLM` on `ids` (the plain forward, or one forward of a generation with
@@ -538,9 +524,8 @@ pub(super) fn forward(
         let held: Vec<TensorId> = m.iter().flatten().copied().collect();
         b.hold(&held);
         // eager attention: the mask code made the additive masks, one per pattern, each layer
-        // attending with its pattern's (the MoE decoders' mask code makes none: the causal one
-        // below)
-        let eager_masks = if eager && !m.is_empty() && m.iter().all(Option::is_some) {
+        // attending with its pattern's (a padded batch's is made below)
+        let eager_masks = if eager && call.padding_mask.is_none() {
             call.sdpa_masks = vec![None; m.len()];
             held
         } else {
@@ -553,11 +538,6 @@ pub(super) fn forward(
             let pattern = s.masks.patterns.first().and_then(|&p| PaddedPattern::of(p));
             let pattern = pattern.unwrap_or(PaddedPattern::Causal);
             let mask = padded_attention_mask(b, bsz, seq, pattern, padding, Some(x));
-            b.hold(&[mask]);
-            call.eager_mask = Some(mask);
-        } else if eager && eager_masks.is_empty() {
-            let mask = eager_causal_mask(b, bsz, (seq, call.past + seq), x);
-            // `causal_mask` is a local of the forward until it returns
             b.hold(&[mask]);
             call.eager_mask = Some(mask);
         }
@@ -756,13 +736,14 @@ pub(super) fn attention(
     let (bsz, seq) = (xs[0], xs[1]);
     let mask = layer_mask(s, call, layer);
     // through Qwen3's q/k norms too, whose elementwise backward keeps the heads-first layout
-    // rotary gives them (Phi-3's slices of the fused projection come between: no copies)
+    // rotary gives them
+    let phi3 = s.variant == Variant::Phi3;
     let [q_copied, k_copied, v_copied] = heads_first_grads(
         call.cache.is_some(),
         call.eager_mask.is_some(),
         mask.is_some(),
         (s.heads, s.kv_heads),
-        bsz,
+        (bsz, phi3.then_some(proj_dtype.size() == 2)),
     );
     b.module("self_attn", &format!("{p}Attention"), &[x], |b| {
         let init_order = b.param_mark();
@@ -786,21 +767,11 @@ pub(super) fn attention(
         } else {
             (None, None)
         };
-        let phi3 = s.variant == Variant::Phi3;
         let (q, k, v) = if phi3 {
             let (qd, kvd) = (s.heads * d, s.kv_heads * d);
             let qkv = linear(b, "qkv_proj", s.hidden, qd + 2 * kvd, false, x);
             // qkv[..., a:b]: the three slices (SliceBackward0 scatters into a zero [B, S, op]
-            // gradient), then each viewed as heads. Under SDPA q's and k's gradients come back
-            // heads-first (q and k are `cat` results) and so does v's from cuDNN attention (v, a
-            // slice of `qkv`, is not dense), so ViewBackward0 copies them: q and k with
-            // mem-efficient attention, all three with cuDNN (truth traces of Phi-3 in float32
-            // and under AMP fp16); with eager attention as for the other families
-            let [q_copied, k_copied, v_copied] = if call.eager_mask.is_some() {
-                [q_copied, k_copied, v_copied]
-            } else {
-                [true, true, proj_dtype.size() == 2]
-            };
+            // gradient), then each viewed as heads
             let slice = |b: &mut GraphBuilder, n: u64| {
                 b.op(
                     Slice {
