@@ -243,17 +243,18 @@ def truth_cases(seed, k):
     return out
 
 
-def write_cases(seed, k, name, spec=None):
+def write_cases(seed, k, name, causal=None):
     """Commits K random configs (fixtures/hf/random/) and their truth cases
-    (validation/cases_NAME.jsonl) for validation/make_py_fixtures.sh; with `spec`
-    ([`eager_spec`] or [`lora_spec`]) the causal LMs of that sweep."""
+    (validation/cases_NAME.jsonl) for validation/make_py_fixtures.sh; with `causal` (a [`SPECS`]
+    name) the causal LMs of that sweep."""
     folder = os.path.join(ROOT, "fixtures", "hf", "random")
     os.makedirs(folder, exist_ok=True)
     lines = []
-    if spec is not None:
-        for i, mt, cfg, rng, _ in causal_cases(seed, k, None, spec is lora_spec):
+    if causal is not None:
+        spec, sdpa_only = SPECS[causal]
+        for i, mt, cfg, rng, _ in causal_cases(seed, k, None, sdpa_only):
             rel = f"fixtures/hf/random/s{seed}_{i}_{mt.replace('-', '_')}.json"
-            flag = "--eager" if spec is eager_spec else "--lora"
+            flag = f"--{causal}"
             note = (f"validation/random_configs.py {seed} --truth {k} {flag} --write-cases {name}: case {i}, "
                     f"drawn from {BASES[mt]}")
             path = os.path.join(ROOT, rel)
@@ -438,10 +439,10 @@ LORA_TARGETS = {
 }
 
 
-def causal_cases(seed, k, tmp, lora=False):
+def causal_cases(seed, k, tmp, sdpa_only=False):
     rng = random.Random(seed)
-    # lora_models.py builds with SDPA, which Gemma2's classes do not declare
-    families = [m for m in CAUSAL if not (lora and m == "gemma2")]
+    # lora_models.py and qlora_models.py build with SDPA, which Gemma2's classes do not declare
+    families = [m for m in CAUSAL if not (sdpa_only and m == "gemma2")]
     out = []
     for i in range(k):
         mt, cfg = random_config(rng, families, measured_heads=True)
@@ -489,6 +490,67 @@ def lora_spec(i, mt, cfg, rng, config):
     return case
 
 
+def qlora_spec(i, mt, cfg, rng, config):
+    """A random causal LM loaded in 4 bits (NF4, double quantization or not) with QLoRA adapters
+    on random targets, or without adapters for inference (validation/qlora_models.py:qlora), as a
+    truth case whose `vramscope` entry runs `estimate --qlora R` / `--load-in-4bit`."""
+    names = LORA_TARGETS.get(mt, ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+    batch, seq = rng.choice([1, 2, 4]), rng.choice([512, 1000, 2048] if MEDIUM else [64, 128, 200, 256])
+    seq = within_positions(mt, cfg, seq)
+    dq = rng.random() < 0.5
+    infer = rng.random() < 0.25
+    # the 4-bit weights' dtype before quantization (from_pretrained's dtype) and the recipe
+    amp, pdt = rng.choice([("fp32", "bf16"), ("fp32", "bf16"), ("bf16", "fp32"), ("fp16", "fp32"),
+                           ("fp32", "fp16")])
+    kwargs = {"config": config, "double_quant": dq}
+    args = ["--double-quant"] if dq else []
+    if infer:
+        kwargs["lora"] = False
+        args = ["--load-in-4bit", *args]
+        name = f"{mt.replace('-', '_')}_4bit{'_dq' if dq else ''}_b{batch}_s{seq}_infer_{amp}_p{pdt}"
+        case = {"mode": "infer", "optim": "adamw"}
+        ckpt = False
+    else:
+        targets = ",".join(rng.sample(names, rng.randint(1, len(names))))
+        r, dropout = rng.choice([4, 8, 16, 64]), rng.choice([0.0, 0.0, 0.1])
+        kwargs.update(r=r, dropout=dropout, targets=targets)
+        args = ["--qlora", str(r), "--lora-targets", targets, "--lora-dropout", str(dropout), *args]
+        optim = rng.choice(["adamw", "sgd"])
+        ckpt = rng.random() < 0.3 and mt != "mixtral"
+        name = (f"{mt.replace('-', '_')}_qlora{r}{'_dq' if dq else ''}_b{batch}_s{seq}_{amp}_p{pdt}_{optim}"
+                f"{'_ckpt' if ckpt else ''}")
+        case = {"mode": "train", "optim": optim}
+    case = {"name": name, "model": "py:qlora_models.py:qlora", "batch": batch, "seq": seq, **case, "amp": amp,
+            "param_dtype": pdt, "model_kwargs": kwargs, "vramscope": {"config": config, "args": args}}
+    if ckpt:
+        case["checkpoint"] = True
+    return case
+
+
+def padded_spec(i, mt, cfg, rng, config):
+    """A random causal LM's step on a padded batch (validation/padding_models.py:causal_lm, SDPA or
+    eager attention) as a truth case whose `vramscope` entry runs `estimate --padded`."""
+    batch, seq, mode, amp, pdt, optim, ckpt = random_step(rng)
+    batch = max(batch, 2)  # a padding collator pads the shorter sequences of a batch
+    seq = within_positions(mt, cfg, seq)
+    attn = "eager" if mt == "gemma2" or rng.random() < 0.4 else "sdpa"
+    if mt == "mixtral":
+        ckpt = False
+    case = {"name": f"{mt.replace('-', '_')}_padded_{attn}_b{batch}_s{seq}_{mode}_{amp}"
+                    f"{'' if pdt == 'fp32' else '_p' + pdt}_{optim}{'_ckpt' if ckpt else ''}",
+            "model": "py:padding_models.py:causal_lm", "batch": batch, "seq": seq, "mode": mode, "amp": amp,
+            "param_dtype": pdt, "optim": optim, "model_kwargs": {"config": config, "attn": attn},
+            "vramscope": {"config": config, "args": ["--padded", "--attn-implementation", attn]}}
+    if ckpt:
+        case["checkpoint"] = True
+    return case
+
+
+# the sweeps of random causal LMs: their case maker and whether it builds with SDPA only
+SPECS = {"eager": (eager_spec, False), "lora": (lora_spec, True), "qlora": (qlora_spec, True),
+         "padded": (padded_spec, False)}
+
+
 def spec_case(spec, i, mt, cfg, rng, tmp):
     """Measures the case `spec` makes for a random config with ../shared/truth and vramscope."""
     path = os.path.join(tmp, f"c{i}.json")
@@ -510,11 +572,11 @@ def spec_case(spec, i, mt, cfg, rng, tmp):
     return measured_against(what, cmd, args)
 
 
-def truth_sweep(seed, k, jobs, tmp, generate=False, heads=False, t5=False, eager=False, lora=False):
-    if eager or lora:
-        spec = eager_spec if eager else lora_spec
+def truth_sweep(seed, k, jobs, tmp, generate=False, heads=False, t5=False, causal=None):
+    if causal:
+        spec, sdpa_only = SPECS[causal]
         run = lambda c: spec_case(spec, *c)  # noqa: E731
-        cases = causal_cases(seed, k, tmp, lora)
+        cases = causal_cases(seed, k, tmp, sdpa_only)
     elif t5:
         run = lambda c: t5_case(*c)  # noqa: E731
         cases = t5_cases(seed, k, tmp)
@@ -567,14 +629,21 @@ def main():
     ap.add_argument("--lora", action="store_true",
                     help="with --truth K: K random causal LMs with LoRA adapters on random targets "
                          "(validation/lora_models.py:lora) instead")
+    ap.add_argument("--qlora", action="store_true",
+                    help="with --truth K: K random causal LMs loaded in 4 bits, with QLoRA adapters on "
+                         "random targets or for inference (validation/qlora_models.py:qlora) instead")
+    ap.add_argument("--padded", action="store_true",
+                    help="with --truth K: K random causal LMs on a padded batch, SDPA or eager "
+                         "(validation/padding_models.py:causal_lm) instead")
     a = ap.parse_args()
+    causal = next((m for m in SPECS if getattr(a, m)), None)
     global MEDIUM, NULLS
     MEDIUM, NULLS = a.medium, a.nulls
     tmp = tempfile.mkdtemp(prefix="vramscope_random_configs_")
     if a.truth and a.write_cases:
-        write_cases(a.seed, a.truth, a.write_cases, eager_spec if a.eager else lora_spec if a.lora else None)
+        write_cases(a.seed, a.truth, a.write_cases, causal)
     elif a.truth:
-        truth_sweep(a.seed, a.truth, a.jobs, tmp, a.generate, a.heads, a.t5, a.eager, a.lora)
+        truth_sweep(a.seed, a.truth, a.jobs, tmp, a.generate, a.heads, a.t5, causal)
     else:
         parameter_counts(a.seed, a.n, tmp)
 

@@ -680,21 +680,21 @@ fn gguf_model_estimates() {
     assert_eq!(json["model"]["parameters"], 262_976);
 }
 
-/// `--padded` is refused by name where it is not modelled: another family, eager attention,
-/// generation, a per-token head, a model that is not a Hugging Face one.
+/// `--padded` is refused by name where it is not modelled: another family, the encoders' eager
+/// attention, generation, a per-token head, a model that is not a Hugging Face one.
 #[test]
 fn padded_batches_refused_where_not_modelled() {
     fails_with(
         &[
             "estimate",
-            "mixtral-8x7b",
+            "bert-base-uncased",
             "--seq-len",
             "64",
             "--padded",
             "--attn-implementation",
             "eager",
         ],
-        &["--padded", "eager"],
+        &["--padded", "eager", "encoders"],
     );
     fails_with(
         &[
@@ -759,13 +759,4 @@ fn padded_batches_refused_where_not_modelled() {
             .unwrap()
     };
     assert!(peak(&["--padded"]) > peak(&[]));
-}
-
-/// Gemma2 always runs eager attention, which `--padded` does not model: refused by name.
-#[test]
-fn padded_gemma2_refused() {
-    fails_with(
-        &["estimate", "gemma-2-2b", "--seq-len", "64", "--padded"],
-        &["--padded", "Gemma2", "eager"],
-    );
 }

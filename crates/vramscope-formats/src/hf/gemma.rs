@@ -487,16 +487,12 @@ pub fn build(
     let m = Model::new(cfg, flavor, input, dtype)?;
     let s = &m.spec;
     let bare = head == DecoderHead::Bare;
-    if input.padded && (m.eager || s.bidirectional || m.vision.is_some()) {
+    if input.padded && (s.bidirectional || m.vision.is_some()) {
         return Err(HfError::BadInput(format!(
-            "{}: --padded is not modelled for {} (SDPA causal text models only: Gemma, Gemma3 \
-             text)",
+            "{}: --padded is not modelled for {} (causal text models only: Gemma, Gemma2, \
+             Gemma3 text)",
             cfg.path,
-            if flavor == Flavor::Gemma2 {
-                "Gemma2, which always runs eager attention"
-            } else if m.eager {
-                "eager attention"
-            } else if s.bidirectional {
+            if s.bidirectional {
                 "bidirectional attention"
             } else {
                 "Gemma3ForConditionalGeneration"

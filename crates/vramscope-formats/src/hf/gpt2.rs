@@ -10,9 +10,9 @@ use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
 use super::generate::CausalLm;
 use super::layers::{
-    add, add_scalar, cached_attention, conv1d, dropout, eager_causal_mask, embedding, mul,
-    mul_scalar, packed_sequence_check, padded_causal_mask, padding_input, position_ids, pow_fp32,
-    view, Call, Eager, EagerFlavor, KvCache,
+    add, add_scalar, cached_attention, conv1d, decoder_causal_mask, dropout, embedding, mul,
+    mul_scalar, packed_sequence_check, padding_input, position_ids, pow_fp32, view, Call, Eager,
+    EagerFlavor, KvCache,
 };
 use super::seq_cls::{base_model, decoder_head, decoder_outputs, qa_inputs, DecoderHead};
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
@@ -174,16 +174,15 @@ impl Model {
             let x = add(b, tok, pe);
             // `create_causal_mask`: on a padded batch's mask (no packed-sequence check), else
             // the check and no mask (SDPA's is_causal)
-            let mask_arg = padded_causal_mask(b, call, (bsz, seq));
-            if mask_arg.is_none() && call.cache.is_none() {
+            if call.padding_mask.is_none() && call.cache.is_none() {
                 packed_sequence_check(b, bsz, seq);
             }
-            if self.eager {
-                let mask = eager_causal_mask(b, bsz, (seq, call.past + seq), x);
-                // `causal_mask` is a local of the forward until it returns
-                b.hold(&[mask]);
-                call.eager_mask = Some(mask);
-            }
+            let mask_arg = decoder_causal_mask(
+                b,
+                call,
+                (bsz, seq),
+                self.eager.then_some(self.attention.dtype),
+            );
             let mut x = dropout(b, "drop", s.embd_pdrop, x);
             b.module("h", "ModuleList", &[], |b| {
                 // every block records the same program: without a cache (whose tensors differ

@@ -752,20 +752,35 @@ pub fn encoder_padded_mask(
     Some((mask, precision.compute_dtype()))
 }
 
-/// `create_causal_mask` on a padded batch's mask for the decoders that attend through
-/// [`cached_attention`] (GPT-2, OPT; SDPA): a local of the forward, set on `call` for every layer
-/// to attend with, and returned for the layers' arguments (a checkpoint keeps it). `None` for an
-/// unpadded batch.
-pub fn padded_causal_mask(
+/// `create_causal_mask` in the forward of a decoder that attends through [`cached_attention`]
+/// (GPT-2, OPT), with SDPA or eager attention (`eager`: the embeddings' dtype, which the additive
+/// mask and its scalars take): a local of the forward until it returns. A padded batch's mask
+/// ([`padded_attention_mask`]) is set on `call` for every layer to attend with and returned for
+/// the layers' arguments (a checkpoint keeps it); an unpadded batch's is eager attention's causal
+/// mask, set on `call`, and none for SDPA (`is_causal`), `None` returned.
+pub fn decoder_causal_mask(
     b: &mut GraphBuilder,
     call: &mut Call,
     (batch, seq): (u64, u64),
+    eager: Option<DType>,
 ) -> Option<TensorId> {
-    let padding = call.padding_mask?;
-    let mask = padded_attention_mask(b, batch, seq, PaddedPattern::Causal, padding, None);
+    let kv = call.past + seq;
+    let mask = match (call.padding_mask, eager) {
+        (None, None) => return None,
+        (None, Some(dtype)) => {
+            let allowed = pattern_mask(b, batch, (seq, kv), MaskPattern::Causal);
+            eager_where(b, vec![batch, 1, seq, kv], allowed, (None, dtype), dtype)
+        }
+        (Some(padding), eager) => {
+            padded_attention_mask(b, batch, seq, PaddedPattern::Causal, padding, eager)
+        }
+    };
     b.hold(&[mask]);
-    call.padded_sdpa = Some(mask);
-    Some(mask)
+    match eager {
+        Some(_) => call.eager_mask = Some(mask),
+        None => call.padded_sdpa = Some(mask),
+    }
+    call.padding_mask.map(|_| mask)
 }
 
 /// The mask patterns transformers builds for a padded batch ([`padded_attention_mask`]).
@@ -810,14 +825,14 @@ pub fn padded_attention_mask(
     seq: u64,
     pattern: PaddedPattern,
     padding: TensorId,
-    eager_embeds: Option<TensorId>,
+    eager: Option<DType>,
 ) -> TensorId {
     let bool_ = DTypeRule::Fixed(DType::Bool);
     let i64 = DTypeRule::Fixed(DType::I64);
     b.frame(|b| {
         let mask_bool = mask_op(b, "_to_copy", &[batch, seq], bool_, &[padding]);
         b.hold(&[mask_bool]);
-        let Some(x) = eager_embeds else {
+        let Some(dtype) = eager else {
             if pattern == PaddedPattern::Encoder {
                 mask_op(b, "all", &[], bool_, &[mask_bool]);
             } else {
@@ -829,13 +844,7 @@ pub fn padded_attention_mask(
             return padded_mask_function(b, batch, seq, pattern, mask_bool);
         };
         let mask = padded_mask_function(b, batch, seq, pattern, mask_bool);
-        eager_where(
-            b,
-            vec![batch, 1, seq, seq],
-            mask,
-            (Some(x), DType::F32),
-            DType::F32,
-        )
+        eager_where(b, vec![batch, 1, seq, seq], mask, (None, dtype), dtype)
     })
 }
 
@@ -850,9 +859,9 @@ pub fn model_mask(
     (cache_len, packed_check): (Option<u64>, bool),
     padding: Option<TensorId>,
 ) -> Option<TensorId> {
-    match (padding, PaddedPattern::of(pattern), eager) {
-        (Some(padding), Some(padded), None) => {
-            Some(padded_attention_mask(b, batch, seq, padded, padding, None))
+    match (padding, PaddedPattern::of(pattern)) {
+        (Some(padding), Some(padded)) => {
+            Some(padded_attention_mask(b, batch, seq, padded, padding, eager))
         }
         _ => attention_mask_checked(b, batch, seq, pattern, eager, cache_len, packed_check),
     }
@@ -1679,6 +1688,10 @@ pub enum EagerFlavor {
     /// keys; `softmax(dtype=float32)`, then `.to(query.dtype)` (under autocast a float32 query:
     /// the rotary embedding's float32 `cos` / `sin` promoted it, so nothing is cast).
     Llama,
+    /// Phi-3: Llama's, but its rotary embedding `cat`s the rotated channels with the rest, so q
+    /// and k are contiguous `[B, H, S, D]` and matmul copies neither (truth traces of padded
+    /// eager Phi-3 batches).
+    Phi3,
     /// OPT: Llama's without the rotary embedding, so under autocast the query is half and
     /// `.to(query.dtype)` casts the float32 probabilities.
     Opt,
@@ -1733,10 +1746,13 @@ pub fn eager_attention(
     // makes a contiguous copy, so then matmul needs none (truth traces of eager MQA under AMP).
     // The values come from their projection in the autocast dtype: never cast, always copied
     let key_cast = e.autocast.is_some_and(|low| low != e.dtype);
-    let copy_k = copy_v && !(llama_like && kv_heads == 1 && kv_heads != heads && key_cast);
+    let phi3 = e.flavor == EagerFlavor::Phi3;
+    let copy_k = copy_v
+        && !(llama_like && kv_heads == 1 && kv_heads != heads && key_cast)
+        && !(phi3 && kv_heads == heads);
     // a single query is viewable for bmm, except GPT-2's (a slice of the packed `c_attn`
-    // output, whose batch stride is 3 × the heads')
-    let copy_q = bsz > 1 && (sq > 1 || !llama_like);
+    // output, whose batch stride is 3 × the heads'); Phi-3's is contiguous
+    let copy_q = bsz > 1 && (sq > 1 || !llama_like) && !phi3;
     let kt = view(b, "transpose", k, vec![bsz, heads, d, sk]);
     let scores = if copy_q || copy_k {
         b.op(
@@ -1763,7 +1779,7 @@ pub fn eager_attention(
     let scores = masks.iter().fold(scores, |x, &m| add(b, x, m));
     let half = e.dtype != DType::F32;
     let probs = match e.flavor {
-        EagerFlavor::Llama | EagerFlavor::Opt | EagerFlavor::Gemma2 { .. } => {
+        EagerFlavor::Llama | EagerFlavor::Phi3 | EagerFlavor::Opt | EagerFlavor::Gemma2 { .. } => {
             // softmax(dtype=float32): a float32 copy in a pure half run (autocast upcasts by
             // itself), then `.to(query.dtype)`
             let x = if half && e.autocast.is_none() {

@@ -30,9 +30,9 @@ use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 use super::generate::CausalLm;
 use super::layers::{
     add, apply_rotary, apply_rotary_sliced, attention_output, cached_attention, dropout, embedding,
-    heads_first_grads, linear, model_mask, mul, padded_attention_mask, padding_input, position_ids,
-    rms_norm, rope_init, rotary, rotated_heads_view, sdpa, sdpa_masked, view, Call, Eager,
-    EagerFlavor, KvCache, MaskPattern, PaddedPattern, ROPE_INIT_DEFAULT, ROPE_INIT_LLAMA3,
+    heads_first_grads, linear, model_mask, mul, padding_input, position_ids, rms_norm, rope_init,
+    rotary, rotated_heads_view, sdpa, sdpa_masked, view, Call, Eager, EagerFlavor, KvCache,
+    MaskPattern, ROPE_INIT_DEFAULT, ROPE_INIT_LLAMA3,
 };
 use super::seq_cls::{base_model, decoder_head, decoder_outputs, qa_inputs, DecoderHead};
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
@@ -345,9 +345,7 @@ pub(super) type MaskCode<'a> =
 /// `create_sliding_window_causal_mask`, in the forward's order, each after its packed-sequence
 /// check): for SDPA boolean masks, `None` where SDPA runs `is_causal`; for eager attention
 /// (`eager`: the dtype of the embeddings) additive ones, never skipped, a sliding-window
-/// pattern's with its window overlay whatever the length (truth traces of Mistral's). A padded
-/// batch's eager mask is made by the forward (only the packed-sequence checks are recorded here,
-/// none for a padded batch).
+/// pattern's with its window overlay whatever the length (truth traces of Mistral's).
 /// `cache_len`: with a cache, its length after this call's update (no packed-sequence checks; SDPA
 /// needs a mask only where a sliding window is reached). `padding`: the batch's padded
 /// `attention_mask`, which makes every mask (`padded_attention_mask`).
@@ -361,16 +359,15 @@ fn sdpa_masks(
     s.masks
         .patterns
         .iter()
-        .map(|&m| match (eager, padding) {
-            (Some(_), Some(_)) => None,
-            _ => model_mask(
+        .map(|&m| {
+            model_mask(
                 b,
                 (bsz, seq),
                 m,
                 eager,
                 (cache_len, cache_len.is_none()),
                 padding,
-            ),
+            )
         })
         .collect()
 }
@@ -405,13 +402,6 @@ pub(super) fn causal_lm(
     let padding = padding_input(&mut b, input);
     let qa_positions = qa_inputs(&mut b, head, bsz);
     let eager = input.attn == AttnImplementation::Eager;
-    if input.padded && eager && s.masks.patterns.len() != 1 {
-        return Err(HfError::BadInput(format!(
-            "{}: --padded with --attn-implementation eager is modelled for models with one mask \
-             pattern (this config has full and sliding-window layers); use SDPA",
-            cfg.path
-        )));
-    }
     let use_cache = head.fills_cache(cfg, input)?;
     if use_cache && cfg.bool_or("use_sliding_window", false)? {
         return Err(HfError::Field {
@@ -494,7 +484,6 @@ pub(super) fn forward(
     layer: &mut DecoderLayer,
     layer_kind: Option<&dyn Fn(u64) -> u64>,
 ) -> Vec<TensorId> {
-    let bsz = b.shape(ids)[0];
     let seq = call.seq;
     let bare = call.head == DecoderHead::Bare;
     let base = call.head.base();
@@ -524,23 +513,14 @@ pub(super) fn forward(
         let held: Vec<TensorId> = m.iter().flatten().copied().collect();
         b.hold(&held);
         // eager attention: the mask code made the additive masks, one per pattern, each layer
-        // attending with its pattern's (a padded batch's is made below)
-        let eager_masks = if eager && call.padding_mask.is_none() {
+        // attending with its pattern's
+        let eager_masks = if eager {
             call.sdpa_masks = vec![None; m.len()];
             held
         } else {
             call.sdpa_masks = m;
             Vec::new()
         };
-        if let (true, Some(padding)) = (eager, call.padding_mask) {
-            // `eager_mask` on the batch's mask, with the model's one pattern (`build` refuses
-            // eager padded batches with several)
-            let pattern = s.masks.patterns.first().and_then(|&p| PaddedPattern::of(p));
-            let pattern = pattern.unwrap_or(PaddedPattern::Causal);
-            let mask = padded_attention_mask(b, bsz, seq, pattern, padding, Some(x));
-            b.hold(&[mask]);
-            call.eager_mask = Some(mask);
-        }
         if embeds_after_masks {
             b.hold(&[x, pos]);
         }
@@ -854,7 +834,11 @@ pub(super) fn attention(
             view(b, "reshape", o, vec![bsz, seq, s.heads * d])
         } else {
             let eager = Eager {
-                flavor: EagerFlavor::Llama,
+                flavor: if phi3 {
+                    EagerFlavor::Phi3
+                } else {
+                    EagerFlavor::Llama
+                },
                 dtype,
                 autocast,
             };

@@ -497,12 +497,8 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
                  (llama, mistral, qwen2, qwen3, phi3), MoE, Gemma, GPT-2 and OPT decoders and \
                  the BERT / RoBERTa / DistilBERT encoders"
             ))
-        } else if input.attn == AttnImplementation::Eager && !matches!(family, Family::Llama) {
-            Some(
-                "with --attn-implementation eager for this family (SDPA only; eager for the \
-                 Llama family)"
-                    .to_string(),
-            )
+        } else if input.attn == AttnImplementation::Eager && encoder {
+            Some("with --attn-implementation eager for the encoders (SDPA only)".to_string())
         } else if input.generate.is_some() {
             Some("with --mode generate (a training or inference forward only)".to_string())
         } else if !tasks_ok {

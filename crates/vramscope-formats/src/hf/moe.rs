@@ -382,11 +382,6 @@ fn mask_code(
     padding: Option<TensorId>,
 ) -> Vec<Option<TensorId>> {
     let mask = |b: &mut GraphBuilder, pattern| {
-        // eager attention: additive masks, never skipped (a padded batch's is made by the
-        // forward, as for the Llama family)
-        if eager.is_some() && padding.is_some() {
-            return None;
-        }
         model_mask(
             b,
             (bsz, seq),

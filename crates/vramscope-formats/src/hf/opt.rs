@@ -10,9 +10,9 @@ use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
 use super::generate::CausalLm;
 use super::layers::{
-    activation, activation_kind, add, cached_attention, decoder_heads, dropout_fn,
-    eager_causal_mask, embedding, layer_norm, linear, mul_scalar, padded_causal_mask,
-    padding_input, view, Call, Eager, EagerFlavor, KvCache,
+    activation, activation_kind, add, cached_attention, decoder_causal_mask, decoder_heads,
+    dropout_fn, embedding, layer_norm, linear, mul_scalar, padding_input, view, Call, Eager,
+    EagerFlavor, KvCache,
 };
 use super::seq_cls::{base_model, decoder_head, decoder_outputs, qa_inputs, DecoderHead};
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
@@ -214,15 +214,8 @@ fn decoder(
             }
         }),
     };
-    // a padded batch: create_causal_mask on its mask, between the positions and embed_positions
-    let mask_arg = padded_causal_mask(b, call, (bsz, seq));
-    if m.eager {
-        // create_causal_mask runs after position_ids are made, before embed_positions; the
-        // mask is a local of the forward until it returns
-        let mask = eager_causal_mask(b, bsz, (seq, call.past + seq), tok);
-        b.hold(&[mask]);
-        call.eager_mask = Some(mask);
-    }
+    // create_causal_mask runs after position_ids are made, before embed_positions
+    let mask_arg = decoder_causal_mask(b, call, (bsz, seq), m.eager.then_some(m.attention.dtype));
     let (pe, _) = b.module(
         "embed_positions",
         "OPTLearnedPositionalEmbedding",
