@@ -4,7 +4,8 @@ fixture config (fixtures/hf/configs/*.json), and of their `text_config`, to a wr
 value (0, -1, 3, 2^32 - 1, 1e15, 2^63, 1.5, "x", null, [], {}) or removes it, and runs
 `vramscope estimate` on each in training (`--seq-len 64`), generation (`--mode generate
 --prompt-len 16 --new-tokens 4`), question answering (`--task qa`: the per-token heads) and the
-bare model in inference (`--task feature-extraction --mode infer`). A run fails the sweep if it panics, is killed, exits with a code
+bare model in inference (`--task feature-extraction --mode infer`) and a padded batch with eager
+attention (`--padded --attn-implementation eager`). A run fails the sweep if it panics, is killed, exits with a code
 other than 0, 1 or 2, fails without a message, or takes over 5 s. Prints each failure and the total.
 
     cargo build --release
@@ -27,7 +28,8 @@ MUTATIONS = [0, -1, 3, 2**32 - 1, 10**15, 2**63, 1.5, "x", None, [], {}]
 REMOVE = "__remove__"
 MODES = [["--seq-len", "64"], ["--mode", "generate", "--prompt-len", "16", "--new-tokens", "4"],
          ["--seq-len", "64", "--task", "qa"],
-         ["--seq-len", "64", "--task", "feature-extraction", "--mode", "infer"]]
+         ["--seq-len", "64", "--task", "feature-extraction", "--mode", "infer"],
+         ["--seq-len", "64", "--padded", "--attn-implementation", "eager"]]
 
 
 def fields(config, prefix=()):
