@@ -71,16 +71,16 @@ def seq_cls(batch, seq, checkpoint=False, config="fixtures/hf/configs/qwen2_smal
 
 
 def encoder(batch, seq, checkpoint=False, config="fixtures/hf/configs/bert_base_uncased_9labels.json",
-            task="seq-cls", pad=1, **_):
+            task="seq-cls", pad=1, attn="sdpa", **_):
     """An encoder (BERT, RoBERTa, DistilBERT, ...) as measure.py's `hf:` route builds it (random
-    init, SDPA, `gradient_checkpointing_enable()` for `checkpoint`; `seq-cls`: labels
+    init, SDPA or `attn`, `gradient_checkpointing_enable()` for `checkpoint`; `seq-cls`: labels
     `randint(0, num_labels, (B,))` and `model.loss_function(labels=..., pooled_logits=...)`;
     `masked-lm`: labels `randint(0, V, (B, S))` and `model.loss_function(logits, labels,
     vocab_size=V)`, outside the forward), on a padded batch: `model(input_ids=...,
     attention_mask=...)`."""
     import torch
     import transformers
-    cfg = _config(config, "sdpa")
+    cfg = _config(config, attn)
     V = cfg.vocab_size
     if task == "seq-cls":
         cls = transformers.AutoModelForSequenceClassification._model_mapping[type(cfg)]

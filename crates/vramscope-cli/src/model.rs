@@ -81,15 +81,14 @@ pub struct ModelArgs {
     /// `DynamicCache` the same way (a local of the heads' forward).
     #[arg(long)]
     pub use_cache: Option<bool>,
-    /// Hugging Face decoders of the Llama family, MoE models, Gemma and Gemma3 text models,
-    /// GPT-2, OPT (causal-lm, seq-cls) and BERT /
-    /// RoBERTa / DistilBERT encoders (masked-lm, seq-cls), with SDPA (eager attention too for the
-    /// Llama family): each batch carries an `attention_mask`
+    /// Hugging Face decoders of the Llama family, MoE models, Gemma, Gemma2 and Gemma3 text
+    /// models, GPT-2, OPT (causal-lm, seq-cls) and BERT / RoBERTa / DistilBERT encoders
+    /// (masked-lm, seq-cls), SDPA or eager attention: each batch carries an `attention_mask`
     /// with padding, as a padding data collator makes it (`model(input_ids=...,
     /// attention_mask=...)`). transformers then builds the `[B, 1, S, S]` boolean mask instead of
     /// letting SDPA skip it: SDPA takes another kernel with an additive `[B, 1, S, S]` mask per
-    /// layer, and GQA models repeat their keys and values. Without it the batch is unpadded
-    /// (equal lengths, or packed).
+    /// layer, and GQA models repeat their keys and values (eager attention adds the additive
+    /// mask made from the batch's). Without it the batch is unpadded (equal lengths, or packed).
     #[arg(long)]
     pub padded: bool,
     /// Fine-tuning: LoRA adapters, frozen parameters.

@@ -680,22 +680,10 @@ fn gguf_model_estimates() {
     assert_eq!(json["model"]["parameters"], 262_976);
 }
 
-/// `--padded` is refused by name where it is not modelled: another family, the encoders' eager
-/// attention, generation, a per-token head, a model that is not a Hugging Face one.
+/// `--padded` is refused by name where it is not modelled: another family, generation, a
+/// per-token head, a model that is not a Hugging Face one.
 #[test]
 fn padded_batches_refused_where_not_modelled() {
-    fails_with(
-        &[
-            "estimate",
-            "bert-base-uncased",
-            "--seq-len",
-            "64",
-            "--padded",
-            "--attn-implementation",
-            "eager",
-        ],
-        &["--padded", "eager", "encoders"],
-    );
     fails_with(
         &[
             "estimate",

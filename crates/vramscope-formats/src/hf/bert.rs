@@ -212,7 +212,13 @@ pub fn build(
         });
         let mut x = x;
         // a padded batch's mask, handed to every layer
-        let mask = encoder_padded_mask(b, (bsz, seq), padding, input.precision);
+        let mask = encoder_padded_mask(
+            b,
+            (bsz, seq),
+            padding,
+            input.precision,
+            input.attn == AttnImplementation::Eager,
+        );
         b.module("encoder", &format!("{prefix}Encoder"), &[x], |b| {
             b.module("layer", "ModuleList", &[], |b| {
                 for i in 0..s.layers {

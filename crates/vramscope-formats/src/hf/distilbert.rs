@@ -17,7 +17,7 @@ use super::layers::{
     activation, activation_fn, activation_kind, add, dropout, embedding, encoder_padded_mask,
     encoder_self_attention, layer_norm, linear, padding_input, tied_head_bias, view, Eager,
 };
-use super::{build_error, encoder_heads, HfConfig, HfError, HfInput, HfTask};
+use super::{build_error, encoder_heads, AttnImplementation, HfConfig, HfError, HfInput, HfTask};
 
 struct Spec {
     vocab: u64,
@@ -120,7 +120,13 @@ pub fn build(
         });
         let mut x = x;
         // a padded batch's mask, handed to every block
-        let mask = encoder_padded_mask(b, (bsz, seq), padding, input.precision);
+        let mask = encoder_padded_mask(
+            b,
+            (bsz, seq),
+            padding,
+            input.precision,
+            input.attn == AttnImplementation::Eager,
+        );
         b.module("transformer", "Transformer", &[x], |b| {
             b.module("layer", "ModuleList", &[], |b| {
                 for i in 0..s.layers {

@@ -739,15 +739,18 @@ pub fn padding_input(b: &mut GraphBuilder, input: &HfInput) -> Option<TensorId> 
 
 /// `create_bidirectional_mask` in an encoder's forward (after the embeddings): a padded batch's
 /// mask ([`padded_attention_mask`]), a local of the forward until it returns, with the dtype SDPA
-/// makes it additive in; `None` for an unpadded batch (SDPA skips the mask).
+/// makes it additive in; with eager attention (`eager`) already additive, in the embeddings'
+/// dtype (the parameters'). `None` for an unpadded batch (the mask is skipped).
 pub fn encoder_padded_mask(
     b: &mut GraphBuilder,
     (batch, seq): (u64, u64),
     padding: Option<TensorId>,
     precision: vramscope_core::Precision,
+    eager: bool,
 ) -> Option<(TensorId, DType)> {
     let padding = padding?;
-    let mask = padded_attention_mask(b, batch, seq, PaddedPattern::Encoder, padding, None);
+    let additive = eager.then(|| precision.param_dtype());
+    let mask = padded_attention_mask(b, batch, seq, PaddedPattern::Encoder, padding, additive);
     b.hold(&[mask]);
     Some((mask, precision.compute_dtype()))
 }
@@ -1332,7 +1335,7 @@ pub fn encoder_self_attention(
         eager_heads(b, t, heads)
     });
     b.declare_module("dropout", "Dropout");
-    let (o, w) = eager_attention_core(b, qkv, dropout_p, eager);
+    let (o, w) = eager_attention_core(b, qkv, dropout_p, eager, mask.map(|m| m.0));
     (o, Some(w))
 }
 
@@ -1353,7 +1356,8 @@ pub fn attention_core(
 
 /// [`attention_core`] with `attn_implementation="eager"` for the bidirectional encoders (BERT,
 /// RoBERTa, DistilBERT), which run it without a mask (`create_bidirectional_mask` returns `None`
-/// for an unpadded batch): `eager_attention_forward`, a function whose locals go when it returns.
+/// for an unpadded batch) or with a padded batch's additive `mask`: `eager_attention_forward`, a
+/// function whose locals go when it returns.
 /// `qkv` are the heads [`eager_heads`] made, locals of the attention's forward (held until it
 /// returns). Returns the output `[B, S, E]` and the attention weights the caller keeps.
 pub fn eager_attention_core(
@@ -1361,9 +1365,11 @@ pub fn eager_attention_core(
     [q, k, v]: [TensorId; 3],
     dropout_p: f64,
     eager: Eager,
+    mask: Option<TensorId>,
 ) -> (TensorId, TensorId) {
     b.hold(&[q, k, v]);
-    b.frame(|b| eager_attention(b, eager, q, k, v, &[], dropout_p, false))
+    let masks: Vec<TensorId> = mask.into_iter().collect();
+    b.frame(|b| eager_attention(b, eager, q, k, v, &masks, dropout_p, false))
 }
 
 /// A causal decoder's (OPT's) projection `[B, S, E]` viewed as `[B, H, S, D]` (`view` then

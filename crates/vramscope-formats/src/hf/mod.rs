@@ -229,7 +229,8 @@ pub struct HfInput {
     pub attn: AttnImplementation,
     /// The batch carries an `attention_mask` (`[B, S]` int64) with padding, as a padding data
     /// collator makes it, passed to the model: the mask code builds the `[B, 1, S, S]` boolean
-    /// mask, which SDPA attends with (another kernel; GQA models repeat their keys and values).
+    /// mask, which SDPA attends with (another kernel; GQA models repeat their keys and values),
+    /// or eager attention's additive one.
     pub padded: bool,
 }
 
@@ -497,8 +498,6 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
                  (llama, mistral, qwen2, qwen3, phi3), MoE, Gemma, GPT-2 and OPT decoders and \
                  the BERT / RoBERTa / DistilBERT encoders"
             ))
-        } else if input.attn == AttnImplementation::Eager && encoder {
-            Some("with --attn-implementation eager for the encoders (SDPA only)".to_string())
         } else if input.generate.is_some() {
             Some("with --mode generate (a training or inference forward only)".to_string())
         } else if !tasks_ok {
