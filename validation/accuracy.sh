@@ -15,7 +15,7 @@ mkdir -p docs
   echo "phase's allocated-after within 3%, peak reserved within 5%."
 } > "$out"
 json_parts=()
-for f in torchvision_dev torchvision_extra torchvision_more hf_dev hf_lora hf_qlora hf_checkpoint_dtypes hf_t5 hf_t5_variants onnx_models hf_moe hf_generate hf_eager hf_eager_families hf_eager_gemma hf_eager_encoders hf_generate_eager hf_families hf_generate_families hf_generate_moe hf_generate_moe_more hf_lora_gpt2 hf_lora_upcast hf_unseen hf_odd_shapes hf_seq_cls hf_config_variants hf_unseen_shapes hf_full_depth hf_encoder_heads hf_generate_window hf_gemma_features hf_gemma3_multimodal hf_roberta_family hf_decoder_heads hf_bare_models hf_random hf_random_more hf_random_eager hf_random_lora hf_eager_windows hf_phi3_sdpa_grads hf_gguf fused_optimizers hf_padded hf_padded_eager hf_random_padded hf_random_qlora; do
+for f in torchvision_dev torchvision_extra torchvision_more hf_dev hf_lora hf_qlora hf_checkpoint_dtypes hf_t5 hf_t5_variants onnx_models hf_moe hf_generate hf_eager hf_eager_families hf_eager_gemma hf_eager_encoders hf_generate_eager hf_families hf_generate_families hf_generate_moe hf_generate_moe_more hf_lora_gpt2 hf_lora_upcast hf_unseen hf_odd_shapes hf_seq_cls hf_config_variants hf_unseen_shapes hf_full_depth hf_encoder_heads hf_generate_window hf_gemma_features hf_gemma3_multimodal hf_roberta_family hf_decoder_heads hf_bare_models hf_random hf_random_more hf_random_eager hf_random_lora hf_eager_windows hf_phi3_sdpa_grads hf_gguf fused_optimizers hf_padded hf_padded_eager hf_random_padded hf_random_qlora hf_padded_heads; do
   python3 validation/compare.py "fixtures/truth/$f.jsonl" --markdown "$out" --title "$f" \
       --json-out "docs/.accuracy_$f.json" > /dev/null
   json_parts+=("docs/.accuracy_$f.json")

@@ -68,16 +68,33 @@ def _model(auto_name, config, attn, num_labels, checkpoint, use_cache=None):
     return model, cfg
 
 
+def _attention_mask(batch, seq, pad):
+    """A padding collator's `attention_mask` (int64 `[B, S]`) whose first sequence ends in `pad`
+    padding positions, or `None` without `pad`."""
+    import torch
+    if not pad:
+        return None
+    mask = torch.ones(batch, seq, dtype=torch.long)
+    mask[0, seq - pad:] = 0
+    return mask
+
+
 def token_cls(batch, seq, checkpoint=False, config="crates/vramscope-formats/data/hf/bert-base-uncased.json",
-              attn="sdpa", num_labels=None, use_cache=None, **_):
+              attn="sdpa", num_labels=None, use_cache=None, pad=0, **_):
+    """With `pad`, a padded batch: `input_ids`, the `attention_mask`, then the labels, in a padding
+    collator's order, and `model(input_ids=..., attention_mask=...)`."""
     import torch
     model, cfg = _model("AutoModelForTokenClassification", config, attn, num_labels, checkpoint, use_cache)
     V, L = cfg.vocab_size, cfg.num_labels
 
     def make_batch():
-        return torch.randint(0, V, (batch, seq)), torch.randint(0, L, (batch, seq))
+        ids = torch.randint(0, V, (batch, seq))
+        mask = _attention_mask(batch, seq, pad)
+        return (ids if mask is None else (ids, mask)), torch.randint(0, L, (batch, seq))
 
     def forward(m, x):
+        if isinstance(x, tuple):
+            return m(input_ids=x[0], attention_mask=x[1]).logits
         return m(input_ids=x).logits
 
     def loss(out, y):
@@ -87,18 +104,24 @@ def token_cls(batch, seq, checkpoint=False, config="crates/vramscope-formats/dat
 
 
 def question_answering(batch, seq, checkpoint=False, config="crates/vramscope-formats/data/hf/bert-base-uncased.json",
-                       attn="sdpa", use_cache=None, **_):
+                       attn="sdpa", use_cache=None, pad=0, **_):
+    """With `pad`, a padded batch: `input_ids`, the `attention_mask`, then the positions, and the
+    mask passed to the forward."""
     import torch
     model, cfg = _model("AutoModelForQuestionAnswering", config, attn, None, checkpoint, use_cache)
     V = cfg.vocab_size
 
     def make_batch():
         ids = torch.randint(0, V, (batch, seq))
+        mask = _attention_mask(batch, seq, pad)
         start = torch.randint(0, seq, (batch,))
         end = torch.randint(0, seq, (batch,))
-        return (ids, start, end), start
+        return ((ids, start, end) if mask is None else (ids, mask, start, end)), start
 
     def forward(m, x):
+        if len(x) == 4:
+            ids, mask, start, end = x
+            return m(input_ids=ids, attention_mask=mask, start_positions=start, end_positions=end)
         ids, start, end = x
         return m(input_ids=ids, start_positions=start, end_positions=end)
 
@@ -108,25 +131,28 @@ def question_answering(batch, seq, checkpoint=False, config="crates/vramscope-fo
     return model, make_batch, loss, forward
 
 
-def _features(model, vocab, batch, seq):
+def _features(model, vocab, batch, seq, pad=0):
     """An inference run of a bare model: ids in, `out = model(input_ids=x)` kept until the next
-    forward returns."""
+    forward returns. With `pad`, a padded batch: `(input_ids, attention_mask)`, both passed."""
     import torch
 
     def make_batch():
         ids = torch.randint(0, vocab, (batch, seq))
-        return ids, ids
+        mask = _attention_mask(batch, seq, pad)
+        return (ids if mask is None else (ids, mask)), ids
 
     def forward(m, x):
+        if isinstance(x, tuple):
+            return m(input_ids=x[0], attention_mask=x[1])
         return m(input_ids=x)
 
     return model, make_batch, None, forward
 
 
 def feature_extraction(batch, seq, checkpoint=False, config="crates/vramscope-formats/data/hf/bert-base-uncased.json",
-                       attn="sdpa", use_cache=None, **_):
+                       attn="sdpa", use_cache=None, pad=0, **_):
     model, cfg = _model("AutoModel", config, attn, None, checkpoint, use_cache)
-    return _features(model, cfg.vocab_size, batch, seq)
+    return _features(model, cfg.vocab_size, batch, seq, pad)
 
 
 def t5_model(batch, seq, checkpoint=False, config="crates/vramscope-formats/data/hf/t5-small.json", attn="sdpa",

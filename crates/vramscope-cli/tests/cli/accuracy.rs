@@ -749,6 +749,24 @@ fn padded_eager_cases_match_truth() {
     );
 }
 
+/// Padded batches through the encoders' per-token heads (token classification, question
+/// answering) and the bare models (sentence embeddings; decoders with and without the cache they
+/// fill), SDPA or eager attention (`validation/make_padded_head_fixtures.sh`). The session-start
+/// engine refused all 14. Byte-exact at their peaks; held to 0.1% allocated and 0.5% reserved.
+#[test]
+fn padded_head_cases_match_truth() {
+    let all = cases("hf_padded_heads.jsonl");
+    assert_eq!(all.len(), 14);
+    check("hf_padded_heads.jsonl");
+    assert_peaks_within(
+        &all,
+        &[
+            ("allocated_bytes", "peak_alloc", 0.001),
+            ("reserved_bytes", "peak_reserved", 0.005),
+        ],
+    );
+}
+
 /// Random causal LMs loaded in 4 bits (`validation/random_configs.py 1800 --truth 16 --qlora`):
 /// QLoRA adapters on random targets, rank and dropout, NF4 with and without double quantization,
 /// bf16 / fp16 weights before quantization, fp32 or AMP compute, checkpointing, and 4-bit inference.

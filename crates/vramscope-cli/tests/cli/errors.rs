@@ -708,19 +708,11 @@ fn padded_batches_refused_where_not_modelled() {
             "token-cls",
             "--padded",
         ],
-        &["--padded", "--task", "causal-lm and seq-cls"],
-    );
-    fails_with(
         &[
-            "estimate",
-            "bert-base-uncased",
-            "--seq-len",
-            "64",
-            "--task",
-            "qa",
             "--padded",
+            "--task",
+            "causal-lm, seq-cls and feature-extraction",
         ],
-        &["--padded", "--task", "masked-lm and seq-cls"],
     );
     fails_with(
         &["estimate", "t5-small", "--seq-len", "64", "--padded"],

@@ -475,12 +475,18 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
         let tasks_ok = if encoder {
             matches!(
                 input.task,
-                None | Some(HfTask::MaskedLm) | Some(HfTask::SeqCls)
+                None | Some(HfTask::MaskedLm)
+                    | Some(HfTask::SeqCls)
+                    | Some(HfTask::TokenCls)
+                    | Some(HfTask::QuestionAnswering)
+                    | Some(HfTask::FeatureExtraction)
             )
         } else {
             matches!(
                 input.task,
-                None | Some(HfTask::CausalLm) | Some(HfTask::SeqCls)
+                None | Some(HfTask::CausalLm)
+                    | Some(HfTask::SeqCls)
+                    | Some(HfTask::FeatureExtraction)
             )
         };
         let refused = if !matches!(
@@ -502,8 +508,12 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
             Some("with --mode generate (a training or inference forward only)".to_string())
         } else if !tasks_ok {
             Some(format!(
-                "for this --task ({} and seq-cls only)",
-                if encoder { "masked-lm" } else { "causal-lm" }
+                "for this --task ({} only)",
+                if encoder {
+                    "masked-lm, seq-cls, token-cls, qa and feature-extraction"
+                } else {
+                    "causal-lm, seq-cls and feature-extraction"
+                }
             ))
         } else {
             None
