@@ -82,9 +82,9 @@ pub struct ModelArgs {
     #[arg(long)]
     pub use_cache: Option<bool>,
     /// Hugging Face decoders of the Llama family, MoE models, Gemma, Gemma2 and Gemma3 text
-    /// models, GPT-2, OPT (causal-lm, seq-cls, feature-extraction) and BERT / RoBERTa /
-    /// DistilBERT encoders (masked-lm, seq-cls, token-cls, qa, feature-extraction), SDPA or eager
-    /// attention: each batch carries an `attention_mask`
+    /// models, GPT-2, OPT (causal-lm) and BERT / RoBERTa / DistilBERT encoders (masked-lm), and
+    /// their seq-cls, token-cls, qa and feature-extraction heads, SDPA or eager attention: each
+    /// batch carries an `attention_mask`
     /// with padding, as a padding data collator makes it (`model(input_ids=...,
     /// attention_mask=...)`). transformers then builds the `[B, 1, S, S]` boolean mask instead of
     /// letting SDPA skip it: SDPA takes another kernel with an additive `[B, 1, S, S]` mask per

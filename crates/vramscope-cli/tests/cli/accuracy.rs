@@ -767,6 +767,26 @@ fn padded_head_cases_match_truth() {
     );
 }
 
+/// Padded batches through the decoders' per-token heads
+/// (`validation/make_padded_decoder_head_fixtures.sh`: the token-classification and
+/// question-answering cases of `hf_decoder_heads.jsonl` with an `attention_mask`): the Llama
+/// family, Gemma, Gemma2, Mixtral, Qwen2-MoE, Qwen3-MoE, GPT-2, OPT; with and without the cache
+/// the heads' base model fills, SDPA or eager, checkpointing, bf16 inference. The session-start
+/// engine refused all 22. Peaks byte-exact; held to 0.1% allocated and 0.5% reserved.
+#[test]
+fn padded_decoder_head_cases_match_truth() {
+    let all = cases("hf_padded_decoder_heads.jsonl");
+    assert_eq!(all.len(), 22);
+    check("hf_padded_decoder_heads.jsonl");
+    assert_peaks_within(
+        &all,
+        &[
+            ("allocated_bytes", "peak_alloc", 0.001),
+            ("reserved_bytes", "peak_reserved", 0.005),
+        ],
+    );
+}
+
 /// Random causal LMs loaded in 4 bits (`validation/random_configs.py 1800 --truth 16 --qlora`):
 /// QLoRA adapters on random targets, rank and dropout, NF4 with and without double quantization,
 /// bf16 / fp16 weights before quantization, fp32 or AMP compute, checkpointing, and 4-bit inference.

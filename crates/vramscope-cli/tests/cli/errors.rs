@@ -680,8 +680,8 @@ fn gguf_model_estimates() {
     assert_eq!(json["model"]["parameters"], 262_976);
 }
 
-/// `--padded` is refused by name where it is not modelled: another family, generation, a
-/// per-token head, a model that is not a Hugging Face one.
+/// `--padded` is refused by name where it is not modelled: another family (T5), generation, a
+/// model that is not a Hugging Face one.
 #[test]
 fn padded_batches_refused_where_not_modelled() {
     fails_with(
@@ -697,22 +697,6 @@ fn padded_batches_refused_where_not_modelled() {
             "--padded",
         ],
         &["--padded", "--mode generate"],
-    );
-    fails_with(
-        &[
-            "estimate",
-            "mistral-7b",
-            "--seq-len",
-            "64",
-            "--task",
-            "token-cls",
-            "--padded",
-        ],
-        &[
-            "--padded",
-            "--task",
-            "causal-lm, seq-cls and feature-extraction",
-        ],
     );
     fails_with(
         &["estimate", "t5-small", "--seq-len", "64", "--padded"],

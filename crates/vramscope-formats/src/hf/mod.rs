@@ -486,6 +486,8 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
                 input.task,
                 None | Some(HfTask::CausalLm)
                     | Some(HfTask::SeqCls)
+                    | Some(HfTask::TokenCls)
+                    | Some(HfTask::QuestionAnswering)
                     | Some(HfTask::FeatureExtraction)
             )
         };
@@ -512,7 +514,7 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
                 if encoder {
                     "masked-lm, seq-cls, token-cls, qa and feature-extraction"
                 } else {
-                    "causal-lm, seq-cls and feature-extraction"
+                    "causal-lm, seq-cls, token-cls, qa and feature-extraction"
                 }
             ))
         } else {
