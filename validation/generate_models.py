@@ -74,9 +74,10 @@ def _source_of(frame):
 class _ScriptedValues(TorchDispatchMode):
     """Answers the value reads of `generate` as a real run on these inputs answers them."""
 
-    def __init__(self, max_length):
+    def __init__(self, max_length, padded=False):
         super().__init__()
         self.max_length = max_length
+        self.padded = padded
         self.answered = []
 
     def _answer(self):
@@ -84,6 +85,9 @@ class _ScriptedValues(TorchDispatchMode):
         while f is not None:
             code = f.f_code
             line = _source_of(f)
+            if (self.padded and code.co_filename.endswith("masking_utils.py")
+                    and code.co_name == "_ignore_causal_mask_sdpa" and "fast_all(padding_mask)" in line):
+                return False  # the left-padded row keeps its padding positions in every step's mask
             if code.co_filename.endswith(os.path.join("generation", "utils.py")):
                 if code.co_name == "_prepare_special_tokens":
                     # the token ids are Python constants of the generation config
@@ -97,7 +101,7 @@ class _ScriptedValues(TorchDispatchMode):
                 if code.co_name == "_get_logits_processor" and "(encoder_input_ids < 0).any()" in line:
                     return False  # the prompt's token ids are all valid (non-negative)
                 if code.co_name == "generate" and "== 1).all()" in line:
-                    return True
+                    return not self.padded
                 if code.co_name == "generate" and "has_right_padding" in line:
                     return False
                 if code.co_name == "__call__" and "unfinished_sequences.max() == 0" in line:
@@ -115,7 +119,7 @@ class _ScriptedValues(TorchDispatchMode):
 
 
 def generate(batch, seq, new_tokens=16, config="fixtures/hf/configs/qwen2_small_2l.json", layers=None,
-             overrides=None, attn="sdpa", **_):
+             overrides=None, attn="sdpa", pad=0, **_):
     import transformers
     _patch_packed_sequence_detection()
     cfg = _config(config, layers, attn, overrides)
@@ -123,21 +127,31 @@ def generate(batch, seq, new_tokens=16, config="fixtures/hf/configs/qwen2_small_
     # in the measured parameter dtype (measure.py's default dtype), not the config's `torch_dtype`
     # (Phi-3's and Llama 3.2's configs say bfloat16, which from_config would build in)
     model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.get_default_dtype())
-    return generation(model, cfg.vocab_size, batch, seq, new_tokens)
+    return generation(model, cfg.vocab_size, batch, seq, new_tokens, int(pad))
 
 
-def generation(model, vocab, batch, seq, new_tokens):
+def generation(model, vocab, batch, seq, new_tokens, pad=0):
     """The `py:` factory result of `model.generate(input_ids, do_sample=False,
-    max_new_tokens=N)` on `[B, seq]` random ids below `vocab`, under `_ScriptedValues`."""
+    max_new_tokens=N)` on `[B, seq]` random ids below `vocab`, under `_ScriptedValues`. With `pad`,
+    a left-padded batch as a tokenizer with `padding_side="left"` makes it: `(input_ids,
+    attention_mask)`, the first prompt starting with `pad` padding positions, and
+    `generate(input_ids, attention_mask=..., ...)`."""
     n = int(new_tokens)
 
     def make_batch():
         ids = torch.randint(0, vocab, (batch, seq))
-        return ids, ids
+        if not pad:
+            return ids, ids
+        mask = torch.ones(batch, seq, dtype=torch.long)
+        mask[0, :pad] = 0
+        return (ids, mask), ids
 
     def forward(m, x):
-        with _ScriptedValues(seq + n):
-            out = m.generate(x, do_sample=False, max_new_tokens=n)
+        kw = {}
+        if isinstance(x, tuple):
+            x, kw["attention_mask"] = x
+        with _ScriptedValues(seq + n, padded=bool(kw)):
+            out = m.generate(x, do_sample=False, max_new_tokens=n, **kw)
         assert out.shape == (batch, seq + n), out.shape
         return out
 

@@ -680,14 +680,14 @@ fn gguf_model_estimates() {
     assert_eq!(json["model"]["parameters"], 262_976);
 }
 
-/// `--padded` is refused by name where it is not modelled: another family (T5), generation, a
-/// model that is not a Hugging Face one.
+/// `--padded` is refused by name where it is not modelled: another family (T5), generation
+/// outside the Llama family, a model that is not a Hugging Face one.
 #[test]
 fn padded_batches_refused_where_not_modelled() {
     fails_with(
         &[
             "estimate",
-            "qwen2.5-0.5b",
+            "gpt2",
             "--mode",
             "generate",
             "--prompt-len",
@@ -696,7 +696,7 @@ fn padded_batches_refused_where_not_modelled() {
             "2",
             "--padded",
         ],
-        &["--padded", "--mode generate"],
+        &["--padded", "--mode generate", "Llama family"],
     );
     fails_with(
         &["estimate", "t5-small", "--seq-len", "64", "--padded"],

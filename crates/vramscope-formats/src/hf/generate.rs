@@ -170,14 +170,13 @@ pub fn build(
     prompt: u64,
     gen: Generation,
     precision: vramscope_core::Precision,
+    padded: bool,
 ) -> Result<(Graph, GenerationInfo), HfError> {
     build_within(
         cfg,
         model,
-        name,
-        class,
-        batch,
-        prompt,
+        (name, class),
+        (batch, prompt, padded),
         gen,
         precision,
         (STEP_BUDGET, SKELETON_BUDGET),
@@ -186,14 +185,11 @@ pub fn build(
 
 /// [`build`] with the node budgets past which decode steps are skipped (recording only their
 /// cache growth), and past which the skipped steps are one jump.
-#[allow(clippy::too_many_arguments)]
 fn build_within(
     cfg: &HfConfig,
     model: &dyn CausalLm,
-    name: &str,
-    class: &str,
-    batch: u64,
-    prompt: u64,
+    (name, class): (&str, &str),
+    (batch, prompt, padded): (u64, u64, bool),
     gen: Generation,
     precision: vramscope_core::Precision,
     (budget, skeleton_budget): (usize, usize),
@@ -207,6 +203,8 @@ fn build_within(
     let (i64, bool_) = (DType::I64, DType::Bool);
     let mut b = GraphBuilder::new(name, class);
     let ids = b.input(vec![batch, prompt], i64);
+    // a left-padded batch: `generate(input_ids, attention_mask=...)`, the mask a tokenizer made
+    let padding = padded.then(|| b.input(vec![batch, prompt], i64));
     // tensors `generate` keeps until it returns
     let mut kept: Vec<TensorId> = Vec::new();
 
@@ -226,17 +224,29 @@ fn build_within(
             int_op(&mut b, "any", vec![], bool_, &[m]);
         }
     }
-    // generate: the right-padding check of a batch (`sum(input_ids[:, -1] == pad) > 0`)
+    // generate: the right-padding check of a batch, on the attention mask when one is passed
+    // (`any(attention_mask[:, -1] == 0).item()`), else `sum(input_ids[:, -1] == pad) > 0`
     if pad && batch > 1 {
-        let eq = int_op(&mut b, "eq", vec![batch], bool_, &[ids]);
-        let sum = int_op(&mut b, "sum", vec![], i64, &[eq]);
-        let gt = int_op(&mut b, "gt", vec![], bool_, &[sum]);
-        kept.push(gt);
+        match padding {
+            Some(m) => {
+                let eq = int_op(&mut b, "eq", vec![batch], bool_, &[m]);
+                int_op(&mut b, "any", vec![], bool_, &[eq]);
+            }
+            None => {
+                let eq = int_op(&mut b, "eq", vec![batch], bool_, &[ids]);
+                let sum = int_op(&mut b, "sum", vec![], i64, &[eq]);
+                let gt = int_op(&mut b, "gt", vec![], bool_, &[sum]);
+                kept.push(gt);
+            }
+        }
     }
-    // _prepare_attention_mask_for_generation: ones, or the mask inferred from pad tokens
+    // _prepare_attention_mask_for_generation (no mask passed): ones, or the mask inferred from
+    // pad tokens
     let bp = vec![batch, prompt];
-    let ones = int_op(&mut b, "ones", bp.clone(), i64, &[]);
-    let mask = if pad {
+    let mask = if let Some(m) = padding {
+        m
+    } else if pad {
+        let ones = int_op(&mut b, "ones", bp.clone(), i64, &[]);
         b.frame(|b| {
             let isin = int_op(b, "isin", bp.clone(), bool_, &[ids]);
             let pad_in = int_op(b, "any", vec![], bool_, &[isin]);
@@ -261,7 +271,7 @@ fn build_within(
             int_op(b, "add", bp.clone(), i64, &[a, c])
         })
     } else {
-        ones
+        int_op(&mut b, "ones", bp.clone(), i64, &[])
     };
     // _prepare_position_ids_for_generation: mask.cumsum(-1) - 1, masked_fill(mask == 0, 0)
     let cs = int_op(&mut b, "cumsum", bp.clone(), i64, &[mask]);
@@ -269,10 +279,13 @@ fn build_within(
     let eq = int_op(&mut b, "eq", bp.clone(), bool_, &[mask]);
     let prompt_pos = int_op(&mut b, "masked_fill", bp.clone(), i64, &[sub, eq]);
     kept.push(prompt_pos);
-    // `(attention_mask == 1).all()`: no padding, the mask is dropped
+    // `(attention_mask == 1).all()`: without padding the mask is dropped; a padded batch's is
+    // passed to every forward, one position longer each step
     let eq = int_op(&mut b, "eq", bp.clone(), bool_, &[mask]);
     int_op(&mut b, "all", vec![], bool_, &[eq]);
-    b.keep_until_now(&[mask]);
+    if padding.is_none() {
+        b.keep_until_now(&[mask]);
+    }
     // _get_logits_processor: `(input_ids < 0).any()`
     let lt = int_op(&mut b, "lt", bp.clone(), bool_, &[ids]);
     int_op(&mut b, "any", vec![], bool_, &[lt]);
@@ -308,7 +321,7 @@ fn build_within(
         attn_weights: None,
         sdpa_masks: Vec::new(),
         head: DecoderHead::Lm,
-        padding_mask: None,
+        padding_mask: padding,
         padded_sdpa: None,
     };
     let mut logits = model.forward(&mut b, clone, &mut call);
@@ -318,6 +331,7 @@ fn build_within(
     let mut state = Loop {
         input_ids: ids,
         position_ids: prompt_pos,
+        attention_mask: padding,
         len: prompt,
         next_token_logits: None,
         next_tokens: None,
@@ -344,9 +358,12 @@ fn build_within(
         let past = prompt + step - 1;
         let ids1 = int_op(&mut b, "clone", vec![batch, 1], i64, &[state.input_ids]);
         let pos1 = int_op(&mut b, "clone", vec![batch, 1], i64, &[state.position_ids]);
-        // the previous step's model inputs are rebound
+        // the previous step's model inputs are rebound (a padded batch's mask among them)
         b.keep_until_now(&std::mem::take(&mut state.model_inputs));
-        state.model_inputs = vec![ids1, pos1];
+        state.model_inputs = [ids1, pos1]
+            .into_iter()
+            .chain(state.attention_mask)
+            .collect();
         let mut call = Call {
             seq: 1,
             past,
@@ -358,7 +375,7 @@ fn build_within(
             attn_weights: None,
             sdpa_masks: Vec::new(),
             head: DecoderHead::Lm,
-            padding_mask: None,
+            padding_mask: state.attention_mask,
             padded_sdpa: None,
         };
         logits = model.forward(&mut b, ids1, &mut call);
@@ -406,6 +423,7 @@ fn build_within(
     }
     // `generate` returns `input_ids`: everything else goes with `_sample`'s and its frames
     let mut rest = vec![state.position_ids, unfinished];
+    rest.extend(state.attention_mask);
     rest.extend(state.model_inputs);
     rest.extend(state.next_token_logits);
     rest.extend(state.next_tokens);
@@ -434,6 +452,8 @@ fn build_within(
 struct Loop {
     input_ids: TensorId,
     position_ids: TensorId,
+    /// A padded batch's `attention_mask`, grown by one position per step.
+    attention_mask: Option<TensorId>,
     /// Length of `input_ids` (and `position_ids`).
     len: u64,
     next_token_logits: Option<TensorId>,
@@ -462,7 +482,15 @@ impl Loop {
         let ar = int_op(b, "arange", vec![1], i64, &[]);
         let a1 = int_op(b, "add", vec![batch, 1], i64, &[ar, self.position_ids]);
         let a2 = int_op(b, "add", vec![batch, 1], i64, &[a1]);
+        let old_positions = self.position_ids;
         self.position_ids = int_op(b, "cat", vec![batch, len], i64, &[self.position_ids, a2]);
+        // attention_mask = cat([attention_mask, new_ones(B, 1)]): the old mask stays with the
+        // step's model inputs, the old positions with the function's local until it returns
+        if let Some(mask) = self.attention_mask {
+            let ones = int_op(b, "new_ones", vec![batch, 1], i64, &[]);
+            self.attention_mask = Some(int_op(b, "cat", vec![batch, len], i64, &[mask, ones]));
+            b.keep_until_now(&[old_positions]);
+        }
         // next_token_logits = outputs.logits[:, -1].to(copy=True, dtype=float32)
         let last = view(b, "select", logits, vec![batch, vocab]);
         let ntl = b.op(
@@ -518,6 +546,9 @@ impl Loop {
         cache.grow_to(b, past);
         let len = past + 1;
         self.position_ids = int_op(b, "cat", vec![batch, len], DType::I64, &[self.position_ids]);
+        if let Some(mask) = self.attention_mask {
+            self.attention_mask = Some(int_op(b, "cat", vec![batch, len], DType::I64, &[mask]));
+        }
         self.input_ids = int_op(b, "cat", vec![batch, len], DType::I64, &[self.input_ids]);
         self.len = len;
     }
@@ -565,10 +596,8 @@ mod tests {
         let (g, info) = build_within(
             cfg,
             &m,
-            "llama",
-            "LlamaForCausalLM",
-            batch,
-            prompt,
+            ("llama", "LlamaForCausalLM"),
+            (batch, prompt, false),
             gen,
             precision,
             budgets,

@@ -750,7 +750,14 @@ pub fn encoder_padded_mask(
 ) -> Option<(TensorId, DType)> {
     let padding = padding?;
     let additive = eager.then(|| precision.param_dtype());
-    let mask = padded_attention_mask(b, batch, seq, PaddedPattern::Encoder, padding, additive);
+    let mask = padded_attention_mask(
+        b,
+        batch,
+        (seq, seq),
+        PaddedPattern::Encoder,
+        padding,
+        additive,
+    );
     b.hold(&[mask]);
     Some((mask, precision.compute_dtype()))
 }
@@ -775,7 +782,7 @@ pub fn decoder_causal_mask(
             eager_where(b, vec![batch, 1, seq, kv], allowed, (None, dtype), dtype)
         }
         (Some(padding), eager) => {
-            padded_attention_mask(b, batch, seq, PaddedPattern::Causal, padding, eager)
+            padded_attention_mask(b, batch, (seq, kv), PaddedPattern::Causal, padding, eager)
         }
     };
     b.hold(&[mask]);
@@ -810,22 +817,23 @@ impl PaddedPattern {
     }
 }
 
-/// The `[B, 1, S, S]` mask the mask code makes for a batch that carries an `attention_mask`
-/// (`padding`, the `[B, S]` int64 input) with padding, as a padding data collator makes it.
-/// `_preprocess_mask_arguments` turns it into a boolean copy (freed when the mask code returns)
-/// and skips the packed-sequence check. SDPA (`eager_embeds: None`): the skip checks a real run
-/// reads on the host, false with padding (`_ignore_causal_mask_sdpa`: two `fast_all`, each a
-/// `sum` and an `==` scalar; the encoders' `_ignore_bidirectional_mask_sdpa`:
-/// `padding_mask.all()`; under fake tensors transformers skips them and builds the mask all the
-/// same), then [`padded_mask_function`]'s boolean mask. Eager attention (`eager_embeds`, the
-/// embeddings whose dtype the mask takes): `eager_mask` runs no skip checks and turns the
-/// boolean mask into an additive one, `where(mask, tensor(0.0), finfo.min)`, as
-/// [`eager_causal_mask`] does for an unpadded batch (truth traces of validation/padding_models.py).
-/// Without a cache only.
+/// The `[B, 1, S, KV]` mask the mask code makes for a batch that carries an `attention_mask`
+/// (`padding`, the `[B, KV]` int64 mask) with padding, as a padding data collator (or a
+/// left-padding tokenizer, for `generate`) makes it; `KV` is `S` without a cache, the cached
+/// positions after the update with one. `_preprocess_mask_arguments` turns it into a boolean copy
+/// (freed when the mask code returns) and skips the packed-sequence check. SDPA (`eager: None`):
+/// the skip checks a real run reads on the host, false with padding (`_ignore_causal_mask_sdpa`:
+/// `fast_all`, a `sum` and an `==` scalar, twice over an empty cache and once over a filled one;
+/// the encoders' `_ignore_bidirectional_mask_sdpa`: `padding_mask.all()`; under fake tensors
+/// transformers skips them and builds the mask all the same), then [`padded_mask_function`]'s
+/// boolean mask. Eager attention (`eager`, the embeddings' dtype, which the mask and its scalars
+/// take): `eager_mask` runs no skip checks and turns the boolean mask into an additive one,
+/// `where(mask, tensor(0.0), finfo.min)` (truth traces of validation/padding_models.py and of
+/// left-padded generations).
 pub fn padded_attention_mask(
     b: &mut GraphBuilder,
     batch: u64,
-    seq: u64,
+    (seq, kv): (u64, u64),
     pattern: PaddedPattern,
     padding: TensorId,
     eager: Option<DType>,
@@ -833,21 +841,21 @@ pub fn padded_attention_mask(
     let bool_ = DTypeRule::Fixed(DType::Bool);
     let i64 = DTypeRule::Fixed(DType::I64);
     b.frame(|b| {
-        let mask_bool = mask_op(b, "_to_copy", &[batch, seq], bool_, &[padding]);
+        let mask_bool = mask_op(b, "_to_copy", &[batch, kv], bool_, &[padding]);
         b.hold(&[mask_bool]);
         let Some(dtype) = eager else {
             if pattern == PaddedPattern::Encoder {
                 mask_op(b, "all", &[], bool_, &[mask_bool]);
             } else {
-                for _ in 0..2 {
+                for _ in 0..if kv == seq { 2 } else { 1 } {
                     let sum = mask_op(b, "sum", &[], i64, &[mask_bool]);
                     mask_op(b, "eq", &[], bool_, &[sum]);
                 }
             }
-            return padded_mask_function(b, batch, seq, pattern, mask_bool);
+            return padded_mask_function(b, batch, (seq, kv), pattern, mask_bool);
         };
-        let mask = padded_mask_function(b, batch, seq, pattern, mask_bool);
-        eager_where(b, vec![batch, 1, seq, seq], mask, (None, dtype), dtype)
+        let mask = padded_mask_function(b, batch, (seq, kv), pattern, mask_bool);
+        eager_where(b, vec![batch, 1, seq, kv], mask, (None, dtype), dtype)
     })
 }
 
@@ -864,7 +872,15 @@ pub fn model_mask(
 ) -> Option<TensorId> {
     match (padding, PaddedPattern::of(pattern)) {
         (Some(padding), Some(padded)) => {
-            Some(padded_attention_mask(b, batch, seq, padded, padding, eager))
+            let kv = cache_len.unwrap_or(seq);
+            Some(padded_attention_mask(
+                b,
+                batch,
+                (seq, kv),
+                padded,
+                padding,
+                eager,
+            ))
         }
         _ => attention_mask_checked(b, batch, seq, pattern, eager, cache_len, packed_check),
     }
@@ -877,14 +893,14 @@ pub fn model_mask(
 fn padded_mask_function(
     b: &mut GraphBuilder,
     batch: u64,
-    seq: u64,
+    (seq, kv): (u64, u64),
     pattern: PaddedPattern,
     mask_bool: TensorId,
 ) -> TensorId {
     let bool_ = DTypeRule::Fixed(DType::Bool);
-    let plane = [1, 1, seq, seq];
+    let plane = [1, 1, seq, kv];
     b.frame(|b| {
-        let idx = mask_index_vectors(b, batch, seq, seq);
+        let idx = mask_index_vectors(b, batch, seq, kv);
         let (q_idx, kv_idx) = (idx[2], idx[3]);
         let ones = mask_op(b, "new_ones", &[], bool_, &[]);
         // the pattern's own shape: `[1, 1, S, 1]` for the encoders' `q_idx >= 0`
@@ -895,24 +911,18 @@ fn padded_mask_function(
                 (column, mask_op(b, "ge", &column, bool_, &[q_idx]))
             }
             PaddedPattern::SlidingWindow(_) => {
-                (plane, sliding_window_causal(b, seq, seq, q_idx, kv_idx))
+                (plane, sliding_window_causal(b, seq, kv, q_idx, kv_idx))
             }
         };
         let with_pattern = combine_masks(b, "bitwise_and", &pattern_shape, ones, pattern_mask);
         let padded = mask_op(
             b,
             "index",
-            &[batch, 1, 1, seq],
+            &[batch, 1, 1, kv],
             bool_,
             &[mask_bool, idx[0], kv_idx],
         );
-        combine_masks(
-            b,
-            "bitwise_and",
-            &[batch, 1, seq, seq],
-            with_pattern,
-            padded,
-        )
+        combine_masks(b, "bitwise_and", &[batch, 1, seq, kv], with_pattern, padded)
     })
 }
 
