@@ -89,7 +89,8 @@ pub struct ModelArgs {
     /// attention_mask=...)`). transformers then builds the `[B, 1, S, S]` boolean mask instead of
     /// letting SDPA skip it: SDPA takes another kernel with an additive `[B, 1, S, S]` mask per
     /// layer, and GQA models repeat their keys and values (eager attention adds the additive
-    /// mask made from the batch's). Without it the batch is unpadded (equal lengths, or packed).
+    /// mask made from the batch's). With `--mode generate` the prompts are left-padded and the
+    /// mask is passed to `generate`. Without it the batch is unpadded (equal lengths, or packed).
     #[arg(long)]
     pub padded: bool,
     /// Fine-tuning: LoRA adapters, frozen parameters.

@@ -791,14 +791,16 @@ fn padded_decoder_head_cases_match_truth() {
 /// `model.generate(input_ids, attention_mask=...)`, the first prompt starting with padding): the
 /// mask passed to every forward and grown by one position per step, position ids from its
 /// cumsum, each step's `[B, 1, 1, past + 1]` padded mask and SDPA's masked kernel over the cache
-/// (or eager attention's additive mask); Qwen2, Llama 3.2, Phi-3, Qwen3, Mistral in fp32, pure
-/// bf16 / fp16, AMP bf16 / fp16, and a 300-token generation whose middle steps only grow the
-/// cache. The session-start engine refused all 9. Every phase's peak within 2%; the overall
-/// peaks byte-exact, held to 0.1% allocated and 0.5% reserved.
+/// (or eager attention's additive mask); Qwen2, Llama 3.2, Phi-3, Qwen3, Mistral (inside and
+/// past a 64-token window), GPT-2, OPT, Gemma, Gemma2, Gemma3 (past its 512-token window),
+/// Mixtral, in fp32, pure bf16 / fp16, AMP bf16 / fp16, SDPA and eager, and a 300-token
+/// generation whose middle steps only grow the cache. The session-start engine refused all 20.
+/// Every phase's peak within 2%; the overall peaks byte-exact, held to 0.1% allocated and 0.5%
+/// reserved.
 #[test]
 fn padded_generation_cases_match_truth() {
     let all = cases("hf_generate_padded.jsonl");
-    assert_eq!(all.len(), 9);
+    assert_eq!(all.len(), 20);
     check_phase_peaks("hf_generate_padded.jsonl");
     assert_peaks_within(
         &all,

@@ -506,12 +506,6 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
                  (llama, mistral, qwen2, qwen3, phi3), MoE, Gemma, GPT-2 and OPT decoders and \
                  the BERT / RoBERTa / DistilBERT encoders"
             ))
-        } else if input.generate.is_some() && !matches!(family, Family::Llama) {
-            Some(
-                "with --mode generate for this family (left-padded generation is modelled for \
-                 the Llama family)"
-                    .to_string(),
-            )
         } else if !tasks_ok {
             Some(format!(
                 "for this --task ({} only)",
