@@ -180,10 +180,11 @@ def t5_model(batch, seq, checkpoint=False, config="crates/vramscope-formats/data
     return model, make_batch, None, forward
 
 
-def t5_encoder(batch, seq, checkpoint=False, config="crates/vramscope-formats/data/hf/t5-small.json", attn="sdpa", **_):
+def t5_encoder(batch, seq, checkpoint=False, config="crates/vramscope-formats/data/hf/t5-small.json", attn="sdpa",
+               pad=0, **_):
     cfg = _read_config(config)
     cfg._attn_implementation = attn
-    return _features(_t5_class(cfg.model_type, "EncoderModel")(cfg), cfg.vocab_size, batch, seq)
+    return _features(_t5_class(cfg.model_type, "EncoderModel")(cfg), cfg.vocab_size, batch, seq, pad)
 
 
 def _t5_class(model_type, suffix):

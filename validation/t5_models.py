@@ -27,7 +27,9 @@ starting with `_` are dropped, so the built-in configs under crates/vramscope-fo
 calls `model(input_ids=..., labels=...)` without it, as a plain loop does: the decoder then returns an
 `EncoderDecoderCache` in `out.past_key_values` unless gradient checkpointing turned it off).
 `attn` (default "sdpa"): the `attn_implementation` (`"eager"`: each family's `eager_attention_forward`).
-`checkpoint=True` calls `model.gradient_checkpointing_enable()` (every T5Block).
+`checkpoint=True` calls `model.gradient_checkpointing_enable()` (every T5Block). `pad`: a padded
+batch as DataCollatorForSeq2Seq makes it (`input_ids`, the `attention_mask` whose first row ends in
+`pad` padding positions, `labels`), the mask passed to the forward.
 """
 import json
 import os
@@ -36,7 +38,7 @@ import torch
 
 
 def t5(batch, seq, checkpoint=None, config="fixtures/hf/configs/t5_small_2l.json", target_len=None, layers=None,
-       decoder_layers=None, overrides=None, use_cache=False, attn="sdpa", **_):
+       decoder_layers=None, overrides=None, use_cache=False, attn="sdpa", pad=0, **_):
     import transformers
     here = os.path.dirname(os.path.abspath(__file__))
     path = config if os.path.isabs(config) else os.path.join(here, "..", config)
@@ -64,14 +66,24 @@ def t5(batch, seq, checkpoint=None, config="fixtures/hf/configs/t5_small_2l.json
 
     def make_batch():
         ids = torch.randint(0, V, (B, S))
+        if pad:
+            # DataCollatorForSeq2Seq's order: input_ids, attention_mask, labels
+            mask = torch.ones(B, S, dtype=torch.long)
+            mask[0, S - int(pad):] = 0
+            labels = torch.randint(0, V, (B, T))
+            return (ids, mask, labels), labels
         labels = torch.randint(0, V, (B, T))
         return (ids, labels), labels
 
     def forward(m, x):
-        ids, labels = x
+        kw = {}
+        if len(x) == 3:
+            ids, kw["attention_mask"], labels = x
+        else:
+            ids, labels = x
         if use_cache == "config":
-            return m(input_ids=ids, labels=labels)
-        return m(input_ids=ids, labels=labels, use_cache=False)
+            return m(input_ids=ids, labels=labels, **kw)
+        return m(input_ids=ids, labels=labels, use_cache=False, **kw)
 
     def loss(out, y):
         return out.loss

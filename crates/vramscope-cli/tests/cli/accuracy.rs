@@ -811,6 +811,27 @@ fn padded_generation_cases_match_truth() {
     );
 }
 
+/// T5, FLAN-T5, mT5 and UMT5 on padded batches as DataCollatorForSeq2Seq makes them
+/// (`validation/make_t5_padded_fixtures.sh`): the encoder's padded self-attention mask and the
+/// decoder's cross-attention one folded into every layer's position-bias mask (`where(mask,
+/// bias, min)`, `[B, H, L, S]`, whose backward sums the bias's gradient over the batch); AMP bf16
+/// / fp16, pure bf16, checkpointing, unaligned lengths, inference, and T5EncoderModel's padded
+/// features. The session-start engine refused all 8. Byte-exact at their peaks; held to 0.1%
+/// allocated and 0.5% reserved.
+#[test]
+fn t5_padded_cases_match_truth() {
+    let all = cases("hf_t5_padded.jsonl");
+    assert_eq!(all.len(), 8);
+    check("hf_t5_padded.jsonl");
+    assert_peaks_within(
+        &all,
+        &[
+            ("allocated_bytes", "peak_alloc", 0.001),
+            ("reserved_bytes", "peak_reserved", 0.005),
+        ],
+    );
+}
+
 /// Random causal LMs loaded in 4 bits (`validation/random_configs.py 1800 --truth 16 --qlora`):
 /// QLoRA adapters on random targets, rank and dropout, NF4 with and without double quantization,
 /// bf16 / fp16 weights before quantization, fp32 or AMP compute, checkpointing, and 4-bit inference.

@@ -472,7 +472,13 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
     };
     if input.padded {
         let encoder = matches!(family, Family::Bert(_) | Family::DistilBert);
-        let tasks_ok = if encoder {
+        let t5 = matches!(family, Family::T5);
+        let tasks_ok = if t5 {
+            matches!(
+                input.task,
+                None | Some(HfTask::Seq2SeqLm) | Some(HfTask::FeatureExtraction)
+            )
+        } else if encoder {
             matches!(
                 input.task,
                 None | Some(HfTask::MaskedLm)
@@ -500,16 +506,21 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
                 | Family::Opt
                 | Family::Bert(_)
                 | Family::DistilBert
+                | Family::T5
         ) {
             Some(format!(
                 "model_type {model_type:?}: padded batches are modelled for the Llama-family \
-                 (llama, mistral, qwen2, qwen3, phi3), MoE, Gemma, GPT-2 and OPT decoders and \
-                 the BERT / RoBERTa / DistilBERT encoders"
+                 (llama, mistral, qwen2, qwen3, phi3), MoE, Gemma, GPT-2 and OPT decoders, \
+                 the BERT / RoBERTa / DistilBERT encoders and T5"
             ))
+        } else if t5 && input.attn == AttnImplementation::Eager {
+            Some("for T5 with --attn-implementation eager (SDPA only)".to_string())
         } else if !tasks_ok {
             Some(format!(
                 "for this --task ({} only)",
-                if encoder {
+                if t5 {
+                    "seq2seq and feature-extraction"
+                } else if encoder {
                     "masked-lm, seq-cls, token-cls, qa and feature-extraction"
                 } else {
                     "causal-lm, seq-cls, token-cls, qa and feature-extraction"

@@ -42,8 +42,8 @@ use vramscope_core::{DType, Graph, GraphBuilder, Precision, TensorId};
 use super::gpt2::gelu_new;
 use super::layers::{
     add, cast, dropout, eager_attention, eager_causal_mask, eager_heads, embedding,
-    embedding_lookup, linear, mul, mul_scalar, rms_rsqrt, tied_head, to_dtype, view, Eager,
-    EagerFlavor,
+    embedding_lookup, linear, mul, mul_scalar, padded_attention_mask, padding_input, rms_rsqrt,
+    tied_head, to_dtype, view, Eager, EagerFlavor, PaddedPattern,
 };
 use super::{build_error, AttnImplementation, HfConfig, HfError, HfInput};
 
@@ -302,6 +302,7 @@ pub fn build(
         enc,
         bsz,
         tgt,
+        padding,
     } = encoded(cfg, model_type, input, true)?;
     // _shift_right: new_zeros, `[..., 1:] = labels[..., :-1].clone()`, `[..., 0] = start`,
     // `masked_fill_(shifted == -100, pad)`: the clone and the comparison are temporaries
@@ -311,7 +312,7 @@ pub fn build(
         .temporary(vec![bsz, tgt], DTypeRule::Fixed(DType::Bool))
         .not_differentiable();
     let dec_ids = b.op(shift, &[labels]);
-    let dec = decoder_stack(&mut b, &s, shared, dec_ids, enc);
+    let dec = decoder_stack(&mut b, &s, shared, dec_ids, (enc, padding));
     // decoder_input_ids and decoder_outputs are locals until forward returns
     b.hold(&[dec_ids, dec]);
     let seq_out = if s.scale_decoder_outputs {
@@ -348,6 +349,8 @@ struct Encoded {
     enc: TensorId,
     bsz: u64,
     tgt: u64,
+    /// A padded batch's `attention_mask` (`--padded`).
+    padding: Option<TensorId>,
 }
 
 /// [`Encoded`] for `{X}ForConditionalGeneration` (`lm_head`) or the bare `{X}Model`.
@@ -369,8 +372,10 @@ fn encoded(
     let mut b = GraphBuilder::new(model_type, &class);
     let shared = declare_model(&mut b, &s, Some(lm_head));
     let ids = b.input(vec![bsz, src], DType::I64);
+    // a padded batch's `attention_mask`, between the ids and the labels (DataCollatorForSeq2Seq)
+    let padding = padding_input(&mut b, input);
     let second = b.input(vec![bsz, tgt], DType::I64);
-    let enc = encoder_stack(&mut b, &s, shared, ids);
+    let enc = encoder_stack(&mut b, &s, shared, ids, padding);
     Ok(Encoded {
         s,
         b,
@@ -379,13 +384,21 @@ fn encoded(
         enc,
         bsz,
         tgt,
+        padding,
     })
 }
 
-/// `encoder`, the encoder stack on `input_ids`; returns its last hidden state.
-fn encoder_stack(b: &mut GraphBuilder, s: &Spec, shared: TensorId, ids: TensorId) -> TensorId {
+/// `encoder`, the encoder stack on `input_ids` (and a padded batch's `attention_mask`); returns
+/// its last hidden state.
+fn encoder_stack(
+    b: &mut GraphBuilder,
+    s: &Spec,
+    shared: TensorId,
+    ids: TensorId,
+    padding: Option<TensorId>,
+) -> TensorId {
     b.module("encoder", &s.class("Stack"), &[ids], |b| {
-        stack(b, s, false, s.enc_layers, shared, ids, None)
+        stack(b, s, false, s.enc_layers, shared, ids, (None, padding))
     })
 }
 
@@ -396,10 +409,18 @@ fn decoder_stack(
     s: &Spec,
     shared: TensorId,
     dec_ids: TensorId,
-    enc: TensorId,
+    (enc, padding): (TensorId, Option<TensorId>),
 ) -> TensorId {
     b.module("decoder", &s.class("Stack"), &[dec_ids, enc], |b| {
-        stack(b, s, true, s.dec_layers, shared, dec_ids, Some(enc))
+        stack(
+            b,
+            s,
+            true,
+            s.dec_layers,
+            shared,
+            dec_ids,
+            (Some(enc), padding),
+        )
     })
 }
 
@@ -437,9 +458,10 @@ pub fn build_model(
         shared,
         second: dec_ids,
         enc,
+        padding,
         ..
     } = encoded(cfg, model_type, input, false)?;
-    let dec = decoder_stack(&mut b, &s, shared, dec_ids, enc);
+    let dec = decoder_stack(&mut b, &s, shared, dec_ids, (enc, padding));
     let graph = b
         .finish(&s.outputs(&[dec], enc), Task::Features)
         .map_err(build_error(cfg))?;
@@ -467,7 +489,8 @@ pub fn build_encoder(
     let mut b = GraphBuilder::new(model_type, &s.class("EncoderModel"));
     let shared = declare_model(&mut b, &s, None);
     let ids = b.input(vec![bsz, src], DType::I64);
-    let enc = encoder_stack(&mut b, &s, shared, ids);
+    let padding = padding_input(&mut b, input);
+    let enc = encoder_stack(&mut b, &s, shared, ids, padding);
     let graph = b.finish(&[enc], Task::Features).map_err(build_error(cfg))?;
     let layers = (0..s.enc_layers)
         .map(|i| format!("encoder.block.{i}"))
@@ -603,7 +626,7 @@ fn stack(
     layers: u64,
     shared: TensorId,
     ids: TensorId,
-    enc: Option<TensorId>,
+    (enc, padding): (Option<TensorId>, Option<TensorId>),
 ) -> TensorId {
     let emb = b.module("embed_tokens", "Embedding", &[ids], |b| {
         embedding_lookup(b, shared, ids)
@@ -622,19 +645,37 @@ fn stack(
         }
         _ => None,
     };
+    // a padded batch: `create_bidirectional_mask` on its mask, the encoder's self-attention mask
+    // `[B, 1, S, S]` or the decoder's cross-attention one `[B, 1, T, S]`, a local until the
+    // stack returns
+    let padded = padding.map(|p| {
+        let (bsz, len) = (b.shape(ids)[0], b.shape(ids)[1]);
+        let src = b.shape(p)[1];
+        let m = padded_attention_mask(b, bsz, (len, src), PaddedPattern::Encoder, p, None);
+        b.hold(&[m]);
+        m
+    });
+    let (self_mask, cross_mask) = if decoder {
+        (None, padded)
+    } else {
+        (padded, None)
+    };
     let mut h = dropout(b, "dropout", s.dropout, emb);
     let mut self_bias: Option<TensorId> = None;
     let mut cross_bias: Option<TensorId> = None;
     b.module("block", "ModuleList", &[], |b| {
         for i in 0..layers {
-            // the checkpointed call's arguments: hidden_states, position_bias,
-            // encoder_hidden_states, encoder_decoder_position_bias
+            // the checkpointed call's arguments: hidden_states, attention_mask, position_bias,
+            // encoder_hidden_states, encoder_attention_mask, encoder_decoder_position_bias
             let mut args = vec![h];
+            args.extend(self_mask);
             args.extend(self_bias);
             args.extend(enc);
+            args.extend(cross_mask);
             args.extend(cross_bias);
             let (nh, sb, cb) = b.module(&i.to_string(), &s.class("Block"), &args, |b| {
-                block(b, s, decoder, h, self_bias, enc, cross_bias, mask)
+                let masks = (mask, self_mask, cross_mask);
+                block(b, s, decoder, h, self_bias, enc, cross_bias, masks)
             });
             h = nh;
             // UMT5's blocks return only the hidden states: every layer computes its own biases
@@ -651,8 +692,8 @@ fn stack(
 }
 
 /// `T5Block.forward`: self-attention, cross-attention (decoder), feed-forward; returns the hidden
-/// states and the self- and cross-attention position biases. `mask`: the decoder's eager causal
-/// mask.
+/// states and the self- and cross-attention position biases. `masks`: the decoder's eager causal
+/// mask, and a padded batch's boolean self-attention (encoder) and cross-attention masks.
 #[allow(clippy::too_many_arguments)]
 fn block(
     b: &mut GraphBuilder,
@@ -662,13 +703,14 @@ fn block(
     self_bias: Option<TensorId>,
     enc: Option<TensorId>,
     cross_bias: Option<TensorId>,
-    mask: Option<TensorId>,
+    (mask, self_mask, cross_mask): (Option<TensorId>, Option<TensorId>, Option<TensorId>),
 ) -> (TensorId, TensorId, Option<TensorId>) {
     b.module("layer", "ModuleList", &[], |b| {
         let mut args = vec![h];
         args.extend(self_bias);
         let (h, sb, weights) = b.module("0", &s.class("LayerSelfAttention"), &args, |b| {
-            attention_layer(b, s, "SelfAttention", h, None, self_bias, (decoder, mask))
+            let masks = (decoder, mask, self_mask);
+            attention_layer(b, s, "SelfAttention", h, None, self_bias, masks)
         });
         // eager attention's weights: `hidden_states, ..., _ = self.layer[0](...)` keeps them
         // until `_` is rebound by the cross-attention's, or the block returns
@@ -687,7 +729,7 @@ fn block(
                             h,
                             Some(e),
                             cross_bias,
-                            (false, None),
+                            (false, None, cross_mask),
                         )
                     });
                 b.keep_until_now(&weights);
@@ -747,7 +789,8 @@ fn clamp_fp16(b: &mut GraphBuilder, s: &Spec, h: TensorId) -> TensorId {
 
 /// `T5LayerSelfAttention` / `T5LayerCrossAttention`: `layer_norm`, attention, dropout, residual
 /// add. Returns the new hidden states, the attention's position bias and, with eager attention,
-/// its weights. `causal`: decoder self-attention, with the decoder's eager causal mask.
+/// its weights. `masks`: decoder self-attention, with the decoder's eager causal mask, and a
+/// padded batch's boolean mask.
 fn attention_layer(
     b: &mut GraphBuilder,
     s: &Spec,
@@ -755,14 +798,14 @@ fn attention_layer(
     h: TensorId,
     kv: Option<TensorId>,
     bias: Option<TensorId>,
-    causal: (bool, Option<TensorId>),
+    masks: (bool, Option<TensorId>, Option<TensorId>),
 ) -> (TensorId, TensorId, Option<TensorId>) {
     let normed = t5_layer_norm(b, s, "layer_norm", h);
     let mut args = vec![normed];
     args.extend(kv);
     args.extend(bias);
     let (a, pb, weights) = b.module(name, &s.class("Attention"), &args, |b| {
-        attention(b, s, normed, kv, bias, causal)
+        attention(b, s, normed, kv, bias, masks)
     });
     // normed_hidden_states and attention_output (and attn_weights) are locals until the layer
     // returns
@@ -775,6 +818,7 @@ fn attention_layer(
 /// `T5Attention.forward`: q/k/v projections, the cache update (decoder, `use_cache`), the
 /// position bias (computed, reused, or zeros for cross-attention), `sdpa_attention_forward` or
 /// `eager_attention_forward` (which adds the bias, then the decoder's causal `mask`), `o`.
+/// `padded`: a padded batch's boolean mask, which SDPA's float mask folds in.
 /// Returns the output, the position bias and, with eager attention, its weights.
 fn attention(
     b: &mut GraphBuilder,
@@ -782,7 +826,7 @@ fn attention(
     x: TensorId,
     kv: Option<TensorId>,
     bias: Option<TensorId>,
-    (causal, mask): (bool, Option<TensorId>),
+    (causal, mask, padded): (bool, Option<TensorId>, Option<TensorId>),
 ) -> (TensorId, TensorId, Option<TensorId>) {
     let (bsz, len) = (b.shape(x)[0], b.shape(x)[1]);
     let src = kv.unwrap_or(x);
@@ -835,7 +879,7 @@ fn attention(
         let (o, w) = b.frame(|b| eager_attention(b, eager, q4, k4, v4, &masks, s.dropout, cached));
         return (linear(b, "o", inner, s.d_model, false, o), pb, Some(w));
     }
-    let o = b.frame(|b| sdpa_with_bias(b, s, [q4, k4, v4], pb, causal, kv.is_none()));
+    let o = b.frame(|b| sdpa_with_bias(b, s, [q4, k4, v4], pb, (causal, padded), kv.is_none()));
     // transpose(1, 2).contiguous() is free (the kernels lay the output out as [B, L, H, D])
     let o = view(b, "transpose", o, vec![bsz, len, hn, dk]);
     let o = view(b, "reshape", o, vec![bsz, len, inner]);
@@ -937,22 +981,40 @@ fn compute_bias(b: &mut GraphBuilder, s: &Spec, len: u64, kv_len: u64, causal: b
 }
 
 /// `sdpa_attention_forward` with a position bias: the float mask (`create_position_bias_mask`:
-/// the causal `where` for decoder self-attention, then `.contiguous()`), SDPA's own mask
-/// preprocessing (expand to `[B, H, L, S]`), and the kernel.
+/// the causal `where` for decoder self-attention, a padded batch's `where(mask, bias, min)`,
+/// `[B, H, L, S]`, then `.contiguous()`), SDPA's own mask preprocessing (expand to
+/// `[B, H, L, S]`), and the kernel.
 fn sdpa_with_bias(
     b: &mut GraphBuilder,
     s: &Spec,
     qkv: [TensorId; 3],
     bias: TensorId,
-    causal: bool,
+    (causal, padded): (bool, Option<TensorId>),
     bias_is_view: bool,
 ) -> TensorId {
     let q = b.shape(qkv[0]).to_vec();
     let (bsz, hn, len) = (q[0], q[1], q[2]);
     let kv_len = b.shape(qkv[1])[2];
-    let mask_shape = vec![1, hn, len, kv_len];
+    let mask_batch = if padded.is_some() { bsz } else { 1 };
+    let mask_shape = vec![mask_batch, hn, len, kv_len];
     let mask = b.frame(|b| {
-        let m = if causal {
+        let m = if let Some(padded) = padded {
+            let min = b.op(
+                Aten::new("scalar_tensor", vec![])
+                    .dtype(DTypeRule::Like(0))
+                    .not_differentiable(),
+                &[bias],
+            );
+            // WhereBackward0 keeps the condition; the bias's gradient is where(cond, grad, 0)
+            // summed over the batch
+            let w = Aten::new("where", mask_shape.clone())
+                .dtype(DTypeRule::Like(1))
+                .saves(vec![Saved::Input(0)])
+                .grads(vec![GradIn::None, GradIn::New, GradIn::None])
+                .backward_temporary(vec![], DTypeRule::Like(1))
+                .backward_temporary(mask_shape.clone(), DTypeRule::Like(1));
+            b.op(w, &[padded, bias, min])
+        } else if causal {
             let a = b.op(index_op("arange", vec![len], DType::I64), &[]);
             let k = b.op(index_op("arange", vec![kv_len], DType::I64), &[]);
             let ge = b.op(index_op("ge", vec![len, kv_len], DType::Bool), &[a, k]);
@@ -974,7 +1036,8 @@ fn sdpa_with_bias(
         } else {
             bias
         };
-        // .contiguous(): a copy of the permuted bias (the zeros are contiguous already)
+        // .contiguous(): a copy of the permuted bias, or of a `where` laid out like it (the zeros
+        // are contiguous already, and so is a `where` on them)
         if causal || bias_is_view {
             b.op(
                 Aten::new("clone", mask_shape.clone()).grads(vec![GradIn::PassThrough(0)]),
@@ -988,11 +1051,12 @@ fn sdpa_with_bias(
     b.hold(&[mask]);
     // the kernel sees the mask expanded to [B, H, L, S]; mem-efficient attention's mask gradient
     // has its last dimension padded to 16 (see ScaledDotProductAttentionBias). Autocast casts the
-    // [1, H, L, S] mask before SDPA expands it, and ExpandBackward0 sums the gradient back.
+    // [1, H, L, S] mask before SDPA expands it, and ExpandBackward0 sums the gradient back (a
+    // padded batch's mask has the batch already).
     let padded = kv_len.div_ceil(16) * 16;
     let expand = Aten::view("expand", vec![bsz, hn, len, padded])
         .autocast(Autocast::LowerPrecision)
-        .grads(vec![if bsz > 1 {
+        .grads(vec![if bsz > mask_batch {
             GradIn::New
         } else {
             GradIn::PassThrough(0)
@@ -1001,7 +1065,7 @@ fn sdpa_with_bias(
     b.op(
         ScaledDotProductAttentionBias {
             dropout_p: s.dropout,
-            mask_batch: 1,
+            mask_batch,
             mask_heads: hn,
         },
         &[qkv[0], qkv[1], qkv[2], m],
