@@ -83,8 +83,8 @@ pub struct ModelArgs {
     pub use_cache: Option<bool>,
     /// Hugging Face decoders of the Llama family, MoE models, Gemma, Gemma2 and Gemma3 text
     /// models, GPT-2, OPT (causal-lm) and BERT / RoBERTa / DistilBERT encoders (masked-lm), and
-    /// their seq-cls, token-cls, qa and feature-extraction heads, SDPA or eager attention; T5
-    /// and its variants (SDPA): each batch carries an `attention_mask`
+    /// their seq-cls, token-cls, qa and feature-extraction heads, T5 and its variants, SDPA or
+    /// eager attention: each batch carries an `attention_mask`
     /// with padding, as a padding data collator makes it (`model(input_ids=...,
     /// attention_mask=...)`). transformers then builds the `[B, 1, S, S]` boolean mask instead of
     /// letting SDPA skip it: SDPA takes another kernel with an additive `[B, 1, S, S]` mask per

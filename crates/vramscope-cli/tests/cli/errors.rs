@@ -680,8 +680,8 @@ fn gguf_model_estimates() {
     assert_eq!(json["model"]["parameters"], 262_976);
 }
 
-/// `--padded` is refused by name where it is not modelled: T5 with eager attention, a model that
-/// is not a Hugging Face one.
+/// `--padded` is refused by name where it is not modelled: a task the model has no head for, a
+/// model that is not a Hugging Face one.
 #[test]
 fn padded_batches_refused_where_not_modelled() {
     fails_with(
@@ -691,10 +691,10 @@ fn padded_batches_refused_where_not_modelled() {
             "--seq-len",
             "64",
             "--padded",
-            "--attn-implementation",
-            "eager",
+            "--task",
+            "causal-lm",
         ],
-        &["--padded", "T5", "eager"],
+        &["--task"],
     );
     fails_with(
         &["estimate", "resnet18", "--padded"],

@@ -497,29 +497,11 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
                     | Some(HfTask::FeatureExtraction)
             )
         };
-        let refused = if !matches!(
-            family,
-            Family::Llama
-                | Family::Moe
-                | Family::Gemma(_)
-                | Family::Gpt2
-                | Family::Opt
-                | Family::Bert(_)
-                | Family::DistilBert
-                | Family::T5
-        ) {
-            Some(format!(
-                "model_type {model_type:?}: padded batches are modelled for the Llama-family \
-                 (llama, mistral, qwen2, qwen3, phi3), MoE, Gemma, GPT-2 and OPT decoders, \
-                 the BERT / RoBERTa / DistilBERT encoders and T5"
-            ))
-        } else if t5 && input.attn == AttnImplementation::Eager {
-            Some("for T5 with --attn-implementation eager (SDPA only)".to_string())
-        } else if !tasks_ok {
+        let refused = if !tasks_ok {
             Some(format!(
                 "for this --task ({} only)",
                 if t5 {
-                    "seq2seq and feature-extraction"
+                    "seq2seq-lm and feature-extraction"
                 } else if encoder {
                     "masked-lm, seq-cls, token-cls, qa and feature-extraction"
                 } else {

@@ -651,7 +651,9 @@ fn stack(
     let padded = padding.map(|p| {
         let (bsz, len) = (b.shape(ids)[0], b.shape(ids)[1]);
         let src = b.shape(p)[1];
-        let m = padded_attention_mask(b, bsz, (len, src), PaddedPattern::Encoder, p, None);
+        // eager attention adds it: additive, in the embeddings' dtype
+        let additive = s.eager.map(|_| s.hidden_dtype());
+        let m = padded_attention_mask(b, bsz, (len, src), PaddedPattern::Encoder, p, additive);
         b.hold(&[m]);
         m
     });
@@ -874,8 +876,9 @@ fn attention(
         b.hold(&[pb]);
     }
     if let Some(eager) = s.eager {
-        // attn_weights + position_bias, then + the causal mask (decoder self-attention)
-        let masks: Vec<TensorId> = std::iter::once(pb).chain(mask).collect();
+        // attn_weights + position_bias, then + the causal mask (decoder self-attention) or a
+        // padded batch's
+        let masks: Vec<TensorId> = std::iter::once(pb).chain(mask).chain(padded).collect();
         let (o, w) = b.frame(|b| eager_attention(b, eager, q4, k4, v4, &masks, s.dropout, cached));
         return (linear(b, "o", inner, s.d_model, false, o), pb, Some(w));
     }
