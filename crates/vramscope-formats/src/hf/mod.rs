@@ -473,29 +473,12 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
     if input.padded {
         let encoder = matches!(family, Family::Bert(_) | Family::DistilBert);
         let t5 = matches!(family, Family::T5);
-        let tasks_ok = if t5 {
-            matches!(
-                input.task,
-                None | Some(HfTask::Seq2SeqLm) | Some(HfTask::FeatureExtraction)
-            )
-        } else if encoder {
-            matches!(
-                input.task,
-                None | Some(HfTask::MaskedLm)
-                    | Some(HfTask::SeqCls)
-                    | Some(HfTask::TokenCls)
-                    | Some(HfTask::QuestionAnswering)
-                    | Some(HfTask::FeatureExtraction)
-            )
-        } else {
-            matches!(
-                input.task,
-                None | Some(HfTask::CausalLm)
-                    | Some(HfTask::SeqCls)
-                    | Some(HfTask::TokenCls)
-                    | Some(HfTask::QuestionAnswering)
-                    | Some(HfTask::FeatureExtraction)
-            )
+        let tasks_ok = match input.task {
+            None | Some(HfTask::FeatureExtraction) => true,
+            Some(HfTask::SeqCls | HfTask::TokenCls | HfTask::QuestionAnswering) => !t5,
+            Some(HfTask::MaskedLm) => encoder,
+            Some(HfTask::CausalLm) => !encoder && !t5,
+            Some(HfTask::Seq2SeqLm) => t5,
         };
         let refused = if !tasks_ok {
             Some(format!(

@@ -1001,43 +1001,40 @@ fn sdpa_with_bias(
     let mask_batch = if padded.is_some() { bsz } else { 1 };
     let mask_shape = vec![mask_batch, hn, len, kv_len];
     let mask = b.frame(|b| {
-        let m = if let Some(padded) = padded {
-            let min = b.op(
-                Aten::new("scalar_tensor", vec![])
-                    .dtype(DTypeRule::Like(0))
-                    .not_differentiable(),
-                &[bias],
-            );
-            // WhereBackward0 keeps the condition; the bias's gradient is where(cond, grad, 0)
-            // summed over the batch
-            let w = Aten::new("where", mask_shape.clone())
-                .dtype(DTypeRule::Like(1))
-                .saves(vec![Saved::Input(0)])
-                .grads(vec![GradIn::None, GradIn::New, GradIn::None])
-                .backward_temporary(vec![], DTypeRule::Like(1))
-                .backward_temporary(mask_shape.clone(), DTypeRule::Like(1));
-            b.op(w, &[padded, bias, min])
-        } else if causal {
-            let a = b.op(index_op("arange", vec![len], DType::I64), &[]);
-            let k = b.op(index_op("arange", vec![kv_len], DType::I64), &[]);
-            let ge = b.op(index_op("ge", vec![len, kv_len], DType::Bool), &[a, k]);
-            // causal_mask is a local until the function returns
-            b.hold(&[ge]);
-            let min = b.op(
-                Aten::new("scalar_tensor", vec![])
-                    .dtype(DTypeRule::Like(0))
-                    .not_differentiable(),
-                &[bias],
-            );
-            // WhereBackward0 keeps the condition; the gradient is where(cond, grad, 0)
-            let w = Aten::new("where", mask_shape.clone())
-                .dtype(DTypeRule::Like(1))
-                .saves(vec![Saved::Input(0)])
-                .grads(vec![GradIn::None, GradIn::New, GradIn::None])
-                .backward_temporary(vec![], DTypeRule::Like(1));
-            b.op(w, &[ge, bias, min])
-        } else {
-            bias
+        // the condition: a padded batch's boolean mask, or decoder self-attention's causal one
+        let cond = match (padded, causal) {
+            (Some(padded), _) => Some(padded),
+            (None, true) => {
+                let a = b.op(index_op("arange", vec![len], DType::I64), &[]);
+                let k = b.op(index_op("arange", vec![kv_len], DType::I64), &[]);
+                let ge = b.op(index_op("ge", vec![len, kv_len], DType::Bool), &[a, k]);
+                // causal_mask is a local until the function returns
+                b.hold(&[ge]);
+                Some(ge)
+            }
+            (None, false) => None,
+        };
+        let m = match cond {
+            Some(cond) => {
+                let min = b.op(
+                    Aten::new("scalar_tensor", vec![])
+                        .dtype(DTypeRule::Like(0))
+                        .not_differentiable(),
+                    &[bias],
+                );
+                // WhereBackward0 keeps the condition; the gradient is where(cond, grad, 0),
+                // summed over the batch into the bias's for a padded batch's mask
+                let mut w = Aten::new("where", mask_shape.clone())
+                    .dtype(DTypeRule::Like(1))
+                    .saves(vec![Saved::Input(0)])
+                    .grads(vec![GradIn::None, GradIn::New, GradIn::None])
+                    .backward_temporary(vec![], DTypeRule::Like(1));
+                if padded.is_some() {
+                    w = w.backward_temporary(mask_shape.clone(), DTypeRule::Like(1));
+                }
+                b.op(w, &[cond, bias, min])
+            }
+            None => bias,
         };
         // .contiguous(): a copy of the permuted bias, or of a `where` laid out like it (the zeros
         // are contiguous already, and so is a `where` on them)
