@@ -81,6 +81,17 @@ def heads_of(mt):
 MEDIUM = False
 # `--nulls`: a third of the configs get one optional field set to null
 NULLS = False
+# `--pad`: half the generation, per-token-head and T5 cases (with a batch of 2 or more) run on a
+# padded batch (a left-padded prompt for generate, a collator's `attention_mask` otherwise)
+PAD = False
+
+
+def padding_of(rng, batch, seq):
+    """With `--pad`, the padding positions of the first row (`pad` of the truth models, `--padded`
+    for vramscope), drawn after the case's other draws; 0 for an unpadded batch."""
+    if not PAD or batch < 2 or rng.random() < 0.5:
+        return 0
+    return rng.randint(1, max(1, seq // 4))
 
 
 def random_config(rng, families=None, measured_heads=False):
@@ -322,13 +333,14 @@ def generate_case(i, mt, cfg, rng, tmp):
     batch, prompt, new = rng.choice([1, 2, 4]), rng.choice([16, 40, 128, 512] if MEDIUM else [16, 40, 128]), \
         rng.choice([4, 9, 16])
     amp, pdt = rng.choice([("fp32", "fp32"), ("bf16", "fp32"), ("fp32", "bf16"), ("fp32", "fp16")])
-    what = f"{i} {mt} generate b{batch} p{prompt} n{new} amp={amp} param={pdt}"
+    pad = padding_of(rng, batch, prompt)
+    what = f"{i} {mt} generate b{batch} p{prompt} n{new} amp={amp} param={pdt}{f' pad={pad}' if pad else ''}"
     cmd = [sys.executable, MEASURE, "--model", "py:" + os.path.join(HERE, "generate_models.py") + ":generate",
-           "--model-kwargs", json.dumps({"config": path, "new_tokens": new}), "--batch", str(batch),
+           "--model-kwargs", json.dumps({"config": path, "new_tokens": new, "pad": pad}), "--batch", str(batch),
            "--seq", str(prompt), "--mode", "infer", "--amp", amp, "--param-dtype", pdt, "--json"]
     precision = precision_flag(amp, pdt)
     args = [path, "-b", str(batch), "--mode", "generate", "--prompt-len", str(prompt), "--new-tokens",
-            str(new), "--precision", precision]
+            str(new), "--precision", precision] + (["--padded"] if pad else [])
     return measured_against(what, cmd, args)
 
 
@@ -349,13 +361,14 @@ def head_case(i, mt, cfg, rng, tmp):
     amp, pdt = rng.choice([("fp32", "fp32"), ("bf16", "fp32"), ("fp16", "fp32")] + (
         [("fp32", "bf16")] if mode == "infer" else []))
     optim = rng.choice(["adamw", "sgd"])
-    what = f"{i} {mt} {arch} b{batch} s{seq} {mode} amp={amp} param={pdt} {optim}"
+    pad = padding_of(rng, batch, seq)
+    what = f"{i} {mt} {arch} b{batch} s{seq} {mode} amp={amp} param={pdt} {optim}{f' pad={pad}' if pad else ''}"
     cmd = [sys.executable, MEASURE, "--model", "py:" + os.path.join(HERE, "encoder_head_models.py") + ":" + factory,
-           "--model-kwargs", json.dumps({"config": path, "attn": "sdpa"}), "--batch", str(batch),
+           "--model-kwargs", json.dumps({"config": path, "attn": "sdpa", "pad": pad}), "--batch", str(batch),
            "--seq", str(seq), "--mode", mode, "--amp", amp, "--param-dtype", pdt, "--optim", optim, "--json"]
     precision = precision_flag(amp, pdt)
     args = [path, "-b", str(batch), "--seq-len", str(seq), "--mode", mode, "--task", task, "--precision",
-            precision, "--optimizer", optim]
+            precision, "--optimizer", optim] + (["--padded"] if pad else [])
     return measured_against(what, cmd, args)
 
 
@@ -392,15 +405,17 @@ def t5_case(i, mt, cfg, rng, tmp):
     amp = rng.choice(["fp32", "bf16", "fp16"])
     optim = rng.choice(["adamw", "sgd"])
     ckpt = mode == "train" and rng.random() < 0.3
-    what = f"{i} {mt} b{batch} s{seq} t{target} {mode} amp={amp} {optim}{' ckpt' if ckpt else ''}"
+    pad = padding_of(rng, batch, seq)
+    what = f"{i} {mt} b{batch} s{seq} t{target} {mode} amp={amp} {optim}{' ckpt' if ckpt else ''}" \
+        f"{f' pad={pad}' if pad else ''}"
     cmd = [sys.executable, MEASURE, "--model", "py:" + os.path.join(HERE, "t5_models.py") + ":t5",
-           "--model-kwargs", json.dumps({"config": path, "target_len": target}), "--batch", str(batch),
+           "--model-kwargs", json.dumps({"config": path, "target_len": target, "pad": pad}), "--batch", str(batch),
            "--seq", str(seq), "--mode", mode, "--amp", amp, "--optim", optim, "--json"]
     if ckpt:
         cmd.append("--checkpoint")
     precision = precision_flag(amp, "fp32")
     args = [path, "-b", str(batch), "--seq-len", str(seq), "--target-len", str(target), "--use-cache", "false",
-            "--mode", mode, "--precision", precision, "--optimizer", optim]
+            "--mode", mode, "--precision", precision, "--optimizer", optim] + (["--padded"] if pad else [])
     if ckpt:
         args.append("--gradient-checkpointing")
     return measured_against(what, cmd, args)
@@ -621,6 +636,9 @@ def main():
                     help="set one optional field to null in a third of the configs")
     ap.add_argument("--medium", action="store_true",
                     help="checkpoint-like widths (512 to 4096) and sequence lengths (512 to 2048)")
+    ap.add_argument("--pad", action="store_true",
+                    help="with --generate, --heads or --t5: half the cases with a batch of 2 or more "
+                         "on a padded batch (--padded)")
     ap.add_argument("--t5", action="store_true",
                     help="with --truth K: K random T5 / mT5 / UMT5 steps (validation/t5_models.py) instead")
     ap.add_argument("--eager", action="store_true",
@@ -637,8 +655,8 @@ def main():
                          "(validation/padding_models.py:causal_lm) instead")
     a = ap.parse_args()
     causal = next((m for m in SPECS if getattr(a, m)), None)
-    global MEDIUM, NULLS
-    MEDIUM, NULLS = a.medium, a.nulls
+    global MEDIUM, NULLS, PAD
+    MEDIUM, NULLS, PAD = a.medium, a.nulls, a.pad
     tmp = tempfile.mkdtemp(prefix="vramscope_random_configs_")
     if a.truth and a.write_cases:
         write_cases(a.seed, a.truth, a.write_cases, causal)
