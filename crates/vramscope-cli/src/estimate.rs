@@ -92,6 +92,7 @@ pub fn estimate(
     loaded.apply_to(&mut cfg);
     cfg.record_events = record_events;
     let sim = simulate(&loaded.graph, &cfg)?;
+    let hf = model::is_transformer(&a.model);
     let report = EstimateReport::new(
         &ReportInput {
             graph: &loaded.graph,
@@ -100,7 +101,14 @@ pub fn estimate(
             mode: cfg.mode,
             precision: cfg.precision,
             optimizer: cfg.optimizer,
-            checkpoint: a.step.checkpoint.clone(),
+            checkpoint: a
+                .step
+                .checkpoint
+                .iter()
+                .chain(&loaded.checkpoint_layers)
+                .cloned()
+                .collect(),
+            padded: hf.then_some(a.model.padded),
             gpu,
             generation: loaded.generation.as_ref().map(generation_report),
         },

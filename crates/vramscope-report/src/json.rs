@@ -23,8 +23,11 @@ pub struct ReportInput<'a> {
     pub precision: Precision,
     /// Optimizer.
     pub optimizer: Optimizer,
-    /// Checkpoint flags as given.
+    /// Checkpointed modules: the `--checkpoint` flags as given, then the layers
+    /// `--gradient-checkpointing` checkpoints.
     pub checkpoint: Vec<String>,
+    /// A Hugging Face model run on a padded batch (`--padded`; `None` for other models).
+    pub padded: Option<bool>,
     /// The GPU to check against.
     pub gpu: &'a Gpu,
     /// What a `--mode generate` run covers (`None` otherwise).
@@ -63,6 +66,10 @@ pub struct ConfigInfo {
     pub optimizer: Option<Optimizer>,
     /// Checkpointed modules.
     pub checkpoint: Vec<String>,
+    /// Whether a Hugging Face model's batch carries a padded `attention_mask`; absent for other
+    /// models.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub padded: Option<bool>,
 }
 
 /// `peak`.
@@ -253,6 +260,7 @@ impl EstimateReport {
                 precision: input.precision,
                 optimizer: (input.mode == Mode::Train).then_some(input.optimizer),
                 checkpoint: input.checkpoint.clone(),
+                padded: input.padded,
             },
             peak: PeakInfo {
                 allocated_bytes: sim.peak_allocated,

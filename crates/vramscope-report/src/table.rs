@@ -74,8 +74,16 @@ pub fn render_text(r: &EstimateReport, max_layers: usize) -> String {
         r.config.batch_size,
         shape(&r.config.input_shape),
     ));
+    if r.config.padded == Some(true) {
+        out.push_str(", padded");
+    }
     if let Some(o) = r.config.optimizer {
         out.push_str(&format!(", optimizer {}", o.name()));
+    }
+    match r.config.checkpoint.len() {
+        0 => {}
+        1 => out.push_str(&format!(", checkpointing {}", r.config.checkpoint[0])),
+        n => out.push_str(&format!(", checkpointing {n} modules")),
     }
     if let Some(g) = &r.generation {
         out.push_str(&format!(

@@ -906,3 +906,47 @@ fn fit_that_fails_points_at_tricks() {
     assert!(text.contains("nothing fits"), "{text}");
     assert!(text.contains("`vramscope tricks`"), "{text}");
 }
+
+/// `config.checkpoint` names the modules really checkpointed, `--gradient-checkpointing`'s
+/// layers included; `config.padded` is there for Hugging Face models only; the text header says
+/// both.
+#[test]
+fn config_names_checkpointed_layers_and_padding() {
+    let cfg = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../fixtures/hf/configs/qwen2_small_2l.json"
+    );
+    let step = [cfg, "--seq-len", "64", "-b", "2"];
+    let json =
+        crate::estimate_json(&[&step[..], &["--gradient-checkpointing", "--padded"]].concat());
+    assert_eq!(
+        json["config"]["checkpoint"],
+        serde_json::json!(["model.layers.0", "model.layers.1"])
+    );
+    assert_eq!(json["config"]["padded"], true);
+    assert_eq!(crate::estimate_json(&step)["config"]["padded"], false);
+    let vision = crate::estimate_json(&["resnet18", "--checkpoint", "layer3"]);
+    assert_eq!(
+        vision["config"]["checkpoint"],
+        serde_json::json!(["layer3"])
+    );
+    assert!(
+        vision["config"].get("padded").is_none(),
+        "{}",
+        vision["config"]
+    );
+    let out = crate::vramscope(
+        &[
+            &["estimate"][..],
+            &step,
+            &["--gradient-checkpointing", "--padded"],
+        ]
+        .concat(),
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let header = text.lines().next().unwrap_or_default();
+    assert!(
+        header.contains(", padded") && header.contains("checkpointing 2 modules"),
+        "{header}"
+    );
+}
