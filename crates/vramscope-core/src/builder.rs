@@ -168,6 +168,9 @@ pub fn without_module_replay<R>(f: impl FnOnce() -> R) -> R {
     r
 }
 
+/// The place of a module's own buffers in [`GraphBuilder::order_params`]'s `children`.
+pub const BUFFERS: &str = "(buffers)";
+
 impl GraphBuilder {
     /// A new builder whose root module has class `root_type`.
     pub fn new(name: &str, root_type: &str) -> Self {
@@ -679,6 +682,8 @@ impl GraphBuilder {
     /// by child in `children` order, children not listed next, then the module's own buffers
     /// (which `__init__`s register after their children: BERT's embeddings' `position_ids`); the
     /// order within a child is kept.
+    /// A [`BUFFERS`] entry in `children` puts the module's own buffers at that place instead
+    /// (RoBERTa's embeddings register theirs before `position_embeddings`).
     /// A Llama decoder layer calls `input_layernorm` first, but its `__init__` creates
     /// `self_attn`, `mlp`, then the norms: `parameters()` (the optimizer's per-parameter state,
     /// `zero_grad`, the step) and the allocations at construction both follow `__init__`. The
@@ -703,7 +708,10 @@ impl GraphBuilder {
                 return;
             };
             keys.push(match rest.split_once('.') {
-                None if p.kind == ParamKind::Buffer => usize::MAX,
+                None if p.kind == ParamKind::Buffer => children
+                    .iter()
+                    .position(|c| *c == BUFFERS)
+                    .map_or(usize::MAX, |i| 1 + i),
                 None => 0,
                 Some((child, _)) => {
                     1 + children

@@ -1517,3 +1517,36 @@ fn gguf_configs_equal_transformers() {
         }
     }
 }
+
+/// RoBERTa's embeddings allocate their buffers (`position_ids`, `token_type_ids`) before
+/// `position_embeddings`, BERT's after all its children (`__init__` order, which places a small
+/// position table's block in the small pool: truth's model phase of a 64-wide XLM-RoBERTa).
+#[test]
+fn embeddings_allocate_buffers_in_init_order() {
+    let rank = |m: &hf::HfModel, name: &str| {
+        m.graph
+            .params
+            .iter()
+            .find(|p| p.name.ends_with(name))
+            .unwrap_or_else(|| panic!("no {name}"))
+            .init_rank
+    };
+    for (config, buffers_first) in [
+        ("roberta_base_2l_untied.json", true),
+        ("bert_base_2l_untied.json", false),
+    ] {
+        let cfg = hf::read_config(&format!("{}/fixtures/hf/configs/{config}", root())).unwrap();
+        let m = hf::build(&cfg, &input()).unwrap();
+        let position = rank(&m, "embeddings.position_embeddings.weight");
+        let buffers = [
+            rank(&m, "embeddings.position_ids"),
+            rank(&m, "embeddings.token_type_ids"),
+        ];
+        assert!(
+            rank(&m, "embeddings.LayerNorm.bias") < buffers[0],
+            "{config}"
+        );
+        assert!(buffers[0] < buffers[1], "{config}");
+        assert_eq!(buffers[1] < position, buffers_first, "{config}");
+    }
+}

@@ -11,6 +11,7 @@
 //! without a mask (`layers::eager_attention_core`) and each layer keeps its attention weights
 //! (`self_attention_output, _ = self.attention(...)`) until it returns.
 
+use vramscope_core::builder::BUFFERS;
 use vramscope_core::ir::Task;
 use vramscope_core::ops::{ActivationKind, Aten, DTypeRule, Select};
 use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
@@ -430,9 +431,9 @@ fn embeddings(
     // inputs_embeds, token_type_embeddings and position_embeddings are locals until the return
     b.hold(&[word_e, tt_e, pos_e]);
     let x = layer_norm(b, "LayerNorm", s.hidden, x);
-    // `__init__` order: BERT creates position_embeddings before token_type_embeddings, RoBERTa
-    // creates its position_embeddings last (after the buffers, which order_params puts after
-    // the children: their small-pool allocations come before it instead)
+    // `__init__` order: BERT creates position_embeddings before token_type_embeddings (its
+    // buffers after its children), RoBERTa creates its buffers, then position_embeddings last
+    // (which decides the small pool's blocks when the table is under 1 MiB)
     let children: &[&str] = match flavor {
         Flavor::Bert => &[
             "word_embeddings",
@@ -444,6 +445,7 @@ fn embeddings(
             "word_embeddings",
             "token_type_embeddings",
             "LayerNorm",
+            BUFFERS,
             "position_embeddings",
         ],
     };
