@@ -4,7 +4,8 @@
 # `pad`) through the encoders' per-token heads (token classification, question answering: BERT,
 # RoBERTa, DistilBERT; AMP bf16 / fp16, fp32, checkpointing, bf16 inference) and the bare models
 # in inference (BERT, RoBERTa, DistilBERT, GPT-2, Qwen2, Llama 3.2, with and without the cache the
-# decoders fill), SDPA or eager attention.
+# decoders fill; EmbeddingGemma's bidirectional masks, inside and past its window), SDPA or eager
+# attention.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 exec validation/make_py_fixtures.sh padded_heads token-cls --jobs 2 "$@"

@@ -751,12 +751,14 @@ fn padded_eager_cases_match_truth() {
 
 /// Padded batches through the encoders' per-token heads (token classification, question
 /// answering) and the bare models (sentence embeddings; decoders with and without the cache they
-/// fill), SDPA or eager attention (`validation/make_padded_head_fixtures.sh`). The session-start
-/// engine refused all 14. Byte-exact at their peaks; held to 0.1% allocated and 0.5% reserved.
+/// fill; EmbeddingGemma's bidirectional masks, `and_masks(pattern, padding)` on the `[S, KV]`
+/// plane, inside and past its sliding window), SDPA or eager attention
+/// (`validation/make_padded_head_fixtures.sh`). The session-start engine refused all 19.
+/// Byte-exact at their peaks; held to 0.1% allocated and 0.5% reserved.
 #[test]
 fn padded_head_cases_match_truth() {
     let all = cases("hf_padded_heads.jsonl");
-    assert_eq!(all.len(), 14);
+    assert_eq!(all.len(), 19);
     check("hf_padded_heads.jsonl");
     assert_peaks_within(
         &all,

@@ -487,16 +487,11 @@ pub fn build(
     let m = Model::new(cfg, flavor, input, dtype)?;
     let s = &m.spec;
     let bare = head == DecoderHead::Bare;
-    if input.padded && (s.bidirectional || m.vision.is_some()) {
+    if input.padded && m.vision.is_some() {
         return Err(HfError::BadInput(format!(
-            "{}: --padded is not modelled for {} (causal text models only: Gemma, Gemma2, \
-             Gemma3 text)",
+            "{}: --padded is not modelled for Gemma3ForConditionalGeneration (text models only: \
+             Gemma, Gemma2, Gemma3 text, EmbeddingGemma)",
             cfg.path,
-            if s.bidirectional {
-                "bidirectional attention"
-            } else {
-                "Gemma3ForConditionalGeneration"
-            }
         )));
     }
     if s.bidirectional && !bare {

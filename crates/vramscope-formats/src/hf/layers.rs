@@ -882,6 +882,10 @@ pub fn model_mask(
                 eager,
             ))
         }
+        // (over an empty cache the bare model fills, as without one)
+        (Some(padding), None) if cache_len.unwrap_or(seq) == seq => Some(
+            padded_bidirectional_mask(b, batch, seq, pattern, padding, eager),
+        ),
         _ => attention_mask_checked(b, batch, seq, pattern, eager, cache_len, packed_check),
     }
 }
@@ -1055,40 +1059,96 @@ fn pattern_mask(
     (seq, kv): (u64, u64),
     pattern: MaskPattern,
 ) -> TensorId {
-    let i64 = DTypeRule::Fixed(DType::I64);
     let bool_ = DTypeRule::Fixed(DType::Bool);
     let square = [1, 1, seq, kv];
     b.frame(|b| {
         let idx = mask_index_vectors(b, batch, seq, kv);
         let (q_idx, kv_idx) = (idx[2], idx[3]);
-        let plane = vec![seq, kv];
         match pattern {
             MaskPattern::Causal => mask_op(b, "le", &square, bool_, &[kv_idx, q_idx]),
-            MaskPattern::Bidirectional => {
-                // or_masks(causal, lambda: torch.tensor(True)): new_zeros(()) | (kv <= q), then
-                // | the scalar copied to the device
-                let zeros = mask_op(b, "new_zeros", &[seq], bool_, &[]);
-                let le = mask_op(b, "le", &plane, bool_, &[kv_idx, q_idx]);
-                let causal = combine_masks(b, "bitwise_or", &plane, zeros, le);
-                let all = mask_op(b, "_to_copy", &[], bool_, &[]);
-                combine_masks(b, "bitwise_or", &plane, causal, all)
-            }
-            MaskPattern::BidirectionalSlidingWindow(_) => {
-                // or_masks(and_masks(sliding_window_overlay, causal), abs(q - kv) < w)
-                let zeros = mask_op(b, "new_zeros", &[seq], bool_, &[]);
-                let ones = mask_op(b, "new_ones", &[seq], bool_, &[]);
-                let shifted = mask_op(b, "sub", &[seq], i64, &[q_idx]);
-                let gt = mask_op(b, "gt", &plane, bool_, &[kv_idx, shifted]);
-                let inside = combine_masks(b, "bitwise_and", &plane, ones, gt);
-                let le = mask_op(b, "le", &plane, bool_, &[kv_idx, q_idx]);
-                let window = combine_masks(b, "bitwise_and", &plane, inside, le);
-                let causal = combine_masks(b, "bitwise_or", &plane, zeros, window);
-                let diff = mask_op(b, "sub", &plane, i64, &[q_idx, kv_idx]);
-                let distance = mask_op(b, "abs", &plane, i64, &[diff]);
-                let near = mask_op(b, "lt", &plane, bool_, &[distance]);
-                combine_masks(b, "bitwise_or", &plane, causal, near)
+            MaskPattern::Bidirectional | MaskPattern::BidirectionalSlidingWindow(_) => {
+                bidirectional_plane(b, (seq, kv), pattern, q_idx, kv_idx)
             }
             MaskPattern::SlidingWindow(_) => sliding_window_causal(b, seq, kv, q_idx, kv_idx),
+        }
+    })
+}
+
+/// Gemma3's bidirectional patterns on the `[S, KV]` plane (the mask functions run without
+/// `vmap` once an `or_mask_function` is given): `or_masks(causal, lambda: torch.tensor(True))`,
+/// `new_zeros | (kv <= q)` then `|` the scalar copied to the device; or, for the sliding layers,
+/// `or_masks(and_masks(sliding_window_overlay, causal), abs(q - kv) < w)` (truth traces of
+/// EmbeddingGemma's `Gemma3TextModel`).
+fn bidirectional_plane(
+    b: &mut GraphBuilder,
+    (seq, kv): (u64, u64),
+    pattern: MaskPattern,
+    q_idx: TensorId,
+    kv_idx: TensorId,
+) -> TensorId {
+    let i64 = DTypeRule::Fixed(DType::I64);
+    let bool_ = DTypeRule::Fixed(DType::Bool);
+    let plane = vec![seq, kv];
+    let zeros = mask_op(b, "new_zeros", &[seq], bool_, &[]);
+    if !matches!(pattern, MaskPattern::BidirectionalSlidingWindow(_)) {
+        let le = mask_op(b, "le", &plane, bool_, &[kv_idx, q_idx]);
+        let causal = combine_masks(b, "bitwise_or", &plane, zeros, le);
+        let all = mask_op(b, "_to_copy", &[], bool_, &[]);
+        return combine_masks(b, "bitwise_or", &plane, causal, all);
+    }
+    let ones = mask_op(b, "new_ones", &[seq], bool_, &[]);
+    let shifted = mask_op(b, "sub", &[seq], i64, &[q_idx]);
+    let gt = mask_op(b, "gt", &plane, bool_, &[kv_idx, shifted]);
+    let inside = combine_masks(b, "bitwise_and", &plane, ones, gt);
+    let le = mask_op(b, "le", &plane, bool_, &[kv_idx, q_idx]);
+    let window = combine_masks(b, "bitwise_and", &plane, inside, le);
+    let causal = combine_masks(b, "bitwise_or", &plane, zeros, window);
+    let diff = mask_op(b, "sub", &plane, i64, &[q_idx, kv_idx]);
+    let distance = mask_op(b, "abs", &plane, i64, &[diff]);
+    let near = mask_op(b, "lt", &plane, bool_, &[distance]);
+    combine_masks(b, "bitwise_or", &plane, causal, near)
+}
+
+/// A padded batch's mask for Gemma3's bidirectional patterns (one forward over the whole
+/// sequence): the boolean copy of the
+/// batch's `attention_mask`, then on the `[S, KV]` plane `and_masks(pattern, padding)`:
+/// `new_ones`, `&` the [`bidirectional_plane`], `&` `padding_mask[batch_idx, kv_idx]` (`[B, KV]`),
+/// which makes it `[B, S, KV]`, viewed `[B, 1, S, KV]` (eager attention: made additive).
+pub fn padded_bidirectional_mask(
+    b: &mut GraphBuilder,
+    batch: u64,
+    seq: u64,
+    pattern: MaskPattern,
+    padding: TensorId,
+    eager: Option<DType>,
+) -> TensorId {
+    let bool_ = DTypeRule::Fixed(DType::Bool);
+    let plane = [seq, seq];
+    let full = vec![batch, 1, seq, seq];
+    b.frame(|b| {
+        let mask_bool = mask_op(b, "_to_copy", &[batch, seq], bool_, &[padding]);
+        b.hold(&[mask_bool]);
+        let mask = b.frame(|b| {
+            let idx = mask_index_vectors(b, batch, seq, seq);
+            let (q_idx, kv_idx) = (idx[2], idx[3]);
+            let ones = mask_op(b, "new_ones", &[seq], bool_, &[]);
+            let inner = bidirectional_plane(b, (seq, seq), pattern, q_idx, kv_idx);
+            let with_pattern = combine_masks(b, "bitwise_and", &plane, ones, inner);
+            let padded = mask_op(
+                b,
+                "index",
+                &[batch, seq],
+                bool_,
+                &[mask_bool, idx[0], kv_idx],
+            );
+            combine_masks(b, "bitwise_and", &[batch, seq, seq], with_pattern, padded)
+        });
+        match eager {
+            None => b.op(
+                Aten::view("expand", full).grads(vec![GradIn::None]),
+                &[mask],
+            ),
+            Some(dtype) => eager_where(b, full, mask, (None, dtype), dtype),
         }
     })
 }
