@@ -31,12 +31,24 @@ def _gemma3_config(config, attn="sdpa", use_cache=False):
     return cfg
 
 
-def gemma3_text_only(batch, seq, checkpoint=False, config=None, attn="sdpa", **_):
+def gemma3_text_only(batch, seq, checkpoint=False, config=None, attn="sdpa", pad=0, **_):
+    """With `pad`, a padded batch (padding_models.py's: the `attention_mask` passed to the
+    forward, its first row ending in `pad` padding positions)."""
     import transformers
     cfg = _gemma3_config(config, attn)
     model = transformers.Gemma3ForConditionalGeneration(cfg)
     if checkpoint:
         model.gradient_checkpointing_enable()
+    if pad:
+        import torch
+        from padding_models import _padded
+        V = cfg.text_config.vocab_size
+
+        def loss(out, y):
+            return model.loss_function(out, y, vocab_size=V)
+
+        return (model, *_padded(lambda: torch.randint(0, V, (batch, seq)), lambda ids: ids, batch, seq, int(pad),
+                                loss))
     return causal_lm_step(model, model, cfg.text_config, batch, seq)
 
 

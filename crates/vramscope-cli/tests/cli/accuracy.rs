@@ -835,6 +835,24 @@ fn t5_padded_cases_match_truth() {
     );
 }
 
+/// Gemma3ForConditionalGeneration on padded text batches
+/// (`validation/make_padded_multimodal_fixtures.sh`): AMP bf16 training, pure bf16 inference, fp32
+/// with checkpointing and eager attention. The session-start engine refused all 3. Byte-exact at
+/// their peaks; held to 0.1% allocated and 0.5% reserved.
+#[test]
+fn padded_multimodal_cases_match_truth() {
+    let all = cases("hf_padded_multimodal.jsonl");
+    assert_eq!(all.len(), 3);
+    check("hf_padded_multimodal.jsonl");
+    assert_peaks_within(
+        &all,
+        &[
+            ("allocated_bytes", "peak_alloc", 0.001),
+            ("reserved_bytes", "peak_reserved", 0.005),
+        ],
+    );
+}
+
 /// Random causal LMs loaded in 4 bits (`validation/random_configs.py 1800 --truth 16 --qlora`):
 /// QLoRA adapters on random targets, rank and dropout, NF4 with and without double quantization,
 /// bf16 / fp16 weights before quantization, fp32 or AMP compute, checkpointing, and 4-bit inference.

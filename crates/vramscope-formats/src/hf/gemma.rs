@@ -487,13 +487,6 @@ pub fn build(
     let m = Model::new(cfg, flavor, input, dtype)?;
     let s = &m.spec;
     let bare = head == DecoderHead::Bare;
-    if input.padded && m.vision.is_some() {
-        return Err(HfError::BadInput(format!(
-            "{}: --padded is not modelled for Gemma3ForConditionalGeneration (text models only: \
-             Gemma, Gemma2, Gemma3 text, EmbeddingGemma)",
-            cfg.path,
-        )));
-    }
     if s.bidirectional && !bare {
         return Err(field_err(
             cfg,
