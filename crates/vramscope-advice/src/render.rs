@@ -18,24 +18,32 @@ pub(crate) fn table(header: Vec<&str>) -> Table {
     t
 }
 
-/// `resnet50 (train, fp32, sgd-momentum)`.
-pub fn step_summary(model: &str, cfg: &StepConfig) -> String {
+/// `resnet50 (train, fp32, sgd-momentum)`; `padded`: a Hugging Face model on a padded batch.
+pub fn step_summary(model: &str, cfg: &StepConfig, padded: bool) -> String {
     let mut parts = vec![match cfg.mode {
         Mode::Train => "train".to_string(),
         Mode::Infer => "inference".to_string(),
         Mode::Generate => "generation".to_string(),
     }];
     parts.push(cfg.precision.name().to_string());
+    if padded {
+        parts.push("padded".to_string());
+    }
     if cfg.mode == Mode::Train {
         parts.push(cfg.optimizer.name().to_string());
     }
-    for c in &cfg.checkpoint {
-        parts.push(match c {
-            Checkpoint::Module(m) => format!("checkpoint {m}"),
-            Checkpoint::Sequential { module, segments } => {
-                format!("checkpoint {module}:{segments}")
-            }
-        });
+    // a transformer's every layer (`--gradient-checkpointing`) is counted, not listed
+    if cfg.checkpoint.len() > 2 {
+        parts.push(format!("checkpointing {} modules", cfg.checkpoint.len()));
+    } else {
+        for c in &cfg.checkpoint {
+            parts.push(match c {
+                Checkpoint::Module(m) => format!("checkpoint {m}"),
+                Checkpoint::Sequential { module, segments } => {
+                    format!("checkpoint {module}:{segments}")
+                }
+            });
+        }
     }
     format!("{model} ({})", parts.join(", "))
 }

@@ -106,7 +106,8 @@ pub fn run(a: &FitArgs) -> Result<()> {
     let loaded = model::load(&probe, a.model.batch_size, &cfg)?;
     loaded.apply_to(&mut cfg);
     let name = loaded.graph.name.clone();
-    let what = render::step_summary(&name, &cfg);
+    let padded = a.model.padded && model::is_transformer(&a.model);
+    let what = render::step_summary(&name, &cfg, padded);
     let out = match &a.gpu {
         Some(g) => {
             let gpu = gpu(g)?;

@@ -139,7 +139,11 @@ pub fn run(a: &TricksArgs) -> Result<()> {
         output::json(&rows)
     } else {
         output::text(&render::tricks_text(
-            &render::step_summary(&loaded.graph.name, &cfg),
+            &render::step_summary(
+                &loaded.graph.name,
+                &cfg,
+                a.model.padded && model::is_transformer(&a.model),
+            ),
             a.model.batch_size,
             &rows,
         ))

@@ -949,4 +949,23 @@ fn config_names_checkpointed_layers_and_padding() {
         header.contains(", padded") && header.contains("checkpointing 2 modules"),
         "{header}"
     );
+    // `fit` names the step the same way, a transformer's many layers counted, not listed
+    let out = crate::vramscope(&[
+        "fit",
+        "llama-3.2-1b",
+        "--gpu",
+        "a100",
+        "--seq-len",
+        "256",
+        "--gradient-checkpointing",
+        "--padded",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let header = text.lines().next().unwrap_or_default();
+    assert!(
+        header.starts_with(
+            "llama-3.2-1b (train, fp32, padded, sgd-momentum, checkpointing 16 modules)"
+        ),
+        "{header}"
+    );
 }
