@@ -564,6 +564,14 @@ def padded_spec(i, mt, cfg, rng, config):
 # the sweeps of random causal LMs: their case maker and whether it builds with SDPA only
 SPECS = {"eager": (eager_spec, False), "lora": (lora_spec, True), "qlora": (qlora_spec, True),
          "padded": (padded_spec, False)}
+# their flags' help: `--NAME`, "with --truth K: K random causal LMs ... instead"
+SPEC_HELP = {
+    "eager": "under attn_implementation=eager (validation/generate_models.py:eager)",
+    "lora": "with LoRA adapters on random targets (validation/lora_models.py:lora)",
+    "qlora": "loaded in 4 bits, with QLoRA adapters on random targets or for inference "
+             "(validation/qlora_models.py:qlora)",
+    "padded": "on a padded batch, SDPA or eager (validation/padding_models.py:causal_lm)",
+}
 
 
 def spec_case(spec, i, mt, cfg, rng, tmp):
@@ -641,18 +649,9 @@ def main():
                          "on a padded batch (--padded)")
     ap.add_argument("--t5", action="store_true",
                     help="with --truth K: K random T5 / mT5 / UMT5 steps (validation/t5_models.py) instead")
-    ap.add_argument("--eager", action="store_true",
-                    help="with --truth K: K random causal LMs under attn_implementation=eager "
-                         "(validation/generate_models.py:eager) instead")
-    ap.add_argument("--lora", action="store_true",
-                    help="with --truth K: K random causal LMs with LoRA adapters on random targets "
-                         "(validation/lora_models.py:lora) instead")
-    ap.add_argument("--qlora", action="store_true",
-                    help="with --truth K: K random causal LMs loaded in 4 bits, with QLoRA adapters on "
-                         "random targets or for inference (validation/qlora_models.py:qlora) instead")
-    ap.add_argument("--padded", action="store_true",
-                    help="with --truth K: K random causal LMs on a padded batch, SDPA or eager "
-                         "(validation/padding_models.py:causal_lm) instead")
+    for name in SPECS:
+        ap.add_argument(f"--{name}", action="store_true",
+                        help=f"with --truth K: K random causal LMs {SPEC_HELP[name]} instead")
     a = ap.parse_args()
     causal = next((m for m in SPECS if getattr(a, m)), None)
     global MEDIUM, NULLS, PAD

@@ -713,9 +713,7 @@ fn random_lora_cases_match_truth() {
 
 /// Random causal LMs of every family on padded batches, SDPA or eager attention
 /// (`validation/random_configs.py 1902 --truth 24 --padded`; Gemma2 always eager). The
-/// session-start engine refused eager padded batches outside the Llama family (9 of the 24); a
-/// first build that allowed them gave GPT-2 and OPT SDPA's boolean mask beside the additive one
-/// (+0.21%, +1.2% peak). Peak allocated within 0.1%; one checkpointed Llama under AMP bf16 has its peak reserved
+/// session-start engine refused eager padded batches outside the Llama family (9 of the 24). Peak allocated within 0.1%; one checkpointed Llama under AMP bf16 has its peak reserved
 /// 25% under truth's (6 MiB for 8 MiB: the autocast cache's weight casts are freed in the cache's
 /// hash order, which is not modelled), so its reserved is left out of the shared check.
 #[test]

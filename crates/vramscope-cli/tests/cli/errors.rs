@@ -680,8 +680,8 @@ fn gguf_model_estimates() {
     assert_eq!(json["model"]["parameters"], 262_976);
 }
 
-/// `--padded` is refused by name where it is not modelled: a task the model has no head for, a
-/// model that is not a Hugging Face one.
+/// `--padded` with a task the model has no head for is refused as without it (naming `--task`), and
+/// on a model that is not a Hugging Face one by name.
 #[test]
 fn padded_batches_refused_where_not_modelled() {
     fails_with(

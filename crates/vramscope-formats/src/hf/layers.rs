@@ -763,28 +763,27 @@ pub fn encoder_padded_mask(
 }
 
 /// `create_causal_mask` in the forward of a decoder that attends through [`cached_attention`]
-/// (GPT-2, OPT), with SDPA or eager attention (`eager`: the embeddings' dtype, which the additive
-/// mask and its scalars take): a local of the forward until it returns. A padded batch's mask
-/// ([`padded_attention_mask`]) is set on `call` for every layer to attend with and returned for
-/// the layers' arguments (a checkpoint keeps it); an unpadded batch's is eager attention's causal
-/// mask, set on `call`, and none for SDPA (`is_causal`), `None` returned.
+/// (GPT-2, OPT), with SDPA or eager attention (`eager`: the embeddings' dtype), as
+/// [`model_mask`] makes it (the decoders run their packed-sequence check themselves): a local of
+/// the forward until it returns, set on `call` for every layer to attend with. Returned for the
+/// layers' arguments (a checkpoint keeps it) when it is a padded batch's; `None` otherwise (an
+/// unpadded batch: eager attention's causal mask, or none for SDPA's `is_causal`).
 pub fn decoder_causal_mask(
     b: &mut GraphBuilder,
     call: &mut Call,
     (batch, seq): (u64, u64),
     eager: Option<DType>,
 ) -> Option<TensorId> {
-    let kv = call.past + seq;
-    let mask = match (call.padding_mask, eager) {
-        (None, None) => return None,
-        (None, Some(dtype)) => {
-            let allowed = pattern_mask(b, batch, (seq, kv), MaskPattern::Causal);
-            eager_where(b, vec![batch, 1, seq, kv], allowed, (None, dtype), dtype)
-        }
-        (Some(padding), eager) => {
-            padded_attention_mask(b, batch, (seq, kv), PaddedPattern::Causal, padding, eager)
-        }
-    };
+    let cache_len = call.cache.is_some().then_some(call.past + seq);
+    let code = (cache_len, false);
+    let mask = model_mask(
+        b,
+        (batch, seq),
+        MaskPattern::Causal,
+        eager,
+        code,
+        call.padding_mask,
+    )?;
     b.hold(&[mask]);
     match eager {
         Some(_) => call.eager_mask = Some(mask),
@@ -803,16 +802,21 @@ pub enum PaddedPattern {
     /// `create_bidirectional_mask` (the encoders' `bidirectional_mask_function`, `q_idx >= 0`),
     /// which SDPA skips for an unpadded batch.
     Encoder,
+    /// Gemma3's bidirectional patterns ([`MaskPattern::Bidirectional`] or
+    /// [`MaskPattern::BidirectionalSlidingWindow`]): with an `or_mask_function` the mask
+    /// functions run without `vmap`, on the `[S, KV]` plane ([`bidirectional_plane`]).
+    Bidirectional(MaskPattern),
 }
 
 impl PaddedPattern {
-    /// The padded form of a decoder's pattern; `None` for Gemma3's bidirectional overlays, whose
-    /// padded masks are not modelled (`gemma::build` refuses `--padded` for them).
-    pub fn of(pattern: MaskPattern) -> Option<Self> {
+    /// The padded form of a decoder's pattern.
+    pub fn of(pattern: MaskPattern) -> Self {
         match pattern {
-            MaskPattern::Causal => Some(PaddedPattern::Causal),
-            MaskPattern::SlidingWindow(w) => Some(PaddedPattern::SlidingWindow(w)),
-            MaskPattern::Bidirectional | MaskPattern::BidirectionalSlidingWindow(_) => None,
+            MaskPattern::Causal => PaddedPattern::Causal,
+            MaskPattern::SlidingWindow(w) => PaddedPattern::SlidingWindow(w),
+            MaskPattern::Bidirectional | MaskPattern::BidirectionalSlidingWindow(_) => {
+                PaddedPattern::Bidirectional(pattern)
+            }
         }
     }
 }
@@ -826,10 +830,11 @@ impl PaddedPattern {
 /// `fast_all`, a `sum` and an `==` scalar, twice over an empty cache and once over a filled one;
 /// the encoders' `_ignore_bidirectional_mask_sdpa`: `padding_mask.all()`; under fake tensors
 /// transformers skips them and builds the mask all the same), then [`padded_mask_function`]'s
-/// boolean mask. Eager attention (`eager`, the embeddings' dtype, which the mask and its scalars
-/// take): `eager_mask` runs no skip checks and turns the boolean mask into an additive one,
-/// `where(mask, tensor(0.0), finfo.min)` (truth traces of validation/padding_models.py and of
-/// left-padded generations).
+/// boolean mask (Gemma3's bidirectional patterns, never skipped: no checks, and the `[B, S, KV]`
+/// mask viewed `[B, 1, S, KV]`). Eager attention (`eager`, the embeddings' dtype, which the mask
+/// and its scalars take): `eager_mask` runs no skip checks and turns the boolean mask into an
+/// additive one, `where(mask, tensor(0.0), finfo.min)` (truth traces of
+/// validation/padding_models.py, of left-padded generations and of EmbeddingGemma).
 pub fn padded_attention_mask(
     b: &mut GraphBuilder,
     batch: u64,
@@ -843,25 +848,37 @@ pub fn padded_attention_mask(
     b.frame(|b| {
         let mask_bool = mask_op(b, "_to_copy", &[batch, kv], bool_, &[padding]);
         b.hold(&[mask_bool]);
+        let full = vec![batch, 1, seq, kv];
         let Some(dtype) = eager else {
-            if pattern == PaddedPattern::Encoder {
-                mask_op(b, "all", &[], bool_, &[mask_bool]);
-            } else {
-                for _ in 0..if kv == seq { 2 } else { 1 } {
-                    let sum = mask_op(b, "sum", &[], i64, &[mask_bool]);
-                    mask_op(b, "eq", &[], bool_, &[sum]);
+            match pattern {
+                PaddedPattern::Encoder => {
+                    mask_op(b, "all", &[], bool_, &[mask_bool]);
+                }
+                PaddedPattern::Bidirectional(_) => {}
+                _ => {
+                    for _ in 0..if kv == seq { 2 } else { 1 } {
+                        let sum = mask_op(b, "sum", &[], i64, &[mask_bool]);
+                        mask_op(b, "eq", &[], bool_, &[sum]);
+                    }
                 }
             }
-            return padded_mask_function(b, batch, (seq, kv), pattern, mask_bool);
+            let mask = padded_mask_function(b, batch, (seq, kv), pattern, mask_bool);
+            return match pattern {
+                PaddedPattern::Bidirectional(_) => b.op(
+                    Aten::view("expand", full).grads(vec![GradIn::None]),
+                    &[mask],
+                ),
+                _ => mask,
+            };
         };
         let mask = padded_mask_function(b, batch, (seq, kv), pattern, mask_bool);
-        eager_where(b, vec![batch, 1, seq, kv], mask, (None, dtype), dtype)
+        eager_where(b, full, mask, (None, dtype), dtype)
     })
 }
 
-/// The mask a model's mask code makes for `pattern`: with SDPA, a padded batch's
-/// ([`padded_attention_mask`]); otherwise [`attention_mask_checked`]'s (the builders refuse
-/// `--padded` where a padded mask is not modelled).
+/// The mask a model's mask code makes for `pattern`: a padded batch's
+/// ([`padded_attention_mask`], SDPA's boolean or eager attention's additive one, over the cache
+/// when there is one); otherwise [`attention_mask_checked`]'s.
 pub fn model_mask(
     b: &mut GraphBuilder,
     (batch, seq): (u64, u64),
@@ -870,9 +887,10 @@ pub fn model_mask(
     (cache_len, packed_check): (Option<u64>, bool),
     padding: Option<TensorId>,
 ) -> Option<TensorId> {
-    match (padding, PaddedPattern::of(pattern)) {
-        (Some(padding), Some(padded)) => {
+    match padding {
+        Some(padding) => {
             let kv = cache_len.unwrap_or(seq);
+            let padded = PaddedPattern::of(pattern);
             Some(padded_attention_mask(
                 b,
                 batch,
@@ -882,18 +900,15 @@ pub fn model_mask(
                 eager,
             ))
         }
-        // (over an empty cache the bare model fills, as without one)
-        (Some(padding), None) if cache_len.unwrap_or(seq) == seq => Some(
-            padded_bidirectional_mask(b, batch, seq, pattern, padding, eager),
-        ),
-        _ => attention_mask_checked(b, batch, seq, pattern, eager, cache_len, packed_check),
+        None => attention_mask_checked(b, batch, seq, pattern, eager, cache_len, packed_check),
     }
 }
 
-/// `sdpa_mask`'s work on a padded batch (`mask_bool`, the boolean `[B, S]` copy): the index
+/// `sdpa_mask`'s work on a padded batch (`mask_bool`, the boolean `[B, KV]` copy): the index
 /// vectors (locals until it returns), then `and_masks(pattern, padding_mask_function)`:
 /// `new_ones(())`, `& pattern`, then `& padding_mask[batch_idx, kv_idx]` (`[B, 1, 1, KV]`),
-/// which makes the mask `[B, 1, S, KV]` itself.
+/// which makes the mask `[B, 1, S, KV]` itself (Gemma3's bidirectional patterns, without vmap:
+/// `[S]`, `[S, KV]`, `[B, KV]`, then `[B, S, KV]`).
 fn padded_mask_function(
     b: &mut GraphBuilder,
     batch: u64,
@@ -902,31 +917,41 @@ fn padded_mask_function(
     mask_bool: TensorId,
 ) -> TensorId {
     let bool_ = DTypeRule::Fixed(DType::Bool);
-    let plane = [1, 1, seq, kv];
+    let plane = vec![1, 1, seq, kv];
+    // with vmap the steps are `[1, 1, S, KV]` planes from a 0-d `new_ones`, the padding
+    // `[B, 1, 1, KV]`; without (Gemma3's bidirectional patterns) `new_ones` is over the queries,
+    // the steps `[S, KV]`, the padding `[B, KV]`, and the mask `[B, S, KV]`
+    let (ones_shape, index_shape, mask_shape) = match pattern {
+        PaddedPattern::Bidirectional(_) => (vec![seq], vec![batch, kv], vec![batch, seq, kv]),
+        _ => (vec![], vec![batch, 1, 1, kv], vec![batch, 1, seq, kv]),
+    };
     b.frame(|b| {
         let idx = mask_index_vectors(b, batch, seq, kv);
         let (q_idx, kv_idx) = (idx[2], idx[3]);
-        let ones = mask_op(b, "new_ones", &[], bool_, &[]);
+        let ones = mask_op(b, "new_ones", &ones_shape, bool_, &[]);
         // the pattern's own shape: `[1, 1, S, 1]` for the encoders' `q_idx >= 0`
         let (pattern_shape, pattern_mask) = match pattern {
-            PaddedPattern::Causal => (plane, mask_op(b, "le", &plane, bool_, &[kv_idx, q_idx])),
+            PaddedPattern::Causal => {
+                let le = mask_op(b, "le", &plane, bool_, &[kv_idx, q_idx]);
+                (plane, le)
+            }
             PaddedPattern::Encoder => {
-                let column = [1, 1, seq, 1];
-                (column, mask_op(b, "ge", &column, bool_, &[q_idx]))
+                let column = vec![1, 1, seq, 1];
+                let ge = mask_op(b, "ge", &column, bool_, &[q_idx]);
+                (column, ge)
             }
             PaddedPattern::SlidingWindow(_) => {
                 (plane, sliding_window_causal(b, seq, kv, q_idx, kv_idx))
             }
+            PaddedPattern::Bidirectional(p) => (
+                vec![seq, kv],
+                bidirectional_plane(b, (seq, kv), p, q_idx, kv_idx),
+            ),
         };
         let with_pattern = combine_masks(b, "bitwise_and", &pattern_shape, ones, pattern_mask);
-        let padded = mask_op(
-            b,
-            "index",
-            &[batch, 1, 1, kv],
-            bool_,
-            &[mask_bool, idx[0], kv_idx],
-        );
-        combine_masks(b, "bitwise_and", &[batch, 1, seq, kv], with_pattern, padded)
+        let index = [mask_bool, idx[0], kv_idx];
+        let padded = mask_op(b, "index", &index_shape, bool_, &index);
+        combine_masks(b, "bitwise_and", &mask_shape, with_pattern, padded)
     })
 }
 
@@ -1107,50 +1132,6 @@ fn bidirectional_plane(
     let distance = mask_op(b, "abs", &plane, i64, &[diff]);
     let near = mask_op(b, "lt", &plane, bool_, &[distance]);
     combine_masks(b, "bitwise_or", &plane, causal, near)
-}
-
-/// A padded batch's mask for Gemma3's bidirectional patterns (one forward over the whole
-/// sequence): the boolean copy of the
-/// batch's `attention_mask`, then on the `[S, KV]` plane `and_masks(pattern, padding)`:
-/// `new_ones`, `&` the [`bidirectional_plane`], `&` `padding_mask[batch_idx, kv_idx]` (`[B, KV]`),
-/// which makes it `[B, S, KV]`, viewed `[B, 1, S, KV]` (eager attention: made additive).
-pub fn padded_bidirectional_mask(
-    b: &mut GraphBuilder,
-    batch: u64,
-    seq: u64,
-    pattern: MaskPattern,
-    padding: TensorId,
-    eager: Option<DType>,
-) -> TensorId {
-    let bool_ = DTypeRule::Fixed(DType::Bool);
-    let plane = [seq, seq];
-    let full = vec![batch, 1, seq, seq];
-    b.frame(|b| {
-        let mask_bool = mask_op(b, "_to_copy", &[batch, seq], bool_, &[padding]);
-        b.hold(&[mask_bool]);
-        let mask = b.frame(|b| {
-            let idx = mask_index_vectors(b, batch, seq, seq);
-            let (q_idx, kv_idx) = (idx[2], idx[3]);
-            let ones = mask_op(b, "new_ones", &[seq], bool_, &[]);
-            let inner = bidirectional_plane(b, (seq, seq), pattern, q_idx, kv_idx);
-            let with_pattern = combine_masks(b, "bitwise_and", &plane, ones, inner);
-            let padded = mask_op(
-                b,
-                "index",
-                &[batch, seq],
-                bool_,
-                &[mask_bool, idx[0], kv_idx],
-            );
-            combine_masks(b, "bitwise_and", &[batch, seq, seq], with_pattern, padded)
-        });
-        match eager {
-            None => b.op(
-                Aten::view("expand", full).grads(vec![GradIn::None]),
-                &[mask],
-            ),
-            Some(dtype) => eager_where(b, full, mask, (None, dtype), dtype),
-        }
-    })
 }
 
 /// `repeat_kv(x, n_rep)` on `[B, kv, S, D]` k or v: `x[:, :, None].expand(B, kv, n_rep, S,
@@ -1941,26 +1922,6 @@ pub fn eager_attention(
         o
     };
     (view(b, "reshape", o, vec![bsz, sq, heads * d]), probs)
-}
-
-/// The additive causal mask `create_causal_mask` makes for eager attention
-/// (`[B, 1, S, KV]`, 0 where allowed and the dtype's minimum elsewhere, in the dtype of `x`): the
-/// index vectors, the `[1, 1, S, KV]` boolean mask, then `where`. `KV` is `S` without a cache, and
-/// the cache's length after this call's update with one (a decode step: `[B, 1, 1, past + 1]`).
-pub fn eager_causal_mask(
-    b: &mut GraphBuilder,
-    bsz: u64,
-    (seq, kv_len): (u64, u64),
-    x: TensorId,
-) -> TensorId {
-    let allowed = pattern_mask(b, bsz, (seq, kv_len), MaskPattern::Causal);
-    eager_where(
-        b,
-        vec![bsz, 1, seq, kv_len],
-        allowed,
-        (Some(x), DType::F32),
-        DType::F32,
-    )
 }
 
 /// `mask = torch.where(mask, torch.tensor(0.0), min_dtype)`: the result in the dtype of the

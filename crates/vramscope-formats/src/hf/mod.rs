@@ -355,7 +355,7 @@ pub enum HfError {
         supported: String,
     },
     /// The model has no head for the task.
-    #[error("{path}: {model_type} has no {task} head in this front-end")]
+    #[error("{path}: --task {task}: {model_type} has no {task} head in this front-end")]
     NoHead {
         /// The path.
         path: String,
@@ -470,37 +470,6 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
             })
         }
     };
-    if input.padded {
-        let encoder = matches!(family, Family::Bert(_) | Family::DistilBert);
-        let t5 = matches!(family, Family::T5);
-        let tasks_ok = match input.task {
-            None | Some(HfTask::FeatureExtraction) => true,
-            Some(HfTask::SeqCls | HfTask::TokenCls | HfTask::QuestionAnswering) => !t5,
-            Some(HfTask::MaskedLm) => encoder,
-            Some(HfTask::CausalLm) => !encoder && !t5,
-            Some(HfTask::Seq2SeqLm) => t5,
-        };
-        let refused = if !tasks_ok {
-            Some(format!(
-                "for this --task ({} only)",
-                if t5 {
-                    "seq2seq-lm and feature-extraction"
-                } else if encoder {
-                    "masked-lm, seq-cls, token-cls, qa and feature-extraction"
-                } else {
-                    "causal-lm, seq-cls, token-cls, qa and feature-extraction"
-                }
-            ))
-        } else {
-            None
-        };
-        if let Some(why) = refused {
-            return Err(HfError::BadInput(format!(
-                "{}: --padded is not modelled {why}",
-                cfg.path
-            )));
-        }
-    }
     // Gemma and T5 configs without `model_type` still take their class's defaults (the class
     // found from `architectures`), as they did before the table was shared
     let class_type = match family {

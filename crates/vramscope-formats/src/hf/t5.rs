@@ -41,9 +41,9 @@ use vramscope_core::{DType, Graph, GraphBuilder, Precision, TensorId};
 
 use super::gpt2::gelu_new;
 use super::layers::{
-    add, cast, dropout, eager_attention, eager_causal_mask, eager_heads, embedding,
+    add, attention_mask_checked, cast, dropout, eager_attention, eager_heads, embedding,
     embedding_lookup, linear, mul, mul_scalar, padded_attention_mask, padding_input, rms_rsqrt,
-    tied_head, to_dtype, view, Eager, EagerFlavor, PaddedPattern,
+    tied_head, to_dtype, view, Eager, EagerFlavor, MaskPattern, PaddedPattern,
 };
 use super::{build_error, AttnImplementation, HfConfig, HfError, HfInput};
 
@@ -633,32 +633,26 @@ fn stack(
     });
     // inputs_embeds is a local until the stack returns
     b.hold(&[emb]);
-    // eager attention: the decoder's additive causal mask (`create_causal_mask`, in the dtype of
-    // inputs_embeds), a local until the stack returns; the encoder's bidirectional masks are
-    // `None` for an unpadded batch
-    let mask = match (s.eager, decoder) {
+    // the stack's masks, locals until it returns: with eager attention the decoder's additive
+    // causal mask (`create_causal_mask`, in the dtype of inputs_embeds); for a padded batch
+    // `create_bidirectional_mask` on its mask, the encoder's self-attention mask `[B, 1, S, S]`
+    // or the decoder's cross-attention one `[B, 1, T, S]` (eager attention adds it: additive, in
+    // the embeddings' dtype); an unpadded encoder's are `None`
+    let (bsz, len) = (b.shape(ids)[0], b.shape(ids)[1]);
+    let eager = s.eager.map(|_| s.hidden_dtype());
+    let causal = match (eager, decoder) {
         (Some(_), true) => {
-            let sh = b.shape(ids).to_vec();
-            let m = eager_causal_mask(b, sh[0], (sh[1], sh[1]), emb);
-            b.hold(&[m]);
-            Some(m)
+            attention_mask_checked(b, bsz, len, MaskPattern::Causal, eager, None, false)
         }
         _ => None,
     };
-    // a padded batch: `create_bidirectional_mask` on its mask, the encoder's self-attention mask
-    // `[B, 1, S, S]` or the decoder's cross-attention one `[B, 1, T, S]`, a local until the
-    // stack returns
     let padded = padding.map(|p| {
-        let (bsz, len) = (b.shape(ids)[0], b.shape(ids)[1]);
         let src = b.shape(p)[1];
-        // eager attention adds it: additive, in the embeddings' dtype
-        let additive = s.eager.map(|_| s.hidden_dtype());
-        let m = padded_attention_mask(b, bsz, (len, src), PaddedPattern::Encoder, p, additive);
-        b.hold(&[m]);
-        m
+        padded_attention_mask(b, bsz, (len, src), PaddedPattern::Encoder, p, eager)
     });
+    b.hold(&causal.iter().chain(&padded).copied().collect::<Vec<_>>());
     let (self_mask, cross_mask) = if decoder {
-        (None, padded)
+        (causal, padded)
     } else {
         (padded, None)
     };
@@ -676,8 +670,16 @@ fn stack(
             args.extend(cross_mask);
             args.extend(cross_bias);
             let (nh, sb, cb) = b.module(&i.to_string(), &s.class("Block"), &args, |b| {
-                let masks = (mask, self_mask, cross_mask);
-                block(b, s, decoder, h, self_bias, enc, cross_bias, masks)
+                block(
+                    b,
+                    s,
+                    decoder,
+                    h,
+                    self_bias,
+                    enc,
+                    cross_bias,
+                    (self_mask, cross_mask),
+                )
             });
             h = nh;
             // UMT5's blocks return only the hidden states: every layer computes its own biases
@@ -694,8 +696,9 @@ fn stack(
 }
 
 /// `T5Block.forward`: self-attention, cross-attention (decoder), feed-forward; returns the hidden
-/// states and the self- and cross-attention position biases. `masks`: the decoder's eager causal
-/// mask, and a padded batch's boolean self-attention (encoder) and cross-attention masks.
+/// states and the self- and cross-attention position biases. `masks`: the self-attention mask
+/// (the decoder's eager causal one, or a padded encoder's) and the cross-attention one (a padded
+/// batch's).
 #[allow(clippy::too_many_arguments)]
 fn block(
     b: &mut GraphBuilder,
@@ -705,14 +708,21 @@ fn block(
     self_bias: Option<TensorId>,
     enc: Option<TensorId>,
     cross_bias: Option<TensorId>,
-    (mask, self_mask, cross_mask): (Option<TensorId>, Option<TensorId>, Option<TensorId>),
+    (self_mask, cross_mask): (Option<TensorId>, Option<TensorId>),
 ) -> (TensorId, TensorId, Option<TensorId>) {
     b.module("layer", "ModuleList", &[], |b| {
         let mut args = vec![h];
         args.extend(self_bias);
         let (h, sb, weights) = b.module("0", &s.class("LayerSelfAttention"), &args, |b| {
-            let masks = (decoder, mask, self_mask);
-            attention_layer(b, s, "SelfAttention", h, None, self_bias, masks)
+            attention_layer(
+                b,
+                s,
+                "SelfAttention",
+                h,
+                None,
+                self_bias,
+                (decoder, self_mask),
+            )
         });
         // eager attention's weights: `hidden_states, ..., _ = self.layer[0](...)` keeps them
         // until `_` is rebound by the cross-attention's, or the block returns
@@ -731,7 +741,7 @@ fn block(
                             h,
                             Some(e),
                             cross_bias,
-                            (false, None, cross_mask),
+                            (false, cross_mask),
                         )
                     });
                 b.keep_until_now(&weights);
@@ -791,8 +801,8 @@ fn clamp_fp16(b: &mut GraphBuilder, s: &Spec, h: TensorId) -> TensorId {
 
 /// `T5LayerSelfAttention` / `T5LayerCrossAttention`: `layer_norm`, attention, dropout, residual
 /// add. Returns the new hidden states, the attention's position bias and, with eager attention,
-/// its weights. `masks`: decoder self-attention, with the decoder's eager causal mask, and a
-/// padded batch's boolean mask.
+/// its weights. `mask`: decoder self-attention, and the attention's mask (the decoder's eager
+/// causal one, a padded batch's).
 fn attention_layer(
     b: &mut GraphBuilder,
     s: &Spec,
@@ -800,14 +810,14 @@ fn attention_layer(
     h: TensorId,
     kv: Option<TensorId>,
     bias: Option<TensorId>,
-    masks: (bool, Option<TensorId>, Option<TensorId>),
+    mask: (bool, Option<TensorId>),
 ) -> (TensorId, TensorId, Option<TensorId>) {
     let normed = t5_layer_norm(b, s, "layer_norm", h);
     let mut args = vec![normed];
     args.extend(kv);
     args.extend(bias);
     let (a, pb, weights) = b.module(name, &s.class("Attention"), &args, |b| {
-        attention(b, s, normed, kv, bias, masks)
+        attention(b, s, normed, kv, bias, mask)
     });
     // normed_hidden_states and attention_output (and attn_weights) are locals until the layer
     // returns
@@ -819,8 +829,9 @@ fn attention_layer(
 
 /// `T5Attention.forward`: q/k/v projections, the cache update (decoder, `use_cache`), the
 /// position bias (computed, reused, or zeros for cross-attention), `sdpa_attention_forward` or
-/// `eager_attention_forward` (which adds the bias, then the decoder's causal `mask`), `o`.
-/// `padded`: a padded batch's boolean mask, which SDPA's float mask folds in.
+/// `eager_attention_forward` (which adds the bias, then the additive `mask`: the decoder's
+/// causal one or a padded batch's), `o`. With SDPA `mask` is a padded batch's boolean mask, which
+/// the float mask folds in.
 /// Returns the output, the position bias and, with eager attention, its weights.
 fn attention(
     b: &mut GraphBuilder,
@@ -828,7 +839,7 @@ fn attention(
     x: TensorId,
     kv: Option<TensorId>,
     bias: Option<TensorId>,
-    (causal, mask, padded): (bool, Option<TensorId>, Option<TensorId>),
+    (causal, mask): (bool, Option<TensorId>),
 ) -> (TensorId, TensorId, Option<TensorId>) {
     let (bsz, len) = (b.shape(x)[0], b.shape(x)[1]);
     let src = kv.unwrap_or(x);
@@ -878,11 +889,11 @@ fn attention(
     if let Some(eager) = s.eager {
         // attn_weights + position_bias, then + the causal mask (decoder self-attention) or a
         // padded batch's
-        let masks: Vec<TensorId> = std::iter::once(pb).chain(mask).chain(padded).collect();
+        let masks: Vec<TensorId> = std::iter::once(pb).chain(mask).collect();
         let (o, w) = b.frame(|b| eager_attention(b, eager, q4, k4, v4, &masks, s.dropout, cached));
         return (linear(b, "o", inner, s.d_model, false, o), pb, Some(w));
     }
-    let o = b.frame(|b| sdpa_with_bias(b, s, [q4, k4, v4], pb, (causal, padded), kv.is_none()));
+    let o = b.frame(|b| sdpa_with_bias(b, s, [q4, k4, v4], pb, (causal, mask), kv.is_none()));
     // transpose(1, 2).contiguous() is free (the kernels lay the output out as [B, L, H, D])
     let o = view(b, "transpose", o, vec![bsz, len, hn, dk]);
     let o = view(b, "reshape", o, vec![bsz, len, inner]);
