@@ -92,7 +92,6 @@ pub fn estimate(
     loaded.apply_to(&mut cfg);
     cfg.record_events = record_events;
     let sim = simulate(&loaded.graph, &cfg)?;
-    let hf = model::is_transformer(&a.model);
     let report = EstimateReport::new(
         &ReportInput {
             graph: &loaded.graph,
@@ -108,7 +107,7 @@ pub fn estimate(
                 .chain(&loaded.checkpoint_layers)
                 .cloned()
                 .collect(),
-            padded: hf.then_some(a.model.padded),
+            padded: model::padded(&a.model),
             gpu,
             generation: loaded.generation.as_ref().map(generation_report),
         },

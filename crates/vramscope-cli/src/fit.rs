@@ -106,8 +106,7 @@ pub fn run(a: &FitArgs) -> Result<()> {
     let loaded = model::load(&probe, a.model.batch_size, &cfg)?;
     loaded.apply_to(&mut cfg);
     let name = loaded.graph.name.clone();
-    let padded = a.model.padded && model::is_transformer(&a.model);
-    let what = render::step_summary(&name, &cfg, padded);
+    let what = render::step_summary(&name, &cfg, model::padded(&a.model) == Some(true));
     let out = match &a.gpu {
         Some(g) => {
             let gpu = gpu(g)?;

@@ -291,6 +291,12 @@ pub fn parse_input(s: &str) -> Result<(u64, u64, u64)> {
     }
 }
 
+/// `--padded` as the report states it: whether a Hugging Face model's batch is padded, `None`
+/// for other models (which refuse the flag).
+pub fn padded(args: &ModelArgs) -> Option<bool> {
+    is_transformer(args).then_some(args.padded)
+}
+
 /// Whether `args.model` is a Hugging Face model (a config.json, a model folder, a GGUF file or a
 /// built-in transformer), whose forward needs a sequence length.
 pub fn is_transformer(args: &ModelArgs) -> bool {

@@ -142,7 +142,7 @@ pub fn run(a: &TricksArgs) -> Result<()> {
             &render::step_summary(
                 &loaded.graph.name,
                 &cfg,
-                a.model.padded && model::is_transformer(&a.model),
+                model::padded(&a.model) == Some(true),
             ),
             a.model.batch_size,
             &rows,
