@@ -5,6 +5,7 @@ output, one JSON document per line, to OUT. Diff two OUT files made before and a
 no difference means every estimate (peaks, phases, breakdowns, live tensors, layers) is unchanged.
 
     python3 validation/golden.py /tmp/before.jsonl && ... && python3 validation/golden.py /tmp/after.jsonl
+    python3 validation/golden.py /tmp/before.jsonl --bin /path/to/an/older/vramscope
     cmp /tmp/before.jsonl /tmp/after.jsonl
 """
 import glob, json, subprocess, sys
@@ -23,10 +24,11 @@ EXTRA = [
     ["estimate", "resnet50", "--batch-size", "64", "--precision", "amp-fp16"],
 ]
 EXTRA = [[*c, "--json"] for c in EXTRA]
+BIN = sys.argv[sys.argv.index("--bin") + 1] if "--bin" in sys.argv else "target/release/vramscope"
 
 
 def run(cmd):
-    p = subprocess.run(["target/release/vramscope", *cmd], capture_output=True, text=True)
+    p = subprocess.run([BIN, *cmd], capture_output=True, text=True)
     return json.dumps({"cmd": cmd, "rc": p.returncode, "out": p.stdout, "err": p.stderr})
 
 

@@ -26,6 +26,10 @@
 #   KV heads than heads, q's, k's and v's gradients come back heads-first and their projection's
 #   `ViewBackward0` copies them. Gemma-2B (2 layers, one KV head, AMP bf16, 2 x 640, eager
 #   attention; cases_eager_gemma.jsonl's), its backward: the same copies.
+# - With gradient checkpointing (a last column `ckpt`), in backward: a Linear's or a Conv1D's
+#   `AddmmBackward0` frees its recomputed input when its `apply` returns, before the engine sums
+#   the output's gradient into the bias's (GPT-2, 2 layers; DistilBERT, 2 layers, masked LM,
+#   whose model phase also shows `position_ids` registered after the embeddings' children).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-$HOME/.venvs/truth}
@@ -35,12 +39,13 @@ out=fixtures/truth/events/free_order.jsonl
 # config, task, amp (fp32 / bf16), optimizer, batch, sequence length, phases (comma-separated), and
 # an eager-attention case to measure instead of the hf: config, as LIST:NAME for the case NAME of
 # validation/cases_LIST.jsonl (then vramscope runs
-# with --attn-implementation eager), or -
-while read -r cfg task amp optim batch seq phases eager_case; do
+# with --attn-implementation eager), or -; then optionally `ckpt` (gradient checkpointing)
+while read -r cfg task amp optim batch seq phases eager_case ckpt; do
   if [ "$eager_case" = - ]; then
-    trace=".truth/raw/$cfg.$task.$amp.b$batch.s$seq.free_order.trace"
+    trace=".truth/raw/$cfg.$task.$amp.b$batch.s$seq${ckpt:+.$ckpt}.free_order.trace"
     measure=(--model "hf:fixtures/hf/configs/$cfg.json" --task "$task" --batch "$batch" --seq "$seq"
              --amp "$amp" --optim "$optim")
+    if [ "$ckpt" = ckpt ]; then measure+=(--checkpoint); fi
   else
     trace=".truth/raw/${eager_case#*:}.free_order.trace"
     measure=(--spec "validation/cases_${eager_case%%:*}.jsonl" --name "${eager_case#*:}"
@@ -50,9 +55,9 @@ while read -r cfg task amp optim batch seq phases eager_case; do
     "$VENV/bin/python" ../shared/truth/measure.py "${measure[@]}" --trace "$trace" --json \
         > "$trace.json"
   fi
-  python3 - "$cfg" "$task" "$amp" "$optim" "$batch" "$seq" "$phases" "$trace" "$eager_case" >> "$out" <<'PY'
+  python3 - "$cfg" "$task" "$amp" "$optim" "$batch" "$seq" "$phases" "$trace" "$eager_case" "${ckpt:-}" >> "$out" <<'PY'
 import json, sys
-cfg, task, amp, optim, batch, seq, phases, trace, eager_case = sys.argv[1:10]
+cfg, task, amp, optim, batch, seq, phases, trace, eager_case, ckpt = sys.argv[1:11]
 precision = {"fp32": "fp32", "bf16": "amp-bf16", "fp16": "amp-fp16"}[amp]
 optimizer = {"sgdm": "sgd-momentum"}.get(optim, optim)
 by_phase, phase, index = {}, None, {}
@@ -72,6 +77,8 @@ args = ["--task", task, "--batch-size", batch, "--seq-len", seq, "--precision", 
         "--optimizer", optimizer]
 if eager_case != "-":
     args += ["--attn-implementation", "eager"]
+if ckpt == "ckpt":
+    args.append("--gradient-checkpointing")
 for want in phases.split(","):
     case = {"config": f"fixtures/hf/configs/{cfg}.json", "args": args, "phase": want,
             "events": by_phase[want]}
@@ -85,5 +92,7 @@ llama32_1b_2l causal-lm fp32 sgd 1 32 model -
 gemma3_1b_2l causal-lm fp32 sgd 1 32 model -
 qwen2_small_2l causal-lm fp32 adamw 2 256 it1.forward,it1.backward eager:qwen2_2l_b2_s256_fp32_adamw_eager
 gemma_2b_2l causal-lm bf16 adamw 2 640 it1.backward eager_gemma:gemma_2l_b2_s640_ampbf16_adamw_eager
+gpt2_2l causal-lm fp32 sgd 2 256 it1.backward - ckpt
+distilbert_base_2l_untied masked-lm fp32 sgdm 4 128 model,it1.backward - ckpt
 CASES
 wc -c "$out"

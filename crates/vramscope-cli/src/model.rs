@@ -490,12 +490,17 @@ fn load_hf(
     let seq = match generate {
         // checked by `generation`
         Some(_) => args.prompt_len.unwrap_or_default(),
-        None => args.seq_len.ok_or_else(|| {
-            anyhow!(
-                "{}: a Hugging Face model needs --seq-len (the sequence length to simulate)",
-                args.model
-            )
-        })?,
+        None => match args.seq_len {
+            Some(s) => s,
+            None => {
+                // an unsupported family is the first thing to say
+                hf::check_supported(&cfg)?;
+                bail!(
+                    "{}: a Hugging Face model needs --seq-len (the sequence length to simulate)",
+                    args.model
+                )
+            }
+        },
     };
     let task = match &args.task {
         None => None,

@@ -559,6 +559,8 @@ struct OpPlan {
     saved: Span,
     /// the gradient rule of each input (in `Plans::grads`)
     grads: Span,
+    /// the gradient rule of each parameter (in `Plans::grads`); empty: new tensors
+    param_grads: Span,
     /// in `Plans::bytes`
     backward_temporaries: Span,
     /// in `Plans::scratch`
@@ -699,8 +701,9 @@ struct BackwardScratch {
     incoming: Vec<Option<u32>>,
     temps: Vec<u32>,
     produced: Vec<(Rt, u32)>,
-    /// (index in produced, input index, the input's meta) of gradients made like the output
-    to_cast: Vec<(usize, usize, Meta)>,
+    /// (index in produced, input index, the input's meta, whether it is the incoming gradient
+    /// handed on as is) of gradients `validate_outputs` reduces or casts to their input's
+    to_cast: Vec<(usize, usize, Meta, bool)>,
     made_for: Vec<Option<u32>>,
 }
 
@@ -1277,11 +1280,16 @@ impl<'g> Sim<'g> {
                         self.rts[r as usize].meta,
                     ));
                 }
-                for &r in &sc.eff_params {
+                for (j, &r) in sc.eff_params.iter().enumerate() {
                     let rg = self.rts[r as usize].requires_grad;
+                    let gi = if j < plan.param_grads.len as usize {
+                        self.plans.grads[plan.param_grads.start as usize + j]
+                    } else {
+                        GradIn::New
+                    };
                     self.tape_inputs.push((
                         rg.then_some(r),
-                        if rg { GradIn::New } else { NO_GRAD },
+                        if rg { gi } else { NO_GRAD },
                         self.rts[r as usize].meta,
                     ));
                 }
@@ -1441,11 +1449,15 @@ impl<'g> Sim<'g> {
             }
         }
         let saved = Span::since(from, self.plans.saved.len());
-        let (mut grads, mut backward_temporaries, mut backward_scratch) = Default::default();
+        let (mut grads, mut param_grads) = Default::default();
+        let (mut backward_temporaries, mut backward_scratch) = Default::default();
         if records {
             let from = self.plans.grads.len();
             self.plans.grads.extend(op.input_grads(&ctx));
             grads = Span::since(from, self.plans.grads.len());
+            let from = self.plans.grads.len();
+            self.plans.grads.extend(op.param_grads(&ctx));
+            param_grads = Span::since(from, self.plans.grads.len());
             let from = self.plans.bytes.len();
             self.plans.bytes.extend(op.backward_temporaries(&ctx));
             backward_temporaries = Span::since(from, self.plans.bytes.len());
@@ -1471,6 +1483,7 @@ impl<'g> Sim<'g> {
             sdpa,
             saved,
             grads,
+            param_grads,
             backward_temporaries,
             backward_scratch,
         });
@@ -1697,6 +1710,16 @@ impl<'g> Sim<'g> {
                     row.output = Some(t);
                 }
             }
+            if self.recomputing && self.recompute_stop == Some(n) {
+                // the recomputation stops inside this op, as its last saved tensor is packed:
+                // unwinding frees the op's own results first, then its callers' locals (truth
+                // traces: GPT-2's last dropout output, then the `c_proj` output it was given)
+                for t in &node.outputs {
+                    if let Some(r) = env[t.0 as usize].take() {
+                        self.release_rt(r);
+                    }
+                }
+            }
             for k in self.release_after.range(n) {
                 let i = self.release_after.tensors[k].0 as usize;
                 if hold[i] {
@@ -1919,6 +1942,14 @@ impl<'g> Sim<'g> {
                         }
                         None => continue,
                     },
+                    GradIn::Reduced(o) => match bs.incoming.get(o).copied().flatten() {
+                        Some(s) => {
+                            self.incref(s);
+                            bs.to_cast.push((bs.produced.len(), k, meta, true));
+                            s
+                        }
+                        None => continue,
+                    },
                     GradIn::New | GradIn::SameAs(_) => {
                         let cat = if self.rts[target as usize].param.is_some() {
                             Category::Gradients
@@ -1928,7 +1959,7 @@ impl<'g> Sim<'g> {
                         let label = Label::grad_of(node.label.what);
                         match out_meta {
                             Some(m) if node.grads_like_output && !self.shapes.same(m, meta) => {
-                                bs.to_cast.push((bs.produced.len(), k, meta));
+                                bs.to_cast.push((bs.produced.len(), k, meta, false));
                                 self.new_storage(m, Category::Temporaries, label, node.module)
                             }
                             _ => self.new_storage(meta, cat, label, node.module),
@@ -1954,16 +1985,21 @@ impl<'g> Sim<'g> {
             }
             // validate_outputs: in input order, each gradient reduced to its input's shape and
             // cast to its dtype
-            bs.to_cast.sort_by_key(|&(_, input, _)| input);
+            bs.to_cast.sort_by_key(|&(_, input, _, _)| input);
             for c in 0..bs.to_cast.len() {
-                let (k, _, meta) = bs.to_cast[c];
+                let (k, _, meta, reduced_only) = bs.to_cast[c];
                 let (target, computed) = bs.produced[k];
                 let cat = if self.rts[target as usize].param.is_some() {
                     Category::Gradients
                 } else {
                     Category::Temporaries
                 };
-                let label = Label::new("grad reduced / cast");
+                // a gradient the node handed on as is (a bias) is named for the node's op
+                let label = if reduced_only {
+                    Label::grad_of(node.label.what)
+                } else {
+                    Label::new("grad reduced / cast")
+                };
                 let fitted = self.new_storage(meta, cat, label, node.module);
                 self.decref(computed);
                 bs.produced[k] = (target, fitted);

@@ -134,6 +134,11 @@ fn unsupported_transformer_configs() {
             "supported model types",
         ],
     );
+    // said before --seq-len is asked for: no sequence length makes that model build
+    fails_with(
+        &["estimate", &mamba],
+        &["mamba.json", "not supported", "supported model types"],
+    );
     // Gemma3's vision-language model builds with a SigLIP tower; another tower does not
     let vlm = config_file(
         &dir,

@@ -92,6 +92,16 @@ impl Op for Linear {
         }
     }
 
+    // addmm hands its `self` (the broadcast bias) the output's gradient; the engine sums it to
+    // the bias's shape (truth traces: the `sum` after the node's recomputed input is freed)
+    fn param_grads(&self, _ctx: &OpCtx) -> Vec<GradIn> {
+        if self.bias {
+            vec![GradIn::New, GradIn::Reduced(0)]
+        } else {
+            Vec::new()
+        }
+    }
+
     // addmm / mm: the input is kept for the weight's gradient, the weight for the input's
     fn saved_only_for(&self, s: Saved) -> Option<usize> {
         match s {

@@ -191,6 +191,11 @@ pub enum GradIn {
     /// inputs: the fused LSTM cell's gate gradient serves both gate inputs, its bias gradient
     /// both biases); a new tensor when input `i` gets none.
     SameAs(usize),
+    /// The incoming gradient of output `i`, summed to the input's shape by the engine after the
+    /// node's `apply` returned (`validate_outputs`' `sum_to`): `AddmmBackward0` hands the bias
+    /// the output's gradient as is, so the reduced tensor comes after the node has freed the
+    /// locals of its `apply` (a recomputed region's unpacked saved tensors).
+    Reduced(usize),
 }
 
 /// How `torch.autocast` treats an op (the CUDA autocast lists of `autocast_mode.cpp`).
@@ -339,6 +344,12 @@ pub trait Op: Debug + Send + Sync {
     /// `None` (the default): saved whenever the node is recorded.
     fn saved_only_for(&self, _s: Saved) -> Option<usize> {
         None
+    }
+
+    /// Where each parameter's gradient comes from, in [`Op::param_specs`] order; empty (the
+    /// default): a new tensor for each.
+    fn param_grads(&self, _ctx: &OpCtx) -> Vec<GradIn> {
+        Vec::new()
     }
 
     /// Where each input's gradient comes from; by default a new tensor for every float input.

@@ -109,6 +109,7 @@ pub fn build(
         .then(|| encoder_heads::question_answering_inputs(&mut b, bsz));
     let encoder = |b: &mut GraphBuilder| {
         let (x, word) = b.module("embeddings", "Embeddings", &[ids], |b| {
+            let init_order = b.param_mark();
             let pos_buf = b.buffer("position_ids", vec![s.max_positions], Some(DType::I64));
             let (w, word) = embedding(b, "word_embeddings", s.vocab, s.dim, ids);
             let pos = view(b, "slice", pos_buf, vec![1, seq]);
@@ -116,6 +117,11 @@ pub fn build(
             let x = add(b, w, p);
             b.hold(&[w, p]);
             let x = layer_norm(b, "LayerNorm", s.dim, x);
+            // `__init__` registers `position_ids` after its children (truth traces)
+            b.order_params(
+                init_order,
+                &["word_embeddings", "position_embeddings", "LayerNorm"],
+            );
             (dropout(b, "dropout", s.dropout, x), word)
         });
         let mut x = x;

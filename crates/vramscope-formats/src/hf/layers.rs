@@ -127,7 +127,7 @@ pub fn packed_sequence_check(b: &mut GraphBuilder, batch: u64, seq: u64) {
 }
 
 /// `Conv1D(nf, nx)` (GPT-2's transposed linear): `addmm(bias, x.view(-1, nx), weight)` with
-/// `weight` `[nx, nf]`.
+/// `weight` `[nx, nf]`; the engine sums the output's gradient into the bias's after the node.
 pub fn conv1d(b: &mut GraphBuilder, name: &str, nx: u64, nf: u64, x: TensorId) -> TensorId {
     let mut shape = b.shape(x).to_vec();
     if let Some(l) = shape.last_mut() {
@@ -140,6 +140,7 @@ pub fn conv1d(b: &mut GraphBuilder, name: &str, nx: u64, nf: u64, x: TensorId) -
             .autocast(Autocast::LowerPrecision)
             .saves(vec![Saved::Input(1), Saved::Input(2)])
             .cross_saves(1, 2)
+            .grads(vec![GradIn::Reduced(0), GradIn::New, GradIn::New])
             .first_last();
         b.op(op, &[bias, x, w])
     })

@@ -424,52 +424,9 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
             "batch size and sequence length must be positive".into(),
         ));
     }
-    let archs = cfg.architectures()?;
+    let (archs, model_type, family) = model_family(cfg)?;
     let pre_quantized = quantization::pre_quantized(cfg)?;
-    // a config without `model_type` is read as the model type of its first `architectures`
-    // class this front-end knows (transformers' auto classes map classes to configs the same way)
-    let model_type = match cfg.str("model_type")? {
-        Some(m) => m.to_string(),
-        // an old config (transformers guessed the family from the checkpoint's name)
-        None if archs.is_empty() => {
-            return Err(HfError::Field {
-                path: cfg.path.clone(),
-                field: "model_type".into(),
-                expected: format!(
-                    "the model's family (the config names neither model_type nor \
-                     architectures): add \"model_type\": one of {}",
-                    SUPPORTED.join(", ")
-                ),
-            })
-        }
-        None => archs
-            .iter()
-            .find_map(|a| model_type_of_class(a))
-            .map(str::to_string)
-            .or_else(|| archs.first().map(|a| a.to_lowercase()))
-            .unwrap_or_default(),
-    };
     let dtype = input.precision.param_dtype();
-    let gemma = gemma::flavor_of(cfg, &model_type, &archs)?;
-    let encoder = bert::Flavor::of(&model_type);
-    let family = match model_type.as_str() {
-        _ if gemma.is_some() => Family::Gemma(gemma.unwrap_or(gemma::Flavor::Gemma)),
-        "gpt2" => Family::Gpt2,
-        "opt" => Family::Opt,
-        "llama" | "mistral" | "qwen2" | "qwen3" | "phi3" => Family::Llama,
-        m if moe::is_moe(m) => Family::Moe,
-        _ if encoder.is_some() => Family::Bert(encoder.unwrap_or(bert::Flavor::Bert)),
-        "distilbert" => Family::DistilBert,
-        "t5" | "mt5" | "umt5" => Family::T5,
-        _ => {
-            return Err(HfError::Unsupported {
-                path: cfg.path.clone(),
-                model_type,
-                architectures: archs,
-                supported: SUPPORTED.join(", "),
-            })
-        }
-    };
     // Gemma and T5 configs without `model_type` still take their class's defaults (the class
     // found from `architectures`), as they did before the table was shared
     let class_type = match family {
@@ -720,6 +677,61 @@ fn check_positions(cfg: &HfConfig, input: &HfInput, field: &str, max: u64) -> Re
         ))),
         _ => Ok(()),
     }
+}
+
+/// Checks that this front-end builds the config's model family (the error names the supported
+/// ones), before any flag that only a supported model needs is asked for.
+pub fn check_supported(cfg: &HfConfig) -> Result<(), HfError> {
+    model_family(cfg).map(|_| ())
+}
+
+/// The config's `architectures`, model type and family.
+fn model_family(cfg: &HfConfig) -> Result<(Vec<String>, String, Family), HfError> {
+    let archs = cfg.architectures()?;
+    // a config without `model_type` is read as the model type of its first `architectures`
+    // class this front-end knows (transformers' auto classes map classes to configs the same way)
+    let model_type = match cfg.str("model_type")? {
+        Some(m) => m.to_string(),
+        // an old config (transformers guessed the family from the checkpoint's name)
+        None if archs.is_empty() => {
+            return Err(HfError::Field {
+                path: cfg.path.clone(),
+                field: "model_type".into(),
+                expected: format!(
+                    "the model's family (the config names neither model_type nor \
+                     architectures): add \"model_type\": one of {}",
+                    SUPPORTED.join(", ")
+                ),
+            })
+        }
+        None => archs
+            .iter()
+            .find_map(|a| model_type_of_class(a))
+            .map(str::to_string)
+            .or_else(|| archs.first().map(|a| a.to_lowercase()))
+            .unwrap_or_default(),
+    };
+    let gemma = gemma::flavor_of(cfg, &model_type, &archs)?;
+    let encoder = bert::Flavor::of(&model_type);
+    let family = match model_type.as_str() {
+        _ if gemma.is_some() => Family::Gemma(gemma.unwrap_or(gemma::Flavor::Gemma)),
+        "gpt2" => Family::Gpt2,
+        "opt" => Family::Opt,
+        "llama" | "mistral" | "qwen2" | "qwen3" | "phi3" => Family::Llama,
+        m if moe::is_moe(m) => Family::Moe,
+        _ if encoder.is_some() => Family::Bert(encoder.unwrap_or(bert::Flavor::Bert)),
+        "distilbert" => Family::DistilBert,
+        "t5" | "mt5" | "umt5" => Family::T5,
+        _ => {
+            return Err(HfError::Unsupported {
+                path: cfg.path.clone(),
+                model_type,
+                architectures: archs,
+                supported: SUPPORTED.join(", "),
+            })
+        }
+    };
+    Ok((archs, model_type, family))
 }
 
 enum Family {
