@@ -30,6 +30,11 @@
 #   `AddmmBackward0` frees its recomputed input when its `apply` returns, before the engine sums
 #   the output's gradient into the bias's (GPT-2, 2 layers; DistilBERT, 2 layers, masked LM,
 #   whose model phase also shows `position_ids` registered after the embeddings' children).
+# - The model phase of a tied masked-LM head (CamemBERT, and XLM-RoBERTa, whose head is built
+#   before the encoder), 2 layers: `__init__` makes the decoder's weight and bias, then the head's
+#   zeros; `post_init()` frees the weight, pads the decoder's bias into a copy, frees the bias,
+#   frees the copy (the decoder takes the head's bias), then pads the head's bias into the tensor
+#   that stays and frees the zeros.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-$HOME/.venvs/truth}
@@ -94,5 +99,7 @@ qwen2_small_2l causal-lm fp32 adamw 2 256 it1.forward,it1.backward eager:qwen2_2
 gemma_2b_2l causal-lm bf16 adamw 2 640 it1.backward eager_gemma:gemma_2l_b2_s640_ampbf16_adamw_eager
 gpt2_2l causal-lm fp32 sgd 2 256 it1.backward - ckpt
 distilbert_base_2l_untied masked-lm fp32 sgdm 4 128 model,it1.backward - ckpt
+camembert_base_2l masked-lm fp32 sgd 1 32 model -
+xlm_roberta_base_2l masked-lm fp32 sgd 1 32 model -
 CASES
 wc -c "$out"

@@ -495,8 +495,18 @@ fn load_hf(
             None => {
                 // an unsupported family is the first thing to say
                 hf::check_supported(&cfg)?;
+                // the context the model was trained for, when the config states it
+                let positions = cfg
+                    .opt_u64(&["max_position_embeddings", "n_positions"])
+                    .ok()
+                    .flatten()
+                    .filter(|&n| n > 0);
+                let example = positions.map_or(2048, |n| n.min(2048));
+                let context = positions
+                    .map(|n| format!("; its config has {n} positions"))
+                    .unwrap_or_default();
                 bail!(
-                    "{}: a Hugging Face model needs --seq-len (the sequence length to simulate)",
+                    "{}: a Hugging Face model needs --seq-len (the sequence length to simulate, e.g. --seq-len {example}{context})",
                     args.model
                 )
             }

@@ -825,6 +825,53 @@ impl GraphBuilder {
         self.tie_at_init_after(Some(head), temps, free_now, replaced);
     }
 
+    /// Weight tying of a masked-LM head whose decoder `__init__` made with a weight and bias of
+    /// its own (`weight` `[vocab, hidden]`) beside the head's zero `bias` (BERT's and RoBERTa's in
+    /// transformers 5): `post_init()` frees the decoder's weight, pads the decoder's bias into a
+    /// copy that replaces it, drops that copy when the decoder takes the head's `bias`, then pads
+    /// `bias` into the tensor that stays (truth traces: `empty` weight, `empty` bias, `zeros`; free
+    /// the weight, `constant_pad_nd`, free the bias, free the copy, `constant_pad_nd`, free the
+    /// zeros). With `head`, the head was built before the encoder, as in
+    /// [`tie_at_init_in`](Self::tie_at_init_in). Call it once every parameter is registered.
+    pub fn tie_decoder_bias_at_init(&mut self, head: Option<&str>, weight: Shape, bias: TensorId) {
+        let vocab = weight[0];
+        self.tie_at_init_after(head, &[weight, vec![vocab], vec![vocab]], 2, Some(bias));
+        let n = self.graph.params.len() as u32;
+        let base = n.saturating_sub(1);
+        let len = self.graph.init_temporaries.len();
+        // what `post_init` makes at that point before it ties (the encoder's `position_ids`
+        // refill, when the head came first) stays first
+        let mut key = 0;
+        for t in &mut self.graph.init_temporaries[..len - 3] {
+            if t.order.is_none() && t.alloc_at == base && t.free_at == base {
+                t.order = Some((key, key + 1));
+                key += 2;
+            }
+        }
+        let module = self.graph.init_temporaries[len - 1].module;
+        let alloc_key = if self.graph.init_temporaries[len - 1].alloc_at == base {
+            key
+        } else {
+            0
+        };
+        // the decoder's weight, its bias, the head's zeros
+        for (i, free_key) in [key + 3, key + 5, 0].into_iter().enumerate() {
+            let t = &mut self.graph.init_temporaries[len - 3 + i];
+            t.order = Some((alloc_key + i as u32, free_key));
+            t.freed_after_allocations = false;
+        }
+        // the padded copy of the decoder's bias
+        self.graph.init_temporaries.push(InitTemporary {
+            shape: vec![vocab],
+            dtype: None,
+            alloc_at: base,
+            free_at: base,
+            freed_after_allocations: false,
+            module,
+            order: Some((key + 4, key + 6)),
+        });
+    }
+
     fn tie_at_init_after(
         &mut self,
         head: Option<&str>,

@@ -255,7 +255,16 @@ fn unsupported_transformer_configs() {
         ],
     );
     std::fs::remove_dir_all(&dir).ok();
-    fails_with(&["estimate", "gpt2"], &["gpt2", "needs --seq-len"]);
+    // with a length the model takes (GPT-2 has 1024 positions)
+    fails_with(
+        &["estimate", "gpt2"],
+        &[
+            "gpt2",
+            "needs --seq-len",
+            "--seq-len 1024",
+            "1024 positions",
+        ],
+    );
 }
 
 #[test]

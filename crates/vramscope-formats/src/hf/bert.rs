@@ -325,12 +325,8 @@ pub fn build(
     if let Some(bias) = tied_bias {
         // post_init drops the decoder's own weight and bias and pads the head's bias into a new
         // tensor; a head built first made its decoder before the encoder
-        let temps = [vec![s.vocab, s.hidden], vec![s.vocab], vec![s.vocab]];
-        if flavor.head_first() {
-            b.tie_at_init_in("lm_head", &temps, 2, Some(bias));
-        } else {
-            b.tie_at_init(&temps, 2, Some(bias));
-        }
+        let head = flavor.head_first().then_some("lm_head");
+        b.tie_decoder_bias_at_init(head, vec![s.vocab, s.hidden], bias);
     }
 
     let graph = b.finish(&outputs, task_ir).map_err(build_error(cfg))?;
@@ -428,8 +424,9 @@ fn embeddings(
     let x = add(b, word_e, tt_e);
     let (pos_e, _) = embedding(b, "position_embeddings", s.max_positions, s.hidden, pos);
     let x = add(b, x, pos_e);
-    // inputs_embeds, token_type_embeddings and position_embeddings are locals until the return
-    b.hold(&[word_e, tt_e, pos_e]);
+    // inputs_embeds, position_ids, token_type_ids, token_type_embeddings and
+    // position_embeddings are locals until the return (in inference nothing else keeps the ids)
+    b.hold(&[word_e, pos, tt, tt_e, pos_e]);
     let x = layer_norm(b, "LayerNorm", s.hidden, x);
     // `__init__` order: BERT creates position_embeddings before token_type_embeddings (its
     // buffers after its children), RoBERTa creates its buffers, then position_embeddings last

@@ -1342,10 +1342,11 @@ pub fn tied_head_bias(
     b.module(name, "Linear", &[x], |b| {
         let bias = bias.unwrap_or_else(|| b.parameter("bias", vec![vocab]));
         // F.linear(x, weight, bias): autocast casts bias, weight, x; AddmmBackward0 makes the
-        // gradients of x, weight, then bias
+        // gradients of x and weight, and hands the bias the output's, which the engine sums
         let op = Aten::new("addmm", shape)
             .autocast(Autocast::LowerPrecision)
-            .saves(vec![Saved::Input(0), Saved::Input(1)]);
+            .saves(vec![Saved::Input(0), Saved::Input(1)])
+            .grads(vec![GradIn::New, GradIn::New, GradIn::Reduced(0)]);
         (b.op(op, &[x, weight, bias]), bias)
     })
 }
