@@ -35,13 +35,15 @@
 #   zeros; `post_init()` frees the weight, pads the decoder's bias into a copy, frees the bias,
 #   frees the copy (the decoder takes the head's bias), then pads the head's bias into the tensor
 #   that stays and frees the zeros.
+# - The model phase of Qwen2-small (2 layers) held in bfloat16: the rotary module's
+#   `inv_freq` buffers stay float32 (`arange(...).float()`), as transformers makes them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-$HOME/.venvs/truth}
 mkdir -p .truth/raw
 out=fixtures/truth/events/free_order.jsonl
 : > "$out"
-# config, task, amp (fp32 / bf16), optimizer, batch, sequence length, phases (comma-separated), and
+# config, task, amp (fp32 / bf16, or pbf16: the model in bfloat16), optimizer, batch, sequence length, phases (comma-separated), and
 # an eager-attention case to measure instead of the hf: config, as LIST:NAME for the case NAME of
 # validation/cases_LIST.jsonl (then vramscope runs
 # with --attn-implementation eager), or -; then optionally `ckpt` (gradient checkpointing)
@@ -50,6 +52,8 @@ while read -r cfg task amp optim batch seq phases eager_case ckpt; do
     trace=".truth/raw/$cfg.$task.$amp.b$batch.s$seq${ckpt:+.$ckpt}.free_order.trace"
     measure=(--model "hf:fixtures/hf/configs/$cfg.json" --task "$task" --batch "$batch" --seq "$seq"
              --amp "$amp" --optim "$optim")
+    # pbf16: the model held in bfloat16, no autocast
+    if [ "$amp" = pbf16 ]; then measure=("${measure[@]/pbf16/fp32}" --param-dtype bf16); fi
     if [ "$ckpt" = ckpt ]; then measure+=(--checkpoint); fi
   else
     trace=".truth/raw/${eager_case#*:}.free_order.trace"
@@ -63,7 +67,7 @@ while read -r cfg task amp optim batch seq phases eager_case ckpt; do
   python3 - "$cfg" "$task" "$amp" "$optim" "$batch" "$seq" "$phases" "$trace" "$eager_case" "${ckpt:-}" >> "$out" <<'PY'
 import json, sys
 cfg, task, amp, optim, batch, seq, phases, trace, eager_case, ckpt = sys.argv[1:11]
-precision = {"fp32": "fp32", "bf16": "amp-bf16", "fp16": "amp-fp16"}[amp]
+precision = {"fp32": "fp32", "bf16": "amp-bf16", "fp16": "amp-fp16", "pbf16": "bf16"}[amp]
 optimizer = {"sgdm": "sgd-momentum"}.get(optim, optim)
 by_phase, phase, index = {}, None, {}
 for line in open(trace):
@@ -101,5 +105,6 @@ gpt2_2l causal-lm fp32 sgd 2 256 it1.backward - ckpt
 distilbert_base_2l_untied masked-lm fp32 sgdm 4 128 model,it1.backward - ckpt
 camembert_base_2l masked-lm fp32 sgd 1 32 model -
 xlm_roberta_base_2l masked-lm fp32 sgd 1 32 model -
+qwen2_small_2l causal-lm pbf16 adamw 2 256 model -
 CASES
 wc -c "$out"

@@ -1084,6 +1084,16 @@ impl GraphBuilder {
         t
     }
 
+    /// A float buffer held in `dtype` whatever the step's precision (a rotary module's
+    /// `inv_freq`, made float32 explicitly, stays float32 in a bfloat16 model).
+    pub fn buffer_in(&mut self, name: &str, shape: Shape, dtype: DType) -> TensorId {
+        let t = self.buffer(name, shape, Some(dtype));
+        if let Some(p) = self.graph.tensors[t.0 as usize].param {
+            self.graph.params[p.0 as usize].stored_dtype = Some(dtype);
+        }
+        t
+    }
+
     fn register_param(
         &mut self,
         module: ModuleId,

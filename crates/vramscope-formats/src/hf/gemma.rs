@@ -930,7 +930,7 @@ fn declare_in_init_order(b: &mut GraphBuilder, s: &Spec) {
         }
         for pair in names {
             for n in pair {
-                b.buffer(n, vec![d / 2], None);
+                b.buffer_in(n, vec![d / 2], DType::F32);
             }
         }
     });

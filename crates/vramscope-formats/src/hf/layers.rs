@@ -524,8 +524,9 @@ pub fn rotary_with_buffers(
     let f32 = DTypeRule::Fixed(DType::F32);
     let shape = vec![rows, seq, head_dim];
     b.module("rotary_emb", "rotary_emb", &[x, pos], |b| {
-        let inv_freq = b.buffer(buffers[0], vec![head_dim / 2], None);
-        b.buffer(buffers[1], vec![head_dim / 2], None);
+        // made float32 (`arange(...).float()`): float32 in a half model too (truth traces)
+        let inv_freq = b.buffer_in(buffers[0], vec![head_dim / 2], DType::F32);
+        b.buffer_in(buffers[1], vec![head_dim / 2], DType::F32);
         // autocast is off inside: everything in float32, each step a local until the forward
         // returns (`freqs`, `emb`, `cos`, `sin`), except what `cos()` and `sin()` make before
         // the attention scaling (truth traces). `inv_freq @ position_ids.float()` copies the

@@ -514,10 +514,16 @@ fn sparse_block(b: &mut GraphBuilder, m: &Moe, c: &Ctx, x: TensorId) -> TensorId
     let p = c.flavor.prefix();
     let (t, h) = (c.bsz * c.seq, c.hidden);
     b.module("mlp", &format!("{p}SparseMoeBlock"), &[x], |b| {
-        // __init__ creates gate, experts, then the shared expert, which forward calls first
-        b.declare("gate", &format!("{p}TopKRouter"), |b| {
-            b.parameter("weight", vec![m.experts, h]);
-        });
+        // __init__ creates gate, experts (Qwen3-MoE: experts, then gate), then the shared
+        // expert, which forward calls first
+        let gate = |b: &mut GraphBuilder| {
+            b.declare("gate", &format!("{p}TopKRouter"), |b| {
+                b.parameter("weight", vec![m.experts, h]);
+            });
+        };
+        if c.flavor != Flavor::Qwen3Moe {
+            gate(b);
+        }
         b.declare("experts", &format!("{p}Experts"), |b| {
             b.parameter(
                 "gate_up_proj",
@@ -525,6 +531,9 @@ fn sparse_block(b: &mut GraphBuilder, m: &Moe, c: &Ctx, x: TensorId) -> TensorId
             );
             b.parameter("down_proj", vec![m.experts, h, m.expert_intermediate]);
         });
+        if c.flavor == Flavor::Qwen3Moe {
+            gate(b);
+        }
         let flat = view(b, "view", x, vec![t, h]);
         let shared = m
             .shared_intermediate
