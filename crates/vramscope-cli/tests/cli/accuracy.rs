@@ -521,7 +521,7 @@ fn assert_phases_within(all: &[Value], tolerance: f64) {
 #[test]
 fn decoder_sequence_classification_phases_are_within_a_tenth_of_a_percent() {
     let all = cases("hf_seq_cls.jsonl");
-    assert_eq!(all.len(), 19);
+    assert_eq!(all.len(), 20);
     assert_phases_within(&all, 0.001);
 }
 
@@ -773,7 +773,7 @@ fn padded_decoder_head_cases_match_truth() {
 #[test]
 fn padded_generation_cases_match_truth() {
     let all = cases("hf_generate_padded.jsonl");
-    assert_eq!(all.len(), 19);
+    assert_eq!(all.len(), 20);
     check_phase_peaks("hf_generate_padded.jsonl");
     assert_peaks_within(
         &all,
