@@ -263,7 +263,8 @@ pub fn rotated_heads_view(
 /// - all three in eager training with fewer KV heads than heads (truth traces of Qwen2-small's
 ///   step, and of Qwen3's with checkpointing and a padded batch), or with a batch of one, where
 ///   matmul takes q, k and v as views and bmm's gradients come back heads-first (truth traces of
-///   Phi-3 and Mistral at batch 1).
+///   Phi-3 and Mistral at batch 1), or for Phi-3 (`fused_half`), whose rotary `cat` makes q and k
+///   contiguous and whose v is a slice (truth traces of eager Phi-3 at batch 2).
 ///
 /// `fused_half`: q, k and v are slices of one fused projection (Phi-3's `qkv_proj`), `Some(half)`
 /// with whether attention runs in half precision. Under SDPA q and k are then `cat` results
@@ -279,7 +280,7 @@ pub fn heads_first_grads(
 ) -> [bool; 3] {
     let gqa = heads > kv_heads;
     if eager && !cache {
-        return [gqa || batch == 1; 3];
+        return [gqa || batch == 1 || fused_half.is_some(); 3];
     }
     if let (Some(half), false) = (fused_half, eager) {
         return [true, true, half];
