@@ -72,6 +72,7 @@ fn hf_case(
         target_seq: None,
         gradient_checkpointing: false,
         padded: false,
+        four_bit: false,
     };
     (cfg, input)
 }

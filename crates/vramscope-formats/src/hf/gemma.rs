@@ -469,6 +469,10 @@ struct Ctx<'a> {
     dtype: DType,
     /// The dtype the projections run in (the autocast dtype under autocast).
     compute: DType,
+    /// The dtype the projections of the residual stream return (q, k, v, gate, up, and down of
+    /// their products): `compute`, or with 4-bit layers their input's, the parameters' dtype
+    /// ([`HfInput::four_bit`]).
+    proj: DType,
     amp: bool,
     /// Eager attention: always for Gemma2, on `--attn-implementation eager` for the others.
     eager: bool,
@@ -575,6 +579,7 @@ pub struct Model {
     eager: bool,
     /// `Gemma3ForConditionalGeneration`'s vision tower (run on text alone: built, never called).
     vision: Option<VisionTower>,
+    four_bit: bool,
 }
 
 impl Model {
@@ -594,6 +599,7 @@ impl Model {
             dtype,
             autocast: input.precision.autocast_dtype(),
             vision,
+            four_bit: input.four_bit,
         })
     }
 
@@ -603,6 +609,11 @@ impl Model {
             bsz,
             dtype: self.dtype,
             compute: self.autocast.unwrap_or(self.dtype),
+            proj: if self.four_bit {
+                self.dtype
+            } else {
+                self.autocast.unwrap_or(self.dtype)
+            },
             amp: self.autocast.is_some(),
             eager: self.eager,
             masks_outside: self.vision.is_some(),
@@ -963,7 +974,8 @@ fn decoder_layer(
     b.hold(weights.as_slice());
     if s.flavor.sandwich() {
         // the post-norms read projection outputs (the autocast dtype under autocast) and cast
-        // back to it; the residual adds promote
+        // back to it; the residual adds promote. A 4-bit `o_proj` returns the attention's dtype
+        // (its input's), a 4-bit `down_proj` the float32 its 4-bit gate and up made
         let a = gemma_rms_norm(
             b,
             "post_attention_layernorm",
@@ -987,7 +999,7 @@ fn decoder_layer(
             "post_feedforward_layernorm",
             &norm,
             s.hidden,
-            (c.compute, c.dtype),
+            (c.proj, c.dtype),
             y,
         );
         residual_add(b, x, y)
@@ -1051,9 +1063,9 @@ fn attention(
         // `query_states = self.q_norm(query_states)`: the projection's output goes once the norm
         // has returned, after its locals (under autocast the float32 product; truth traces of
         // EmbeddingGemma in AMP)
-        let qn = gemma_rms_norm(b, "q_norm", &norm, d, (c.compute, c.dtype), q);
+        let qn = gemma_rms_norm(b, "q_norm", &norm, d, (c.proj, c.dtype), q);
         b.keep_until_now(&[q]);
-        let kn = gemma_rms_norm(b, "k_norm", &norm, d, (c.compute, c.dtype), k);
+        let kn = gemma_rms_norm(b, "k_norm", &norm, d, (c.proj, c.dtype), k);
         b.keep_until_now(&[k]);
         (qn, kn)
     } else {
@@ -1063,8 +1075,8 @@ fn attention(
     let (q, k) = b.frame(|b| {
         b.hold(&[q, k]);
         (
-            apply_rotary(b, q, cos, sin, c.amp),
-            apply_rotary(b, k, cos, sin, c.amp),
+            apply_rotary(b, q, cos, sin, c.amp && c.proj != c.dtype),
+            apply_rotary(b, k, cos, sin, c.amp && c.proj != c.dtype),
         )
     });
     let eager = Eager {

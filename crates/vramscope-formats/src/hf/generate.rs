@@ -591,6 +591,7 @@ mod tests {
             target_seq: None,
             gradient_checkpointing: false,
             padded: false,
+            four_bit: false,
         };
         let m = llama::Model::new(cfg, "llama", &input, precision.param_dtype()).expect("model");
         let (g, info) = build_within(
@@ -700,6 +701,7 @@ mod tests {
             target_seq: None,
             gradient_checkpointing: false,
             padded: false,
+            four_bit: false,
         };
         // SDPA: the cache keeps views of the last 63 positions, each holding a 64-position tensor
         let m = crate::hf::build(&cfg, &input).expect("past the window with SDPA");

@@ -99,6 +99,9 @@ pub(super) struct Spec {
     pub(super) mlp_bias: bool,
     /// RMSNorm over each head's q and k before rotary (`q_norm` / `k_norm`, Qwen3)
     pub(super) qk_norm: bool,
+    /// The projections are 4-bit layers, whose outputs keep their input's dtype
+    /// ([`HfInput::four_bit`]).
+    pub(super) four_bit: bool,
     pub(super) tied: bool,
     pub(super) max_positions: Option<u64>,
     /// Mistral's `sliding_window` (its config class defaults it to 4096; `null` turns it off).
@@ -274,6 +277,7 @@ pub(super) fn spec(cfg: &HfConfig, model_type: &str) -> Result<Spec, HfError> {
         // only LlamaMLP reads `mlp_bias`
         mlp_bias: variant == Variant::Llama && cfg.bool_or("mlp_bias", false)?,
         qk_norm: variant == Variant::Qwen3,
+        four_bit: false,
         tied: cfg.bool_or("tie_word_embeddings", false)?,
         max_positions: cfg.opt_u64(&["max_position_embeddings"])?,
         sliding_window: match variant {
@@ -594,7 +598,8 @@ impl Model {
         input: &HfInput,
         dtype: DType,
     ) -> Result<Model, HfError> {
-        let spec = spec(cfg, model_type)?;
+        let mut spec = spec(cfg, model_type)?;
+        spec.four_bit = input.four_bit;
         if let Some(m) = spec.max_positions {
             check_positions(cfg, input, "max_position_embeddings", m)?;
         }
@@ -711,7 +716,10 @@ pub(super) fn attention(
     // the projections' dtype: what the q/k norms see; their float32 weights promote q and k
     // back to float32, so rotary then runs on float32 q and k
     let proj_dtype = autocast.unwrap_or(dtype);
-    let low_precision_qk = autocast.is_some() && !s.qk_norm;
+    // what the projections return: a 4-bit layer returns its input's dtype (the norm's, the
+    // parameters' dtype), so under autocast q and k stay float32 through rotary
+    let proj_out = if s.four_bit { dtype } else { proj_dtype };
+    let low_precision_qk = autocast.is_some() && !s.qk_norm && !s.four_bit;
     let xs = b.shape(x).to_vec();
     let (bsz, seq) = (xs[0], xs[1]);
     let mask = layer_mask(s, call, layer);
@@ -737,7 +745,7 @@ pub(super) fn attention(
             let t = linear(b, name, s.hidden, heads * d, s.qkv_bias, x);
             let t = rotated_heads_view(b, t, vec![bsz, seq, heads, d], heads_first);
             let t = match qk_norm {
-                Some(n) => rms_norm(b, n, &norm, d, proj_dtype, t),
+                Some(n) => rms_norm(b, n, &norm, d, proj_out, t),
                 None => t,
             };
             view(b, "transpose", t, vec![bsz, heads, seq, d])

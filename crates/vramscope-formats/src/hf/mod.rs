@@ -232,6 +232,11 @@ pub struct HfInput {
     /// mask, which SDPA attends with (another kernel; GQA models repeat their keys and values),
     /// or eager attention's additive one.
     pub padded: bool,
+    /// Every linear layer but the head is a bitsandbytes `Linear4bit` (`--load-in-4bit`,
+    /// `--qlora`; a checkpoint saved in 4 bits is read as one whatever this says), which returns
+    /// its input's dtype: under autocast the projections' outputs are then float32 (what the
+    /// q/k norms, Gemma's post-norms and the rotary products see).
+    pub four_bit: bool,
 }
 
 impl HfInput {
@@ -248,6 +253,7 @@ impl HfInput {
             generate: None,
             attn: AttnImplementation::Sdpa,
             padded: false,
+            four_bit: false,
         }
     }
 }
@@ -426,6 +432,16 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
     }
     let (archs, model_type, family) = model_family(cfg)?;
     let pre_quantized = quantization::pre_quantized(cfg)?;
+    let four_bit_input;
+    let input = if pre_quantized.is_some() && !input.four_bit {
+        four_bit_input = HfInput {
+            four_bit: true,
+            ..input.clone()
+        };
+        &four_bit_input
+    } else {
+        input
+    };
     let dtype = input.precision.param_dtype();
     // Gemma and T5 configs without `model_type` still take their class's defaults (the class
     // found from `architectures`), as they did before the table was shared

@@ -241,7 +241,8 @@ pub fn build(
     dtype: DType,
     head: DecoderHead,
 ) -> Result<(Graph, Vec<String>), HfError> {
-    let (flavor, s, m) = specs(cfg, model_type)?;
+    let (flavor, mut s, m) = specs(cfg, model_type)?;
+    s.four_bit = input.four_bit;
     let (bsz, seq) = (input.batch, input.seq);
     // Qwen's `use_sliding_window` layers (from `max_window_layers` on) are not modelled once the
     // keys reach the window; Mixtral's window is (every layer slides, as Mistral's)
@@ -414,7 +415,8 @@ impl Model {
         input: &HfInput,
         dtype: DType,
     ) -> Result<Model, HfError> {
-        let (flavor, spec, moe) = specs(cfg, model_type)?;
+        let (flavor, mut spec, moe) = specs(cfg, model_type)?;
+        spec.four_bit = input.four_bit;
         if let Some(mp) = spec.max_positions {
             check_positions(cfg, input, "max_position_embeddings", mp)?;
         }
@@ -850,6 +852,7 @@ mod tests {
             target_seq: None,
             gradient_checkpointing: false,
             padded: false,
+            four_bit: false,
         }
     }
 
