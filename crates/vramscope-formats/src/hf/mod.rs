@@ -432,6 +432,7 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
     }
     let (archs, model_type, family) = model_family(cfg)?;
     let pre_quantized = quantization::pre_quantized(cfg)?;
+    // a checkpoint saved in 4 bits loads as 4-bit layers whatever the flags say
     let four_bit_input;
     let input = if pre_quantized.is_some() && !input.four_bit {
         four_bit_input = HfInput {
