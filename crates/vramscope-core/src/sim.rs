@@ -635,6 +635,7 @@ struct OpInfo {
     identity_in_eval: bool,
     differentiable: bool,
     is_kv_cache: bool,
+    recasts_param: bool,
     leaf_requires_grad: bool,
     grad_order: GradOrder,
     grads_like_output: bool,
@@ -649,6 +650,7 @@ impl Default for OpInfo {
             identity_in_eval: false,
             differentiable: false,
             is_kv_cache: false,
+            recasts_param: false,
             leaf_requires_grad: false,
             grad_order: GradOrder::LeftToRight,
             grads_like_output: false,
@@ -665,6 +667,7 @@ impl OpInfo {
             identity_in_eval: op.identity_in_eval(),
             differentiable: op.differentiable(),
             is_kv_cache: op.is_kv_cache(),
+            recasts_param: op.recasts_param_to_input_1(),
             leaf_requires_grad: op.leaf_requires_grad(),
             grad_order: op.grad_order(),
             grads_like_output: op.grads_like_output(),
@@ -1075,6 +1078,9 @@ impl<'g> Sim<'g> {
             self.incref(self.rts[r as usize].storage);
             outs.push(r);
             return;
+        }
+        if info.recasts_param {
+            self.recast_param(inputs, module);
         }
         let mut sc = self.scratch.take().unwrap_or_default();
         // 1. autocast
@@ -2046,6 +2052,31 @@ impl<'g> Sim<'g> {
         self.tape_outputs.clear();
         self.tape_saved.clear();
         self.in_backward = false;
+    }
+
+    /// `param.data = param.data.to(other.dtype)` for `inputs` `[param, other]`, a frozen
+    /// parameter of another float dtype: its new tensor, then the old one freed (the parameter's
+    /// runtime tensor now has the new dtype, so later calls see it).
+    fn recast_param(&mut self, inputs: &[Rt], module: Option<ModuleId>) {
+        let (Some(&p), Some(&x)) = (inputs.first(), inputs.get(1)) else {
+            return;
+        };
+        let (pm, to) = (self.rts[p as usize].meta, self.rts[x as usize].meta.dtype);
+        // (a trainable one would need its gradient and optimizer state recast too: left as is)
+        let frozen_param = self.rts[p as usize].param.is_some()
+            && (!self.rts[p as usize].requires_grad || !self.grad_enabled);
+        if !frozen_param || pm.dtype == to || !pm.dtype.is_float() || !to.is_float() {
+            return;
+        }
+        let meta = Meta {
+            shape: pm.shape,
+            dtype: to,
+        };
+        let old = self.rts[p as usize].storage;
+        let new = self.new_storage(meta, Category::Parameters, Label::new("parameter"), module);
+        self.rts[p as usize].storage = new;
+        self.rts[p as usize].meta = meta;
+        self.decref(old);
     }
 
     /// Releases tape node `i`'s saved tensors (once: its list is emptied), in list order or,

@@ -818,8 +818,9 @@ fn random_qlora_cases_match_truth() {
 /// Twelve random 4-bit causal LMs of checkpoint-like widths (`validation/random_configs.py 2508
 /// --truth 12 --qlora --medium`): under autocast a 4-bit projection returns its input's float32,
 /// which Qwen3's q/k norms and Gemma3's q/k and post-feed-forward norms read (before, Qwen3's
-/// QLoRA step was -0.08% at peak allocated and -0.86% reserved). All byte-exact at their peaks;
-/// held to 0.1% allocated and 0.5% reserved.
+/// QLoRA step was -0.08% at peak allocated and -0.86% reserved), and a biased 4-bit layer fed a
+/// half tensor recasts its bias for good (OPT, GPT-2). All byte-exact in every phase; held to
+/// 0.1% allocated and 0.5% reserved.
 #[test]
 fn random_qlora_medium_cases_match_truth() {
     check_tight("hf_random_qlora_medium.jsonl", 12);

@@ -399,6 +399,14 @@ pub trait Op: Debug + Send + Sync {
         true
     }
 
+    /// Whether, before it runs, the op converts its input 0, a frozen parameter, for good to the
+    /// dtype of its input 1 when they differ (bitsandbytes' `Linear4bit`: `self.bias.data =
+    /// self.bias.data.to(x.dtype)`): the parameter's new tensor is allocated, then its old one
+    /// freed.
+    fn recasts_param_to_input_1(&self) -> bool {
+        false
+    }
+
     /// Whether the outputs are the key/value cache of a generation (reported as their own
     /// category).
     fn is_kv_cache(&self) -> bool {

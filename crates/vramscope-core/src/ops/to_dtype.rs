@@ -19,6 +19,9 @@ pub enum DTypeTarget {
 pub struct ToDtype {
     /// The dtype to convert to.
     pub target: DTypeTarget,
+    /// Input 0 is a frozen parameter first converted for good to input 1's dtype
+    /// ([`Op::recasts_param_to_input_1`]).
+    pub recast_first: bool,
 }
 
 impl ToDtype {
@@ -26,6 +29,16 @@ impl ToDtype {
     pub fn fixed(dtype: DType) -> Self {
         ToDtype {
             target: DTypeTarget::Fixed(dtype),
+            recast_first: false,
+        }
+    }
+
+    /// `Linear4bit`'s `bias.to(dtype)` with input 1 the layer's input `x`: first, when the bias's
+    /// dtype is not `x`'s, `self.bias.data = self.bias.data.to(x.dtype)` (for good).
+    pub fn fixed_after_recast(dtype: DType) -> Self {
+        ToDtype {
+            target: DTypeTarget::Fixed(dtype),
+            recast_first: true,
         }
     }
 
@@ -33,6 +46,7 @@ impl ToDtype {
     pub fn like_input_1() -> Self {
         ToDtype {
             target: DTypeTarget::LikeInput(1),
+            recast_first: false,
         }
     }
 
@@ -62,6 +76,10 @@ impl Op for ToDtype {
 
     fn output_dtypes(&self, inputs: &[DType], n: usize) -> Vec<DType> {
         vec![self.resolve(inputs); n]
+    }
+
+    fn recasts_param_to_input_1(&self) -> bool {
+        self.recast_first
     }
 
     fn alias_for(&self, inputs: &[TensorMeta]) -> Alias {

@@ -234,7 +234,11 @@ pub fn load_in_4bit(g: &Graph, cfg: &FourBitConfig) -> Result<Graph, PassError> 
                 param: Some(b),
             });
             let bt = TensorId(out.tensors.len() as u32 - 1);
-            inputs.push(push_node(&mut out, m, to_compute(), vec![bt], Vec::new()));
+            // `if self.bias.dtype != x.dtype: self.bias.data = self.bias.data.to(x.dtype)`, then
+            // `self.bias.to(compute_dtype)` (the recast comes before `x.to(compute_dtype)`, which
+            // copies nothing whenever the recast happens: x is then in the compute dtype)
+            let cast = Arc::new(ToDtype::fixed_after_recast(cfg.compute_dtype));
+            inputs.push(push_node(&mut out, m, cast, vec![bt, x], Vec::new()));
         }
         let op = MatMul4Bit {
             in_features: c.in_features,
