@@ -6,6 +6,10 @@ no difference means every estimate (peaks, phases, breakdowns, live tensors, lay
 
     python3 validation/golden.py /tmp/before.jsonl && ... && python3 validation/golden.py /tmp/after.jsonl
     python3 validation/golden.py /tmp/before.jsonl --bin /path/to/an/older/vramscope
+    python3 validation/golden.py --compare /tmp/before.jsonl /tmp/after.jsonl
+
+`--compare` matches the two files' outputs by command (a fixture added in between shifts the
+lines) and prints each command whose output changed, with its peaks and the JSON keys that differ.
     cmp /tmp/before.jsonl /tmp/after.jsonl
 """
 import glob, json, subprocess, sys
@@ -32,7 +36,32 @@ def run(cmd):
     return json.dumps({"cmd": cmd, "rc": p.returncode, "out": p.stdout, "err": p.stderr})
 
 
+def compare(before, after):
+    load = lambda p: {tuple(d["cmd"]): d for d in map(json.loads, open(p))}  # noqa: E731
+    a, b = load(before), load(after)
+    changed = 0
+    for cmd, x in a.items():
+        y = b.get(cmd)
+        if y is None or x == y:
+            continue
+        changed += 1
+        line = " ".join(cmd[1:])
+        try:
+            ox, oy = json.loads(x["out"]), json.loads(y["out"])
+        except ValueError:
+            print(f"{line}: exit {x['rc']} -> {y['rc']}")
+            continue
+        peaks = [f"{k} {ox['peak'][k]} -> {oy['peak'][k]}" for k in ("allocated_bytes", "reserved_bytes")
+                 if ox["peak"][k] != oy["peak"][k]]
+        keys = [k for k in ox if ox[k] != oy.get(k)]
+        print(f"{line}: {', '.join(peaks) or 'peaks unchanged'}; differs in {', '.join(keys)}")
+    print(f"{changed} of {len(a)} outputs changed; {len(b.keys() - a.keys())} commands only in {after}, "
+          f"{len(a.keys() - b.keys())} only in {before}")
+
+
 def main():
+    if sys.argv[1] == "--compare":
+        return compare(sys.argv[2], sys.argv[3])
     cmds = []
     for f in sorted(glob.glob("fixtures/truth/*.jsonl")):
         for line in open(f):

@@ -48,6 +48,12 @@ pub struct FinetuneArgs {
 }
 
 impl FinetuneArgs {
+    /// Whether the flags load the weights in 4 bits (`--load-in-4bit` or `--qlora`; a checkpoint
+    /// saved in 4 bits loads so whatever they say).
+    pub fn four_bit(&self) -> bool {
+        self.load_in_4bit || self.qlora.is_some()
+    }
+
     /// Whether any flag asks for a change.
     pub fn any(&self) -> bool {
         self.lora.is_some()
@@ -71,7 +77,7 @@ impl FinetuneArgs {
         if !self.freeze.is_empty() {
             freeze(&mut graph, &self.freeze)?;
         }
-        let four_bit = self.load_in_4bit || self.qlora.is_some() || saved_4bit.is_some();
+        let four_bit = self.four_bit() || saved_4bit.is_some();
         if self.double_quant && !four_bit {
             bail!("--double-quant applies to 4-bit weights: add --load-in-4bit or --qlora R");
         }

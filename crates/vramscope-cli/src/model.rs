@@ -541,7 +541,7 @@ fn load_hf(
             target_seq: args.target_len,
             gradient_checkpointing: args.gradient_checkpointing,
             padded: args.padded,
-            four_bit: args.finetune.load_in_4bit || args.finetune.qlora.is_some(),
+            four_bit: args.finetune.four_bit(),
         },
     )?;
     if args.use_cache.is_some() && !m.follows_use_cache {

@@ -704,9 +704,9 @@ struct BackwardScratch {
     incoming: Vec<Option<u32>>,
     temps: Vec<u32>,
     produced: Vec<(Rt, u32)>,
-    /// (index in produced, input index, the input's meta, whether it is the incoming gradient
-    /// handed on as is) of gradients `validate_outputs` reduces or casts to their input's
-    to_cast: Vec<(usize, usize, Meta, bool)>,
+    /// (index in produced, input index, the input's meta) of gradients `validate_outputs`
+    /// reduces or casts to their input's
+    to_cast: Vec<(usize, usize, Meta)>,
     made_for: Vec<Option<u32>>,
 }
 
@@ -1951,7 +1951,7 @@ impl<'g> Sim<'g> {
                     GradIn::Reduced(o) => match bs.incoming.get(o).copied().flatten() {
                         Some(s) => {
                             self.incref(s);
-                            bs.to_cast.push((bs.produced.len(), k, meta, true));
+                            bs.to_cast.push((bs.produced.len(), k, meta));
                             s
                         }
                         None => continue,
@@ -1965,7 +1965,7 @@ impl<'g> Sim<'g> {
                         let label = Label::grad_of(node.label.what);
                         match out_meta {
                             Some(m) if node.grads_like_output && !self.shapes.same(m, meta) => {
-                                bs.to_cast.push((bs.produced.len(), k, meta, false));
+                                bs.to_cast.push((bs.produced.len(), k, meta));
                                 self.new_storage(m, Category::Temporaries, label, node.module)
                             }
                             _ => self.new_storage(meta, cat, label, node.module),
@@ -1991,9 +1991,13 @@ impl<'g> Sim<'g> {
             }
             // validate_outputs: in input order, each gradient reduced to its input's shape and
             // cast to its dtype
-            bs.to_cast.sort_by_key(|&(_, input, _, _)| input);
+            bs.to_cast.sort_by_key(|&(_, input, _)| input);
             for c in 0..bs.to_cast.len() {
-                let (k, _, meta, reduced_only) = bs.to_cast[c];
+                let (k, input, meta) = bs.to_cast[c];
+                let reduced_only = matches!(
+                    self.tape_inputs[node.inputs.start as usize + input].1,
+                    GradIn::Reduced(_)
+                );
                 let (target, computed) = bs.produced[k];
                 let cat = if self.rts[target as usize].param.is_some() {
                     Category::Gradients

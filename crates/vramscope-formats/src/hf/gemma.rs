@@ -51,9 +51,9 @@ use super::generate::CausalLm;
 use super::layers::{
     activation_fn, add, apply_rotary, attention_output, cached_attention, eager_attention,
     embedding_lookup, gemma_rms_norm, heads_first_grads, linear, model_mask, mul, mul_scalar,
-    padding_input, position_ids, rope_init, rotary, rotary_with_buffers, rotated_heads_view, sdpa,
-    sdpa_masked, tied_head, view, Call, Eager, EagerFlavor, KvCache, MaskPattern,
-    ROPE_INIT_DEFAULT, ROPE_INIT_GEMMA3_TWO_SETS,
+    padding_input, position_ids, projection_dtype, rope_init, rotary, rotary_with_buffers,
+    rotated_heads_view, sdpa, sdpa_masked, tied_head, view, Call, Eager, EagerFlavor, KvCache,
+    MaskPattern, ROPE_INIT_DEFAULT, ROPE_INIT_GEMMA3_TWO_SETS,
 };
 use super::seq_cls::{decoder_outputs, sequence_classification, DecoderHead};
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
@@ -609,11 +609,7 @@ impl Model {
             bsz,
             dtype: self.dtype,
             compute: self.autocast.unwrap_or(self.dtype),
-            proj: if self.four_bit {
-                self.dtype
-            } else {
-                self.autocast.unwrap_or(self.dtype)
-            },
+            proj: projection_dtype(self.dtype, self.autocast, self.four_bit),
             amp: self.autocast.is_some(),
             eager: self.eager,
             masks_outside: self.vision.is_some(),
@@ -1075,8 +1071,8 @@ fn attention(
     let (q, k) = b.frame(|b| {
         b.hold(&[q, k]);
         (
-            apply_rotary(b, q, cos, sin, c.amp && c.proj != c.dtype),
-            apply_rotary(b, k, cos, sin, c.amp && c.proj != c.dtype),
+            apply_rotary(b, q, cos, sin, c.proj != c.dtype),
+            apply_rotary(b, k, cos, sin, c.proj != c.dtype),
         )
     });
     let eager = Eager {

@@ -289,6 +289,17 @@ pub fn heads_first_grads(
     [qk, qk, qk && masked && gqa]
 }
 
+/// The dtype a decoder's q, k, v, gate and up projections return, fed a norm's output in the
+/// parameters' `dtype`: the autocast dtype under autocast, else `dtype`; with 4-bit layers
+/// (`Linear4bit` returns its input's dtype; [`super::HfInput::four_bit`]) always `dtype`.
+pub fn projection_dtype(dtype: DType, autocast: Option<DType>, four_bit: bool) -> DType {
+    if four_bit {
+        dtype
+    } else {
+        autocast.unwrap_or(dtype)
+    }
+}
+
 /// `x.to(dtype)` when it changes the dtype (a `_to_copy` with its own autograd node).
 pub fn to_dtype(b: &mut GraphBuilder, x: TensorId, dtype: DType) -> TensorId {
     let s = b.shape(x).to_vec();

@@ -30,9 +30,9 @@ use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 use super::generate::CausalLm;
 use super::layers::{
     add, apply_rotary, apply_rotary_sliced, attention_output, cached_attention, dropout, embedding,
-    heads_first_grads, linear, model_mask, mul, padding_input, position_ids, rms_norm, rope_init,
-    rotary, rotated_heads_view, sdpa, sdpa_masked, view, Call, Eager, EagerFlavor, KvCache,
-    MaskPattern, ROPE_INIT_DEFAULT, ROPE_INIT_LLAMA3,
+    heads_first_grads, linear, model_mask, mul, padding_input, position_ids, projection_dtype,
+    rms_norm, rope_init, rotary, rotated_heads_view, sdpa, sdpa_masked, view, Call, Eager,
+    EagerFlavor, KvCache, MaskPattern, ROPE_INIT_DEFAULT, ROPE_INIT_LLAMA3,
 };
 use super::seq_cls::{base_model, decoder_head, decoder_outputs, qa_inputs, DecoderHead};
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
@@ -716,10 +716,10 @@ pub(super) fn attention(
     // the projections' dtype: what the q/k norms see; their float32 weights promote q and k
     // back to float32, so rotary then runs on float32 q and k
     let proj_dtype = autocast.unwrap_or(dtype);
-    // what the projections return: a 4-bit layer returns its input's dtype (the norm's, the
-    // parameters' dtype), so under autocast q and k stay float32 through rotary
-    let proj_out = if s.four_bit { dtype } else { proj_dtype };
-    let low_precision_qk = autocast.is_some() && !s.qk_norm && !s.four_bit;
+    // what the projections return (float32 from 4-bit layers under autocast): rotary's products
+    // are half only for half q and k (Qwen3's norms make them float32)
+    let proj_out = projection_dtype(dtype, autocast, s.four_bit);
+    let low_precision_qk = !s.qk_norm && proj_out != dtype;
     let xs = b.shape(x).to_vec();
     let (bsz, seq) = (xs[0], xs[1]);
     let mask = layer_mask(s, call, layer);
