@@ -10,7 +10,7 @@ byte-exact in all of them. Needs only the Python standard library.
 import argparse, json, subprocess, sys, statistics
 
 OPTIM = {"sgd": "sgd", "sgdm": "sgd-momentum", "adam": "adam", "adamw": "adamw", "adagrad": "adagrad", "rmsprop": "rmsprop",
-         "adam_fused": "adam-fused", "adamw_fused": "adamw-fused"}
+         "adam_fused": "adam-fused", "adamw_fused": "adamw-fused", "adafactor": "adafactor"}
 AMP = {"fp32": "fp32", "bf16": "amp-bf16", "fp16": "amp-fp16"}
 
 

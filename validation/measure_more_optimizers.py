@@ -1,7 +1,9 @@
 """Measure optimizers ../shared/truth's measure.py does not ship (it has SGD, SGD momentum, Adam and
 AdamW with foreach=True): Adagrad and RMSprop (PyTorch's defaults with foreach=True, as vramscope's
 `--optimizer adagrad|rmsprop`), and Adam / AdamW with fused=True (`adam_fused`, `adamw_fused`:
-vramscope's `--optimizer adam-fused|adamw-fused`, Hugging Face Trainer's default `adamw_torch_fused`).
+vramscope's `--optimizer adam-fused|adamw-fused`, Hugging Face Trainer's default `adamw_torch_fused`),
+and `torch.optim.Adafactor` (its defaults, the single-tensor loop: vramscope's `--optimizer
+adafactor`; its `.item()` reads get 1.0 under fake tensors, see `item` below).
 
 Run with the truth venv and its fake-CUDA shim preloaded (see ../shared/truth/README.md,
 "Using the pieces from Python"):
@@ -17,9 +19,9 @@ other branch of `scaler.step` (`_step_supports_amp_scaling`: no `unscale_`, the 
 flag handed to the kernel), which has no such sync: here `unscale_` on a fused optimizer defers to
 the real `scaler.step(opt)` instead, which the loop's `opt.step()` then runs.
 
-Each argument is MODEL:BATCH:OPTIMIZER (a torchvision model, fp32); `--cases FILE` measures every
-case of a case list instead (any model measure.py builds, paths relative to the file's folder, with
-one of the optimizers above as `optim`). Each line printed is the same record `measure.py --json`
+Each argument is MODEL:BATCH:OPTIMIZER (a torchvision model, fp32); `--cases FILE [--base-dir
+DIR]` measures every case of a case list instead (any model measure.py builds, paths relative to
+the file's folder or DIR, with one of the optimizers above as `optim`). Each line printed is the same record `measure.py --json`
 gives.
 """
 import json
@@ -41,10 +43,27 @@ def make_optimizer(name, params):
         return torch.optim.Adam(params, lr=1e-3, fused=True)
     if name == "adamw_fused":
         return torch.optim.AdamW(params, lr=1e-3, weight_decay=0.01, fused=True)
+    if name == "adafactor":
+        return torch.optim.Adafactor(params, lr=1e-2)
     return _orig(name, params)
 
 
 measure.make_optimizer = make_optimizer
+
+_item = torch.Tensor.item
+
+
+def item(self):
+    """`Tensor.item()`, 1.0 for a fake tensor. Adafactor reads its step count and each
+    parameter's norm with `.item()` (a host value FakeTensorMode cannot give); the value decides
+    the step size only, never an allocation."""
+    try:
+        return _item(self)
+    except torch._subclasses.fake_tensor.DataDependentOutputException:
+        return 1.0
+
+
+torch.Tensor.item = item
 
 _unscale = torch.amp.grad_scaler.GradScaler.unscale_
 
@@ -65,23 +84,34 @@ def unscale_(self, optimizer):
 torch.amp.grad_scaler.GradScaler.unscale_ = unscale_
 
 
-def run(spec, base_dir=None):
-    """Measures one case spec whose `optim` measure.py's own check would refuse."""
+def run(spec, base_dir=None, trace_dir=None):
+    """Measures one case spec whose `optim` measure.py's own check would refuse (with `trace_dir`,
+    its event trace goes to TRACE_DIR/NAME.trace.jsonl)."""
     optim = spec["optim"]
     case = measure.normalize_case({**spec, "optim": "adam"})
     case["optim"] = optim
-    return measure.run_case(case, base_dir)
+    trace = os.path.join(trace_dir, f"{case['name']}.trace.jsonl") if trace_dir else None
+    return measure.run_case(case, base_dir, trace_path=trace)
 
 
 args = sys.argv[1:]
+# `--trace-dir DIR`: each case's event trace as DIR/NAME.trace.jsonl (for validation/diff_trace.py)
+trace_dir = None
+if "--trace-dir" in args:
+    at = args.index("--trace-dir")
+    trace_dir = args[at + 1]
+    os.makedirs(trace_dir, exist_ok=True)
+    del args[at:at + 2]
 if args[:1] == ["--cases"]:
     path = args[1]
+    # `--base-dir DIR`: the folder the cases' paths are relative to (default: the file's)
+    base = args[3] if args[2:3] == ["--base-dir"] else os.path.dirname(os.path.abspath(path))
     for line in open(path):
         if line.strip():
-            print(json.dumps(run(json.loads(line), os.path.dirname(os.path.abspath(path)))), flush=True)
+            print(json.dumps(run(json.loads(line), base, trace_dir)), flush=True)
 else:
     for spec in args:
         model, batch, optim = spec.split(":")
         rec = run({"model": f"torchvision:{model}", "batch": int(batch), "optim": optim,
-                   "name": f"{model}_b{batch}_fp32_{optim}"})
+                   "name": f"{model}_b{batch}_fp32_{optim}"}, trace_dir=trace_dir)
         print(json.dumps(rec), flush=True)

@@ -79,6 +79,10 @@ def heads_of(mt):
 # `--medium`: checkpoint-like widths and lengths (the caching allocator's large blocks, segments
 # and rounding come into play) instead of toy ones
 MEDIUM = False
+# `--optimizers`: training steps under the optimizers measure.py does not ship, measured through
+# validation/measure_more_optimizers.py (Adam without weight decay is measure.py's own)
+OPTIMIZERS = False
+MORE_OPTIMIZERS = ["adam", "adagrad", "rmsprop", "adafactor", "adam_fused", "adamw_fused"]
 # `--nulls`: a third of the configs get one optional field set to null
 NULLS = False
 # `--pad`: half the generation, per-token-head and T5 cases (with a batch of 2 or more) run on a
@@ -196,10 +200,19 @@ def precision_flag(amp, param_dtype):
         param_dtype, "fp32")
 
 
-def measured_against(what, measure_cmd, vramscope_args):
+def more_optimizers_env():
+    """The environment validation/measure_more_optimizers.py runs in: the truth tool's fake-CUDA
+    shim preloaded (../shared/truth/README.md, "Using the pieces from Python")."""
+    shim = subprocess.run([sys.executable, MEASURE, "--build-shim"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    return {**os.environ, "LD_PRELOAD": os.path.join(shim, "libfakecudart.so"), "LD_LIBRARY_PATH": shim,
+            "TRUTH_SHIM_ACTIVE": "1", "PYTHONPATH": os.path.dirname(MEASURE)}
+
+
+def measured_against(what, measure_cmd, vramscope_args, env=None):
     """Runs `measure_cmd` (../shared/truth) and `vramscope estimate ... --json`: `(what, (peak
     allocated error %, peak reserved error %))`, or `(what, message)` when either fails."""
-    t = subprocess.run(measure_cmd, capture_output=True, text=True)
+    t = subprocess.run(measure_cmd, capture_output=True, text=True, env=env)
     if t.returncode != 0:
         return what, f"measure.py failed: {(t.stderr.strip() or t.stdout.strip())[-300:]}"
     truth = json.loads(t.stdout)["overall"]["peak"]
@@ -227,6 +240,11 @@ def random_step(rng):
     pdt = "fp32" if amp != "fp32" or mode == "train" else rng.choice(["fp32", "bf16"])
     optim = rng.choice(["adamw", "sgd", "sgdm"])
     ckpt = mode == "train" and rng.random() < 0.3
+    if OPTIMIZERS:
+        # drawn after the others, so the rest of a seed's steps stay what they were
+        mode, optim = "train", rng.choice(MORE_OPTIMIZERS)
+        pdt = rng.choice(["fp32", "fp32", "bf16"]) if amp == "fp32" else "fp32"
+        ckpt = rng.random() < 0.3
     return batch, seq, mode, amp, pdt, optim, ckpt
 
 
@@ -315,13 +333,22 @@ def truth_case(i, mt, cfg, step, tmp):
            "--mode", mode, "--amp", amp, "--param-dtype", pdt, "--optim", optim, "--json"]
     if ckpt:
         cmd.append("--checkpoint")
+    env = None
+    if optim in MORE_OPTIMIZERS and optim != "adam":
+        spec = os.path.join(tmp, f"t{i}_case.jsonl")
+        with open(spec, "w") as f:
+            f.write(json.dumps({"name": f"t{i}", "model": f"hf:{path}", "task": task_of(cfg), "batch": batch,
+                                "seq": seq, "mode": mode, "amp": amp, "param_dtype": pdt, "optim": optim,
+                                **({"checkpoint": True} if ckpt else {})}) + "\n")
+        cmd = [sys.executable, os.path.join(HERE, "measure_more_optimizers.py"), "--cases", spec]
+        env = more_optimizers_env()
     precision = precision_flag(amp, pdt)
-    optimizer = {"sgdm": "sgd-momentum"}.get(optim, optim)
+    optimizer = {"sgdm": "sgd-momentum", "adam_fused": "adam-fused", "adamw_fused": "adamw-fused"}.get(optim, optim)
     args = [path, "-b", str(batch), "--seq-len", str(seq), "--mode", mode, "--precision", precision,
             "--optimizer", optimizer]
     if ckpt:
         args.append("--gradient-checkpointing")
-    return measured_against(what, cmd, args)
+    return measured_against(what, cmd, args, env)
 
 
 def generate_case(i, mt, cfg, rng, tmp):
@@ -649,13 +676,16 @@ def main():
                          "on a padded batch (--padded)")
     ap.add_argument("--t5", action="store_true",
                     help="with --truth K: K random T5 / mT5 / UMT5 steps (validation/t5_models.py) instead")
+    ap.add_argument("--optimizers", action="store_true",
+                    help="with --truth K: training steps under Adam, Adagrad, RMSprop, Adafactor and fused "
+                         "Adam / AdamW (validation/measure_more_optimizers.py), parameters in fp32 or bf16")
     for name in SPECS:
         ap.add_argument(f"--{name}", action="store_true",
                         help=f"with --truth K: K random causal LMs {SPEC_HELP[name]} instead")
     a = ap.parse_args()
     causal = next((m for m in SPECS if getattr(a, m)), None)
-    global MEDIUM, NULLS, PAD
-    MEDIUM, NULLS, PAD = a.medium, a.nulls, a.pad
+    global MEDIUM, NULLS, PAD, OPTIMIZERS
+    MEDIUM, NULLS, PAD, OPTIMIZERS = a.medium, a.nulls, a.pad, a.optimizers
     tmp = tempfile.mkdtemp(prefix="vramscope_random_configs_")
     if a.truth and a.write_cases:
         write_cases(a.seed, a.truth, a.write_cases, causal)

@@ -57,8 +57,9 @@ pub enum Optimizer {
     Adam8bit,
     /// `torch.optim.Adafactor`: factored second moments for parameters of 2 or more dimensions
     /// (`row_var` with the last dimension 1, `col_var` with the second-to-last 1), a full
-    /// `variance` for vectors. Single-tensor loop (torch's default for Adafactor): one
-    /// parameter-sized `var_estimate` at a time (two for vectors: `grad * grad` and the clone).
+    /// `variance` for vectors. Single-tensor loop (torch's default for Adafactor), whose
+    /// temporaries are Python locals: a parameter's `var_estimate` lives until the next one's is
+    /// made ([`Optimizer::parameter_loop`]).
     #[serde(rename = "adafactor")]
     Adafactor,
 }
@@ -68,8 +69,24 @@ pub enum Optimizer {
 pub enum StepTemporaries {
     /// Foreach: this many parameter-sized tensor lists, all alive at the step's peak.
     Foreach(u32),
-    /// A loop over parameters: each parameter's temporaries are freed before the next.
+    /// A loop over parameters whose temporaries are the step function's locals
+    /// ([`Optimizer::parameter_loop`]).
     PerParameter,
+}
+
+/// One allocation of a per-parameter step loop, as CPython runs it: a temporary bound to a local
+/// of the step function lives until that local is rebound (in the next parameter's iteration)
+/// or the function returns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LoopStep {
+    /// A new tensor of this shape (the parameter's dtype) bound to local number `.0` of
+    /// [`Optimizer::loop_locals`]; what the local held is released.
+    Bind(usize, Shape),
+    /// Local `.0` rebound to the tensor local `.1` holds (`update = var_estimate.clamp_(..)`,
+    /// an in-place op returning its input); what `.0` held is released.
+    Alias(usize, usize),
+    /// A tensor freed as soon as it is made (a `.item()` read's norm, a divisor).
+    Transient(Shape),
 }
 
 /// When the state tensors are created (all of one parameter's states in a row, each the
@@ -204,19 +221,64 @@ impl Optimizer {
         }
     }
 
-    /// The temporaries of one parameter's update in a per-parameter loop, alive together.
-    pub fn parameter_temporaries(self, shape: &[u64], dtype: DType) -> Vec<(Shape, DType)> {
+    /// The locals of a per-parameter step loop that hold temporaries, in the order CPython clears
+    /// them when the function returns (`co_varnames`: order of first appearance).
+    pub fn loop_locals(self) -> &'static [&'static str] {
         match self {
-            Optimizer::Adafactor if shape.len() >= 2 => {
+            Optimizer::Adafactor => &[
+                "row_mean",
+                "col_mean",
+                "var_estimate",
+                "grad_squared",
+                "update",
+            ],
+            _ => &[],
+        }
+    }
+
+    /// What one parameter's iteration of a per-parameter step loop allocates, in order
+    /// (torch/optim/_adafactor.py, `_single_tensor_adafactor`; the step count is a CPU tensor).
+    pub fn parameter_loop(self, shape: &[u64]) -> Vec<LoopStep> {
+        const ROW_MEAN: usize = 0;
+        const COL_MEAN: usize = 1;
+        const VAR_ESTIMATE: usize = 2;
+        const GRAD_SQUARED: usize = 3;
+        const UPDATE: usize = 4;
+        match self {
+            Optimizer::Adafactor => {
                 let n = shape.len();
-                let (mut row, mut col) = (shape.to_vec(), shape.to_vec());
-                row[n - 1] = 1;
-                col[n - 2] = 1;
-                // row_mean, col_mean, var_estimate = row_var @ col_var
-                vec![(row, dtype), (col, dtype), (shape.to_vec(), dtype)]
+                // `alpha = max(eps2, param.norm(2).item() / ...)`
+                let mut steps = vec![LoopStep::Transient(Vec::new())];
+                if n >= 2 {
+                    let (mut row, mut col, mut corner) =
+                        (shape.to_vec(), shape.to_vec(), shape.to_vec());
+                    row[n - 1] = 1;
+                    col[n - 2] = 1;
+                    corner[n - 2..].fill(1);
+                    steps.extend([
+                        // vector_norm(grad, dim=-1, keepdim=True).square_().div_(..)
+                        LoopStep::Bind(ROW_MEAN, row),
+                        LoopStep::Bind(COL_MEAN, col),
+                        // row_var @ col_var
+                        LoopStep::Bind(VAR_ESTIMATE, shape.to_vec()),
+                        // var_estimate.div_(row_var.mean(dim=-2, keepdim=True).clamp_(min=eps1))
+                        LoopStep::Transient(corner),
+                    ]);
+                } else {
+                    steps.extend([
+                        LoopStep::Bind(GRAD_SQUARED, shape.to_vec()),
+                        // variance.clone()
+                        LoopStep::Bind(VAR_ESTIMATE, shape.to_vec()),
+                    ]);
+                }
+                steps.extend([
+                    // update = var_estimate.clamp_(min=eps1 * eps1).rsqrt_(); update.mul_(grad)
+                    LoopStep::Alias(UPDATE, VAR_ESTIMATE),
+                    // denom = max(1.0, update.norm(2).item() / ...)
+                    LoopStep::Transient(Vec::new()),
+                ]);
+                steps
             }
-            // grad * grad, variance.clone()
-            Optimizer::Adafactor => vec![(shape.to_vec(), dtype), (shape.to_vec(), dtype)],
             _ => Vec::new(),
         }
     }
@@ -264,7 +326,7 @@ impl Optimizer {
                 "8-bit Adam (bitsandbytes) creates uint8 state1/state2 and per-256-block absmax at the first step; its fused step allocates nothing"
             }
             Optimizer::Adafactor => {
-                "Adafactor creates factored row/column second moments at the first step; its per-parameter loop allocates one var_estimate at a time"
+                "Adafactor creates factored row/column second moments at the first step; its per-parameter loop keeps a parameter's var_estimate until the next one's is made"
             }
         }
     }

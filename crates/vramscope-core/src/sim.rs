@@ -28,7 +28,7 @@ use crate::ops::{
     Alias, Autocast, GradIn, GradOrder, LogSoftmax, NllLoss, Op, OpCtx, Saved, Scratch,
     SdpaBackend, TensorMeta,
 };
-use crate::optim::{Optimizer, StateInit, StepTemporaries};
+use crate::optim::{LoopStep, Optimizer, StateInit, StepTemporaries};
 
 mod memory;
 
@@ -2260,6 +2260,47 @@ impl<'g> Sim<'g> {
         (kept, [grad_scale, found_sum])
     }
 
+    /// A per-parameter step loop ([`Optimizer::parameter_loop`]): each temporary held by its
+    /// local until the local is rebound, the locals cleared in order when the loop's function
+    /// returns.
+    fn parameter_loop(&mut self, trainable: &[usize]) {
+        let opt = self.cfg.optimizer;
+        let names = opt.loop_locals();
+        let mut locals: Vec<Option<u32>> = vec![None; names.len()];
+        for &i in trainable {
+            let meta = self.param_meta(ParamId(i as u32));
+            let module = Some(self.g.params[i].module);
+            for step in opt.parameter_loop(self.shapes.get(meta.shape)) {
+                match step {
+                    LoopStep::Bind(local, shape) => {
+                        let m = self.meta_like(meta.shape, &shape, meta.dtype);
+                        let lbl = Label::new(names[local]);
+                        let t = self.new_storage(m, Category::Temporaries, lbl, module);
+                        if let Some(old) = locals[local].replace(t) {
+                            self.decref(old);
+                        }
+                    }
+                    LoopStep::Alias(local, from) => {
+                        let t = locals[from].expect("an alias of a bound local");
+                        self.incref(t);
+                        if let Some(old) = locals[local].replace(t) {
+                            self.decref(old);
+                        }
+                    }
+                    LoopStep::Transient(shape) => {
+                        let m = self.meta_like(meta.shape, &shape, meta.dtype);
+                        let lbl = Label::new("step temporary");
+                        let t = self.new_storage(m, Category::Temporaries, lbl, module);
+                        self.decref(t);
+                    }
+                }
+            }
+        }
+        for t in locals.into_iter().flatten() {
+            self.decref(t);
+        }
+    }
+
     fn optimizer_step(&mut self, first: bool) {
         let opt = self.cfg.optimizer;
         let trainable: Vec<usize> = (0..self.g.params.len())
@@ -2302,23 +2343,7 @@ impl<'g> Sim<'g> {
             self.decref(t);
         }
         if opt.step_temporaries() == StepTemporaries::PerParameter {
-            for &i in &trainable {
-                let meta = self.param_meta(ParamId(i as u32));
-                let module = Some(self.g.params[i].module);
-                let lbl = Label::new("step temporary");
-                let temporaries =
-                    opt.parameter_temporaries(self.shapes.get(meta.shape), meta.dtype);
-                let temps: Vec<u32> = temporaries
-                    .into_iter()
-                    .map(|(s, d)| {
-                        let m = self.meta_like(meta.shape, &s, d);
-                        self.new_storage(m, Category::Temporaries, lbl, module)
-                    })
-                    .collect();
-                for t in temps {
-                    self.decref(t);
-                }
-            }
+            self.parameter_loop(&trainable);
         }
         let lists = opt.step_temporary_lists();
         let mut temps = Vec::with_capacity(lists as usize * trainable.len());
