@@ -165,7 +165,7 @@ impl Optimizer {
     pub fn state_tensors(self, shape: &[u64], dtype: DType) -> StateTensors {
         let dims = || Dims::from_slice(shape);
         match self {
-            Optimizer::Adam8bit if numel(shape) >= BNB_MIN_8BIT_SIZE => {
+            Optimizer::Adam8bit if self.uses_shared_state(shape) => {
                 let blocks = numel(shape).div_ceil(BNB_BLOCK);
                 smallvec![
                     ("state1", dims(), DType::U8),
@@ -201,8 +201,9 @@ impl Optimizer {
         }
     }
 
-    /// State shared by all parameters, created before the first parameter's state (bitsandbytes'
-    /// `dynamic` and `udynamic` quantisation maps, moved to the device at the first step).
+    /// State shared by all parameters, created before the state of the first parameter that
+    /// [uses](Optimizer::uses_shared_state) it (bitsandbytes' `dynamic` and `udynamic`
+    /// quantisation maps, moved to the device by `init_state` of the first 8-bit parameter).
     pub fn shared_state(self) -> Vec<(&'static str, Shape, DType)> {
         match self {
             Optimizer::Adam8bit => vec![
@@ -211,6 +212,12 @@ impl Optimizer {
             ],
             _ => Vec::new(),
         }
+    }
+
+    /// Whether a parameter of `shape` keeps its state with the [shared state](Optimizer::shared_state)
+    /// (bitsandbytes: an 8-bit one, of `min_8bit_size` elements or more).
+    pub fn uses_shared_state(self, shape: &[u64]) -> bool {
+        self == Optimizer::Adam8bit && numel(shape) >= BNB_MIN_8BIT_SIZE
     }
 
     /// The temporaries of one step.

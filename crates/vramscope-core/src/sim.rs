@@ -2207,13 +2207,16 @@ impl<'g> Sim<'g> {
     /// Creates the optimizer state of `params`, one parameter's states in a row.
     fn create_optimizer_states(&mut self, params: &[usize]) {
         let opt = self.cfg.optimizer;
-        for (n, shape, dtype) in opt.shared_state() {
-            // held for the rest of the run: never released
-            let meta = self.meta(&shape, dtype);
-            self.new_storage(meta, Category::OptimizerStates, Label::new(n), None);
-        }
+        let mut shared = opt.shared_state();
         for &i in params {
             let meta = self.param_meta(ParamId(i as u32));
+            if !shared.is_empty() && opt.uses_shared_state(self.shapes.get(meta.shape)) {
+                for (n, shape, dtype) in std::mem::take(&mut shared) {
+                    // held for the rest of the run: never released
+                    let meta = self.meta(&shape, dtype);
+                    self.new_storage(meta, Category::OptimizerStates, Label::new(n), None);
+                }
+            }
             let module = Some(self.g.params[i].module);
             let states = opt.state_tensors(self.shapes.get(meta.shape), meta.dtype);
             self.opt_state[i] = states
