@@ -13,7 +13,8 @@ of peft/tuners/lora/layer.py `Linear.forward`). Default targets: PEFT's for llam
 (`q_proj`, `v_proj`), for gpt2 (`c_attn`). The loss is `model.loss_function` on the logits, as for hf: models.
 
 `freeze`: the same model without adapters, with `requires_grad_(False)` on every parameter whose name
-contains one of `patterns` (comma-separated).
+contains one of `patterns` (comma-separated), then `gradient_checkpointing_enable()` when the case
+checkpoints.
 """
 import json
 import os
@@ -137,10 +138,15 @@ def lora(batch, seq, config="fixtures/hf/configs/qwen2_small_2l.json", layers=No
     return causal_lm_step(model, base, cfg, batch, seq)
 
 
-def freeze(batch, seq, config="fixtures/hf/configs/qwen2_small_2l.json", layers=None, patterns="embed_tokens", **_):
+def freeze(batch, seq, config="fixtures/hf/configs/qwen2_small_2l.json", layers=None, patterns="embed_tokens",
+           checkpoint=None, **_):
     model, cfg = _model(config, layers, seq)
     pats = [p for p in patterns.split(",") if p]
     for n, p in model.named_parameters():
         if any(s in n for s in pats):
             p.requires_grad_(False)
+    if checkpoint:
+        # gradient_checkpointing_enable() with its default kwargs, after the freeze (as a
+        # script calls it)
+        model.gradient_checkpointing_enable()
     return causal_lm_step(model, model, cfg, batch, seq)

@@ -35,6 +35,7 @@ import random
 import subprocess
 import sys
 import tempfile
+import threading
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..")
@@ -83,6 +84,9 @@ MEDIUM = False
 # validation/measure_more_optimizers.py (Adam without weight decay is measure.py's own)
 OPTIMIZERS = False
 MORE_OPTIMIZERS = ["adam", "adagrad", "rmsprop", "adafactor", "adam_fused", "adamw_fused"]
+# `--large`: full-size widths (4096 to 8192, head_dim 128), vocabularies (128k to 256k) and sequence
+# lengths (2048 to 8192) at one to three layers: the caching allocator's largest blocks
+LARGE = False
 # `--nulls`: a third of the configs get one optional field set to null
 NULLS = False
 # `--pad`: half the generation, per-token-head and T5 cases (with a batch of 2 or more) run on a
@@ -103,11 +107,18 @@ def random_config(rng, families=None, measured_heads=False):
     mt = rng.choice(families or list(BASES))
     with open(os.path.join(Z, BASES[mt])) as f:
         cfg = {k: v for k, v in json.load(f).items() if not k.startswith("_")}
-    heads = rng.choice([8, 16, 32] if MEDIUM else [2, 4, 8])
-    hidden = heads * rng.choice([64, 128] if MEDIUM else [16, 32])
-    vocab = rng.choice([32000, 50257]) if MEDIUM else 1000
+    if LARGE:
+        heads = rng.choice([32, 48, 64])
+        hidden = heads * 128
+        vocab = rng.choice([128256, 151936, 256000])
+    else:
+        heads = rng.choice([8, 16, 32] if MEDIUM else [2, 4, 8])
+        hidden = heads * rng.choice([64, 128] if MEDIUM else [16, 32])
+        vocab = rng.choice([32000, 50257]) if MEDIUM else 1000
 
     def ffn():
+        if LARGE:
+            return rng.choice([4 * hidden, hidden * 7 // 2 // 256 * 256, hidden * 8 // 3 // 256 * 256])
         return rng.choice([4 * hidden, hidden * 8 // 3 // 64 * 64]) if MEDIUM else rng.choice([128, 200])
     if mt == "gpt2":
         cfg.update(n_embd=hidden, n_head=heads, n_layer=rng.choice([1, 2, 3]), vocab_size=vocab + rng.choice([0, 3]),
@@ -226,15 +237,17 @@ def measured_against(what, measure_cmd, vramscope_args, env=None):
 
 def within_positions(mt, cfg, seq):
     """`seq` capped at the positions the model has: the encoders' 512 learned ones, GPT-2's
-    `n_positions` (the truth tool's FakeTensors would index past them where a GPU fails)."""
+    `n_positions`, OPT's `max_position_embeddings` (the truth tool's FakeTensors would index past them where a GPU fails)."""
     if mt in ("bert", "roberta", "xlm-roberta", "distilbert"):
         return min(seq, 512)
+    if mt == "opt":
+        return min(seq, cfg.get("max_position_embeddings") or seq)
     return min(seq, cfg.get("n_positions") or seq)
 
 
 def random_step(rng):
     """Batch, sequence length, mode, autocast, parameter dtype, optimizer, checkpointing."""
-    batch, seq = rng.choice([1, 2, 4]), rng.choice([512, 1000, 2048] if MEDIUM else [64, 128, 200, 256])
+    batch, seq = rng.choice([1, 2, 4]), rng.choice([2048, 4096, 8192] if LARGE else [512, 1000, 2048] if MEDIUM else [64, 128, 200, 256])
     mode = rng.choice(["train", "train", "infer"])
     amp = rng.choice(["fp32", "bf16", "fp16"])
     pdt = "fp32" if amp != "fp32" or mode == "train" else rng.choice(["fp32", "bf16"])
@@ -382,7 +395,7 @@ def head_case(i, mt, cfg, rng, tmp):
         ("ForTokenClassification", "token-cls", "token_cls"),
         ("ForQuestionAnswering", "qa", "question_answering"),
         ("Model", "feature-extraction", "feature_extraction")) if arch.endswith(suffix))
-    batch, seq = rng.choice([1, 2, 4]), rng.choice([512, 1000, 2048] if MEDIUM else [64, 128, 200])
+    batch, seq = rng.choice([1, 2, 4]), rng.choice([2048, 4096, 8192] if LARGE else [512, 1000, 2048] if MEDIUM else [64, 128, 200])
     seq = within_positions(mt, cfg, seq)
     mode = "infer" if task == "feature-extraction" else rng.choice(["train", "train", "infer"])
     amp, pdt = rng.choice([("fp32", "fp32"), ("bf16", "fp32"), ("fp16", "fp32")] + (
@@ -516,7 +529,7 @@ def lora_spec(i, mt, cfg, rng, config):
     names = LORA_TARGETS.get(mt, ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
     targets = ",".join(rng.sample(names, rng.randint(1, len(names))))
     r, dropout = rng.choice([4, 8, 16, 64]), rng.choice([0.0, 0.0, 0.1])
-    batch, seq = rng.choice([1, 2, 4]), rng.choice([512, 1000, 2048] if MEDIUM else [64, 128, 200, 256])
+    batch, seq = rng.choice([1, 2, 4]), rng.choice([2048, 4096, 8192] if LARGE else [512, 1000, 2048] if MEDIUM else [64, 128, 200, 256])
     seq = within_positions(mt, cfg, seq)
     amp = rng.choice(["fp32", "bf16", "fp16"])
     optim = rng.choice(["adamw", "sgd"])
@@ -537,7 +550,7 @@ def qlora_spec(i, mt, cfg, rng, config):
     on random targets, or without adapters for inference (validation/qlora_models.py:qlora), as a
     truth case whose `vramscope` entry runs `estimate --qlora R` / `--load-in-4bit`."""
     names = LORA_TARGETS.get(mt, ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
-    batch, seq = rng.choice([1, 2, 4]), rng.choice([512, 1000, 2048] if MEDIUM else [64, 128, 200, 256])
+    batch, seq = rng.choice([1, 2, 4]), rng.choice([2048, 4096, 8192] if LARGE else [512, 1000, 2048] if MEDIUM else [64, 128, 200, 256])
     seq = within_positions(mt, cfg, seq)
     dq = rng.random() < 0.5
     infer = rng.random() < 0.25
@@ -569,6 +582,56 @@ def qlora_spec(i, mt, cfg, rng, config):
     return case
 
 
+# substrings of parameter names `--freeze` sweeps draw from (those that name some but not all of
+# a model's parameters): modules of every family, layer indices, biases and norms
+FREEZE_PATTERNS = ["embed", "wte", "wpe", "embed_positions", "layers.0.", "h.0.", ".1.", "self_attn", "attn.",
+                   "mlp", "norm", "ln_", "layer_norm", "q_proj", "k_proj", "v_proj", "o_proj", "out_proj",
+                   "qkv_proj", "gate_proj", "up_proj", "gate_up_proj", "down_proj", "fc1", "fc2", "c_attn",
+                   "c_proj", "c_fc", "experts", "mlp.gate.", "lm_head", "bias", "input_layernorm"]
+
+
+_BUILD = threading.Lock()
+
+
+def parameter_names(config):
+    """`named_parameters()` of the causal LM transformers builds from `config` (a file), on the
+    meta device (one build at a time: transformers' lazy imports are not thread-safe)."""
+    with _BUILD:
+        import torch
+        import transformers
+        cfg = transformers.AutoConfig.from_pretrained(config)
+        with torch.device("meta"):
+            model = transformers.AutoModelForCausalLM.from_config(cfg)
+        return [n for n, _ in model.named_parameters()]
+
+
+def freeze_spec(i, mt, cfg, rng, config):
+    """A random causal LM trained with random parameters frozen (validation/lora_models.py:freeze:
+    `requires_grad_(False)` on every parameter whose name holds one of 1-3 random patterns) as a
+    truth case whose `vramscope` entry runs `estimate --freeze PATTERNS`."""
+    names = parameter_names(config)
+    pool = [p for p in FREEZE_PATTERNS if any(p in n for n in names)]
+    while True:
+        chosen = rng.sample(pool, rng.randint(1, 3))
+        if not all(any(p in n for p in chosen) for n in names):
+            break
+    patterns = ",".join(chosen)
+    batch, seq = rng.choice([1, 2, 4]), rng.choice([2048, 4096, 8192] if LARGE else [512, 1000, 2048] if MEDIUM else [64, 128, 200, 256])
+    seq = within_positions(mt, cfg, seq)
+    amp = rng.choice(["fp32", "bf16", "fp16"])
+    pdt = "fp32" if amp != "fp32" else rng.choice(["fp32", "fp32", "bf16"])
+    optim = rng.choice(["adamw", "sgd", "sgdm"])
+    ckpt = rng.random() < 0.3 and mt != "mixtral"
+    case = {"name": f"{mt.replace('-', '_')}_freeze_b{batch}_s{seq}_{amp}{'' if pdt == 'fp32' else '_p' + pdt}"
+                    f"_{optim}{'_ckpt' if ckpt else ''}",
+            "model": "py:lora_models.py:freeze", "batch": batch, "seq": seq, "mode": "train", "amp": amp,
+            "param_dtype": pdt, "optim": optim, "model_kwargs": {"config": config, "patterns": patterns},
+            "vramscope": {"config": config, "args": ["--freeze", patterns]}}
+    if ckpt:
+        case["checkpoint"] = True
+    return case
+
+
 def padded_spec(i, mt, cfg, rng, config):
     """A random causal LM's step on a padded batch (validation/padding_models.py:causal_lm, SDPA or
     eager attention) as a truth case whose `vramscope` entry runs `estimate --padded`."""
@@ -590,7 +653,7 @@ def padded_spec(i, mt, cfg, rng, config):
 
 # the sweeps of random causal LMs: their case maker and whether it builds with SDPA only
 SPECS = {"eager": (eager_spec, False), "lora": (lora_spec, True), "qlora": (qlora_spec, True),
-         "padded": (padded_spec, False)}
+         "padded": (padded_spec, False), "freeze": (freeze_spec, True)}
 # their flags' help: `--NAME`, "with --truth K: K random causal LMs ... instead"
 SPEC_HELP = {
     "eager": "under attn_implementation=eager (validation/generate_models.py:eager)",
@@ -598,6 +661,8 @@ SPEC_HELP = {
     "qlora": "loaded in 4 bits, with QLoRA adapters on random targets or for inference "
              "(validation/qlora_models.py:qlora)",
     "padded": "on a padded batch, SDPA or eager (validation/padding_models.py:causal_lm)",
+    "freeze": "trained with the parameters of 1-3 random name patterns frozen "
+              "(validation/lora_models.py:freeze)",
 }
 
 
@@ -610,6 +675,8 @@ def spec_case(spec, i, mt, cfg, rng, tmp):
     what = f"{i} {case['name']}"
     if "targets" in case["model_kwargs"]:
         what += f" ({case['model_kwargs']['targets']}, dropout {case['model_kwargs']['dropout']})"
+    if "patterns" in case["model_kwargs"]:
+        what += f" (--freeze {case['model_kwargs']['patterns']})"
     cmd = [sys.executable, MEASURE, "--spec-json", json.dumps({k: v for k, v in case.items() if k != "vramscope"}),
            "--base-dir", HERE, "--json"]
     optim = {"sgdm": "sgd-momentum"}.get(case["optim"], case["optim"])
@@ -671,6 +738,9 @@ def main():
                     help="set one optional field to null in a third of the configs")
     ap.add_argument("--medium", action="store_true",
                     help="checkpoint-like widths (512 to 4096) and sequence lengths (512 to 2048)")
+    ap.add_argument("--large", action="store_true",
+                    help="full-size widths (4096 to 8192), vocabularies (128k to 256k) and sequence lengths "
+                         "(2048 to 8192)")
     ap.add_argument("--pad", action="store_true",
                     help="with --generate, --heads or --t5: half the cases with a batch of 2 or more "
                          "on a padded batch (--padded)")
@@ -684,8 +754,8 @@ def main():
                         help=f"with --truth K: K random causal LMs {SPEC_HELP[name]} instead")
     a = ap.parse_args()
     causal = next((m for m in SPECS if getattr(a, m)), None)
-    global MEDIUM, NULLS, PAD, OPTIMIZERS
-    MEDIUM, NULLS, PAD, OPTIMIZERS = a.medium, a.nulls, a.pad, a.optimizers
+    global MEDIUM, NULLS, PAD, OPTIMIZERS, LARGE
+    MEDIUM, NULLS, PAD, OPTIMIZERS, LARGE = a.medium, a.nulls, a.pad, a.optimizers, a.large
     tmp = tempfile.mkdtemp(prefix="vramscope_random_configs_")
     if a.truth and a.write_cases:
         write_cases(a.seed, a.truth, a.write_cases, causal)

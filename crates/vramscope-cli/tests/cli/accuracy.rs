@@ -225,6 +225,15 @@ fn random_optimizer_cases_match_truth() {
     assert_phases_within(&cases("hf_random_optimizers.jsonl"), 0.0);
 }
 
+/// Random causal LMs trained with the parameters of 1-3 random name patterns frozen (`--freeze`:
+/// embeddings, layer indices, projections, norms, biases, the head; some checkpointed;
+/// `validation/make_random_freeze_fixtures.sh`, seed 2610). Byte-exact in every phase.
+#[test]
+fn random_freeze_cases_match_truth() {
+    check_tight("hf_random_freeze.jsonl", 16);
+    assert_phases_within(&cases("hf_random_freeze.jsonl"), 0.0);
+}
+
 /// Padded batches (`--padded`: the batch's `attention_mask` passed to the model, as a padding
 /// data collator makes it; validation/padding_models.py): the `[B, 1, S, S]` boolean mask
 /// `and_masks(causal, sliding window or bidirectional, padding)` builds, SDPA's cuDNN (decoders)
