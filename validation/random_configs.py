@@ -237,12 +237,11 @@ def measured_against(what, measure_cmd, vramscope_args, env=None):
 
 def within_positions(mt, cfg, seq):
     """`seq` capped at the positions the model has: the encoders' 512 learned ones, GPT-2's
-    `n_positions`, OPT's `max_position_embeddings` (the truth tool's FakeTensors would index past them where a GPU fails)."""
+    `n_positions`, the others' `max_position_embeddings` (measure.py refuses longer ones; the
+    truth tool's FakeTensors would index past them where a GPU fails)."""
     if mt in ("bert", "roberta", "xlm-roberta", "distilbert"):
         return min(seq, 512)
-    if mt == "opt":
-        return min(seq, cfg.get("max_position_embeddings") or seq)
-    return min(seq, cfg.get("n_positions") or seq)
+    return min(seq, cfg.get("n_positions") or cfg.get("max_position_embeddings") or seq)
 
 
 def random_step(rng):

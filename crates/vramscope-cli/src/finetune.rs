@@ -3,6 +3,7 @@
 //! passes of `vramscope_core::passes`.
 
 use anyhow::{bail, Result};
+use vramscope_core::ir::ParamKind;
 use vramscope_core::passes::{apply_lora, freeze, load_in_4bit, FourBitConfig, LoraConfig};
 use vramscope_core::{Graph, Precision};
 use vramscope_formats::hf::PreQuantized4bit;
@@ -89,6 +90,9 @@ impl FinetuneArgs {
             let cfg = FourBitConfig::for_precision(precision, self.double_quant);
             graph = load_in_4bit(&graph, &cfg)?;
         }
+        if four_bit {
+            note_unquantized_experts(&graph, precision);
+        }
         if self.qlora == Some(0) {
             bail!("--qlora: the rank r must be a positive integer");
         }
@@ -127,4 +131,34 @@ pub fn load_saved_4bit(graph: &Graph, saved: PreQuantized4bit) -> Result<Graph> 
         pre_quantized: true,
     };
     Ok(load_in_4bit(graph, &cfg)?)
+}
+
+/// Says once that a 4-bit load left an MoE model's fused experts in full precision: transformers
+/// 5 keeps each MoE layer's experts as 3-d parameters (`gate_up_proj`, `down_proj`), and its
+/// bitsandbytes integration (`replace_with_bnb_linear`) replaces `nn.Linear` layers only
+/// (bitsandbytes issue #1849), so most of the weights of a Mixtral or Qwen-MoE load unquantized.
+fn note_unquantized_experts(graph: &Graph, precision: Precision) {
+    static NOTED: std::sync::Once = std::sync::Once::new();
+    let experts: Vec<_> = graph
+        .params
+        .iter()
+        .filter(|p| p.kind == ParamKind::Parameter && p.shape.len() >= 3 && p.dtype.is_float())
+        .collect();
+    let Some(first) = experts.first() else {
+        return;
+    };
+    let bytes: u64 = experts
+        .iter()
+        .map(|p| p.numel() * p.stored_dtype.unwrap_or(precision.param_dtype()).size())
+        .sum();
+    NOTED.call_once(|| {
+        eprintln!(
+            "note: 4-bit loading leaves {} fused expert weight(s) unquantized ({} in all, e.g. {} {:?} in {}): transformers 5 keeps MoE experts as 3-d parameters, and its bitsandbytes integration replaces nn.Linear layers only (bitsandbytes issue #1849)",
+            experts.len(),
+            crate::inspect::human(bytes),
+            first.name,
+            first.shape.as_slice(),
+            first.stored_dtype.unwrap_or(precision.param_dtype()).name()
+        )
+    });
 }

@@ -969,3 +969,39 @@ fn config_names_checkpointed_layers_and_padding() {
         "{header}"
     );
 }
+
+/// A 4-bit load of an MoE model says on stderr that its fused experts stay unquantized (what
+/// transformers 5 does), once, and stdout stays one JSON object; a dense model gets no note.
+#[test]
+fn four_bit_moe_notes_its_unquantized_experts_on_stderr() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures/hf/configs/");
+    let run = |config: &str| {
+        let path = format!("{root}{config}");
+        let out = crate::vramscope(&[
+            "estimate",
+            &path,
+            "--seq-len",
+            "64",
+            "-b",
+            "1",
+            "--qlora",
+            "8",
+            "--json",
+        ]);
+        assert!(out.status.success(), "{config}");
+        let _: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+        String::from_utf8(out.stderr).unwrap()
+    };
+    let moe = run("mixtral_small_2l.json");
+    assert_eq!(
+        moe.matches("note: 4-bit loading leaves").count(),
+        1,
+        "{moe}"
+    );
+    assert!(
+        moe.contains("model.layers.0.mlp.experts.gate_up_proj")
+            && moe.contains("bitsandbytes issue #1849"),
+        "{moe}"
+    );
+    assert!(!run("llama32_1b_2l.json").contains("note:"));
+}
