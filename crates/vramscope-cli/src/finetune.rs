@@ -142,7 +142,12 @@ fn note_unquantized_experts(graph: &Graph, precision: Precision) {
     let experts: Vec<_> = graph
         .params
         .iter()
-        .filter(|p| p.kind == ParamKind::Parameter && p.shape.len() >= 3 && p.dtype.is_float())
+        .filter(|p| {
+            p.kind == ParamKind::Parameter
+                && p.shape.len() == 3
+                && p.dtype.is_float()
+                && p.name.contains("experts.")
+        })
         .collect();
     let Some(first) = experts.first() else {
         return;

@@ -234,6 +234,17 @@ fn random_freeze_cases_match_truth() {
     assert_phases_within(&cases("hf_random_freeze.jsonl"), 0.0);
 }
 
+/// Phi-3 past its sliding window under AMP (`validation/make_phi3_window_fixtures.sh`):
+/// `sdpa_attention_forward` repeats k and v for the masked kernel and copies the output
+/// (`.transpose(1, 2).contiguous()`) while the repeated k and v are still its locals. A full-width
+/// token classifier at 4096 tokens (its reserved peak was +0.05% when the copy came after them),
+/// the 2-layer Phi-3 mini past a 64-token window and at 4096 tokens. Byte-exact in every phase.
+#[test]
+fn phi3_window_cases_match_truth() {
+    check_tight("hf_phi3_window.jsonl", 3);
+    assert_phases_within(&cases("hf_phi3_window.jsonl"), 0.0);
+}
+
 /// Padded batches (`--padded`: the batch's `attention_mask` passed to the model, as a padding
 /// data collator makes it; validation/padding_models.py): the `[B, 1, S, S]` boolean mask
 /// `and_masks(causal, sliding window or bidirectional, padding)` builds, SDPA's cuDNN (decoders)

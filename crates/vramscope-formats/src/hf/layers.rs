@@ -1182,28 +1182,48 @@ pub fn sdpa_masked(
     dropout_p: f64,
     dtype: DType,
 ) -> TensorId {
+    sdpa_masked_then(b, q, k, v, mask, dropout_p, dtype, |_, o| o)
+}
+
+/// [`sdpa_masked`], then `then` on its output before `sdpa_attention_forward` returns: its
+/// `attn_output.transpose(1, 2).contiguous()`, a copy for Phi-3's output, is made while the
+/// repeated k and v are still its locals (truth traces).
+#[allow(clippy::too_many_arguments)]
+pub fn sdpa_masked_then(
+    b: &mut GraphBuilder,
+    q: TensorId,
+    k: TensorId,
+    v: TensorId,
+    mask: TensorId,
+    dropout_p: f64,
+    dtype: DType,
+    then: impl FnOnce(&mut GraphBuilder, TensorId) -> TensorId,
+) -> TensorId {
     let qs = b.shape(q).to_vec();
     let kv_heads = b.shape(k)[1].max(1);
     let n_rep = qs[1] / kv_heads;
     if qs[2] == 1 && n_rep > 1 {
         let packed = view(b, "reshape", q, vec![qs[0], kv_heads, n_rep, qs[3]]);
         let o = sdpa_with_mask(b, packed, k, v, mask, dropout_p, dtype);
-        if kv_heads == 1 {
-            return view(b, "reshape", o, qs);
-        }
-        return b.op(
-            Aten::new("clone", qs)
-                .dtype(DTypeRule::Like(0))
-                .not_differentiable(),
-            &[o],
-        );
+        let o = if kv_heads == 1 {
+            view(b, "reshape", o, qs)
+        } else {
+            b.op(
+                Aten::new("clone", qs)
+                    .dtype(DTypeRule::Like(0))
+                    .not_differentiable(),
+                &[o],
+            )
+        };
+        return then(b, o);
     }
     // sdpa_attention_forward's `key` / `value` locals: the repeated k, v live until it returns
     b.frame(|b| {
         let k = repeat_kv(b, k, n_rep);
         let v = repeat_kv(b, v, n_rep);
         b.hold(&[k, v]);
-        sdpa_with_mask(b, q, k, v, mask, dropout_p, dtype)
+        let o = sdpa_with_mask(b, q, k, v, mask, dropout_p, dtype);
+        then(b, o)
     })
 }
 

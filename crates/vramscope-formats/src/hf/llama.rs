@@ -31,7 +31,7 @@ use super::generate::CausalLm;
 use super::layers::{
     add, apply_rotary, apply_rotary_sliced, attention_output, cached_attention, dropout, embedding,
     heads_first_grads, linear, model_mask, mul, padding_input, position_ids, projection_dtype,
-    rms_norm, rope_init, rotary, rotated_heads_view, sdpa, sdpa_masked, view, Call, Eager,
+    rms_norm, rope_init, rotary, rotated_heads_view, sdpa, sdpa_masked_then, view, Call, Eager,
     EagerFlavor, KvCache, MaskPattern, ROPE_INIT_DEFAULT, ROPE_INIT_LLAMA3,
 };
 use super::seq_cls::{base_model, decoder_head, decoder_outputs, qa_inputs, DecoderHead};
@@ -810,9 +810,10 @@ pub(super) fn attention(
                 Some(c) => c.update(b, layer, k, v),
                 None => (k, v),
             };
-            let o = sdpa_masked(b, q, k, v, m, s.attn_dropout, proj_dtype);
             // one query: the output is already laid out like q
-            let o = attention_output(b, o, phi3 && seq > 1, proj_dtype.size() == 2);
+            let o = sdpa_masked_then(b, q, k, v, m, s.attn_dropout, proj_dtype, |b, o| {
+                attention_output(b, o, phi3 && seq > 1, proj_dtype.size() == 2)
+            });
             view(b, "reshape", o, vec![bsz, seq, s.heads * d])
         } else if phi3 && call.cache.is_some() && call.eager_mask.is_none() {
             // a generation's forward: q stays referenced, the cache update, then SDPA on the
@@ -831,14 +832,18 @@ pub(super) fn attention(
         } else if (phi3 && call.eager_mask.is_none()) || mask.is_some() {
             // the plain SDPA forward; query/key/value_states are locals until the forward returns
             b.hold(&[q, k, v]);
-            let o = match mask {
-                // a materialized mask: k and v repeated to all heads, the mask made additive
-                Some(m) => sdpa_masked(b, q, k, v, m, s.attn_dropout, proj_dtype),
-                None => sdpa(b, q, k, v, s.attn_dropout, true),
-            };
             // cuDNN / flash attention lay the output out like q: Phi-3's q is a `cat` result,
             // contiguous [B, H, S, D], so `.contiguous()` copies in half precision
-            let o = attention_output(b, o, phi3, proj_dtype.size() == 2);
+            let merge =
+                |b: &mut GraphBuilder, o| attention_output(b, o, phi3, proj_dtype.size() == 2);
+            let o = match mask {
+                // a materialized mask: k and v repeated to all heads, the mask made additive
+                Some(m) => sdpa_masked_then(b, q, k, v, m, s.attn_dropout, proj_dtype, merge),
+                None => {
+                    let o = sdpa(b, q, k, v, s.attn_dropout, true);
+                    merge(b, o)
+                }
+            };
             view(b, "reshape", o, vec![bsz, seq, s.heads * d])
         } else {
             let eager = Eager {
