@@ -1039,7 +1039,7 @@ fn attention(
     // (Gemma3's q/k norms keep the heads-first layout rotary gives them; its sliding layers past
     // the window copy too: truth traces at 516 tokens)
     let [q_copied, k_copied, v_copied] = heads_first_grads(
-        call.cache.is_some(),
+        (call.cache.is_some(), c.proj != c.dtype),
         c.eager,
         mask.is_some(),
         (s.heads, s.kv_heads),

@@ -254,25 +254,31 @@ pub fn rotated_heads_view(
 
 /// Which of q's, k's and v's gradients reach their projection's `.view` heads-first, so that
 /// `ViewBackward0` copies them ([`rotated_heads_view`]):
-/// - q's and k's: those of a training forward's SDPA (masked or not, whatever the backend), and,
-///   when the forward fills a cache while training (the per-token heads' base model), those of
-///   eager attention instead (truth traces of Qwen2, SmolLM2, Llama-3.2, Gemma and Gemma2);
+/// - q's and k's: those of a training forward's SDPA (masked or not, whatever the backend, with
+///   a cache or without: rotary's products give them the heads-first layout; truth traces of
+///   Qwen2, SmolLM2, Llama-3.2, Gemma and of the per-token heads' base models, which fill a
+///   cache while training), and those of eager attention with a cache (truth traces of Gemma2);
 /// - v's too when `repeat_kv` expands k and v before SDPA (a mask, fewer KV heads than heads):
 ///   `ExpandBackward0` sums v's gradient into a new `[B, kv, S, D]` tensor (truth traces of
-///   Mistral past its sliding window and Gemma-3-4B);
+///   Mistral past its sliding window and Gemma-3-4B); and when a cache's first concatenation
+///   promoted v to the keys' dtype (`half_values`: under autocast the keys leave rotary in
+///   float32, the values in the autocast dtype, and `DynamicLayer` starts both from empty
+///   tensors of the keys' dtype), whose `CatBackward0` casts v's gradient back into a new
+///   heads-first tensor (truth traces of Qwen2's and Mixtral's token classifiers under AMP);
 /// - all three in eager training with fewer KV heads than heads (truth traces of Qwen2-small's
 ///   step, and of Qwen3's with checkpointing and a padded batch), or with a batch of one, where
 ///   matmul takes q, k and v as views and bmm's gradients come back heads-first (truth traces of
 ///   Phi-3 and Mistral at batch 1), or for Phi-3 (`fused_half`), whose rotary `cat` makes q and k
 ///   contiguous and whose v is a slice (truth traces of eager Phi-3 at batch 2).
 ///
+/// `half_values`: v leaves its projection in a lower precision than k leaves rotary.
 /// `fused_half`: q, k and v are slices of one fused projection (Phi-3's `qkv_proj`), `Some(half)`
 /// with whether attention runs in half precision. Under SDPA q and k are then `cat` results
 /// whose gradients come back heads-first, and so does v's from the half-precision kernels (v, a
 /// slice, is not dense), whatever the cache: q and k copied with mem-efficient attention, all
 /// three with cuDNN (truth traces of Phi-3 in float32 and under AMP fp16).
 pub fn heads_first_grads(
-    cache: bool,
+    (cache, half_values): (bool, bool),
     eager: bool,
     masked: bool,
     (heads, kv_heads): (u64, u64),
@@ -285,8 +291,7 @@ pub fn heads_first_grads(
     if let (Some(half), false) = (fused_half, eager) {
         return [true, true, half];
     }
-    let qk = cache == eager;
-    [qk, qk, qk && masked && gqa]
+    [true, true, (masked && gqa) || (cache && half_values)]
 }
 
 /// The dtype a decoder's q, k, v, gate and up projections return, fed a norm's output in the

@@ -727,7 +727,7 @@ pub(super) fn attention(
     // rotary gives them
     let phi3 = s.variant == Variant::Phi3;
     let [q_copied, k_copied, v_copied] = heads_first_grads(
-        call.cache.is_some(),
+        (call.cache.is_some(), proj_out != dtype),
         call.eager_mask.is_some(),
         mask.is_some(),
         (s.heads, s.kv_heads),
