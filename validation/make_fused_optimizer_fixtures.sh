@@ -13,11 +13,8 @@ cd "$(dirname "$0")/.."
 name=${1:-fused_optimizers}
 VENV=${VENV:-$HOME/.venvs/truth}
 PY=$VENV/bin/python
-TRUTH=${TRUTH:-../shared/truth}
 mkdir -p .truth/raw
-D=$($PY "$TRUTH/measure.py" --build-shim)
-LD_PRELOAD=$D/libfakecudart.so LD_LIBRARY_PATH=$D TRUTH_SHIM_ACTIVE=1 PYTHONPATH=$TRUTH \
-    $PY validation/measure_more_optimizers.py --cases "validation/cases_$name.jsonl" \
+$PY validation/measure_more_optimizers.py --cases "validation/cases_$name.jsonl" \
     > ".truth/raw/$name.jsonl"
 python3 validation/compact_results.py ".truth/raw/$name.jsonl" --prefix '' \
     --order "validation/cases_$name.jsonl" --out ".truth/raw/${name}_compact.jsonl"

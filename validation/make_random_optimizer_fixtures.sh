@@ -10,10 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-$HOME/.venvs/truth}
 PY=$VENV/bin/python
-TRUTH=${TRUTH:-../shared/truth}
 mkdir -p .truth/raw
-D=$($PY "$TRUTH/measure.py" --build-shim)
-LD_PRELOAD=$D/libfakecudart.so LD_LIBRARY_PATH=$D TRUTH_SHIM_ACTIVE=1 PYTHONPATH=$TRUTH \
-    $PY validation/measure_more_optimizers.py --cases validation/cases_random_optimizers.jsonl --base-dir . \
+$PY validation/measure_more_optimizers.py --cases validation/cases_random_optimizers.jsonl --base-dir . \
     > .truth/raw/random_optimizers_results.jsonl
 MEASURE=0 PREFIX= exec validation/make_py_fixtures.sh random_optimizers causal-lm

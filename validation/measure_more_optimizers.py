@@ -5,13 +5,12 @@ vramscope's `--optimizer adam-fused|adamw-fused`, Hugging Face Trainer's default
 and `torch.optim.Adafactor` (its defaults, the single-tensor loop: vramscope's `--optimizer
 adafactor`; its `.item()` reads get 1.0 under fake tensors, see `item` below).
 
-Run with the truth venv and its fake-CUDA shim preloaded (see ../shared/truth/README.md,
-"Using the pieces from Python"):
+Run with the truth venv; the script re-runs itself with the truth tool's fake-CUDA shim preloaded
+(../shared/truth/README.md, "Using the pieces from Python"; `TRUTH` names another truth folder):
 
-    PY=~/.venvs/truth/bin/python; D=$($PY ../shared/truth/measure.py --build-shim)
-    LD_PRELOAD=$D/libfakecudart.so LD_LIBRARY_PATH=$D TRUTH_SHIM_ACTIVE=1 PYTHONPATH=../shared/truth \
-        $PY validation/measure_more_optimizers.py resnet18:8:adagrad resnet18:8:rmsprop > out.jsonl
-    ... $PY validation/measure_more_optimizers.py --cases validation/cases_fused_optimizers.jsonl > out.jsonl
+    PY=~/.venvs/truth/bin/python
+    $PY validation/measure_more_optimizers.py resnet18:8:adagrad resnet18:8:rmsprop > out.jsonl
+    $PY validation/measure_more_optimizers.py --cases validation/cases_fused_optimizers.jsonl > out.jsonl
 
 measure.py's loop emulates `scaler.step(opt)` as `scaler.unscale_(opt); opt.step()` (a real
 `scaler.step` syncs on `found_inf.item()`, which fake tensors cannot). A fused optimizer takes the
@@ -26,10 +25,21 @@ gives.
 """
 import json
 import os
+import subprocess
 import sys
 
-import torch
-import measure
+if os.environ.get("TRUTH_SHIM_ACTIVE") != "1":
+    # the fake CUDA runtime has to be preloaded before the interpreter starts: build it, run again
+    TRUTH = os.environ.get("TRUTH") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                                    "shared", "truth")
+    SHIM = subprocess.run([sys.executable, os.path.join(TRUTH, "measure.py"), "--build-shim"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    os.execve(sys.executable, [sys.executable, *sys.argv],
+              {**os.environ, "LD_PRELOAD": os.path.join(SHIM, "libfakecudart.so"), "LD_LIBRARY_PATH": SHIM,
+               "TRUTH_SHIM_ACTIVE": "1", "PYTHONPATH": os.path.abspath(TRUTH)})
+
+import torch  # noqa: E402
+import measure  # noqa: E402
 
 _orig = measure.make_optimizer
 

@@ -211,19 +211,10 @@ def precision_flag(amp, param_dtype):
         param_dtype, "fp32")
 
 
-def more_optimizers_env():
-    """The environment validation/measure_more_optimizers.py runs in: the truth tool's fake-CUDA
-    shim preloaded (../shared/truth/README.md, "Using the pieces from Python")."""
-    shim = subprocess.run([sys.executable, MEASURE, "--build-shim"], capture_output=True, text=True,
-                          check=True).stdout.strip()
-    return {**os.environ, "LD_PRELOAD": os.path.join(shim, "libfakecudart.so"), "LD_LIBRARY_PATH": shim,
-            "TRUTH_SHIM_ACTIVE": "1", "PYTHONPATH": os.path.dirname(MEASURE)}
-
-
-def measured_against(what, measure_cmd, vramscope_args, env=None):
+def measured_against(what, measure_cmd, vramscope_args):
     """Runs `measure_cmd` (../shared/truth) and `vramscope estimate ... --json`: `(what, (peak
     allocated error %, peak reserved error %))`, or `(what, message)` when either fails."""
-    t = subprocess.run(measure_cmd, capture_output=True, text=True, env=env)
+    t = subprocess.run(measure_cmd, capture_output=True, text=True)
     if t.returncode != 0:
         return what, f"measure.py failed: {(t.stderr.strip() or t.stdout.strip())[-300:]}"
     truth = json.loads(t.stdout)["overall"]["peak"]
@@ -345,7 +336,6 @@ def truth_case(i, mt, cfg, step, tmp):
            "--mode", mode, "--amp", amp, "--param-dtype", pdt, "--optim", optim, "--json"]
     if ckpt:
         cmd.append("--checkpoint")
-    env = None
     if optim in MORE_OPTIMIZERS and optim != "adam":
         spec = os.path.join(tmp, f"t{i}_case.jsonl")
         with open(spec, "w") as f:
@@ -353,14 +343,13 @@ def truth_case(i, mt, cfg, step, tmp):
                                 "seq": seq, "mode": mode, "amp": amp, "param_dtype": pdt, "optim": optim,
                                 **({"checkpoint": True} if ckpt else {})}) + "\n")
         cmd = [sys.executable, os.path.join(HERE, "measure_more_optimizers.py"), "--cases", spec]
-        env = more_optimizers_env()
     precision = precision_flag(amp, pdt)
     optimizer = {"sgdm": "sgd-momentum", "adam_fused": "adam-fused", "adamw_fused": "adamw-fused"}.get(optim, optim)
     args = [path, "-b", str(batch), "--seq-len", str(seq), "--mode", mode, "--precision", precision,
             "--optimizer", optimizer]
     if ckpt:
         args.append("--gradient-checkpointing")
-    return measured_against(what, cmd, args, env)
+    return measured_against(what, cmd, args)
 
 
 def generate_case(i, mt, cfg, rng, tmp):
