@@ -37,6 +37,12 @@
 #   that stays and frees the zeros.
 # - The model phase of Qwen2-small (2 layers) held in bfloat16: the rotary module's
 #   `inv_freq` buffers stay float32 (`arange(...).float()`), as transformers makes them.
+# - The per-token heads' base models fill a cache while training (validation/cases_decoder_heads.jsonl),
+#   their backward: flash / cuDNN attention's gradients of the cached k and v (the cache's
+#   concatenations) come back heads-first and the projections' `ViewBackward0` copies them, and
+#   q's and k's after rotary (Qwen2-small token classification under AMP bf16, Llama 3.2 question
+#   answering in float32 with mem-efficient attention, whose v gradient is not copied, and token
+#   classification in pure bf16; GPT-2 token classification and OPT question answering, no rotary).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-$HOME/.venvs/truth}
@@ -44,9 +50,9 @@ mkdir -p .truth/raw
 out=fixtures/truth/events/free_order.jsonl
 : > "$out"
 # config, task, amp (fp32 / bf16, or pbf16: the model in bfloat16), optimizer, batch, sequence length, phases (comma-separated), and
-# an eager-attention case to measure instead of the hf: config, as LIST:NAME for the case NAME of
-# validation/cases_LIST.jsonl (then vramscope runs
-# with --attn-implementation eager), or -; then optionally `ckpt` (gradient checkpointing)
+# a case to measure instead of the hf: config, as LIST:NAME for the case NAME of
+# validation/cases_LIST.jsonl (eager attention, a per-token head; vramscope then adds the flags
+# of the case's `vramscope` entry), or -; then optionally `ckpt` (gradient checkpointing)
 while read -r cfg task amp optim batch seq phases eager_case ckpt; do
   if [ "$eager_case" = - ]; then
     trace=".truth/raw/$cfg.$task.$amp.b$batch.s$seq${ckpt:+.$ckpt}.free_order.trace"
@@ -85,7 +91,10 @@ for line in open(trace):
 args = ["--task", task, "--batch-size", batch, "--seq-len", seq, "--precision", precision,
         "--optimizer", optimizer]
 if eager_case != "-":
-    args += ["--attn-implementation", "eager"]
+    # the flags the case list's `vramscope` entry gives (`--attn-implementation eager`, ...)
+    name = eager_case.split(":", 1)[1]
+    listed = (json.loads(line) for line in open(f"validation/cases_{eager_case.split(':', 1)[0]}.jsonl"))
+    args += next(c for c in listed if c["name"] == name)["vramscope"]["args"]
 if ckpt == "ckpt":
     args.append("--gradient-checkpointing")
 for want in phases.split(","):
@@ -106,5 +115,10 @@ distilbert_base_2l_untied masked-lm fp32 sgdm 4 128 model,it1.backward - ckpt
 camembert_base_2l masked-lm fp32 sgd 1 32 model -
 xlm_roberta_base_2l masked-lm fp32 sgd 1 32 model -
 qwen2_small_2l causal-lm pbf16 adamw 2 256 model -
+qwen2_small_2l token-cls bf16 adamw 8 512 it1.backward decoder_heads:qwen2_small_2l_tokcls_b8_s512_bf16_adamw
+llama32_1b_2l qa fp32 sgdm 4 512 it1.backward decoder_heads:llama32_1b_2l_qa_b4_s512_fp32_sgdm
+llama32_1b_2l token-cls pbf16 sgd 4 512 it1.backward decoder_heads:llama32_1b_2l_tokcls_b4_s512_pbf16_sgd
+gpt2_2l token-cls bf16 adamw 8 512 it1.backward decoder_heads:gpt2_2l_tokcls_b8_s512_bf16_adamw
+opt_125m_2l qa bf16 adamw 8 512 it1.backward decoder_heads:opt_125m_2l_qa_b8_s512_bf16_adamw
 CASES
 wc -c "$out"

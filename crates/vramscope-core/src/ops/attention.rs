@@ -79,7 +79,9 @@ impl Op for ScaledDotProductAttention {
 
     fn saved_for_backward(&self, ctx: &OpCtx) -> Vec<Saved> {
         match self.backend(ctx) {
-            SdpaBackend::Efficient | SdpaBackend::Cudnn | SdpaBackend::Flash => fused_saved(None),
+            backend @ (SdpaBackend::Efficient | SdpaBackend::Cudnn | SdpaBackend::Flash) => {
+                fused_saved(None, backend)
+            }
             // the math path is several autograd nodes, each keeping its own tensors
             SdpaBackend::Math => {
                 let mut s = vec![
@@ -123,12 +125,14 @@ pub(crate) fn sdpa_output_shape(inputs: &[&[u64]]) -> Result<Shape, ShapeError> 
     Ok(vec![q[0], q[1], q[2], v[3]])
 }
 
-/// What a fused kernel's autograd node saves ([`backend_extras`]: log-sum-exp, philox seed, philox
-/// offset), in the order it releases them: the generated node's `release_variables`
-/// (autograd/generated/Functions.h) releases its saved inputs, then its saved outputs, each
-/// sorted by name: `attn_bias` (the mask the kernel read, when there is one), key, query, value,
-/// then log-sum-exp, output, philox offset, philox seed.
-pub(crate) fn fused_saved(attn_bias: Option<Saved>) -> Vec<Saved> {
+/// What a fused kernel's autograd node saves ([`backend_extras`]: log-sum-exp, then the philox
+/// seed and offset, or flash attention's `rng_state` and `unused`), in the order it releases them:
+/// the generated node's `release_variables` (autograd/generated/Functions.h) releases its saved
+/// inputs, then its saved outputs, each sorted by name: `attn_bias` (the mask the kernel read,
+/// when there is one), key, query, value, then log-sum-exp, output, and `philox_offset` before
+/// `philox_seed` (mem-efficient, cuDNN) or `rng_state` before `unused` (flash; truth traces of
+/// GPT-2 under AMP bf16).
+pub(crate) fn fused_saved(attn_bias: Option<Saved>, backend: SdpaBackend) -> Vec<Saved> {
     let mut s: Vec<Saved> = attn_bias.into_iter().collect();
     s.extend([
         Saved::Input(1),
@@ -136,9 +140,12 @@ pub(crate) fn fused_saved(attn_bias: Option<Saved>) -> Vec<Saved> {
         Saved::Input(2),
         Saved::Extra(0),
         Saved::Output(0),
-        Saved::Extra(2),
-        Saved::Extra(1),
     ]);
+    if backend == SdpaBackend::Flash {
+        s.extend([Saved::Extra(1), Saved::Extra(2)]);
+    } else {
+        s.extend([Saved::Extra(2), Saved::Extra(1)]);
+    }
     s
 }
 

@@ -90,11 +90,12 @@ impl Op for ScaledDotProductAttentionBias {
     // the mask the kernel reads is the padded copy when there is one (the extra after the
     // backend's three), else the mask itself
     fn saved_for_backward(&self, ctx: &OpCtx) -> Vec<Saved> {
-        let mask = match self.padded_mask(self.backend(ctx), ctx) {
+        let backend = self.backend(ctx);
+        let mask = match self.padded_mask(backend, ctx) {
             Some(_) => Saved::Extra(3),
             None => Saved::Input(3),
         };
-        fused_saved(Some(mask))
+        fused_saved(Some(mask), backend)
     }
 }
 

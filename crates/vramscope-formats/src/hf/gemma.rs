@@ -52,8 +52,8 @@ use super::layers::{
     activation_fn, add, apply_rotary, attention_output, cached_attention, eager_attention,
     embedding_lookup, gemma_rms_norm, heads_first_grads, linear, model_mask, mul, mul_scalar,
     padding_input, position_ids, projection_dtype, rope_init, rotary, rotary_with_buffers,
-    rotated_heads_view, sdpa, sdpa_masked, tied_head, view, Call, Eager, EagerFlavor, KvCache,
-    MaskPattern, ROPE_INIT_DEFAULT, ROPE_INIT_GEMMA3_TWO_SETS,
+    rotated_heads_view, sdpa, sdpa_grads_like_inputs, sdpa_masked, tied_head, view, Call, Eager,
+    EagerFlavor, KvCache, MaskPattern, ROPE_INIT_DEFAULT, ROPE_INIT_GEMMA3_TWO_SETS,
 };
 use super::seq_cls::{decoder_outputs, sequence_classification, DecoderHead};
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
@@ -1039,7 +1039,10 @@ fn attention(
     // (Gemma3's q/k norms keep the heads-first layout rotary gives them; its sliding layers past
     // the window copy too: truth traces at 516 tokens)
     let [q_copied, k_copied, v_copied] = heads_first_grads(
-        (call.cache.is_some(), c.proj != c.dtype),
+        (
+            call.cache.is_some(),
+            sdpa_grads_like_inputs(c.compute.size() == 2, mask.is_some(), s.attn_dropout),
+        ),
         c.eager,
         mask.is_some(),
         (s.heads, s.kv_heads),

@@ -10,9 +10,9 @@ use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
 use super::generate::CausalLm;
 use super::layers::{
-    add, add_scalar, cached_attention, conv1d, decoder_causal_mask, dropout, embedding, mul,
-    mul_scalar, packed_sequence_check, padding_input, position_ids, pow_fp32, view, Call, Eager,
-    EagerFlavor, KvCache,
+    add, add_scalar, cached_attention, conv1d, decoder_causal_mask, dropout, embedding, heads_view,
+    mul, mul_scalar, packed_sequence_check, padding_input, position_ids, pow_fp32,
+    sdpa_grads_like_inputs, view, Call, Eager, EagerFlavor, KvCache,
 };
 use super::seq_cls::{base_model, decoder_head, decoder_outputs, qa_inputs, DecoderHead};
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
@@ -235,13 +235,19 @@ fn block(
             },
             &[qkv],
         );
-        let d = e / s.heads;
+        // with a cache (a per-token head's base model in training), flash / cuDNN attention's
+        // gradients of the cached k and v come back heads-first
+        let cached_grads = call.cache.is_some()
+            && call.eager_mask.is_none()
+            && sdpa_grads_like_inputs(
+                attention.compute_dtype().size() == 2,
+                call.padded_sdpa.is_some(),
+                s.attn_pdrop,
+            );
         let heads: Vec<TensorId> = parts
             .iter()
-            .map(|&t| {
-                let t = view(b, "view", t, vec![bsz, seq, s.heads, d]);
-                view(b, "transpose", t, vec![bsz, s.heads, seq, d])
-            })
+            .enumerate()
+            .map(|(i, &t)| heads_view(b, t, s.heads, cached_grads && i > 0))
             .collect();
         let o = cached_attention(
             b,

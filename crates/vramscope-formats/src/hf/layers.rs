@@ -260,25 +260,24 @@ pub fn rotated_heads_view(
 ///   cache while training), and those of eager attention with a cache (truth traces of Gemma2);
 /// - v's too when `repeat_kv` expands k and v before SDPA (a mask, fewer KV heads than heads):
 ///   `ExpandBackward0` sums v's gradient into a new `[B, kv, S, D]` tensor (truth traces of
-///   Mistral past its sliding window and Gemma-3-4B); and when a cache's first concatenation
-///   promoted v to the keys' dtype (`half_values`: under autocast the keys leave rotary in
-///   float32, the values in the autocast dtype, and `DynamicLayer` starts both from empty
-///   tensors of the keys' dtype), whose `CatBackward0` casts v's gradient back into a new
-///   heads-first tensor (truth traces of Qwen2's and Mixtral's token classifiers under AMP);
+///   Mistral past its sliding window and Gemma-3-4B); and with a cache when SDPA's kernel lays
+///   its gradients out like its inputs ([`sdpa_grads_like_inputs`]), here the cache's
+///   concatenations, contiguous heads-first (truth traces of Llama-3.2's and Qwen2's token
+///   classifiers and question answering in float32, pure bf16 and AMP);
 /// - all three in eager training with fewer KV heads than heads (truth traces of Qwen2-small's
 ///   step, and of Qwen3's with checkpointing and a padded batch), or with a batch of one, where
 ///   matmul takes q, k and v as views and bmm's gradients come back heads-first (truth traces of
 ///   Phi-3 and Mistral at batch 1), or for Phi-3 (`fused_half`), whose rotary `cat` makes q and k
 ///   contiguous and whose v is a slice (truth traces of eager Phi-3 at batch 2).
 ///
-/// `half_values`: v leaves its projection in a lower precision than k leaves rotary.
+/// `like_inputs`: [`sdpa_grads_like_inputs`].
 /// `fused_half`: q, k and v are slices of one fused projection (Phi-3's `qkv_proj`), `Some(half)`
 /// with whether attention runs in half precision. Under SDPA q and k are then `cat` results
 /// whose gradients come back heads-first, and so does v's from the half-precision kernels (v, a
 /// slice, is not dense), whatever the cache: q and k copied with mem-efficient attention, all
 /// three with cuDNN (truth traces of Phi-3 in float32 and under AMP fp16).
 pub fn heads_first_grads(
-    (cache, half_values): (bool, bool),
+    (cache, like_inputs): (bool, bool),
     eager: bool,
     masked: bool,
     (heads, kv_heads): (u64, u64),
@@ -291,7 +290,26 @@ pub fn heads_first_grads(
     if let (Some(half), false) = (fused_half, eager) {
         return [true, true, half];
     }
-    [true, true, (masked && gqa) || (cache && half_values)]
+    [true, true, (masked && gqa) || (cache && like_inputs)]
+}
+
+/// Whether SDPA's kernel returns gradients laid out like its inputs: flash and cuDNN attention
+/// (half precision; with a mask cuDNN, which has no dropout), not mem-efficient attention (float32,
+/// or a mask with dropout), whose gradients are `[B, S, H, D]` whatever its inputs. With a cache
+/// the keys and values it is given are the cache's concatenations, contiguous `[B, H, S, D]`, so
+/// their gradients reach the projections' `.view` heads-first and `ViewBackward0` copies them
+/// (truth traces of the per-token heads' base models, which fill a cache while training).
+pub fn sdpa_grads_like_inputs(half: bool, masked: bool, dropout_p: f64) -> bool {
+    half && (!masked || dropout_p == 0.0)
+}
+
+/// `[B, S, E]` viewed as `[B, H, S, D]` (`view` then `transpose(1, 2)`), its gradient copied by
+/// `ViewBackward0` when `copied` (it comes back heads-first: [`sdpa_grads_like_inputs`]).
+pub fn heads_view(b: &mut GraphBuilder, t: TensorId, heads: u64, copied: bool) -> TensorId {
+    let s = b.shape(t).to_vec();
+    let (bsz, seq, e) = (s[0], s[1], s[2]);
+    let t = rotated_heads_view(b, t, vec![bsz, seq, heads, e / heads], copied);
+    view(b, "transpose", t, vec![bsz, heads, seq, e / heads])
 }
 
 /// The dtype a decoder's q, k, v, gate and up projections return, fed a norm's output in the

@@ -31,8 +31,9 @@ use super::generate::CausalLm;
 use super::layers::{
     add, apply_rotary, apply_rotary_sliced, attention_output, cached_attention, dropout, embedding,
     heads_first_grads, linear, model_mask, mul, padding_input, position_ids, projection_dtype,
-    rms_norm, rope_init, rotary, rotated_heads_view, sdpa, sdpa_masked_then, view, Call, Eager,
-    EagerFlavor, KvCache, MaskPattern, ROPE_INIT_DEFAULT, ROPE_INIT_LLAMA3,
+    rms_norm, rope_init, rotary, rotated_heads_view, sdpa, sdpa_grads_like_inputs,
+    sdpa_masked_then, view, Call, Eager, EagerFlavor, KvCache, MaskPattern, ROPE_INIT_DEFAULT,
+    ROPE_INIT_LLAMA3,
 };
 use super::seq_cls::{base_model, decoder_head, decoder_outputs, qa_inputs, DecoderHead};
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
@@ -727,7 +728,10 @@ pub(super) fn attention(
     // rotary gives them
     let phi3 = s.variant == Variant::Phi3;
     let [q_copied, k_copied, v_copied] = heads_first_grads(
-        (call.cache.is_some(), proj_out != dtype),
+        (
+            call.cache.is_some(),
+            sdpa_grads_like_inputs(proj_dtype.size() == 2, mask.is_some(), s.attn_dropout),
+        ),
         call.eager_mask.is_some(),
         mask.is_some(),
         (s.heads, s.kv_heads),
