@@ -211,6 +211,9 @@ pub fn build(
         let (x, word) = b.module("embeddings", &format!("{prefix}Embeddings"), &[ids], |b| {
             embeddings(b, &s, flavor, ids)
         });
+        // `embedding_output` is a local of the model's forward until it returns, after the
+        // pooler (truth traces of inference)
+        b.hold(&[x]);
         let mut x = x;
         // a padded batch's mask, handed to every layer
         let mask = encoder_padded_mask(
@@ -254,7 +257,7 @@ pub fn build(
         .collect();
     if bare {
         // BaseModelOutputWithPooling(last_hidden_state, pooler_output)
-        let (h, _, pooled) = encoder(&mut b);
+        let (h, _, pooled) = b.frame(encoder);
         let outputs: Vec<TensorId> = std::iter::once(h).chain(pooled).collect();
         let graph = b
             .finish(&outputs, Task::Features)
