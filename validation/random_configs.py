@@ -217,7 +217,11 @@ def measured_against(what, measure_cmd, vramscope_args):
     t = subprocess.run(measure_cmd, capture_output=True, text=True)
     if t.returncode != 0:
         return what, f"measure.py failed: {(t.stderr.strip() or t.stdout.strip())[-300:]}"
-    truth = json.loads(t.stdout)["overall"]["peak"]
+    record = json.loads(t.stdout.strip().splitlines()[-1])
+    if "overall" not in record:
+        # measure_more_optimizers.py prints a failed case's record and exits 0
+        return what, f"measure failed: {str(record.get('error'))[-300:]}"
+    truth = record["overall"]["peak"]
     r = subprocess.run([BIN, "estimate", *vramscope_args, "--json"], capture_output=True, text=True)
     if r.returncode != 0:
         return what, f"vramscope error: {r.stderr.strip()[:200]}"

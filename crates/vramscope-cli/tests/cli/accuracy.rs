@@ -245,6 +245,17 @@ fn phi3_window_cases_match_truth() {
     assert_phases_within(&cases("hf_phi3_window.jsonl"), 0.0);
 }
 
+/// Full-width per-token heads and bare models (`validation/make_large_head_fixtures.sh`): a bare
+/// BertModel (hidden 8192, a 256k vocabulary) in AMP fp16 inference, whose `embedding_output`
+/// stays a local of the model's forward until after the pooler (-0.12% at its peak when it was
+/// freed before), and a Llama token classifier trained in float32 at 4096 tokens. Byte-exact in
+/// every phase.
+#[test]
+fn large_head_cases_match_truth() {
+    check_tight("hf_large_heads.jsonl", 2);
+    assert_phases_within(&cases("hf_large_heads.jsonl"), 0.0);
+}
+
 /// Padded batches (`--padded`: the batch's `attention_mask` passed to the model, as a padding
 /// data collator makes it; validation/padding_models.py): the `[B, 1, S, S]` boolean mask
 /// `and_masks(causal, sliding window or bidirectional, padding)` builds, SDPA's cuDNN (decoders)
