@@ -338,3 +338,53 @@ impl Optimizer {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `_single_tensor_adafactor`'s allocations per parameter (torch/optim/_adafactor.py): the
+    /// norms read with `.item()`, the factored means of a matrix (or a stack of them: an MoE's
+    /// 3-d experts factor their last two dimensions), `var_estimate` and its divisor; a vector's
+    /// `grad * grad` and `variance.clone()`. `update` is `var_estimate` itself.
+    #[test]
+    fn adafactor_loop_binds_the_functions_locals() {
+        use LoopStep::*;
+        let [row_mean, col_mean, var_estimate, grad_squared, update] = [0, 1, 2, 3, 4];
+        assert_eq!(
+            Optimizer::Adafactor.loop_locals()[var_estimate],
+            "var_estimate"
+        );
+        assert_eq!(
+            Optimizer::Adafactor.parameter_loop(&[8, 64, 32]),
+            vec![
+                Transient(vec![]),
+                Bind(row_mean, vec![8, 64, 1]),
+                Bind(col_mean, vec![8, 1, 32]),
+                Bind(var_estimate, vec![8, 64, 32]),
+                Transient(vec![8, 1, 1]),
+                Alias(update, var_estimate),
+                Transient(vec![]),
+            ]
+        );
+        assert_eq!(
+            Optimizer::Adafactor.parameter_loop(&[32]),
+            vec![
+                Transient(vec![]),
+                Bind(grad_squared, vec![32]),
+                Bind(var_estimate, vec![32]),
+                Alias(update, var_estimate),
+                Transient(vec![]),
+            ]
+        );
+        assert!(Optimizer::AdamW.parameter_loop(&[32]).is_empty());
+    }
+
+    /// bitsandbytes keeps 32-bit states, and needs no quantisation map, below `min_8bit_size`.
+    #[test]
+    fn eight_bit_adam_uses_its_maps_from_min_8bit_size() {
+        assert!(!Optimizer::Adam8bit.uses_shared_state(&[64, 63]));
+        assert!(Optimizer::Adam8bit.uses_shared_state(&[64, 64]));
+        assert!(!Optimizer::AdamW.uses_shared_state(&[4096, 4096]));
+    }
+}
