@@ -43,6 +43,9 @@
 #   q's and k's after rotary (Qwen2-small token classification under AMP bf16, Llama 3.2 question
 #   answering in float32 with mem-efficient attention, whose v gradient is not copied, and token
 #   classification in pure bf16; GPT-2 token classification and OPT question answering, no rotary).
+# - The MoE routers' renormalisation `w /= w.sum(-1, keepdim=True)` in backward (Mixtral under AMP
+#   bf16, Qwen3-MoE in float32): DivBackward0 makes the divisor's gradient as [T, k] float32
+#   pieces, frees the pieces, makes w's gradient, and the engine sums the divisor's to [T, 1].
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-$HOME/.venvs/truth}
@@ -120,5 +123,7 @@ llama32_1b_2l qa fp32 sgdm 4 512 it1.backward decoder_heads:llama32_1b_2l_qa_b4_
 llama32_1b_2l token-cls pbf16 sgd 4 512 it1.backward decoder_heads:llama32_1b_2l_tokcls_b4_s512_pbf16_sgd
 gpt2_2l token-cls bf16 adamw 8 512 it1.backward decoder_heads:gpt2_2l_tokcls_b8_s512_bf16_adamw
 opt_125m_2l qa bf16 adamw 8 512 it1.backward decoder_heads:opt_125m_2l_qa_b8_s512_bf16_adamw
+mixtral_small_2l causal-lm bf16 adamw 2 256 it1.backward -
+qwen3_moe_small_2l causal-lm fp32 sgd 2 256 it1.backward -
 CASES
 wc -c "$out"

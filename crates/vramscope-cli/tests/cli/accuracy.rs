@@ -1000,11 +1000,13 @@ fn trace_event_case(case: &Value, dir: &std::path::Path) -> (String, std::path::
 /// and v come back heads-first and are copied at the projections' `ViewBackward0`, as q's and k's
 /// after rotary are (Qwen2 token classification under AMP, Llama 3.2 question answering in
 /// float32, whose mem-efficient kernel's v gradient is not copied, and token classification in
-/// pure bf16; GPT-2 and OPT, without rotary).
+/// pure bf16; GPT-2 and OPT, without rotary). The MoE routers' `w /= w.sum(-1, keepdim=True)` in
+/// backward (Mixtral, Qwen3-MoE): the divisor's gradient made as `[T, k]` pieces, the pieces
+/// freed, then w's gradient, then the engine's sum down to `[T, 1]`.
 #[test]
 fn frees_release_the_tensors_truth_releases() {
     let all = cases("events/free_order.jsonl");
-    assert_eq!(all.len(), 24);
+    assert_eq!(all.len(), 26);
     let dir = std::env::temp_dir().join(format!("vramscope-free-order-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     for case in &all {

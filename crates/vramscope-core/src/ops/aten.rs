@@ -62,6 +62,8 @@ pub struct Aten {
     pub backward_temporaries: Vec<TensorRule>,
     /// Transient allocations before the outputs, as a program (see [`Op::forward_scratch`]).
     pub scratch: Vec<Scratch>,
+    /// The same in backward, before the input gradients (see [`Op::backward_scratch`]).
+    pub backward_scratch: Vec<Scratch>,
     /// Gradient rule per input; `None` is the default (a new tensor for every float input).
     pub grads: Option<Vec<GradIn>>,
     /// Backward allocates the input gradients last input first.
@@ -94,6 +96,7 @@ impl Aten {
             temporaries: Vec::new(),
             backward_temporaries: Vec::new(),
             scratch: Vec::new(),
+            backward_scratch: Vec::new(),
             grads: None,
             grad_order: GradOrder::LeftToRight,
             differentiable: true,
@@ -181,6 +184,13 @@ impl Aten {
     /// Sets the program of transient allocations made before the outputs.
     pub fn scratch(mut self, program: Vec<Scratch>) -> Self {
         self.scratch = program;
+        self
+    }
+
+    /// Sets the program of transient allocations backward makes before the input gradients
+    /// (what it leaves allocated goes once the gradients exist).
+    pub fn backward_scratch(mut self, program: Vec<Scratch>) -> Self {
+        self.backward_scratch = program;
         self
     }
 
@@ -284,6 +294,10 @@ impl Op for Aten {
 
     fn forward_scratch(&self, _ctx: &OpCtx) -> Vec<Scratch> {
         self.scratch.clone()
+    }
+
+    fn backward_scratch(&self, _ctx: &OpCtx) -> Vec<Scratch> {
+        self.backward_scratch.clone()
     }
 
     fn saved_for_backward(&self, _ctx: &OpCtx) -> Vec<Saved> {

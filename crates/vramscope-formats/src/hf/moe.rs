@@ -25,7 +25,7 @@
 //! temporaries are left out.
 
 use vramscope_core::ops::{
-    ActivationKind, Alias, Aten, DTypeRule, GradIn, MatMul, Saved, Softmax, ToDtype, View,
+    ActivationKind, Alias, Aten, DTypeRule, GradIn, MatMul, Saved, Scratch, Softmax, ToDtype, View,
 };
 use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
@@ -603,18 +603,30 @@ fn router(b: &mut GraphBuilder, m: &Moe, c: &Ctx, x: TensorId) -> (TensorId, Ten
                     Aten::new("sum", vec![t, 1]).grads(vec![GradIn::PassThrough(0)]),
                     &[weights],
                 );
-                // div_ needs the original weights for the divisor's gradient: a clone; its backward
-                // computes -grad * (w / s) / s in [T, k] pieces, then grad / s, then sums the
-                // divisor's gradient down to [T, 1]
+                // div_ needs the original weights for the divisor's gradient: a clone. Its
+                // backward computes the divisor's gradient -grad * ((w / s) / s) as [T, k] float32
+                // pieces (the two quotients and -grad die with the expression, the last made
+                // first), then w's, grad / s, and the engine sums the divisor's down to [T, 1]
+                // and drops the [T, k] one (truth traces of Mixtral and Qwen-MoE)
+                let piece = Scratch::Alloc {
+                    bytes: t * k * DType::F32.size(),
+                    what: "backward temporary",
+                };
                 let div = Aten {
                     alias: Alias::InPlace(0),
                     ..Aten::new("div_", vec![t, k])
                 }
                 .extra(vec![t, k], like)
                 .saves(vec![Saved::Input(1), Saved::Extra(0)])
-                .backward_temporary(vec![t, k], like)
-                .backward_temporary(vec![t, k], like)
-                .backward_temporary(vec![t, k], like);
+                .backward_scratch(vec![
+                    piece,
+                    piece,
+                    piece,
+                    piece,
+                    Scratch::Free(2),
+                    Scratch::Free(1),
+                    Scratch::Free(0),
+                ]);
                 weights = b.op(div, &[weights, sum]);
             }
             if c.flavor != Flavor::Mixtral {
