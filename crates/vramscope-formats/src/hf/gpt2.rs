@@ -244,10 +244,13 @@ fn block(
                 call.padded_sdpa.is_some(),
                 s.attn_pdrop,
             );
+        // eager attention's matmuls hand q's and v's gradients back heads-first too (k's, the
+        // transposed operand, comes back laid out like k: its view needs no copy)
+        let eager = call.eager_mask.is_some();
         let heads: Vec<TensorId> = parts
             .iter()
             .enumerate()
-            .map(|(i, &t)| heads_view(b, t, s.heads, cached_grads && i > 0))
+            .map(|(i, &t)| heads_view(b, t, s.heads, (cached_grads && i > 0) || (eager && i != 1)))
             .collect();
         let o = cached_attention(
             b,
