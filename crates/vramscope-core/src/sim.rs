@@ -2274,28 +2274,33 @@ impl<'g> Sim<'g> {
             let meta = self.param_meta(ParamId(i as u32));
             let module = Some(self.g.params[i].module);
             for step in opt.parameter_loop(self.shapes.get(meta.shape)) {
-                match step {
+                // the local rebound, and what it held before
+                let (local, value) = match step {
                     LoopStep::Bind(local, shape) => {
                         let m = self.meta_like(meta.shape, &shape, meta.dtype);
                         let lbl = Label::new(names[local]);
-                        let t = self.new_storage(m, Category::Temporaries, lbl, module);
-                        if let Some(old) = locals[local].replace(t) {
-                            self.decref(old);
-                        }
+                        (
+                            local,
+                            Some(self.new_storage(m, Category::Temporaries, lbl, module)),
+                        )
                     }
                     LoopStep::Alias(local, from) => {
-                        let t = locals[from].expect("an alias of a bound local");
-                        self.incref(t);
-                        if let Some(old) = locals[local].replace(t) {
-                            self.decref(old);
+                        let value = locals[from];
+                        if let Some(t) = value {
+                            self.incref(t);
                         }
+                        (local, value)
                     }
                     LoopStep::Transient(shape) => {
                         let m = self.meta_like(meta.shape, &shape, meta.dtype);
                         let lbl = Label::new("step temporary");
                         let t = self.new_storage(m, Category::Temporaries, lbl, module);
                         self.decref(t);
+                        continue;
                     }
+                };
+                if let Some(old) = std::mem::replace(&mut locals[local], value) {
+                    self.decref(old);
                 }
             }
         }

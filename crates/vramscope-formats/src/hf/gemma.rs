@@ -1099,8 +1099,7 @@ fn attention(
         // over the cached keys and values (query_states stays a local)
         b.hold(&[q]);
         let (k, v) = cache.update(b, layer, k, v);
-        let o = sdpa_masked(b, q, k, v, m, s.attn_dropout, c.compute);
-        let o = merged(b, o);
+        let o = sdpa_masked(b, q, k, v, m, s.attn_dropout, c.compute, merged);
         return (
             linear(b, "o_proj", s.heads * d, s.hidden, s.attn_bias, o),
             None,
@@ -1126,10 +1125,10 @@ fn attention(
                 b.frame(|b| eager_attention(b, eager, q, k, v, &[m], s.attn_dropout, false));
             (o, Some(w))
         }
-        (_, Some(m)) => {
-            let o = sdpa_masked(b, q, k, v, m, s.attn_dropout, c.compute);
-            (merged(b, o), None)
-        }
+        (_, Some(m)) => (
+            sdpa_masked(b, q, k, v, m, s.attn_dropout, c.compute, merged),
+            None,
+        ),
         (_, None) => {
             let o = sdpa(b, q, k, v, s.attn_dropout, true);
             (merged(b, o), None)

@@ -11,8 +11,8 @@ use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 use super::generate::CausalLm;
 use super::layers::{
     add, add_scalar, cached_attention, conv1d, decoder_causal_mask, dropout, embedding, heads_view,
-    mul, mul_scalar, packed_sequence_check, padding_input, position_ids, pow_fp32,
-    sdpa_grads_like_inputs, view, Call, Eager, EagerFlavor, KvCache,
+    mul, mul_scalar, packed_sequence_check, padding_input, position_ids, pow_fp32, view, Call,
+    Eager, EagerFlavor, KvCache,
 };
 use super::seq_cls::{base_model, decoder_head, decoder_outputs, qa_inputs, DecoderHead};
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
@@ -235,17 +235,13 @@ fn block(
             },
             &[qkv],
         );
-        // with a cache (a per-token head's base model in training), flash / cuDNN attention's
-        // gradients of the cached k and v come back heads-first
-        let cached_grads = call.cache.is_some()
-            && call.eager_mask.is_none()
-            && sdpa_grads_like_inputs(
-                attention.compute_dtype().size() == 2,
-                call.padded_sdpa.is_some(),
-                s.attn_pdrop,
-            );
+        // with a cache, flash / cuDNN attention's gradients of the cached k and v come back
+        // heads-first
+        let cached_grads =
+            call.cached_kv_grads_heads_first(attention.compute_dtype().size() == 2, s.attn_pdrop);
         // eager attention's matmuls hand q's and v's gradients back heads-first too (k's, the
-        // transposed operand, comes back laid out like k: its view needs no copy)
+        // transposed operand, comes back laid out like k: its view needs no copy;
+        // validation/grad_layout_probe.py)
         let eager = call.eager_mask.is_some();
         let heads: Vec<TensorId> = parts
             .iter()

@@ -1194,25 +1194,13 @@ pub fn repeat_kv(b: &mut GraphBuilder, x: TensorId, n_rep: u64) -> TensorId {
 /// backward. One query over GQA heads (a decode step past a sliding window) is `pack_gqa`
 /// instead: q viewed as `[B, H_kv, n_rep, D]`, no repeat, and the output, laid out
 /// `[B, n_rep, H_kv, D]` by the kernel, reshaped back into `[B, H, 1, D]` (a copy unless there
-/// is one key/value head). Returns `[B, H, L, D]`.
+/// is one key/value head). Returns what `then` makes of that `[B, H, L, D]` output.
+///
+/// `then` runs on the output before `sdpa_attention_forward` returns: its caller's
+/// `attn_output.transpose(1, 2).contiguous()` (a copy for Phi-3's output, a view for the others)
+/// is made while the repeated k and v are still its locals (truth traces).
 #[allow(clippy::too_many_arguments)]
 pub fn sdpa_masked(
-    b: &mut GraphBuilder,
-    q: TensorId,
-    k: TensorId,
-    v: TensorId,
-    mask: TensorId,
-    dropout_p: f64,
-    dtype: DType,
-) -> TensorId {
-    sdpa_masked_then(b, q, k, v, mask, dropout_p, dtype, |_, o| o)
-}
-
-/// [`sdpa_masked`], then `then` on its output before `sdpa_attention_forward` returns: its
-/// `attn_output.transpose(1, 2).contiguous()`, a copy for Phi-3's output, is made while the
-/// repeated k and v are still its locals (truth traces).
-#[allow(clippy::too_many_arguments)]
-pub fn sdpa_masked_then(
     b: &mut GraphBuilder,
     q: TensorId,
     k: TensorId,
@@ -1431,9 +1419,8 @@ pub fn encoder_self_attention(
             // a padded batch's `[B, 1, S, S]` mask (`padded_attention_mask`), made additive in
             // the attention's dtype
             Some((mask, dtype)) => {
-                let [q, k, v] = qkv.map(|t| split_heads(b, t, heads));
-                let o = sdpa_masked(b, q, k, v, mask, dropout_p, dtype);
-                merge_heads(b, o)
+                let [q, k, v] = qkv.map(|t| heads_view(b, t, heads, false));
+                sdpa_masked(b, q, k, v, mask, dropout_p, dtype, merge_heads)
             }
             None => attention_core(b, qkv, heads, dropout_p, false),
         };
@@ -1458,7 +1445,7 @@ pub fn attention_core(
     dropout_p: f64,
     causal: bool,
 ) -> TensorId {
-    let [q, k, v] = qkv.map(|t| split_heads(b, t, heads));
+    let [q, k, v] = qkv.map(|t| heads_view(b, t, heads, false));
     let o = sdpa(b, q, k, v, dropout_p, causal);
     merge_heads(b, o)
 }
@@ -1489,16 +1476,8 @@ pub fn decoder_heads(b: &mut GraphBuilder, t: TensorId, heads: u64, call: &Call)
     if call.eager_mask.is_some() && call.cache.is_none() {
         eager_heads(b, t, heads)
     } else {
-        split_heads(b, t, heads)
+        heads_view(b, t, heads, false)
     }
-}
-
-/// `[B, S, E]` viewed as `[B, H, S, D]` (`view` then `transpose(1, 2)`).
-fn split_heads(b: &mut GraphBuilder, t: TensorId, heads: u64) -> TensorId {
-    let s = b.shape(t).to_vec();
-    let (bsz, seq, e) = (s[0], s[1], s[2]);
-    let t = view(b, "view", t, vec![bsz, seq, heads, e / heads]);
-    view(b, "transpose", t, vec![bsz, heads, seq, e / heads])
 }
 
 /// A projection `[B, S, E]` viewed as eager attention's `[B, H, S, D]` operand (`view` then
@@ -1712,6 +1691,16 @@ impl Call<'_> {
         }
     }
 
+    /// Whether SDPA's gradients of the cached k and v reach their projections' `.view`
+    /// heads-first ([`sdpa_grads_like_inputs`]): with a cache (a per-token head's base model in
+    /// training), SDPA (no eager mask) in half precision (`half`) with `dropout_p`, over the
+    /// padded batch's mask when there is one.
+    pub fn cached_kv_grads_heads_first(&self, half: bool, dropout_p: f64) -> bool {
+        self.cache.is_some()
+            && self.eager_mask.is_none()
+            && sdpa_grads_like_inputs(half, self.padded_sdpa.is_some(), dropout_p)
+    }
+
     /// `hidden_states[:, -1:, :]` before the head when only the last logits are kept.
     pub fn head_input(&self, b: &mut GraphBuilder, h: TensorId) -> TensorId {
         if !self.last_logits_only {
@@ -1761,8 +1750,16 @@ pub fn cached_attention(
         return o;
     }
     if let Some(mask) = call.padded_sdpa {
-        let o = sdpa_masked(b, q, k, v, mask, dropout_p, eager.compute_dtype());
-        return merge_heads(b, o);
+        return sdpa_masked(
+            b,
+            q,
+            k,
+            v,
+            mask,
+            dropout_p,
+            eager.compute_dtype(),
+            merge_heads,
+        );
     }
     let causal = b.shape(q)[2] > 1;
     let o = sdpa(b, q, k, v, dropout_p, causal);

@@ -31,9 +31,8 @@ use super::generate::CausalLm;
 use super::layers::{
     add, apply_rotary, apply_rotary_sliced, attention_output, cached_attention, dropout, embedding,
     heads_first_grads, linear, model_mask, mul, padding_input, position_ids, projection_dtype,
-    rms_norm, rope_init, rotary, rotated_heads_view, sdpa, sdpa_grads_like_inputs,
-    sdpa_masked_then, view, Call, Eager, EagerFlavor, KvCache, MaskPattern, ROPE_INIT_DEFAULT,
-    ROPE_INIT_LLAMA3,
+    rms_norm, rope_init, rotary, rotated_heads_view, sdpa, sdpa_grads_like_inputs, sdpa_masked,
+    view, Call, Eager, EagerFlavor, KvCache, MaskPattern, ROPE_INIT_DEFAULT, ROPE_INIT_LLAMA3,
 };
 use super::seq_cls::{base_model, decoder_head, decoder_outputs, qa_inputs, DecoderHead};
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
@@ -815,7 +814,7 @@ pub(super) fn attention(
                 None => (k, v),
             };
             // one query: the output is already laid out like q
-            let o = sdpa_masked_then(b, q, k, v, m, s.attn_dropout, proj_dtype, |b, o| {
+            let o = sdpa_masked(b, q, k, v, m, s.attn_dropout, proj_dtype, |b, o| {
                 attention_output(b, o, phi3 && seq > 1, proj_dtype.size() == 2)
             });
             view(b, "reshape", o, vec![bsz, seq, s.heads * d])
@@ -842,7 +841,7 @@ pub(super) fn attention(
                 |b: &mut GraphBuilder, o| attention_output(b, o, phi3, proj_dtype.size() == 2);
             let o = match mask {
                 // a materialized mask: k and v repeated to all heads, the mask made additive
-                Some(m) => sdpa_masked_then(b, q, k, v, m, s.attn_dropout, proj_dtype, merge),
+                Some(m) => sdpa_masked(b, q, k, v, m, s.attn_dropout, proj_dtype, merge),
                 None => {
                     let o = sdpa(b, q, k, v, s.attn_dropout, true);
                     merge(b, o)

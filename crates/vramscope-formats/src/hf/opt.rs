@@ -11,8 +11,8 @@ use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 use super::generate::CausalLm;
 use super::layers::{
     activation, activation_kind, add, cached_attention, decoder_causal_mask, decoder_heads,
-    dropout_fn, embedding, heads_view, layer_norm, linear, mul_scalar, padding_input,
-    sdpa_grads_like_inputs, view, Call, Eager, EagerFlavor, KvCache,
+    dropout_fn, embedding, heads_view, layer_norm, linear, mul_scalar, padding_input, view, Call,
+    Eager, EagerFlavor, KvCache,
 };
 use super::seq_cls::{base_model, decoder_head, decoder_outputs, qa_inputs, DecoderHead};
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
@@ -303,15 +303,10 @@ fn layer(
         let q = mul_scalar(b, q);
         let k = linear(b, "k_proj", e, e, s.bias, x);
         let v = linear(b, "v_proj", e, e, s.bias, x);
-        // with a cache (a per-token head's base model in training), flash / cuDNN attention's
-        // gradients of the cached k and v come back heads-first
-        let cached_grads = call.cache.is_some()
-            && call.eager_mask.is_none()
-            && sdpa_grads_like_inputs(
-                m.attention.compute_dtype().size() == 2,
-                call.padded_sdpa.is_some(),
-                s.attn_dropout,
-            );
+        // with a cache, flash / cuDNN attention's gradients of the cached k and v come back
+        // heads-first
+        let cached_grads = call
+            .cached_kv_grads_heads_first(m.attention.compute_dtype().size() == 2, s.attn_dropout);
         let q = decoder_heads(b, q, s.heads, call);
         let [k, v] = [k, v].map(|t| {
             if cached_grads {
