@@ -256,6 +256,17 @@ fn large_head_cases_match_truth() {
     assert_phases_within(&cases("hf_large_heads.jsonl"), 0.0);
 }
 
+/// Eager attention's k gradient by batch size (`validation/make_eager_batch_fixtures.sh`): bmm
+/// hands it back `[B, H, D, S]`, which needs no copy for one sequence and a copy by the
+/// projection's `UnsafeViewBackward0` from two on, after v_proj's backward in OPT. BERT,
+/// DistilBERT, RoBERTa and T5 at batch 1 (one `[S, E]` copy per layer too many before), OPT at
+/// batches 1 and 4. Byte-exact in every phase.
+#[test]
+fn eager_batch_cases_match_truth() {
+    check_tight("hf_eager_batch.jsonl", 6);
+    assert_phases_within(&cases("hf_eager_batch.jsonl"), 0.0);
+}
+
 /// Padded batches (`--padded`: the batch's `attention_mask` passed to the model, as a padding
 /// data collator makes it; validation/padding_models.py): the `[B, 1, S, S]` boolean mask
 /// `and_masks(causal, sliding window or bidirectional, padding)` builds, SDPA's cuDNN (decoders)

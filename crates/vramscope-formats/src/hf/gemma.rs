@@ -1046,7 +1046,7 @@ fn attention(
         c.eager,
         mask.is_some(),
         (s.heads, s.kv_heads),
-        (bsz, None),
+        None,
     );
     let heads_of = |b: &mut GraphBuilder, name: &str, heads: u64, copied: bool| {
         let t = linear(b, name, s.hidden, heads * d, s.attn_bias, x);

@@ -264,11 +264,11 @@ pub fn rotated_heads_view(
 ///   its gradients out like its inputs ([`sdpa_grads_like_inputs`]), here the cache's
 ///   concatenations, contiguous heads-first (truth traces of Llama-3.2's and Qwen2's token
 ///   classifiers and question answering in float32, pure bf16 and AMP);
-/// - all three in eager training with fewer KV heads than heads (truth traces of Qwen2-small's
-///   step, and of Qwen3's with checkpointing and a padded batch), or with a batch of one, where
-///   matmul takes q, k and v as views and bmm's gradients come back heads-first (truth traces of
-///   Phi-3 and Mistral at batch 1), or for Phi-3 (`fused_half`), whose rotary `cat` makes q and k
-///   contiguous and whose v is a slice (truth traces of eager Phi-3 at batch 2).
+/// - all three in eager training without a cache: bmm hands v's gradient back heads-first, and
+///   rotary's products give q's and k's that layout (truth traces of Qwen2-small's step, of
+///   Qwen3's with checkpointing and a padded batch, of Phi-3 and Mistral at batch 1, of eager
+///   Phi-3 at batch 2, and of Llama, Mixtral and Gemma2 with as many KV heads as heads at
+///   batches 2 and 4).
 ///
 /// `like_inputs`: [`sdpa_grads_like_inputs`].
 /// `fused_half`: q, k and v are slices of one fused projection (Phi-3's `qkv_proj`), `Some(half)`
@@ -281,11 +281,11 @@ pub fn heads_first_grads(
     eager: bool,
     masked: bool,
     (heads, kv_heads): (u64, u64),
-    (batch, fused_half): (u64, Option<bool>),
+    fused_half: Option<bool>,
 ) -> [bool; 3] {
     let gqa = heads > kv_heads;
     if eager && !cache {
-        return [gqa || batch == 1 || fused_half.is_some(); 3];
+        return [true; 3];
     }
     if let (Some(half), false) = (fused_half, eager) {
         return [true, true, half];
@@ -1428,7 +1428,7 @@ pub fn encoder_self_attention(
     };
     let qkv = proj.map(|name| {
         let t = linear(b, name, e, e, true, x);
-        eager_heads(b, t, heads)
+        eager_heads(b, t, heads, name == proj[1])
     });
     b.declare_module("dropout", "Dropout");
     let (o, w) = eager_attention_core(b, qkv, dropout_p, eager, mask.map(|m| m.0));
@@ -1474,7 +1474,7 @@ pub fn eager_attention_core(
 /// v's go through its concatenation), while SDPA's kernels return them in the projection's layout.
 pub fn decoder_heads(b: &mut GraphBuilder, t: TensorId, heads: u64, call: &Call) -> TensorId {
     if call.eager_mask.is_some() && call.cache.is_none() {
-        eager_heads(b, t, heads)
+        eager_heads(b, t, heads, false)
     } else {
         heads_view(b, t, heads, false)
     }
@@ -1482,12 +1482,20 @@ pub fn decoder_heads(b: &mut GraphBuilder, t: TensorId, heads: u64, call: &Call)
 
 /// A projection `[B, S, E]` viewed as eager attention's `[B, H, S, D]` operand (`view` then
 /// `transpose(1, 2)`, right after the projection, as `self.query(x).view(...).transpose(1, 2)`
-/// runs). The gradient comes back from eager attention's bmm laid out `[B, H, S, D]`, which
-/// `ViewBackward0` cannot view as `[B, S, E]`: it copies it (truth traces: a `[B, S, E]` clone
-/// per projection, freed once the projection's backward has used it).
-pub fn eager_heads(b: &mut GraphBuilder, t: TensorId, heads: u64) -> TensorId {
+/// runs). q's and v's gradients come back from eager attention's bmm laid out `[B, H, S, D]`,
+/// which `ViewBackward0` cannot view as `[B, S, E]`: it copies them (truth traces: a `[B, S, E]`
+/// clone per projection, freed once the projection's backward has used it). k, the `key`
+/// operand (`k.transpose(-1, -2)`), gets its gradient back as `[B, H, D, S]`: `ViewBackward0`
+/// views it, and so does the projection's `_unsafe_view` to `[S, E]` rows (a transposed matrix)
+/// for one sequence; from two on the `[B * S, E]` rows are no view of it and the projection's
+/// `UnsafeViewBackward0` copies it, the next node in backward, modelled here (truth traces of
+/// BERT and DistilBERT at batches 1 and 2).
+pub fn eager_heads(b: &mut GraphBuilder, t: TensorId, heads: u64, key: bool) -> TensorId {
     let s = b.shape(t).to_vec();
     let (bsz, seq, e) = (s[0], s[1], s[2]);
+    if key && bsz == 1 {
+        return heads_view(b, t, heads, false);
+    }
     let t = b.op(
         Aten::view("view", vec![bsz, seq, heads, e / heads]).grads(vec![GradIn::New]),
         &[t],

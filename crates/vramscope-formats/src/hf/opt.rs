@@ -5,7 +5,7 @@
 //! after its projection, SDPA `is_causal` or eager attention, functional dropout, then `fc1` + activation + `fc2` on
 //! the flattened `[B·S, E]` rows), a final LayerNorm, and an `lm_head` tied to `embed_tokens`.
 
-use vramscope_core::ops::{Aten, DTypeRule, LayerNorm, Linear};
+use vramscope_core::ops::{Aten, DTypeRule, GradIn, LayerNorm, Linear};
 use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
 use super::generate::CausalLm;
@@ -299,22 +299,42 @@ fn layer(
         input
     };
     let a = b.module("self_attn", "OPTAttention", &[x], |b| {
+        // forward's order: q's projection and view, then k's and v's projections, then their
+        // views (backward runs the nodes last made first)
         let q = linear(b, "q_proj", e, e, s.bias, x);
         let q = mul_scalar(b, q);
+        let q = decoder_heads(b, q, s.heads, call);
         let k = linear(b, "k_proj", e, e, s.bias, x);
+        // eager attention's bmm hands k's gradient back as `[B, H, D, S]`, which k's
+        // `ViewBackward0` views as `[B, S, E]` without a copy (q's and v's come back heads-first
+        // and are copied), as does k_proj's `_unsafe_view` to `[S, E]` rows (a transposed
+        // matrix) for one sequence; from two sequences on, the `[B * S, E]` rows are no view of
+        // it and k_proj's `UnsafeViewBackward0` copies it, after v_proj's backward (truth traces
+        // of OPT's eager training at batches 1, 2 and 4)
+        let eager_k = call.eager_mask.is_some() && call.cache.is_none();
+        let k = if eager_k && bsz > 1 {
+            b.op(
+                Aten::view("_unsafe_view", vec![bsz, seq, e]).grads(vec![GradIn::New]),
+                &[k],
+            )
+        } else {
+            k
+        };
         let v = linear(b, "v_proj", e, e, s.bias, x);
         // with a cache, flash / cuDNN attention's gradients of the cached k and v come back
         // heads-first
         let cached_grads = call
             .cached_kv_grads_heads_first(m.attention.compute_dtype().size() == 2, s.attn_dropout);
-        let q = decoder_heads(b, q, s.heads, call);
-        let [k, v] = [k, v].map(|t| {
-            if cached_grads {
-                heads_view(b, t, s.heads, true)
-            } else {
-                decoder_heads(b, t, s.heads, call)
-            }
-        });
+        let k = if cached_grads || eager_k {
+            heads_view(b, k, s.heads, cached_grads)
+        } else {
+            decoder_heads(b, k, s.heads, call)
+        };
+        let v = if cached_grads {
+            heads_view(b, v, s.heads, true)
+        } else {
+            decoder_heads(b, v, s.heads, call)
+        };
         let o = cached_attention(b, call, index, q, k, v, s.attn_dropout, m.attention);
         linear(b, "out_proj", e, e, s.bias, o)
     });

@@ -845,19 +845,19 @@ fn attention(
     let src = kv.unwrap_or(x);
     let kv_len = b.shape(src)[1];
     let (hn, dk, inner) = (s.heads, s.d_kv, s.inner());
-    let heads = |b: &mut GraphBuilder, t: TensorId, l: u64| {
+    let heads = |b: &mut GraphBuilder, t: TensorId, l: u64, key: bool| {
         if s.eager.is_some() {
-            return eager_heads(b, t, hn);
+            return eager_heads(b, t, hn, key);
         }
         let t = view(b, "view", t, vec![bsz, l, hn, dk]);
         view(b, "transpose", t, vec![bsz, hn, l, dk])
     };
     let q = linear(b, "q", s.d_model, inner, false, x);
-    let q4 = heads(b, q, len);
+    let q4 = heads(b, q, len, false);
     let k = linear(b, "k", s.d_model, inner, false, src);
-    let k4 = heads(b, k, kv_len);
+    let k4 = heads(b, k, kv_len, true);
     let v = linear(b, "v", s.d_model, inner, false, src);
-    let v4 = heads(b, v, kv_len);
+    let v4 = heads(b, v, kv_len, false);
     let cached = s.use_cache && (causal || kv.is_some());
     let (k4, v4) = if cached {
         cache_update(b, s, k4, v4)
