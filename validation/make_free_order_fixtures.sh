@@ -46,6 +46,13 @@
 # - The MoE routers' renormalisation `w /= w.sum(-1, keepdim=True)` in backward (Mixtral under AMP
 #   bf16, Qwen3-MoE in float32): DivBackward0 makes the divisor's gradient as [T, k] float32
 #   pieces, frees the pieces, makes w's gradient, and the engine sums the divisor's to [T, 1].
+# - Eager attention's gradient copies (backward): OPT at batch 2 under AMP bf16 copies k's
+#   gradient at k_proj's `UnsafeViewBackward0`, after v_proj's backward; a Llama with as many KV
+#   heads as heads (a padded batch of 2, AMP bf16) copies q's, k's and v's at their views.
+# - LoRA on Gemma3 (float32, batch 2 x 128), backward: the first layer's mem-efficient kernel
+#   makes k's and v's gradients though neither needs one, dropped as the node returns; the
+#   frozen norms' `1 + weight` product makes no full-size weight gradient.
+# A config with a `/` is a path (less `.json`) instead of a name in fixtures/hf/configs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-$HOME/.venvs/truth}
@@ -101,7 +108,8 @@ if eager_case != "-":
 if ckpt == "ckpt":
     args.append("--gradient-checkpointing")
 for want in phases.split(","):
-    case = {"config": f"fixtures/hf/configs/{cfg}.json", "args": args, "phase": want,
+    config = f"{cfg}.json" if "/" in cfg else f"fixtures/hf/configs/{cfg}.json"
+    case = {"config": config, "args": args, "phase": want,
             "events": by_phase[want]}
     print(json.dumps(case, separators=(",", ":")))
 PY
@@ -125,5 +133,8 @@ gpt2_2l token-cls bf16 adamw 8 512 it1.backward decoder_heads:gpt2_2l_tokcls_b8_
 opt_125m_2l qa bf16 adamw 8 512 it1.backward decoder_heads:opt_125m_2l_qa_b8_s512_bf16_adamw
 mixtral_small_2l causal-lm bf16 adamw 2 256 it1.backward -
 qwen3_moe_small_2l causal-lm fp32 sgd 2 256 it1.backward -
+opt_125m_2l causal-lm bf16 adamw 2 512 it1.backward eager_families:opt_2l_b2_s512_ampbf16_adamw_eager
+fixtures/hf/random/s1902_14_llama causal-lm bf16 sgd 2 64 it1.backward random_padded:s1902_14_llama_padded_eager_b2_s64_train_bf16_sgd
+fixtures/hf/random/s1726_2_gemma3_text causal-lm fp32 sgd 2 128 it1.backward random_lora:s1726_2_gemma3_text_lora16_b2_s128_fp32_sgd
 CASES
 wc -c "$out"

@@ -514,6 +514,8 @@ struct TapeNode {
     saves: bool,
     /// gradients are computed like the output, then reduced / cast (`Op::grads_like_output`)
     grads_like_output: bool,
+    /// the first inputs whose gradients the backward kernel always makes (`Op::kernel_grads`)
+    kernel_grads: u8,
 }
 
 /// Buffers [`Sim::call`] reuses from one op call to the next (taken out of the `Sim` for the call).
@@ -639,6 +641,7 @@ struct OpInfo {
     leaf_requires_grad: bool,
     grad_order: GradOrder,
     grads_like_output: bool,
+    kernel_grads: u8,
     extras_first: bool,
 }
 
@@ -654,6 +657,7 @@ impl Default for OpInfo {
             leaf_requires_grad: false,
             grad_order: GradOrder::LeftToRight,
             grads_like_output: false,
+            kernel_grads: 0,
             extras_first: false,
         }
     }
@@ -671,6 +675,7 @@ impl OpInfo {
             leaf_requires_grad: op.leaf_requires_grad(),
             grad_order: op.grad_order(),
             grads_like_output: op.grads_like_output(),
+            kernel_grads: op.kernel_grads(),
             extras_first: op.extras_before_outputs(),
         }
     }
@@ -973,6 +978,7 @@ impl<'g> Sim<'g> {
                 region: None,
                 saves: false,
                 grads_like_output: false,
+                kernel_grads: 0,
             });
         }
         if let (true, Some(p), true) = (cacheable, param, src.requires_grad) {
@@ -1318,6 +1324,7 @@ impl<'g> Sim<'g> {
                     region,
                     saves: any_saved,
                     grads_like_output: info.grads_like_output,
+                    kernel_grads: info.kernel_grads,
                 });
             }
         }
@@ -1929,7 +1936,15 @@ impl<'g> Sim<'g> {
             for step in 0..n_inputs {
                 let k = node.grad_order.input_at(step, n_inputs);
                 let (inp, gi, meta) = self.tape_inputs[node.inputs.start as usize + k];
-                let Some(target) = inp else { continue };
+                let Some(target) = inp else {
+                    // the kernel makes it anyway; it goes with the node's temporaries
+                    if k < node.kernel_grads as usize {
+                        let label = Label::grad_of(node.label.what);
+                        let t = self.new_storage(meta, Category::Temporaries, label, node.module);
+                        bs.temps.push(t);
+                    }
+                    continue;
+                };
                 let shared = match gi {
                     GradIn::SameAs(j) => bs.made_for.get(j).copied().flatten(),
                     _ => None,
@@ -3023,5 +3038,99 @@ mod tests {
         // the frame keeps c (one 512-byte block) until the recomputation
         assert!(ckpt.peak_allocated <= plain.peak_allocated + 512);
         assert_eq!(ckpt.gradient_bytes, plain.gradient_bytes);
+    }
+
+    /// Gradients one backward node makes in `phase`, allocated and freed, for op `what`.
+    fn grads_made(sim: &Simulation, phase: &str, what: &str) -> (usize, usize) {
+        let p = sim
+            .phases
+            .iter()
+            .position(|p| p.name == phase)
+            .expect("phase") as u16;
+        let of = |alloc: bool| {
+            sim.events
+                .iter()
+                .filter(|e| e.phase == p && e.alloc == alloc && e.label.grad)
+                .filter(|e| e.label.what == what)
+                .count()
+        };
+        (of(true), of(false))
+    }
+
+    #[test]
+    fn fused_attention_makes_every_gradient_of_q_k_v() {
+        // q requires grad (a Linear's output), k and v (graph inputs) do not: the mem-efficient
+        // kernel still makes all three, and the two nobody needs go as the node returns
+        let mut b = GraphBuilder::new("attn", "Attn");
+        let x = b.input(vec![2, 4, 8, 16], DType::F32);
+        let k = b.input(vec![2, 4, 8, 16], DType::F32);
+        let v = b.input(vec![2, 4, 8, 16], DType::F32);
+        let q = b.layer("q", Linear::new(16, 16), &[x]);
+        let sdpa = crate::ops::ScaledDotProductAttention {
+            dropout_p: 0.0,
+            causal: true,
+            row_stats_temporary: false,
+        };
+        let o = b.op(sdpa, &[q, k, v]);
+        let o = b.op(crate::ops::Aten::view("reshape", vec![64, 16]), &[o]);
+        let y = b.layer("head", Linear::new(16, 4), &[o]);
+        let g = b
+            .finish(&[y], Task::Classification { num_classes: 4 })
+            .expect("graph");
+        let step = StepConfig {
+            record_events: true,
+            ..StepConfig::default()
+        };
+        let sim = simulate(&g, &step).expect("simulation");
+        let what = "scaled_dot_product_attention";
+        // q's gradient lives on into q's Linear; k's and v's are freed with the node
+        assert_eq!(grads_made(&sim, "it1.backward", what), (3, 3));
+    }
+
+    #[test]
+    fn a_frozen_broadcast_factor_gets_no_full_size_temporary() {
+        // x * w for a [16] w: w's gradient is a full-size product summed down, made only when w
+        // requires grad
+        let temporaries = |frozen: bool| {
+            let mut b = GraphBuilder::new("scale", "Scale");
+            let x = b.input(vec![4, 16], DType::F32);
+            let h = b.layer("lin", Linear::new(16, 16), &[x]);
+            let y = b.module("norm", "Norm", &[h], |b| {
+                let w = b.parameter("weight", vec![16]);
+                b.op(
+                    crate::ops::Aten::new("mul", vec![4, 16]).backward_temporary_for(
+                        vec![4, 16],
+                        crate::ops::DTypeRule::Fixed(DType::F32),
+                        1,
+                    ),
+                    &[h, w],
+                )
+            });
+            let y = b.layer("head", Linear::new(16, 4), &[y]);
+            let mut g = b
+                .finish(&[y], Task::Classification { num_classes: 4 })
+                .expect("graph");
+            if frozen {
+                crate::passes::lora::freeze(&mut g, &["norm".into()]).expect("freeze");
+            }
+            let step = StepConfig {
+                record_events: true,
+                ..StepConfig::default()
+            };
+            let sim = simulate(&g, &step).expect("simulation");
+            let p = sim
+                .phases
+                .iter()
+                .position(|p| p.name == "it1.backward")
+                .expect("phase");
+            sim.events
+                .iter()
+                .filter(|e| {
+                    e.phase as usize == p && e.alloc && e.label.what == "backward temporary"
+                })
+                .count()
+        };
+        assert_eq!(temporaries(false), 1);
+        assert_eq!(temporaries(true), 0);
     }
 }

@@ -65,6 +65,13 @@ impl Op for ScaledDotProductAttention {
         Autocast::LowerPrecision
     }
 
+    // the fused kernels (`_efficient_attention_backward`, `_flash_attention_backward`, cuDNN's)
+    // allocate dq, dk and dv together whatever `grad_input_mask` says (truth traces of LoRA on
+    // Gemma3's first layer, whose k and v need none)
+    fn kernel_grads(&self) -> u8 {
+        3
+    }
+
     fn sdpa_backend(&self, ctx: &OpCtx) -> Option<SdpaBackend> {
         Some(self.backend(ctx))
     }

@@ -423,6 +423,13 @@ pub trait Op: Debug + Send + Sync {
         false
     }
 
+    /// How many of the first inputs get a gradient from the backward kernel whenever the node
+    /// runs, needed or not (the fused attention kernels make q's, k's and v's together); one
+    /// whose input does not require grad is dropped with the node's temporaries.
+    fn kernel_grads(&self) -> u8 {
+        0
+    }
+
     /// Whether its output is a new leaf tensor with `requires_grad = True` while grad is enabled
     /// (T5's zero position bias under gradient checkpointing): backward accumulates its `.grad`,
     /// and the autograd graph, which the loss keeps alive, holds the leaf and that `.grad`.

@@ -416,12 +416,12 @@ pub fn gemma_rms_norm(
         let wf = cast(b, w, weight_dtype, DType::F32);
         let w1 = add_scalar(b, wf);
         // output * (1 + w): output's gradient first, then the weight's (a full-size product summed
-        // down)
+        // down; none for a frozen weight: truth traces of Gemma3 under LoRA)
         let out = b.op(
             Aten::new("mul", s.clone())
                 .saves(vec![Saved::Input(1), Saved::Input(0)])
                 .cross_saves(0, 1)
-                .backward_temporary(s, DTypeRule::Fixed(DType::F32)),
+                .backward_temporary_for(s, DTypeRule::Fixed(DType::F32), 1),
             &[h, w1],
         );
         // `output = output * (1.0 + ...)`: the old output goes after the sum
@@ -1860,16 +1860,22 @@ pub fn eager_attention(
     // by the slicing or the rotary products) and, unless repeat_kv made them contiguous, the
     // transposed keys (and in `probs @ v` the values). With a batch of one, merging it into the
     // heads is a view whatever the layout (truth traces: no copy at batch 1)
-    let copy_v = bsz > 1 && !cached && (!llama_like || kv_heads == heads || kv_heads == 1);
-    // one kv head: repeat_kv's result is a view with a zero head stride, which bmm cannot take;
-    // but autocast's cast of a float32 key (the rotary embedding's float32 `cos` promoted it)
-    // makes a contiguous copy, so then matmul needs none (truth traces of eager MQA under AMP).
+    // One kv head: repeat_kv's result is a view with a zero head stride, which bmm cannot take,
+    // the cache's contiguous keys and values too (truth traces of eager Gemma and Gemma3
+    // generating: a copy of each per layer and step, prefill and decode alike); but autocast's
+    // cast of a float32 key (the rotary embedding's float32 `cos` promoted it) makes a
+    // contiguous copy, so then matmul needs none (truth traces of eager MQA under AMP).
     // The values come from their projection in the autocast dtype: never cast, always copied
+    let mqa = llama_like && kv_heads == 1 && kv_heads != heads;
+    let copy_v = bsz > 1
+        && if cached {
+            mqa
+        } else {
+            !llama_like || kv_heads == heads || kv_heads == 1
+        };
     let key_cast = e.autocast.is_some_and(|low| low != e.dtype);
     let phi3 = e.flavor == EagerFlavor::Phi3;
-    let copy_k = copy_v
-        && !(llama_like && kv_heads == 1 && kv_heads != heads && key_cast)
-        && !(phi3 && kv_heads == heads);
+    let copy_k = copy_v && !(mqa && key_cast) && !(phi3 && kv_heads == heads);
     // a single query is viewable for bmm, except GPT-2's (a slice of the packed `c_attn`
     // output, whose batch stride is 3 × the heads'); Phi-3's is contiguous
     let copy_q = bsz > 1 && (sq > 1 || !llama_like) && !phi3;
