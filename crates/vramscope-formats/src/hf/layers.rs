@@ -684,8 +684,18 @@ pub fn apply_rotary_sliced(
     let embed = |b: &mut GraphBuilder, x: TensorId, rot: TensorId, pass: TensorId| {
         let r = apply_rotary(b, rot, cos, sin, amp);
         let s = b.shape(x).to_vec();
+        // CatBackward0 hands each input a narrow of the incoming gradient, which keeps it alive
+        // until the pass slice's SliceBackward0 runs (truth traces in float32); under autocast
+        // the pass slice is half and the product float32, so validate_outputs casts its narrow
+        // into a tensor of its own (empty for a full rotation), and the incoming gradient goes
+        // once the rotation's backward is done (truth traces of Phi-3 under AMP)
+        let pass_grad = if amp {
+            GradIn::Reduced(0)
+        } else {
+            GradIn::PassThrough(0)
+        };
         b.op(
-            Aten::new("cat", s).grads(vec![GradIn::PassThrough(0), GradIn::PassThrough(0)]),
+            Aten::new("cat", s).grads(vec![GradIn::PassThrough(0), pass_grad]),
             &[r, pass],
         )
     };
