@@ -526,6 +526,8 @@ struct CallScratch {
     casts: Vec<Rt>,
     extras: Vec<u32>,
     made: Vec<Option<u32>>,
+    /// the extras made before the outputs (`Op::extras_made_first`), until they join `extras`
+    early_extras: Vec<u32>,
     /// what autograd keeps for backward (the plan's saved list less what only a frozen input's
     /// gradient would need)
     kept: Vec<Saved>,
@@ -551,6 +553,8 @@ struct OpPlan {
     alias: Alias,
     /// forward extras (or inference extras when not recording), in `Plans::metas`
     extras: Span,
+    /// how many of the last extras are made before the outputs (`Op::extras_made_first`)
+    early_extras: u32,
     /// in `Plans::bytes`
     forward_temporaries: Span,
     /// in `Plans::scratch`
@@ -643,6 +647,7 @@ struct OpInfo {
     grads_like_output: bool,
     kernel_grads: u8,
     extras_first: bool,
+    replaced_input: Option<u8>,
 }
 
 impl Default for OpInfo {
@@ -659,6 +664,7 @@ impl Default for OpInfo {
             grads_like_output: false,
             kernel_grads: 0,
             extras_first: false,
+            replaced_input: None,
         }
     }
 }
@@ -677,6 +683,7 @@ impl OpInfo {
             grads_like_output: op.grads_like_output(),
             kernel_grads: op.kernel_grads(),
             extras_first: op.extras_before_outputs(),
+            replaced_input: op.input_replaced_by_early_extras().map(|i| i as u8),
         }
     }
 }
@@ -775,6 +782,10 @@ struct Sim<'g> {
     tape_of_node: Vec<Option<usize>>,
     // forward bookkeeping
     release_after: ReleaseSchedule,
+    /// the input a graph node's op may drop once its early extras exist (its last use, held by
+    /// no one else: `Op::input_replaced_by_early_extras`), and whether the call dropped it
+    early_release: Option<Rt>,
+    early_released: bool,
     region_of_node: Vec<Option<usize>>,
     regions: Vec<Region>,
     autocast_cache: Vec<(ParamId, Rt)>,
@@ -1027,13 +1038,13 @@ impl<'g> Sim<'g> {
     /// Allocates the extra results of the call whose answers are `plan` into `extras`.
     fn make_extras(
         &mut self,
-        plan: OpPlan,
+        range: std::ops::Range<usize>,
         cat: Category,
         label: Label,
         module: Option<ModuleId>,
         extras: &mut Vec<u32>,
     ) {
-        for k in plan.extras.range() {
+        for k in range {
             let meta = self.plans.metas[k];
             extras.push(self.new_storage(meta, cat, label, module));
         }
@@ -1176,9 +1187,28 @@ impl<'g> Sim<'g> {
             && graph_node == self.recompute_stop
             && saves_only_inputs;
         sc.extras.clear();
+        sc.early_extras.clear();
         if !stop_before_kernel {
+            // the extras made before the outputs: all of them, or the last few
+            let all = plan.extras.range();
+            let split = all.end - plan.early_extras as usize;
             if info.extras_first {
-                self.make_extras(plan, cat, label, module, &mut sc.extras);
+                self.make_extras(all.clone(), cat, label, module, &mut sc.extras);
+            } else {
+                self.make_extras(split..all.end, cat, label, module, &mut sc.early_extras);
+                // the input they stand in for goes now, when nothing else holds it (autograd
+                // does not: it needs no gradient; an autocast copy stays the wrapper's argument)
+                if let (false, Some(i), Some(r)) = (
+                    sc.early_extras.is_empty(),
+                    info.replaced_input,
+                    self.early_release.take(),
+                ) {
+                    let uncast = sc.eff.get(i as usize) == Some(&r);
+                    if uncast && !self.rts[r as usize].requires_grad {
+                        self.release_rt(r);
+                        self.early_released = true;
+                    }
+                }
             }
             self.run_scratch(plan.forward_scratch, cat, module, &mut sc.made);
             let leaf = info.leaf_requires_grad && self.grad_enabled;
@@ -1211,7 +1241,8 @@ impl<'g> Sim<'g> {
             }
             // 3. extras and temporaries
             if !info.extras_first {
-                self.make_extras(plan, cat, label, module, &mut sc.extras);
+                self.make_extras(all.start..split, cat, label, module, &mut sc.extras);
+                sc.extras.extend_from_slice(&sc.early_extras);
             }
             for k in plan.forward_temporaries.range() {
                 let bytes = self.plans.bytes[k];
@@ -1443,6 +1474,7 @@ impl<'g> Sim<'g> {
         } else {
             op.inference_extras(&ctx)
         };
+        let early_extras = op.extras_made_first(&ctx).min(extras_meta.len()) as u32;
         let extras_from = self.plans.metas.len();
         for m in &extras_meta {
             let meta = self.meta(&m.shape, m.dtype);
@@ -1491,6 +1523,7 @@ impl<'g> Sim<'g> {
             outputs,
             alias,
             extras,
+            early_extras,
             forward_temporaries,
             forward_scratch,
             sdpa,
@@ -1697,6 +1730,14 @@ impl<'g> Sim<'g> {
             let mut outs = std::mem::take(&mut self.node_outputs);
             let g = self.g;
             let node = &g.nodes[n];
+            // an input the op may drop inside the call: its last use, not held
+            let replaced = self.plans.info[self.plans.rep_of_node[n] as usize].replaced_input;
+            let early = replaced
+                .and_then(|i| node.inputs.get(i as usize))
+                .filter(|t| !hold[t.0 as usize])
+                .filter(|t| self.release_after.tensors[self.release_after.range(n)].contains(t));
+            self.early_release = early.and_then(|t| env[t.0 as usize]);
+            self.early_released = false;
             self.call_into(
                 &node.op,
                 &inputs,
@@ -1714,6 +1755,12 @@ impl<'g> Sim<'g> {
                     // `output.requires_grad_(True)`: a leaf, which its AccumulateGrad node keeps
                     self.rts[r as usize].requires_grad = true;
                     self.keep_graph_leaf(r);
+                }
+            }
+            self.early_release = None;
+            if std::mem::take(&mut self.early_released) {
+                if let Some(t) = early {
+                    env[t.0 as usize] = None;
                 }
             }
             self.node_inputs = inputs;
@@ -2770,6 +2817,8 @@ fn run(g: &Graph, cfg: &StepConfig, thread: ModelThread) -> Result<Simulation, S
         scaler_initialised: false,
         grad_existed_before_backward: vec![false; g.params.len()],
         release_after: release_schedule(g),
+        early_release: None,
+        early_released: false,
         region_of_node,
         regions,
         autocast_cache: Vec::new(),

@@ -314,6 +314,20 @@ pub trait Op: Debug + Send + Sync {
         false
     }
 
+    /// How many of the last extras are made before the outputs when the others come after them
+    /// (mem-efficient attention's padded mask: `preprocess_mask` pads it before the kernel makes
+    /// its output and statistics).
+    fn extras_made_first(&self, _ctx: &OpCtx) -> usize {
+        0
+    }
+
+    /// The input the early extras ([`Op::extras_made_first`]) stand in for: `preprocess_mask`
+    /// rebinds `attn_mask` to its padded copy, so a mask the call alone holds (SDPA's own
+    /// conversion of a boolean mask) goes before the kernel runs.
+    fn input_replaced_by_early_extras(&self) -> Option<usize> {
+        None
+    }
+
     /// Transient allocations inside the forward op, in bytes (allocated after the outputs, freed
     /// before the op returns).
     fn forward_temporaries(&self, _ctx: &OpCtx) -> Vec<u64> {

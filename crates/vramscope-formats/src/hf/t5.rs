@@ -1065,13 +1065,35 @@ fn sdpa_with_bias(
     // [1, H, L, S] mask before SDPA expands it, and ExpandBackward0 sums the gradient back (a
     // padded batch's mask has the batch already).
     let padded = kv_len.div_ceil(16) * 16;
-    let expand = Aten::view("expand", vec![bsz, hn, len, padded])
-        .autocast(Autocast::LowerPrecision)
-        .grads(vec![if bsz > mask_batch {
+    let mut expand =
+        Aten::view("expand", vec![bsz, hn, len, padded]).grads(vec![if bsz > mask_batch {
             GradIn::New
         } else {
             GradIn::PassThrough(0)
         }]);
+    let mut mask = mask;
+    if kv_len.is_multiple_of(MEM_EFF_MASK_ALIGNMENT) {
+        expand = expand.autocast(Autocast::LowerPrecision);
+    } else {
+        // mem-efficient attention's `preprocess_mask`: `constant_pad_nd` to a multiple of 8 (the
+        // padded copy is the kernel's extra, see ScaledDotProductAttentionBias), then a slice
+        // back. A mask that needs a gradient always runs mem-efficient attention, so its
+        // backward runs SliceBackward0 (a padded zero tensor) and ConstantPadNdBackward0 (the
+        // mask's gradient) after ExpandBackward0 (truth traces of T5 at 100 tokens). Autocast
+        // casts the mask before the pad.
+        let aligned = kv_len.div_ceil(MEM_EFF_MASK_ALIGNMENT) * MEM_EFF_MASK_ALIGNMENT;
+        let mask_shape = b.shape(mask).to_vec();
+        let mut padded_shape = mask_shape.clone();
+        padded_shape[3] = aligned;
+        let pad = Aten::view("constant_pad_nd", padded_shape)
+            .autocast(Autocast::LowerPrecision)
+            .grads(vec![GradIn::New]);
+        mask = b.op(pad, &[mask]);
+        mask = b.op(
+            Aten::view("slice", mask_shape).grads(vec![GradIn::New]),
+            &[mask],
+        );
+    }
     let m = b.op(expand, &[mask]);
     b.op(
         ScaledDotProductAttentionBias {
@@ -1082,6 +1104,9 @@ fn sdpa_with_bias(
         &[qkv[0], qkv[1], qkv[2], m],
     )
 }
+
+/// The row alignment mem-efficient attention wants of a mask (`preprocess_mask`).
+const MEM_EFF_MASK_ALIGNMENT: u64 = 8;
 
 /// `T5LayerNorm`: `variance = x.to(float32).pow(2).mean(-1, keepdim=True)`,
 /// `x * rsqrt(variance + eps)` (float32), `.to(weight.dtype)` for a half weight, `weight * x`.
