@@ -26,6 +26,7 @@ Prints each difference and the total; configs go to a temporary folder.
     ~/.venvs/truth/bin/python validation/random_configs.py SEED --truth K [--jobs 2] [--generate | --heads | --t5]
     python3 validation/random_configs.py SEED --truth K --write-cases random   # commit them
     python3 validation/random_configs.py SEED --truth K --eager --write-cases random_eager
+    python3 validation/random_configs.py SEED --truth K --t5 --write-cases NAME [--only I,J]
 """
 import argparse
 import concurrent.futures as cf
@@ -279,13 +280,39 @@ def truth_cases(seed, k):
     return out
 
 
-def write_cases(seed, k, name, causal=None):
+def write_cases(seed, k, name, causal=None, t5=False, only=None):
     """Commits K random configs (fixtures/hf/random/) and their truth cases
     (validation/cases_NAME.jsonl) for validation/make_py_fixtures.sh; with `causal` (a [`SPECS`]
-    name) the causal LMs of that sweep."""
+    name) the causal LMs of that sweep, with `t5` its T5 steps; `only`: those case numbers."""
     folder = os.path.join(ROOT, "fixtures", "hf", "random")
     os.makedirs(folder, exist_ok=True)
     lines = []
+    if t5:
+        for i, mt, cfg, rng, _ in t5_cases(seed, k, None):
+            if only is not None and i not in only:
+                continue
+            cfg["architectures"] = [{"t5": "T5", "mt5": "MT5", "umt5": "UMT5"}[mt] + "ForConditionalGeneration"]
+            cfg["decoder_start_token_id"] = 0
+            rel = f"fixtures/hf/random/s{seed}_{i}_{mt}.json"
+            note = (f"validation/random_configs.py {seed} --truth {k} --t5 --write-cases {name}: case {i}, "
+                    f"drawn from {BASES[mt]}")
+            with open(os.path.join(ROOT, rel), "w") as f:
+                f.write(json.dumps({"_source": note, **cfg}, indent=2) + "\n")
+            batch, seq, target, mode, amp, optim, ckpt, pad = t5_draw(rng)
+            args = ["--target-len", str(target), "--use-cache", "false"] + (["--padded"] if pad else [])
+            case = {"name": f"s{seed}_{i}_{mt}_b{batch}_s{seq}_t{target}_{mode}_{amp}_{optim}"
+                            f"{'_ckpt' if ckpt else ''}{f'_pad{pad}' if pad else ''}",
+                    "model": "py:t5_models.py:t5", "batch": batch, "seq": seq, "amp": amp, "optim": optim,
+                    "mode": mode, "param_dtype": "fp32",
+                    "model_kwargs": {"config": rel, "target_len": target, "pad": pad},
+                    "vramscope": {"config": rel, "task": "seq2seq-lm", "args": args}}
+            if ckpt:
+                case["checkpoint"] = True
+            lines.append(json.dumps(case))
+        with open(os.path.join(HERE, f"cases_{name}.jsonl"), "w") as f:
+            f.write("\n".join(lines) + "\n")
+        print(f"wrote {len(lines)} configs and validation/cases_{name}.jsonl")
+        return
     if causal is not None:
         spec, sdpa_only = SPECS[causal]
         for i, mt, cfg, rng, _ in causal_cases(seed, k, None, sdpa_only):
@@ -432,12 +459,7 @@ def t5_case(i, mt, cfg, rng, tmp):
     cfg["decoder_start_token_id"] = 0
     with open(path, "w") as f:
         json.dump(cfg, f)
-    batch, seq, target = rng.choice([1, 2, 4]), rng.choice([64, 128, 200]), rng.choice([16, 50, 128])
-    mode = rng.choice(["train", "train", "infer"])
-    amp = rng.choice(["fp32", "bf16", "fp16"])
-    optim = rng.choice(["adamw", "sgd"])
-    ckpt = mode == "train" and rng.random() < 0.3
-    pad = padding_of(rng, batch, seq)
+    batch, seq, target, mode, amp, optim, ckpt, pad = t5_draw(rng)
     what = f"{i} {mt} b{batch} s{seq} t{target} {mode} amp={amp} {optim}{' ckpt' if ckpt else ''}" \
         f"{f' pad={pad}' if pad else ''}"
     cmd = [sys.executable, MEASURE, "--model", "py:" + os.path.join(HERE, "t5_models.py") + ":t5",
@@ -451,6 +473,17 @@ def t5_case(i, mt, cfg, rng, tmp):
     if ckpt:
         args.append("--gradient-checkpointing")
     return measured_against(what, cmd, args)
+
+
+def t5_draw(rng):
+    """A T5 step's batch, sequence and target lengths, mode, autocast, optimizer, checkpointing
+    and padding, drawn in this order."""
+    batch, seq, target = rng.choice([1, 2, 4]), rng.choice([64, 128, 200]), rng.choice([16, 50, 128])
+    mode = rng.choice(["train", "train", "infer"])
+    amp = rng.choice(["fp32", "bf16", "fp16"])
+    optim = rng.choice(["adamw", "sgd"])
+    ckpt = mode == "train" and rng.random() < 0.3
+    return batch, seq, target, mode, amp, optim, ckpt, padding_of(rng, batch, seq)
 
 
 def t5_cases(seed, k, tmp):
@@ -719,6 +752,7 @@ def main():
     ap.add_argument("n", nargs="?", type=int, default=40)
     ap.add_argument("--truth", type=int, metavar="K", help="measure K configs with ../shared/truth instead")
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--only", metavar="I,J", help="with --t5 --write-cases: only these case numbers")
     ap.add_argument("--write-cases", metavar="NAME", help="with --truth K: commit the K configs and "
                     "validation/cases_NAME.jsonl (measured by validation/make_random_fixtures.sh) instead")
     ap.add_argument("--generate", action="store_true",
@@ -750,7 +784,8 @@ def main():
     MEDIUM, NULLS, PAD, OPTIMIZERS, LARGE = a.medium, a.nulls, a.pad, a.optimizers, a.large
     tmp = tempfile.mkdtemp(prefix="vramscope_random_configs_")
     if a.truth and a.write_cases:
-        write_cases(a.seed, a.truth, a.write_cases, causal)
+        only = {int(x) for x in a.only.split(",")} if a.only else None
+        write_cases(a.seed, a.truth, a.write_cases, causal, a.t5, only)
     elif a.truth:
         truth_sweep(a.seed, a.truth, a.jobs, tmp, a.generate, a.heads, a.t5, causal)
     else:
