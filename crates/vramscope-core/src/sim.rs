@@ -553,8 +553,9 @@ struct OpPlan {
     alias: Alias,
     /// forward extras (or inference extras when not recording), in `Plans::metas`
     extras: Span,
-    /// how many of the last extras are made before the outputs (`Op::extras_made_first`)
-    early_extras: u32,
+    /// how many of the last extras are made before the outputs (`Op::extras_made_first`; a u8
+    /// keeps the plan, copied per call, at its size)
+    early_extras: u8,
     /// in `Plans::bytes`
     forward_temporaries: Span,
     /// in `Plans::scratch`
@@ -1187,14 +1188,14 @@ impl<'g> Sim<'g> {
             && graph_node == self.recompute_stop
             && saves_only_inputs;
         sc.extras.clear();
-        sc.early_extras.clear();
         if !stop_before_kernel {
             // the extras made before the outputs: all of them, or the last few
             let all = plan.extras.range();
             let split = all.end - plan.early_extras as usize;
             if info.extras_first {
                 self.make_extras(all.clone(), cat, label, module, &mut sc.extras);
-            } else {
+            } else if split < all.end {
+                sc.early_extras.clear();
                 self.make_extras(split..all.end, cat, label, module, &mut sc.early_extras);
                 // the input they stand in for goes now, when nothing else holds it (autograd
                 // does not: it needs no gradient; an autocast copy stays the wrapper's argument)
@@ -1242,7 +1243,9 @@ impl<'g> Sim<'g> {
             // 3. extras and temporaries
             if !info.extras_first {
                 self.make_extras(all.start..split, cat, label, module, &mut sc.extras);
-                sc.extras.extend_from_slice(&sc.early_extras);
+                if split < all.end {
+                    sc.extras.extend_from_slice(&sc.early_extras);
+                }
             }
             for k in plan.forward_temporaries.range() {
                 let bytes = self.plans.bytes[k];
@@ -1474,7 +1477,7 @@ impl<'g> Sim<'g> {
         } else {
             op.inference_extras(&ctx)
         };
-        let early_extras = op.extras_made_first(&ctx).min(extras_meta.len()) as u32;
+        let early_extras = op.extras_made_first(&ctx).min(extras_meta.len()).min(255) as u8;
         let extras_from = self.plans.metas.len();
         for m in &extras_meta {
             let meta = self.meta(&m.shape, m.dtype);
@@ -1736,8 +1739,9 @@ impl<'g> Sim<'g> {
                 .and_then(|i| node.inputs.get(i as usize))
                 .filter(|t| !hold[t.0 as usize])
                 .filter(|t| self.release_after.tensors[self.release_after.range(n)].contains(t));
-            self.early_release = early.and_then(|t| env[t.0 as usize]);
-            self.early_released = false;
+            if let Some(t) = early {
+                self.early_release = env[t.0 as usize];
+            }
             self.call_into(
                 &node.op,
                 &inputs,
@@ -1757,9 +1761,9 @@ impl<'g> Sim<'g> {
                     self.keep_graph_leaf(r);
                 }
             }
-            self.early_release = None;
-            if std::mem::take(&mut self.early_released) {
-                if let Some(t) = early {
+            if let Some(t) = early {
+                self.early_release = None;
+                if std::mem::take(&mut self.early_released) {
                     env[t.0 as usize] = None;
                 }
             }
