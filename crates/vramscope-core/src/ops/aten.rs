@@ -60,8 +60,6 @@ pub struct Aten {
     pub temporaries: Vec<TensorRule>,
     /// Transient allocations of the backward call (alive together with the new gradients).
     pub backward_temporaries: Vec<TensorRule>,
-    /// Per backward temporary, the input whose gradient it is made for (`None`: always made).
-    pub backward_temporaries_for: Vec<Option<usize>>,
     /// Transient allocations before the outputs, as a program (see [`Op::forward_scratch`]).
     pub scratch: Vec<Scratch>,
     /// The same in backward, before the input gradients (see [`Op::backward_scratch`]).
@@ -97,7 +95,6 @@ impl Aten {
             extras: Vec::new(),
             temporaries: Vec::new(),
             backward_temporaries: Vec::new(),
-            backward_temporaries_for: Vec::new(),
             scratch: Vec::new(),
             backward_scratch: Vec::new(),
             grads: None,
@@ -181,15 +178,6 @@ impl Aten {
     /// Adds a backward temporary.
     pub fn backward_temporary(mut self, shape: Shape, rule: DTypeRule) -> Self {
         self.backward_temporaries.push((shape, rule));
-        self.backward_temporaries_for.push(None);
-        self
-    }
-
-    /// Adds a backward temporary made for input `input`'s gradient only (a broadcast operand's
-    /// full-size product, summed down): none when that input does not require grad.
-    pub fn backward_temporary_for(mut self, shape: Shape, rule: DTypeRule, input: usize) -> Self {
-        self.backward_temporaries.push((shape, rule));
-        self.backward_temporaries_for.push(Some(input));
         self
     }
 
@@ -337,13 +325,9 @@ impl Op for Aten {
     }
 
     fn backward_temporaries(&self, ctx: &OpCtx) -> Vec<u64> {
-        // an input's requires-grad flag is unknown (taken as true) outside a simulation
-        let needed = |i: usize| ctx.inputs_require_grad.get(i).copied().unwrap_or(true);
         Self::metas(&self.backward_temporaries, &Self::dtypes(ctx))
             .iter()
-            .zip(&self.backward_temporaries_for)
-            .filter(|(_, input)| input.is_none_or(needed))
-            .map(|(meta, _)| meta.bytes())
+            .map(TensorMeta::bytes)
             .collect()
     }
 

@@ -54,6 +54,7 @@ use super::layers::{
     padding_input, position_ids, projection_dtype, rope_init, rotary, rotary_with_buffers,
     rotated_heads_view, sdpa, sdpa_grads_like_inputs, sdpa_masked, tied_head, view, Call, Eager,
     EagerFlavor, KvCache, MaskPattern, ROPE_INIT_DEFAULT, ROPE_INIT_GEMMA3_TWO_SETS,
+    ROPE_INIT_GEMMA3_TWO_SETS_LINEAR,
 };
 use super::seq_cls::{decoder_outputs, sequence_classification, DecoderHead};
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
@@ -239,7 +240,16 @@ fn spec(cfg: &HfConfig, flavor: Flavor) -> Result<Spec, HfError> {
     let rope_init = match flavor {
         _ if !unscaled("rope_parameters") => None,
         Flavor::Gemma3 if types(LayerType::Full) && types(LayerType::Sliding) => {
-            unscaled("rope_scaling").then_some(ROPE_INIT_GEMMA3_TWO_SETS)
+            let linear = cfg
+                .value("rope_scaling")
+                .and_then(|r| r.get("rope_type").or_else(|| r.get("type")))
+                .and_then(serde_json::Value::as_str)
+                == Some("linear");
+            if unscaled("rope_scaling") {
+                Some(ROPE_INIT_GEMMA3_TWO_SETS)
+            } else {
+                linear.then_some(ROPE_INIT_GEMMA3_TWO_SETS_LINEAR)
+            }
         }
         // Gemma3's scaling applies to its full-attention frequencies only
         Flavor::Gemma3 if !types(LayerType::Full) => Some(ROPE_INIT_DEFAULT),

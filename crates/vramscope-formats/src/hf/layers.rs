@@ -415,13 +415,16 @@ pub fn gemma_rms_norm(
         // 1.0 + weight.float(): a [dim] float32 tensor
         let wf = cast(b, w, weight_dtype, DType::F32);
         let w1 = add_scalar(b, wf);
-        // output * (1 + w): output's gradient first, then the weight's (a full-size product summed
-        // down; none for a frozen weight: truth traces of Gemma3 under LoRA)
+        // output * (1 + w): the weight's gradient as a full-size product first, then output's;
+        // validate_outputs sums the weight's down once the node's apply has returned (after a
+        // recomputed region's unpacked tensors go: truth traces of checkpointed Gemma3); none
+        // for a frozen weight (truth traces of Gemma3 under LoRA)
         let out = b.op(
-            Aten::new("mul", s.clone())
+            Aten::new("mul", s)
                 .saves(vec![Saved::Input(1), Saved::Input(0)])
                 .cross_saves(0, 1)
-                .backward_temporary_for(s, DTypeRule::Fixed(DType::F32), 1),
+                .grads_like_output()
+                .right_to_left(),
             &[h, w1],
         );
         // `output = output * (1.0 + ...)`: the old output goes after the sum
@@ -511,6 +514,14 @@ pub const ROPE_INIT_LLAMA3: &str = "A8 A4 F0 A4 F1 A4 F3 A4 A4 F7 F5 A4 A4 F11 A
 /// scaling): both computed, then `post_init()` computes both again.
 pub const ROPE_INIT_GEMMA3_TWO_SETS: &str = "A4 A4 F0 A4 F1 A4 B F5 F3 B A4 A4 F10 A4 F11 A4 B \
     F15 F13 B A4 A4 F20 A4 F21 A4 A4 F25 F23 A4 A4 F29 A4 F30 A4 A4 F34 F32 F26 F35";
+
+/// [`ROPE_INIT_GEMMA3_TWO_SETS`] with `rope_type: "linear"` scaling on the full-attention set
+/// (Gemma-3 4B / 12B / 27B): that set's frequencies come from an int64 `arange` (the division by
+/// the factor is in place), the sliding set's as before (truth traces of Gemma-3-4B-it's model
+/// phase).
+pub const ROPE_INIT_GEMMA3_TWO_SETS_LINEAR: &str = "A8 A4 F0 A4 F1 A4 F3 A4 B F7 F5 B A4 A4 F12 \
+    A4 F13 A4 B F17 F15 B A8 A4 F22 A4 F23 A4 F25 A4 A4 F29 F27 A4 A4 F33 A4 F34 A4 A4 F38 F36 \
+    F30 F39";
 
 /// Records a rotary module's construction program ([`ROPE_INIT_DEFAULT`]'s notation) around its
 /// buffers, the first of which is `first_buffer` (a full name).
