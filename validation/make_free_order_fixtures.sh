@@ -52,6 +52,10 @@
 # - LoRA on Gemma3 (float32, batch 2 x 128), backward: the first layer's mem-efficient kernel
 #   makes k's and v's gradients though neither needs one, dropped as the node returns; the
 #   frozen norms' `1 + weight` product makes no full-size weight gradient.
+# - Gemma3 with gradient checkpointing (AMP bf16), backward: GemmaRMSNorm's `1 + weight` product
+#   makes the weight's full-size gradient first, and validate_outputs sums it down after the
+#   recomputed tensors the node unpacked are gone. Gemma-3-4B-it's model phase: linear rope
+#   scaling on the full-attention frequencies, computed from an int64 arange.
 # A config with a `/` is a path (less `.json`) instead of a name in fixtures/hf/configs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -136,5 +140,7 @@ qwen3_moe_small_2l causal-lm fp32 sgd 2 256 it1.backward -
 opt_125m_2l causal-lm bf16 adamw 2 512 it1.backward eager_families:opt_2l_b2_s512_ampbf16_adamw_eager
 fixtures/hf/random/s1902_14_llama causal-lm bf16 sgd 2 64 it1.backward random_padded:s1902_14_llama_padded_eager_b2_s64_train_bf16_sgd
 fixtures/hf/random/s1726_2_gemma3_text causal-lm fp32 sgd 2 128 it1.backward random_lora:s1726_2_gemma3_text_lora16_b2_s128_fp32_sgd
+gemma3_1b_2l causal-lm bf16 sgd 2 256 it1.backward - ckpt
+gemma3_4b_it_6l causal-lm bf16 adamw 2 512 model gemma3_multimodal:gemma3_4b_it_6l_b2_s512_ampbf16_adamw
 CASES
 wc -c "$out"

@@ -2073,6 +2073,24 @@ impl<'g> Sim<'g> {
                 } else {
                     Label::new("grad reduced / cast")
                 };
+                // sum_to, then the cast: a gradient both broadcast and wider than its input is
+                // summed in the computed dtype first (truth traces of the MoE experts' float32
+                // output times the routing weights under autocast)
+                let from = self.storages[computed as usize].meta;
+                let computed = if from.dtype != meta.dtype
+                    && from.shape != meta.shape
+                    && self.shapes.get(from.shape) != self.shapes.get(meta.shape)
+                {
+                    let summed = Meta {
+                        shape: meta.shape,
+                        dtype: from.dtype,
+                    };
+                    let summed = self.new_storage(summed, cat, label, node.module);
+                    self.decref(computed);
+                    summed
+                } else {
+                    computed
+                };
                 let fitted = self.new_storage(meta, cat, label, node.module);
                 self.decref(computed);
                 bs.produced[k] = (target, fitted);
@@ -2260,8 +2278,14 @@ impl<'g> Sim<'g> {
     fn finish_region_node(&mut self, i: usize) {
         if let Some(r) = self.tape[i].region {
             if self.regions[r].lowest_tape == Some(i) {
-                for (_, rt) in std::mem::take(&mut self.regions[r].frame) {
-                    self.release_rt(rt);
+                // the keyword arguments go before the positional hidden states (truth traces of
+                // checkpointed Gemma3 and Llama layers: the position embeddings, then the input)
+                let frame = std::mem::take(&mut self.regions[r].frame);
+                if let Some((first, rest)) = frame.split_first() {
+                    for &(_, rt) in rest {
+                        self.release_rt(rt);
+                    }
+                    self.release_rt(first.1);
                 }
             }
         }

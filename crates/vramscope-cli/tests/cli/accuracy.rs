@@ -1028,10 +1028,14 @@ fn trace_event_case(case: &Value, dir: &std::path::Path) -> (String, std::path::
 /// backward; a Llama with as many KV heads as heads copies q's, k's and v's at their views. LoRA
 /// on Gemma3: the first layer's mem-efficient kernel makes k's and v's gradients that nobody
 /// needs and drops them as the node returns; the frozen norms make no full-size weight gradient.
+/// Checkpointed Gemma3 under AMP: GemmaRMSNorm's weight gradient made full-size first and summed
+/// down after the node's recomputed tensors go, and a layer's checkpoint frame releasing the
+/// position embeddings before the hidden states. Gemma-3-4B-it's model phase: its linearly
+/// scaled rotary frequencies from an int64 `arange`.
 #[test]
 fn frees_release_the_tensors_truth_releases() {
     let all = cases("events/free_order.jsonl");
-    assert_eq!(all.len(), 29);
+    assert_eq!(all.len(), 31);
     let dir = std::env::temp_dir().join(format!("vramscope-free-order-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     for case in &all {

@@ -751,14 +751,15 @@ fn grouped_mm_experts(b: &mut GraphBuilder, c: &Ctx, call: &ExpertsCall) -> Tens
     let proj = apply_gate(b, proj, (s, i));
     let w = view(b, "transpose", down, vec![e, i, h]);
     let proj = b.op(grouped_mm(vec![s, h]), &[proj, w, offsets]);
-    // proj * sample_weights_g.unsqueeze(-1): the weights' gradient is a full-size product
-    // summed down
+    // proj * sample_weights_g.unsqueeze(-1): the weights' gradient is a full-size product (made
+    // first), which validate_outputs sums down and casts to the weights' dtype
     let per_row = view(b, "unsqueeze", sample_weights_g, vec![s, 1]);
     let weighted = b.op(
         Aten::new("mul", vec![s, h])
             .saves(vec![Saved::Input(1), Saved::Input(0)])
             .cross_saves(0, 1)
-            .backward_temporary(vec![s, h], DTypeRule::Promote),
+            .grads_like_output()
+            .right_to_left(),
         &[proj, per_row],
     );
     // inv_perm = empty_like(perm); inv_perm[perm] = arange(S)
