@@ -40,7 +40,7 @@ import threading
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..")
-BIN = os.path.join(ROOT, "target", "release", "vramscope")
+BIN = os.environ.get("VRAMSCOPE_BIN", os.path.join(ROOT, "target", "release", "vramscope"))
 MEASURE = os.path.join(ROOT, "..", "shared", "truth", "measure.py")
 Z = os.path.join(ROOT, "crates", "vramscope-formats", "data", "hf")
 BASES = {

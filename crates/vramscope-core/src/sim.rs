@@ -649,6 +649,7 @@ struct OpInfo {
     kernel_grads: u8,
     extras_first: bool,
     replaced_input: Option<u8>,
+    view_is_input: bool,
 }
 
 impl Default for OpInfo {
@@ -666,6 +667,7 @@ impl Default for OpInfo {
             kernel_grads: 0,
             extras_first: false,
             replaced_input: None,
+            view_is_input: false,
         }
     }
 }
@@ -685,6 +687,7 @@ impl OpInfo {
             kernel_grads: op.kernel_grads(),
             extras_first: op.extras_before_outputs(),
             replaced_input: op.input_replaced_by_early_extras().map(|i| i as u8),
+            view_is_input: op.view_is_its_input(),
         }
     }
 }
@@ -1155,6 +1158,15 @@ impl<'g> Sim<'g> {
         // 2. the op's answers for these inputs
         let pi = self.plan(op, graph_node, &sc, records);
         let plan = self.plans.list[pi];
+        if info.view_is_input && plan.alias == Alias::View(0) && sc.casts.is_empty() {
+            // `x.to(dtype)` of an `x` in that dtype returns `x` itself: no tensor, no autograd
+            // node, so its gradient reaches x's buffer directly
+            let r = sc.eff[0];
+            self.incref(self.rts[r as usize].storage);
+            outs.push(r);
+            self.scratch = Some(sc);
+            return;
+        }
         let label = Label::new(info.kind);
         let cat = if info.is_kv_cache {
             Category::KvCache

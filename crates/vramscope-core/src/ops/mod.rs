@@ -328,6 +328,12 @@ pub trait Op: Debug + Send + Sync {
         None
     }
 
+    /// Whether a call whose answer is a view of input 0 ([`Op::alias_for`]) returns input 0
+    /// itself, with no autograd node of its own (`x.to(dtype)` when x has that dtype).
+    fn view_is_its_input(&self) -> bool {
+        false
+    }
+
     /// Transient allocations inside the forward op, in bytes (allocated after the outputs, freed
     /// before the op returns).
     fn forward_temporaries(&self, _ctx: &OpCtx) -> Vec<u64> {

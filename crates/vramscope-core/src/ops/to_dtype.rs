@@ -82,6 +82,11 @@ impl Op for ToDtype {
         self.recast_first
     }
 
+    // `.to()` returns `self`: the same tensor, not a view with a node of its own
+    fn view_is_its_input(&self) -> bool {
+        true
+    }
+
     fn alias_for(&self, inputs: &[TensorMeta]) -> Alias {
         let dtypes: Vec<DType> = inputs.iter().map(|t| t.dtype).collect();
         match inputs.first() {
@@ -121,6 +126,7 @@ mod tests {
             TensorMeta::new(vec![2, 3], DType::F32),
             TensorMeta::new(vec![2, 3], DType::BF16),
         ];
+        assert!(ToDtype::fixed(DType::BF16).view_is_its_input());
         let like = ToDtype::like_input_1();
         assert_eq!(like.alias_for(&pair), Alias::None);
         assert_eq!(
