@@ -1056,7 +1056,6 @@ fn attention(
         c.eager,
         mask.is_some(),
         (s.heads, s.kv_heads),
-        None,
     );
     let heads_of = |b: &mut GraphBuilder, name: &str, heads: u64, copied: bool| {
         let t = linear(b, name, s.hidden, heads * d, s.attn_bias, x);

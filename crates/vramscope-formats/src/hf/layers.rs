@@ -270,25 +270,21 @@ pub fn rotated_heads_view(
 ///   Phi-3 at batch 2, and of Llama, Mixtral and Gemma2 with as many KV heads as heads at
 ///   batches 2 and 4).
 ///
+/// The same for Phi-3, whose q, k and v are slices of one `qkv_proj` and whose rotary `cat`
+/// makes q and k new tensors: without a cache v's gradient reaches the slice as the kernel made
+/// it, also from cuDNN (truth traces of Phi-3 mini and medium under AMP fp16 and bf16, with and
+/// without checkpointing, past the window).
+///
 /// `like_inputs`: [`sdpa_grads_like_inputs`].
-/// `fused_half`: q, k and v are slices of one fused projection (Phi-3's `qkv_proj`), `Some(half)`
-/// with whether attention runs in half precision. Under SDPA q and k are then `cat` results
-/// whose gradients come back heads-first, and so does v's from the half-precision kernels (v, a
-/// slice, is not dense), whatever the cache: q and k copied with mem-efficient attention, all
-/// three with cuDNN (truth traces of Phi-3 in float32 and under AMP fp16).
 pub fn heads_first_grads(
     (cache, like_inputs): (bool, bool),
     eager: bool,
     masked: bool,
     (heads, kv_heads): (u64, u64),
-    fused_half: Option<bool>,
 ) -> [bool; 3] {
     let gqa = heads > kv_heads;
     if eager && !cache {
         return [true; 3];
-    }
-    if let (Some(half), false) = (fused_half, eager) {
-        return [true, true, half];
     }
     [true, true, (masked && gqa) || (cache && like_inputs)]
 }

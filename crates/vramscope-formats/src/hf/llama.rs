@@ -734,7 +734,6 @@ pub(super) fn attention(
         call.eager_mask.is_some(),
         mask.is_some(),
         (s.heads, s.kv_heads),
-        phi3.then_some(proj_dtype.size() == 2),
     );
     b.module("self_attn", &format!("{p}Attention"), &[x], |b| {
         let init_order = b.param_mark();
