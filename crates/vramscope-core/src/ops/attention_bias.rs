@@ -27,7 +27,7 @@ pub struct ScaledDotProductAttentionBias {
 
 /// Mem-efficient attention wants the mask's rows aligned to 8 elements: `preprocess_mask` pads
 /// the last dimension (`constant_pad_nd`) and slices it back.
-const MEM_EFF_MASK_ALIGNMENT: u64 = 8;
+pub const MEM_EFF_MASK_ALIGNMENT: u64 = 8;
 
 impl ScaledDotProductAttentionBias {
     /// The backend for this call.

@@ -59,7 +59,7 @@ pub use adaptive_avg_pool::AdaptiveAvgPool2d;
 pub use add::Add;
 pub use aten::{Aten, DTypeRule, TensorRule};
 pub use attention::{ScaledDotProductAttention, SdpaBackend};
-pub use attention_bias::ScaledDotProductAttentionBias;
+pub use attention_bias::{ScaledDotProductAttentionBias, MEM_EFF_MASK_ALIGNMENT};
 pub use attention_heads::{AttentionHeadsMerge, AttentionHeadsView};
 pub use avg_pool::AvgPool2d;
 pub use batch_norm::BatchNorm2d;

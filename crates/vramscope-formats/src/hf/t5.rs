@@ -35,7 +35,7 @@ use std::cell::RefCell;
 use vramscope_core::ir::Task;
 use vramscope_core::ops::{
     Activation, ActivationKind, Alias, Aten, Autocast, DTypeRule, GradIn, Linear, LogSoftmax,
-    NllLoss, Saved, ScaledDotProductAttentionBias,
+    NllLoss, Saved, ScaledDotProductAttentionBias, MEM_EFF_MASK_ALIGNMENT,
 };
 use vramscope_core::{DType, Graph, GraphBuilder, Precision, TensorId};
 
@@ -1104,9 +1104,6 @@ fn sdpa_with_bias(
         &[qkv[0], qkv[1], qkv[2], m],
     )
 }
-
-/// The row alignment mem-efficient attention wants of a mask (`preprocess_mask`).
-const MEM_EFF_MASK_ALIGNMENT: u64 = 8;
 
 /// `T5LayerNorm`: `variance = x.to(float32).pow(2).mean(-1, keepdim=True)`,
 /// `x * rsqrt(variance + eps)` (float32), `.to(weight.dtype)` for a half weight, `weight * x`.
