@@ -867,6 +867,7 @@ impl GraphBuilder {
             alloc_at: base,
             free_at: base,
             freed_after_allocations: false,
+            allocated_after_frees: false,
             module,
             order: Some((key + 4, key + 6)),
         });
@@ -929,6 +930,7 @@ impl GraphBuilder {
                 // a head built first: its untied weights go after what the encoder's own
                 // `post_init` makes at the same point
                 freed_after_allocations: head.is_some() && i < free_now,
+                allocated_after_frees: false,
                 module,
                 order: None,
             });
@@ -947,6 +949,7 @@ impl GraphBuilder {
             alloc_at: self.graph.params.len() as u32,
             free_at: UNTIL_BUILT,
             freed_after_allocations: false,
+            allocated_after_frees: false,
             module,
             order: None,
         });
@@ -964,6 +967,7 @@ impl GraphBuilder {
             alloc_at: at,
             free_at: at,
             freed_after_allocations: false,
+            allocated_after_frees: false,
             module,
             order: None,
         });
@@ -996,6 +1000,7 @@ impl GraphBuilder {
                         alloc_at: at,
                         free_at: u32::MAX,
                         freed_after_allocations: false,
+                        allocated_after_frees: false,
                         module,
                         order: Some((key, 0)),
                     });

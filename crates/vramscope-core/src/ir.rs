@@ -160,6 +160,10 @@ pub struct InitTemporary {
     /// though it was allocated earlier (`post_init` makes a new tensor before it drops this one:
     /// XLM-RoBERTa's encoder recomputes its `position_ids` before the untied head is dropped).
     pub freed_after_allocations: bool,
+    /// Allocated after every free due at its `alloc_at` position, `freed_after_allocations` ones
+    /// included: made once the model is complete (PEFT's half-precision adapters, after
+    /// `post_init()` has dropped an untied head).
+    pub allocated_after_frees: bool,
     /// The module whose `__init__` made it.
     pub module: ModuleId,
     /// Where its allocation and its free fall among the events of their positions: `Some((alloc,

@@ -1659,11 +1659,16 @@ impl<'g> Sim<'g> {
             free_where(self, live, Some(true));
         }
         for (t, slot) in g.init_temporaries.iter().zip(live.iter_mut()) {
-            if t.alloc_at == k && t.order.is_none() {
+            if t.alloc_at == k && t.order.is_none() && !t.allocated_after_frees {
                 *slot = Some(self.new_init_temporary(t));
             }
         }
         free_where(self, live, if built { None } else { Some(false) });
+        for (t, slot) in g.init_temporaries.iter().zip(live.iter_mut()) {
+            if t.alloc_at == k && t.order.is_none() && t.allocated_after_frees {
+                *slot = Some(self.new_init_temporary(t));
+            }
+        }
     }
 
     /// Allocates construction temporary `t` (its dtype, else the model's).

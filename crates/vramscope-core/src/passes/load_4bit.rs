@@ -312,6 +312,7 @@ fn reorder_loading(g: &mut Graph, quantized: &[Option<(ModuleId, bool)>], cfg: &
             alloc_at: start,
             free_at: 0,
             freed_after_allocations: false,
+            allocated_after_frees: false,
             module: m,
             order: None,
         }];
@@ -323,6 +324,7 @@ fn reorder_loading(g: &mut Graph, quantized: &[Option<(ModuleId, bool)>], cfg: &
                 alloc_at: start,
                 free_at: 0,
                 freed_after_allocations: false,
+                allocated_after_frees: false,
                 module: m,
                 order: None,
             });
@@ -335,6 +337,7 @@ fn reorder_loading(g: &mut Graph, quantized: &[Option<(ModuleId, bool)>], cfg: &
                 alloc_at: start,
                 free_at: 0,
                 freed_after_allocations: false,
+                allocated_after_frees: false,
                 module: m,
                 order: None,
             });
@@ -365,6 +368,7 @@ fn reorder_loading(g: &mut Graph, quantized: &[Option<(ModuleId, bool)>], cfg: &
                                 alloc_at: at + 1,
                                 free_at: at + 1,
                                 freed_after_allocations: false,
+                                allocated_after_frees: false,
                                 module: m,
                                 order: Some(order),
                             });
@@ -396,6 +400,7 @@ fn reorder_loading(g: &mut Graph, quantized: &[Option<(ModuleId, bool)>], cfg: &
                             alloc_at: loaded.len() as u32,
                             free_at: 0,
                             freed_after_allocations: false,
+                            allocated_after_frees: false,
                             module: m,
                             order: None,
                         });

@@ -262,6 +262,8 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
     let mut adapted: Vec<ModuleId> = Vec::new();
     // locals of the LoRA layers' forwards, in the new node numbering
     let mut new_holds: Vec<(TensorId, u32)> = Vec::new();
+    // the adapters of plain (not 4-bit) layers, which a half model's upcast casts after creation
+    let mut upcast: Vec<ParamId> = Vec::new();
     for &(m, features) in &uncalled {
         if let Some(features) = features {
             // as for a called target: a 4-bit layer's adapters are float32
@@ -271,7 +273,10 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
             } else {
                 cfg.upcast_dtype()
             };
-            wrap_target(&mut out, m, &mut adapted, features, cfg, dtype);
+            let w = wrap_target(&mut out, m, &mut adapted, features, cfg, dtype);
+            if !four_bit {
+                upcast.extend([w.a.1, w.b.1]);
+            }
         }
     }
     for (i, node) in g.nodes.iter().enumerate() {
@@ -307,8 +312,12 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
         out.nodes.push(n);
         // peft.tuners.lora.bnb.Linear4bit: `result = result.clone()` (a defensive copy), and
         // without autocast `x.to(lora_A.weight.dtype)` (float32) and `output.to(result.dtype)`
-        let upcast = if four_bit { None } else { cfg.upcast_dtype() };
-        let adapters_dtype = if four_bit { Some(DType::F32) } else { upcast };
+        let upcast_to = if four_bit { None } else { cfg.upcast_dtype() };
+        let adapters_dtype = if four_bit {
+            Some(DType::F32)
+        } else {
+            upcast_to
+        };
         let convert = four_bit && !cfg.autocast;
         let Wrapped {
             lora_mod,
@@ -323,6 +332,9 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
             cfg,
             adapters_dtype,
         );
+        if !four_bit {
+            upcast.extend([a_weight, b_weight]);
+        }
         let result = if four_bit {
             let shape = g.tensors[base_out.0 as usize].shape.clone();
             let clone = Aten::new("clone", shape.to_vec())
@@ -355,7 +367,7 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
             push_node(
                 &mut out,
                 lora_mod,
-                Arc::new(ToDtype::fixed(upcast.unwrap_or(cfg.param_dtype))),
+                Arc::new(ToDtype::fixed(upcast_to.unwrap_or(cfg.param_dtype))),
                 vec![x],
                 Vec::new(),
             )
@@ -413,7 +425,7 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
         // `result = result + ...`: the scaled adapters' output, a temporary, goes first, the old
         // `result` as the name is rebound (truth traces of a checkpointed LoRA GPT-2)
         new_holds.push((result, out.nodes.len() as u32));
-        if upcast.is_some() {
+        if upcast_to.is_some() {
             // the low-precision result plus the float32 adapters' output is float32:
             // `result = result.to(torch_result_dtype)`
             sum = push_node(
@@ -474,7 +486,46 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
     for t in out.outputs.iter_mut() {
         *t = subst[t.0 as usize];
     }
+    if cfg.upcast_dtype().is_some() {
+        upcast_adapters_after_creation(&mut out, &upcast, cfg.param_dtype);
+    }
     Ok(out)
+}
+
+/// `get_peft_model(..., autocast_adapter_dtype=True)` makes every adapter in the model's dtype
+/// `made`, then casts them one by one (`_cast_adapter_dtype`: the float32 copy, then the half one
+/// freed; truth traces of the model phase of LoRA on Qwen2, Mistral and GPT-2 held in bfloat16):
+/// each of `adapters` (plain layers' adapters, float32, allocated after the model's own
+/// parameters) gets a half-precision construction temporary, all made before the first adapter
+/// and each freed once its adapter is. 4-bit layers' adapters are made in float32 directly.
+fn upcast_adapters_after_creation(out: &mut Graph, adapters: &[ParamId], made: DType) {
+    // positions count the parameters and buffers allocated before (in init_rank order)
+    let at =
+        |out: &Graph, rank: u32| out.params.iter().filter(|p| p.init_rank < rank).count() as u32;
+    let Some(start) = adapters
+        .iter()
+        .map(|p| at(out, out.params[p.0 as usize].init_rank))
+        .min()
+    else {
+        return;
+    };
+    let mut adapters = adapters.to_vec();
+    adapters.sort_by_key(|p| out.params[p.0 as usize].init_rank);
+    for p in adapters {
+        let free_at = at(out, out.params[p.0 as usize].init_rank) + 1;
+        let def = &out.params[p.0 as usize];
+        let temporary = crate::ir::InitTemporary {
+            shape: def.shape.to_vec(),
+            dtype: Some(made),
+            alloc_at: start,
+            free_at,
+            freed_after_allocations: false,
+            allocated_after_frees: true,
+            module: def.module,
+            order: None,
+        };
+        out.init_temporaries.push(temporary);
+    }
 }
 
 /// `(in_features, out_features)` of an idle Linear module (plain or 4-bit; `None` for other
