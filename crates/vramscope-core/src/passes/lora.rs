@@ -263,7 +263,7 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
     // locals of the LoRA layers' forwards, in the new node numbering
     let mut new_holds: Vec<(TensorId, u32)> = Vec::new();
     // the adapters of plain (not 4-bit) layers, which a half model's upcast casts after creation
-    let mut upcast: Vec<ParamId> = Vec::new();
+    let mut upcast_adapters: Vec<ParamId> = Vec::new();
     for &(m, features) in &uncalled {
         if let Some(features) = features {
             // as for a called target: a 4-bit layer's adapters are float32
@@ -275,7 +275,7 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
             };
             let w = wrap_target(&mut out, m, &mut adapted, features, cfg, dtype);
             if !four_bit {
-                upcast.extend([w.a.1, w.b.1]);
+                upcast_adapters.extend([w.a.1, w.b.1]);
             }
         }
     }
@@ -333,7 +333,7 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
             adapters_dtype,
         );
         if !four_bit {
-            upcast.extend([a_weight, b_weight]);
+            upcast_adapters.extend([a_weight, b_weight]);
         }
         let result = if four_bit {
             let shape = g.tensors[base_out.0 as usize].shape.clone();
@@ -487,7 +487,7 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
         *t = subst[t.0 as usize];
     }
     if cfg.upcast_dtype().is_some() {
-        upcast_adapters_after_creation(&mut out, &upcast, cfg.param_dtype);
+        upcast_adapters_after_creation(&mut out, &upcast_adapters, cfg.param_dtype);
     }
     Ok(out)
 }
@@ -499,26 +499,27 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
 /// parameters) gets a half-precision construction temporary, all made before the first adapter
 /// and each freed once its adapter is. 4-bit layers' adapters are made in float32 directly.
 fn upcast_adapters_after_creation(out: &mut Graph, adapters: &[ParamId], made: DType) {
-    // positions count the parameters and buffers allocated before (in init_rank order)
-    let at =
-        |out: &Graph, rank: u32| out.params.iter().filter(|p| p.init_rank < rank).count() as u32;
-    let Some(start) = adapters
-        .iter()
-        .map(|p| at(out, out.params[p.0 as usize].init_rank))
-        .min()
-    else {
+    // a parameter's position: how many parameters and buffers are allocated before it (the
+    // simulator allocates them in init_rank order, as load_4bit's loading order does)
+    let mut order: Vec<usize> = (0..out.params.len()).collect();
+    order.sort_by_key(|&i| out.params[i].init_rank);
+    let mut position = vec![0u32; order.len()];
+    for (k, &i) in order.iter().enumerate() {
+        position[i] = k as u32;
+    }
+    let mut adapters: Vec<usize> = adapters.iter().map(|p| p.0 as usize).collect();
+    adapters.sort_by_key(|&i| position[i]);
+    let Some(&first) = adapters.first() else {
         return;
     };
-    let mut adapters = adapters.to_vec();
-    adapters.sort_by_key(|p| out.params[p.0 as usize].init_rank);
-    for p in adapters {
-        let free_at = at(out, out.params[p.0 as usize].init_rank) + 1;
-        let def = &out.params[p.0 as usize];
+    let start = position[first];
+    for i in adapters {
+        let def = &out.params[i];
         let temporary = crate::ir::InitTemporary {
             shape: def.shape.to_vec(),
             dtype: Some(made),
             alloc_at: start,
-            free_at,
+            free_at: position[i] + 1,
             freed_after_allocations: false,
             allocated_after_frees: true,
             module: def.module,

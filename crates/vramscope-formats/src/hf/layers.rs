@@ -1501,23 +1501,35 @@ pub fn decoder_heads(b: &mut GraphBuilder, t: TensorId, heads: u64, call: &Call)
 /// `transpose(1, 2)`, right after the projection, as `self.query(x).view(...).transpose(1, 2)`
 /// runs). q's and v's gradients come back from eager attention's bmm laid out `[B, H, S, D]`,
 /// which `ViewBackward0` cannot view as `[B, S, E]`: it copies them (truth traces: a `[B, S, E]`
-/// clone per projection, freed once the projection's backward has used it). k, the `key`
-/// operand (`k.transpose(-1, -2)`), gets its gradient back as `[B, H, D, S]`: `ViewBackward0`
-/// views it, and so does the projection's `_unsafe_view` to `[S, E]` rows (a transposed matrix)
-/// for one sequence; from two on the `[B * S, E]` rows are no view of it and the projection's
-/// `UnsafeViewBackward0` copies it, the next node in backward, modelled here (truth traces of
-/// BERT and DistilBERT at batches 1 and 2).
+/// clone per projection, freed once the projection's backward has used it). The `key` operand's
+/// is viewed, and copied by the projection's rows instead ([`eager_key_rows`]).
 pub fn eager_heads(b: &mut GraphBuilder, t: TensorId, heads: u64, key: bool) -> TensorId {
-    let s = b.shape(t).to_vec();
-    let (bsz, seq, e) = (s[0], s[1], s[2]);
-    if key && bsz == 1 {
+    if key {
+        let t = eager_key_rows(b, t);
         return heads_view(b, t, heads, false);
     }
+    let s = b.shape(t).to_vec();
+    let (bsz, seq, e) = (s[0], s[1], s[2]);
     let t = b.op(
         Aten::view("view", vec![bsz, seq, heads, e / heads]).grads(vec![GradIn::New]),
         &[t],
     );
     view(b, "transpose", t, vec![bsz, heads, seq, e / heads])
+}
+
+/// Eager attention's key projection `[B, S, E]` as its `Linear` returned it (made right after
+/// the projection). bmm hands k's gradient (`k.transpose(-1, -2)`'s operand) back as `[B, H, D,
+/// S]`: k's `ViewBackward0` views it as `[B, S, E]`, and so does the projection's `_unsafe_view`
+/// to `[S, E]` rows (a transposed matrix) for one sequence; from two on the `[B * S, E]` rows are
+/// no view of it and the projection's `UnsafeViewBackward0` copies it (truth traces of BERT and
+/// DistilBERT at batches 1 and 2, and of OPT at batches 1, 2 and 4, whose k_proj runs before
+/// v_proj and its views after both, so the copy comes after v_proj's backward).
+pub fn eager_key_rows(b: &mut GraphBuilder, k: TensorId) -> TensorId {
+    let s = b.shape(k).to_vec();
+    if s[0] == 1 {
+        return k;
+    }
+    b.op(Aten::view("_unsafe_view", s).grads(vec![GradIn::New]), &[k])
 }
 
 /// An attention output `[B, H, S, D]` (laid out `[B, S, H, D]` by the kernels) back to

@@ -5,14 +5,14 @@
 //! after its projection, SDPA `is_causal` or eager attention, functional dropout, then `fc1` + activation + `fc2` on
 //! the flattened `[B·S, E]` rows), a final LayerNorm, and an `lm_head` tied to `embed_tokens`.
 
-use vramscope_core::ops::{Aten, DTypeRule, GradIn, LayerNorm, Linear};
+use vramscope_core::ops::{Aten, DTypeRule, LayerNorm, Linear};
 use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
 use super::generate::CausalLm;
 use super::layers::{
     activation, activation_kind, add, cached_attention, decoder_causal_mask, decoder_heads,
-    dropout_fn, embedding, heads_view, layer_norm, linear, mul_scalar, padding_input, view, Call,
-    Eager, EagerFlavor, KvCache,
+    dropout_fn, eager_key_rows, embedding, heads_view, layer_norm, linear, mul_scalar,
+    padding_input, view, Call, Eager, EagerFlavor, KvCache,
 };
 use super::seq_cls::{base_model, decoder_head, decoder_outputs, qa_inputs, DecoderHead};
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
@@ -305,21 +305,10 @@ fn layer(
         let q = mul_scalar(b, q);
         let q = decoder_heads(b, q, s.heads, call);
         let k = linear(b, "k_proj", e, e, s.bias, x);
-        // eager attention's bmm hands k's gradient back as `[B, H, D, S]`, which k's
-        // `ViewBackward0` views as `[B, S, E]` without a copy (q's and v's come back heads-first
-        // and are copied), as does k_proj's `_unsafe_view` to `[S, E]` rows (a transposed
-        // matrix) for one sequence; from two sequences on, the `[B * S, E]` rows are no view of
-        // it and k_proj's `UnsafeViewBackward0` copies it, after v_proj's backward (truth traces
-        // of OPT's eager training at batches 1, 2 and 4)
+        // eager attention without a cache: k's gradient is copied by k_proj's rows, not at
+        // its view
         let eager_k = call.eager_mask.is_some() && call.cache.is_none();
-        let k = if eager_k && bsz > 1 {
-            b.op(
-                Aten::view("_unsafe_view", vec![bsz, seq, e]).grads(vec![GradIn::New]),
-                &[k],
-            )
-        } else {
-            k
-        };
+        let k = if eager_k { eager_key_rows(b, k) } else { k };
         let v = linear(b, "v_proj", e, e, s.bias, x);
         // with a cache, flash / cuDNN attention's gradients of the cached k and v come back
         // heads-first
