@@ -185,6 +185,46 @@ fn bad_configs_name_the_file_and_field() {
 }
 
 #[test]
+fn activations_are_read_by_each_family_and_unknown_ones_named() {
+    // each family's field, an ACT2FN name other than its default, and one that is not modelled
+    for (file, key) in [
+        ("gpt2_2l.json", "activation_function"),
+        ("opt_125m_2l.json", "activation_function"),
+        ("bert_base_2l_untied.json", "hidden_act"),
+        ("distilbert_base_2l_untied.json", "activation"),
+        ("llama32_1b_2l.json", "hidden_act"),
+        ("phi3_mini_2l.json", "hidden_act"),
+        ("mixtral_small_2l.json", "hidden_act"),
+        ("qwen2_moe_small_3l.json", "hidden_act"),
+        ("gemma2_2b_2l.json", "hidden_activation"),
+        ("gemma_2b_2l.json", "hidden_act"),
+    ] {
+        let path = format!("{}/fixtures/hf/configs/{file}", root());
+        let mut v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let params = |v: &serde_json::Value| {
+            let cfg = HfConfig::parse("c.json", &v.to_string()).unwrap();
+            hf::build(&cfg, &input()).map(|m| m.graph.parameter_count())
+        };
+        let default = params(&v).unwrap();
+        for act in ["quick_gelu", "relu2", "gelu_new", "gelu_fast", "linear"] {
+            v[key] = act.into();
+            // an activation has no parameters
+            assert_eq!(params(&v).unwrap(), default, "{file} {act}");
+        }
+        v[key] = "mish".into();
+        let e = params(&v).unwrap_err().to_string();
+        assert!(
+            e.starts_with("c.json")
+                && e.contains(&format!("`{key}`"))
+                && e.contains("quick_gelu")
+                && e.contains("\"mish\""),
+            "{file}: {e}"
+        );
+    }
+}
+
+#[test]
 fn nested_text_config_is_read() {
     let cfg = HfConfig::parse(
         "c.json",
@@ -415,7 +455,10 @@ fn t5_bad_configs_and_inputs_are_named() {
     )
     .unwrap_err()
     .to_string();
-    assert!(e.contains("mish") && e.contains("relu, gelu"), "{e}");
+    assert!(
+        e.contains("`feed_forward_proj`") && e.contains("\"mish\"") && e.contains("gelu_new"),
+        "{e}"
+    );
     let ok = format!(r#"{{{base}, "decoder_start_token_id": 0, "num_layers": 1}}"#);
     let e = t5(
         &ok,

@@ -277,6 +277,18 @@ fn t5_unaligned_cases_match_truth() {
     assert_phases_within(&cases("hf_t5_unaligned.jsonl"), 0.0);
 }
 
+/// Activations other than each family's default (`validation/make_activation_fixtures.sh`):
+/// transformers' `ACT2FN` names (`gelu_new`, `gelu_fast`, `quick_gelu`, `relu2`,
+/// `gelu_accurate`, `linear`, ...) in GPT-2, OPT, BERT, DistilBERT, the Llama family, Mixtral and
+/// Gemma3, written out op by op as activations.py writes them. The `pow` in gelu_new and relu2
+/// runs in float32 under autocast and in the model's dtype in a half model, whose backward
+/// temporaries are half too (they were float32 before). Byte-exact in every phase.
+#[test]
+fn activation_cases_match_truth() {
+    check_tight("hf_activations.jsonl", 18);
+    assert_phases_within(&cases("hf_activations.jsonl"), 0.0);
+}
+
 /// Padded batches (`--padded`: the batch's `attention_mask` passed to the model, as a padding
 /// data collator makes it; validation/padding_models.py): the `[B, 1, S, S]` boolean mask
 /// `and_masks(causal, sliding window or bidirectional, padding)` builds, SDPA's cuDNN (decoders)

@@ -16,8 +16,9 @@ use vramscope_core::ir::Task;
 use vramscope_core::ops::{ActivationKind, Aten, DTypeRule, Select};
 use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
+use super::activation::{self, HfActivation};
 use super::layers::{
-    activation, activation_fn, activation_kind, add, dropout, embedding, encoder_padded_mask,
+    activation, activation_fn, add, dropout, embedding, encoder_padded_mask,
     encoder_self_attention, layer_norm, linear, padding_input, tied_head_bias, view, Eager,
     EagerFlavor,
 };
@@ -98,7 +99,7 @@ struct Spec {
     hidden_dropout: f64,
     attn_dropout: f64,
     classifier_dropout: f64,
-    act: ActivationKind,
+    act: HfActivation,
     num_labels: u64,
     /// `tie_word_embeddings` (true unless the config says otherwise): the MLM decoder's weight is
     /// the word embeddings' and its bias the head's `bias`.
@@ -136,12 +137,7 @@ fn spec(cfg: &HfConfig, input: &HfInput) -> Result<Spec, HfError> {
             expected: format!("a divisor of hidden_size = {hidden}"),
         });
     }
-    let act_name = cfg.str("hidden_act")?.unwrap_or("gelu");
-    let act = activation_kind(act_name).ok_or_else(|| HfError::Field {
-        path: cfg.path.clone(),
-        field: "hidden_act".into(),
-        expected: "one of gelu, relu, silu, tanh".into(),
-    })?;
+    let act = activation::from_config(cfg, "hidden_act", "gelu")?;
     let hidden_dropout = cfg.prob_or("hidden_dropout_prob", 0.1)?;
     Ok(Spec {
         vocab: cfg.u64(&["vocab_size"])?,
@@ -353,7 +349,7 @@ fn mlm_head(
     let t = match flavor {
         Flavor::Bert => b.module("transform", "BertPredictionHeadTransform", &[h], |b| {
             let t = linear(b, "dense", s.hidden, s.hidden, true, h);
-            let t = activation(b, "transform_act_fn", s.act, t);
+            let t = s.act.module(b, "transform_act_fn", t);
             layer_norm(b, "LayerNorm", s.hidden, t)
         }),
         Flavor::Roberta { .. } => {
@@ -502,7 +498,7 @@ fn encoder_layer(
         &[a],
         |b| {
             let h = linear(b, "dense", e, s.intermediate, true, a);
-            activation(b, "intermediate_act_fn", s.act, h)
+            s.act.module(b, "intermediate_act_fn", h)
         },
     );
     b.module("output", &format!("{prefix}Output"), &[i, a], |b| {

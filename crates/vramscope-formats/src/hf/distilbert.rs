@@ -12,10 +12,11 @@ use vramscope_core::ir::Task;
 use vramscope_core::ops::{ActivationKind, Select};
 use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
+use super::activation::{self, HfActivation};
 use super::bert::{encoder_eager, num_labels};
 use super::layers::{
-    activation, activation_fn, activation_kind, add, dropout, embedding, encoder_padded_mask,
-    encoder_self_attention, layer_norm, linear, padding_input, tied_head_bias, view, Eager,
+    activation_fn, add, dropout, embedding, encoder_padded_mask, encoder_self_attention,
+    layer_norm, linear, padding_input, tied_head_bias, view, Eager,
 };
 use super::{build_error, encoder_heads, AttnImplementation, HfConfig, HfError, HfInput, HfTask};
 
@@ -31,7 +32,7 @@ struct Spec {
     classif_dropout: f64,
     /// `qa_dropout`: `DistilBertForQuestionAnswering`'s dropout before `qa_outputs`.
     qa_dropout: f64,
-    act: ActivationKind,
+    act: HfActivation,
     num_labels: u64,
     /// `tie_word_embeddings` (true unless the config says otherwise): `vocab_projector`'s weight
     /// is the word embeddings'.
@@ -50,13 +51,7 @@ fn spec(cfg: &HfConfig, input: &HfInput) -> Result<Spec, HfError> {
             expected: format!("a divisor of dim = {dim}"),
         });
     }
-    let act = activation_kind(cfg.str("activation")?.unwrap_or("gelu")).ok_or_else(|| {
-        HfError::Field {
-            path: cfg.path.clone(),
-            field: "activation".into(),
-            expected: "one of gelu, relu, silu, tanh".into(),
-        }
-    })?;
+    let act = activation::from_config(cfg, "activation", "gelu")?;
     Ok(Spec {
         vocab: cfg.u64(&["vocab_size"])?,
         dim,
@@ -184,7 +179,7 @@ pub fn build(
             )
         } else {
             let t = linear(b, "vocab_transform", s.dim, s.dim, true, h);
-            let t = activation(b, "activation", s.act, t);
+            let t = s.act.module(b, "activation", t);
             let t = layer_norm(b, "vocab_layer_norm", s.dim, t);
             let l = if s.tied {
                 let (l, bias) = tied_head_bias(b, "vocab_projector", word, None, t);
@@ -228,7 +223,7 @@ fn block(b: &mut GraphBuilder, s: &Spec, x: TensorId, mask: Option<(TensorId, DT
     b.hold(&[a]);
     let f = b.module("ffn", "FFN", &[a], |b| {
         let h = linear(b, "lin1", e, s.hidden_dim, true, a);
-        let h = activation(b, "activation", s.act, h);
+        let h = s.act.module(b, "activation", h);
         let h = linear(b, "lin2", s.hidden_dim, e, true, h);
         dropout(b, "dropout", s.dropout, h)
     });

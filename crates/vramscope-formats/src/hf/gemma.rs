@@ -44,17 +44,17 @@
 //! PEFT and bitsandbytes do); `generate` runs the same forward each step. Other heads are
 //! refused.
 
-use vramscope_core::ops::{ActivationKind, Aten, GradIn, Linear, Saved};
+use vramscope_core::ops::{Aten, GradIn, Linear, Saved};
 use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
+use super::activation::{self, HfActivation};
 use super::generate::CausalLm;
 use super::layers::{
-    activation_fn, add, apply_rotary, attention_output, cached_attention, eager_attention,
-    embedding_lookup, gemma_rms_norm, heads_first_grads, linear, model_mask, mul, mul_scalar,
-    padding_input, position_ids, projection_dtype, rope_init, rotary, rotary_with_buffers,
-    rotated_heads_view, sdpa, sdpa_grads_like_inputs, sdpa_masked, tied_head, view, Call, Eager,
-    EagerFlavor, KvCache, MaskPattern, ROPE_INIT_DEFAULT, ROPE_INIT_GEMMA3_TWO_SETS,
-    ROPE_INIT_GEMMA3_TWO_SETS_LINEAR,
+    add, apply_rotary, attention_output, cached_attention, eager_attention, embedding_lookup,
+    gemma_rms_norm, heads_first_grads, linear, model_mask, mul, mul_scalar, padding_input,
+    position_ids, projection_dtype, rope_init, rotary, rotary_with_buffers, rotated_heads_view,
+    sdpa, sdpa_grads_like_inputs, sdpa_masked, tied_head, view, Call, Eager, EagerFlavor, KvCache,
+    MaskPattern, ROPE_INIT_DEFAULT, ROPE_INIT_GEMMA3_TWO_SETS, ROPE_INIT_GEMMA3_TWO_SETS_LINEAR,
 };
 use super::seq_cls::{decoder_outputs, sequence_classification, DecoderHead};
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
@@ -104,6 +104,8 @@ enum LayerType {
 /// The config values transformers uses (its config classes' defaults where a key is missing).
 struct Spec {
     flavor: Flavor,
+    /// The MLP's `act_fn`.
+    act: HfActivation,
     /// How the rotary module computes its frequencies at construction, where traced
     /// (`layers::ROPE_INIT_DEFAULT`'s notation).
     rope_init: Option<&'static str>,
@@ -161,15 +163,11 @@ fn spec(cfg: &HfConfig, flavor: Flavor) -> Result<Spec, HfError> {
         Flavor::Gemma => "hidden_act",
         _ => "hidden_activation",
     };
-    if let Some(act) = cfg.str(act_key)? {
-        if !matches!(act, "gelu_pytorch_tanh" | "gelu") {
-            return Err(field_err(
-                cfg,
-                act_key,
-                "\"gelu_pytorch_tanh\" or \"gelu\" (the activations modelled for Gemma)".into(),
-            ));
-        }
-    }
+    let act = if flavor == Flavor::Gemma && cfg.str(act_key)? == Some("gelu") {
+        HfActivation::GELU_TANH
+    } else {
+        activation::from_config(cfg, act_key, "gelu_pytorch_tanh")?
+    };
     // Gemma3TextConfig's (EmbeddingGemma); the other Gemma classes do not read it
     let bidirectional = cfg.bool_or("use_bidirectional_attention", false)?;
     if bidirectional && flavor != Flavor::Gemma3 {
@@ -257,6 +255,7 @@ fn spec(cfg: &HfConfig, flavor: Flavor) -> Result<Spec, HfError> {
     };
     Ok(Spec {
         flavor,
+        act,
         rope_init,
         vocab: cfg.u64(&["vocab_size"])?,
         hidden,
@@ -1149,12 +1148,10 @@ fn attention(
     )
 }
 
-/// `down_proj(act_fn(gate_proj(x)) * up_proj(x))` with `act_fn` = `GELUTanh`.
+/// `down_proj(act_fn(gate_proj(x)) * up_proj(x))` (`act_fn`: `GELUTanh` by default).
 fn mlp(b: &mut GraphBuilder, s: &Spec, y: TensorId) -> TensorId {
     let g = linear(b, "gate_proj", s.hidden, s.intermediate, false, y);
-    let g = b.module("act_fn", "GELUTanh", &[g], |b| {
-        activation_fn(b, ActivationKind::GELU, g)
-    });
+    let g = s.act.module(b, "act_fn", g);
     let u = linear(b, "up_proj", s.hidden, s.intermediate, false, y);
     let m = mul(b, g, u);
     linear(b, "down_proj", s.intermediate, s.hidden, false, m)

@@ -5,14 +5,14 @@
 //! to `wte`.
 
 use vramscope_core::builder::RepeatedModule;
-use vramscope_core::ops::{Aten, LayerNorm, Saved};
+use vramscope_core::ops::LayerNorm;
 use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
+use super::activation::{HfActivation, SUPPORTED};
 use super::generate::CausalLm;
 use super::layers::{
-    add, add_scalar, cached_attention, conv1d, decoder_causal_mask, dropout, embedding, heads_view,
-    mul, mul_scalar, packed_sequence_check, padding_input, position_ids, pow_fp32, view, Call,
-    Eager, EagerFlavor, KvCache,
+    add, cached_attention, conv1d, decoder_causal_mask, dropout, embedding, heads_view,
+    packed_sequence_check, padding_input, position_ids, view, Call, Eager, EagerFlavor, KvCache,
 };
 use super::seq_cls::{base_model, decoder_head, decoder_outputs, qa_inputs, DecoderHead};
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
@@ -28,6 +28,8 @@ struct Spec {
     attn_pdrop: f64,
     resid_pdrop: f64,
     tied: bool,
+    /// `activation_function` (`gelu_new` by default).
+    act: HfActivation,
 }
 
 fn spec(cfg: &HfConfig) -> Result<Spec, HfError> {
@@ -40,15 +42,12 @@ fn spec(cfg: &HfConfig) -> Result<Spec, HfError> {
             expected: format!("a divisor of n_embd = {hidden}"),
         });
     }
-    if let Some(act) = cfg.str("activation_function")? {
-        if act != "gelu_new" {
-            return Err(HfError::Field {
-                path: cfg.path.clone(),
-                field: "activation_function".into(),
-                expected: "\"gelu_new\" (the only GPT-2 activation modelled)".into(),
-            });
-        }
-    }
+    let act_name = cfg.str("activation_function")?.unwrap_or("gelu_new");
+    let act = HfActivation::parse(act_name).ok_or_else(|| HfError::Field {
+        path: cfg.path.clone(),
+        field: "activation_function".into(),
+        expected: format!("one of {SUPPORTED} (got {act_name:?})"),
+    })?;
     Ok(Spec {
         vocab: cfg.u64(&["vocab_size"])?,
         positions: cfg.u64(&["n_positions", "max_position_embeddings"])?,
@@ -60,6 +59,7 @@ fn spec(cfg: &HfConfig) -> Result<Spec, HfError> {
         attn_pdrop: cfg.prob_or("attn_pdrop", 0.1)?,
         resid_pdrop: cfg.prob_or("resid_pdrop", 0.1)?,
         tied: cfg.bool_or("tie_word_embeddings", true)?,
+        act,
     })
 }
 
@@ -277,7 +277,7 @@ fn block(
     let ln2 = b.layer("ln_2", LayerNorm::new(e), &[x]);
     let y = b.module("mlp", "GPT2MLP", &[ln2], |b| {
         let h = conv1d(b, "c_fc", e, s.inner, ln2);
-        let h = b.module("act", "NewGELUActivation", &[h], |b| gelu_new(b, h));
+        let h = s.act.module(b, "act", h);
         let h = conv1d(b, "c_proj", s.inner, e, h);
         dropout(b, "dropout", s.resid_pdrop, h)
     });
@@ -287,23 +287,6 @@ fn block(
     let out = add(b, x, y);
     b.keep_until_now(&[ln2]);
     out
-}
-
-/// `0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * pow(x, 3))))`, op by op (`pow` runs in
-/// float32 under autocast, so the rest is promoted to float32).
-pub(super) fn gelu_new(b: &mut GraphBuilder, x: TensorId) -> TensorId {
-    let s = b.shape(x).to_vec();
-    let half = mul_scalar(b, x);
-    let p = pow_fp32(b, x);
-    let p = mul_scalar(b, p);
-    let inner = add(b, x, p);
-    let inner = mul_scalar(b, inner);
-    let t = b.op(
-        Aten::new("tanh", s.clone()).saves(vec![Saved::Output(0)]),
-        &[inner],
-    );
-    let t = add_scalar(b, t);
-    mul(b, half, t)
 }
 
 impl CausalLm for Model {

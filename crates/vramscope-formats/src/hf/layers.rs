@@ -346,16 +346,17 @@ pub fn pow_fp32(b: &mut GraphBuilder, x: TensorId) -> TensorId {
 }
 
 /// A pointwise op on the autocast float32 list (`pow`, `rsqrt`) that saves `saved` and whose
-/// backward makes two float32 temporaries of its size.
+/// backward makes two temporaries of its size in its input's dtype (float32 under autocast; a
+/// half model's own dtype outside it).
 fn fp32_pointwise(b: &mut GraphBuilder, name: &'static str, saved: Saved, x: TensorId) -> TensorId {
     let s = b.shape(x).to_vec();
-    let f32 = DTypeRule::Fixed(DType::F32);
+    let like_input = DTypeRule::Like(0);
     b.op(
         Aten::new(name, s.clone())
             .autocast(Autocast::Fp32)
             .saves(vec![saved])
-            .backward_temporary(s.clone(), f32)
-            .backward_temporary(s, f32),
+            .backward_temporary(s.clone(), like_input)
+            .backward_temporary(s, like_input),
         &[x],
     )
 }
@@ -1370,18 +1371,6 @@ pub fn dropout_fn(b: &mut GraphBuilder, p: f64, x: TensorId) -> TensorId {
         return x;
     }
     b.op(Dropout { p }, &[x])
-}
-
-/// The activation named by a config's `hidden_act` / `activation_function` / `activation`, among
-/// those the encoder and OPT families use.
-pub fn activation_kind(name: &str) -> Option<ActivationKind> {
-    match name {
-        "gelu" => Some(ActivationKind::GELU),
-        "relu" => Some(ActivationKind::ReLU),
-        "tanh" => Some(ActivationKind::Tanh),
-        "silu" | "swish" => Some(ActivationKind::SiLU),
-        _ => None,
-    }
 }
 
 /// An output projection whose weight is tied to the embedding `weight` and whose bias is `bias`

@@ -27,6 +27,7 @@ use vramscope_core::builder::RepeatedModule;
 use vramscope_core::ops::{Aten, GradIn, Saved, Slice, View};
 use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
+use super::activation::{self, HfActivation};
 use super::generate::CausalLm;
 use super::layers::{
     add, apply_rotary, apply_rotary_sliced, attention_output, cached_attention, dropout, embedding,
@@ -91,6 +92,8 @@ pub(super) struct Spec {
     /// (`layers::ROPE_INIT_DEFAULT`'s notation).
     rope_init: Option<&'static str>,
     pub(super) intermediate: u64,
+    /// The MLPs' and experts' `act_fn` (`hidden_act`).
+    pub(super) act: HfActivation,
     pub(super) attn_dropout: f64,
     /// Phi-3's `resid_pdrop` (its `resid_attn_dropout` / `resid_mlp_dropout` modules).
     resid_dropout: f64,
@@ -218,15 +221,7 @@ pub(super) fn spec(cfg: &HfConfig, model_type: &str) -> Result<Spec, HfError> {
             ),
         });
     }
-    if let Some(act) = cfg.str("hidden_act")? {
-        if act != "silu" {
-            return Err(HfError::Field {
-                path: cfg.path.clone(),
-                field: "hidden_act".into(),
-                expected: "\"silu\" (the only activation modelled for this family)".into(),
-            });
-        }
-    }
+    let act = activation::from_config(cfg, "hidden_act", "silu")?;
     let rotary_dim = match variant {
         Variant::Phi3 => {
             let factor = partial_rotary_factor(cfg)?;
@@ -267,6 +262,7 @@ pub(super) fn spec(cfg: &HfConfig, model_type: &str) -> Result<Spec, HfError> {
         rotary_dim,
         rope_init: rope_init_program(cfg)?,
         intermediate: cfg.u64(&["intermediate_size"])?,
+        act,
         attn_dropout: cfg.prob_or("attention_dropout", 0.0)?,
         resid_dropout: match variant {
             Variant::Phi3 => cfg.prob_or("resid_pdrop", 0.0)?,
@@ -688,9 +684,8 @@ fn feed_forward(b: &mut GraphBuilder, s: &Spec, p: &str, y: TensorId) -> TensorI
             b,
             "mlp",
             &format!("{p}MLP"),
-            s.hidden,
-            s.intermediate,
-            s.mlp_bias,
+            (s.hidden, s.intermediate),
+            (s.mlp_bias, s.act),
             y,
         )
     }
@@ -871,32 +866,40 @@ pub(super) fn attention(
     })
 }
 
-/// The SiLU-gated MLP module `name` (class `type_name`): `down_proj(act_fn(gate_proj(x)) *
-/// up_proj(x))`.
+/// The gated MLP module `name` (class `type_name`): `down_proj(act_fn(gate_proj(x)) *
+/// up_proj(x))`, the projections with biases or not.
 pub(super) fn mlp(
     b: &mut GraphBuilder,
     name: &str,
     type_name: &str,
-    hidden: u64,
-    intermediate: u64,
-    bias: bool,
+    (hidden, intermediate): (u64, u64),
+    (bias, act): (bool, HfActivation),
     x: TensorId,
 ) -> TensorId {
     b.module(name, type_name, &[x], |b| {
         let g = linear(b, "gate_proj", hidden, intermediate, bias, x);
-        let g = silu_act_fn(b, g);
+        let g = act_module(b, act, "act_fn", g);
         let u = linear(b, "up_proj", hidden, intermediate, bias, x);
         let m = mul(b, g, u);
         linear(b, "down_proj", intermediate, hidden, bias, m)
     })
 }
 
-/// The `act_fn` module (`SiLUActivation`) called on `x`: `silu` keeps its input for backward.
-pub(super) fn silu_act_fn(b: &mut GraphBuilder, x: TensorId) -> TensorId {
-    silu_module(b, "act_fn", x)
+/// The activation module `name` (`act_fn`, Phi-3's `activation_fn`) called on `x`.
+pub(super) fn act_module(
+    b: &mut GraphBuilder,
+    act: HfActivation,
+    name: &str,
+    x: TensorId,
+) -> TensorId {
+    if act == HfActivation::SILU {
+        silu_module(b, name, x)
+    } else {
+        act.module(b, name, x)
+    }
 }
 
-/// `silu` called as the activation module `name` (`act_fn`, Phi-3's `activation_fn`).
+/// `silu` called as the activation module `name`: keeps its input for backward.
 fn silu_module(b: &mut GraphBuilder, name: &str, x: TensorId) -> TensorId {
     let sh = b.shape(x).to_vec();
     b.module(name, "SiLUActivation", &[x], |b| {
@@ -932,7 +935,7 @@ fn fused_mlp(b: &mut GraphBuilder, s: &Spec, y: TensorId) -> TensorId {
     };
     // the `up_states` local (a view of the projection) lives until the forward returns
     b.hold(&[up]);
-    let g = silu_module(b, "activation_fn", gate);
+    let g = act_module(b, s.act, "activation_fn", gate);
     let m = mul(b, up, g);
     linear(b, "down_proj", s.intermediate, s.hidden, false, m)
 }

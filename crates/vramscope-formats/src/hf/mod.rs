@@ -31,6 +31,7 @@
 //! a cache is not modelled), and every family's forward with `attn_implementation="eager"`
 //! (`layers::eager_attention`; the encoders and T5 through its `Encoder` flavour).
 
+mod activation;
 mod bert;
 mod config;
 mod distilbert;

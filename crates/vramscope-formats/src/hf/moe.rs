@@ -29,12 +29,13 @@ use vramscope_core::ops::{
 };
 use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
+use super::activation::HfActivation;
 use super::config::MAX_EXPERTS;
 use super::generate::{rotary_kv_dtypes, CausalLm};
 use super::layers::{
     activation_fn, add, cast, linear, linear_fn, model_mask, mul, to_dtype, view, Call, MaskPattern,
 };
-use super::llama::{causal_lm, decoder_layer, forward, mlp, silu_act_fn, spec, Spec};
+use super::llama::{act_module, causal_lm, decoder_layer, forward, mlp, spec, Spec};
 use super::seq_cls::DecoderHead;
 use super::{check_positions, AttnImplementation, HfConfig, HfError, HfInput};
 
@@ -222,6 +223,8 @@ struct Ctx {
     autocast: Option<DType>,
     /// how the experts run
     experts: ExpertsImpl,
+    /// the experts' and MLPs' `act_fn`
+    act: HfActivation,
 }
 
 /// transformers' `experts_implementation` for the experts of one forward.
@@ -263,6 +266,7 @@ pub fn build(
         low: low_dtype(dtype, autocast),
         autocast,
         experts: ExpertsImpl::GroupedMm,
+        act: s.act,
     };
     let p = flavor.prefix();
     let eager = (input.attn == AttnImplementation::Eager).then_some(dtype);
@@ -345,9 +349,8 @@ fn layer(
                     b,
                     "mlp",
                     &format!("{p}MLP"),
-                    s.hidden,
-                    s.intermediate,
-                    false,
+                    (s.hidden, s.intermediate),
+                    (false, s.act),
                     y,
                 )
             }
@@ -468,6 +471,7 @@ impl CausalLm for Model {
             } else {
                 ExpertsImpl::BatchedMm
             },
+            act: s.act,
         };
         let p = self.flavor.prefix();
         let autocast = self.autocast;
@@ -537,9 +541,16 @@ fn sparse_block(b: &mut GraphBuilder, m: &Moe, c: &Ctx, x: TensorId) -> TensorId
             gate(b);
         }
         let flat = view(b, "view", x, vec![t, h]);
-        let shared = m
-            .shared_intermediate
-            .map(|si| mlp(b, "shared_expert", &format!("{p}MLP"), h, si, false, flat));
+        let shared = m.shared_intermediate.map(|si| {
+            mlp(
+                b,
+                "shared_expert",
+                &format!("{p}MLP"),
+                (h, si),
+                (false, c.act),
+                flat,
+            )
+        });
         let (logits, weights, index) = router(b, m, c, flat);
         let out = experts(b, m, c, flat, index, weights);
         let out = match shared {
@@ -662,7 +673,7 @@ fn grouped_mm(out: Vec<u64>) -> Aten {
 
 /// `_apply_gate` of both experts implementations: `gate, up = proj.chunk(2, dim=-1)`, then
 /// `act_fn(gate) * up`, on the `[S, 2I]` gate/up projection; returns `[S, I]`.
-fn apply_gate(b: &mut GraphBuilder, proj: TensorId, (s, i): (u64, u64)) -> TensorId {
+fn apply_gate(b: &mut GraphBuilder, c: &Ctx, proj: TensorId, (s, i): (u64, u64)) -> TensorId {
     let halves = b.op_multi(
         View {
             name: "chunk",
@@ -671,7 +682,7 @@ fn apply_gate(b: &mut GraphBuilder, proj: TensorId, (s, i): (u64, u64)) -> Tenso
         },
         &[proj],
     );
-    let g = silu_act_fn(b, halves[0]);
+    let g = act_module(b, c.act, "act_fn", halves[0]);
     mul(b, g, halves[1])
 }
 
@@ -748,7 +759,7 @@ fn grouped_mm_experts(b: &mut GraphBuilder, c: &Ctx, call: &ExpertsCall) -> Tens
     );
     let w = view(b, "transpose", gate_up, vec![e, h, 2 * i]);
     let proj = b.op(grouped_mm(vec![s, 2 * i]), &[selected, w, offsets]);
-    let proj = apply_gate(b, proj, (s, i));
+    let proj = apply_gate(b, c, proj, (s, i));
     let w = view(b, "transpose", down, vec![e, i, h]);
     let proj = b.op(grouped_mm(vec![s, h]), &[proj, w, offsets]);
     // proj * sample_weights_g.unsqueeze(-1): the weights' gradient is a full-size product (made
@@ -823,7 +834,7 @@ fn batched_mm_experts(b: &mut GraphBuilder, c: &Ctx, call: &ExpertsCall) -> Tens
     let column = view(b, "unsqueeze", selected, vec![s, h, 1]);
     let proj = b.op(MatMul, &[selected_weights, column]);
     let proj = view(b, "squeeze", proj, vec![s, 2 * i]);
-    let proj = apply_gate(b, proj, (s, i));
+    let proj = apply_gate(b, c, proj, (s, i));
     let down_weights = b.op(gather(vec![s, h, i], vec![e, h, i]), &[down, expert_ids]);
     // `selected_weights` is rebound: the gathered gate/up weights go now
     b.keep_until_now(&[selected_weights]);

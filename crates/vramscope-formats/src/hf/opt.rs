@@ -8,15 +8,15 @@
 use vramscope_core::ops::{Aten, DTypeRule, LayerNorm, Linear};
 use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
+use super::activation::{self, HfActivation};
 use super::generate::CausalLm;
 use super::layers::{
-    activation, activation_kind, add, cached_attention, decoder_causal_mask, decoder_heads,
-    dropout_fn, eager_key_rows, embedding, heads_view, layer_norm, linear, mul_scalar,
-    padding_input, view, Call, Eager, EagerFlavor, KvCache,
+    add, cached_attention, decoder_causal_mask, decoder_heads, dropout_fn, eager_key_rows,
+    embedding, heads_view, layer_norm, linear, mul_scalar, padding_input, view, Call, Eager,
+    EagerFlavor, KvCache,
 };
 use super::seq_cls::{base_model, decoder_head, decoder_outputs, qa_inputs, DecoderHead};
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
-use vramscope_core::ops::ActivationKind;
 
 struct Spec {
     vocab: u64,
@@ -31,7 +31,7 @@ struct Spec {
     bias: bool,
     pre_norm: bool,
     final_norm: bool,
-    act: ActivationKind,
+    act: HfActivation,
     tied: bool,
 }
 
@@ -53,14 +53,7 @@ fn spec(cfg: &HfConfig) -> Result<Spec, HfError> {
             format!("a divisor of hidden_size = {hidden}"),
         ));
     }
-    let act_name = cfg.str("activation_function")?.unwrap_or("relu");
-    let act = activation_kind(act_name).ok_or_else(|| {
-        field(
-            cfg,
-            "activation_function",
-            "one of relu, gelu, silu, tanh".into(),
-        )
-    })?;
+    let act = activation::from_config(cfg, "activation_function", "relu")?;
     if !cfg.bool_or("layer_norm_elementwise_affine", true)? {
         return Err(field(
             cfg,
@@ -347,7 +340,7 @@ fn layer(
         rows
     };
     let y = linear(b, "fc1", e, s.ffn, s.bias, y);
-    let y = activation(b, "activation_fn", s.act, y);
+    let y = s.act.module(b, "activation_fn", y);
     let y = linear(b, "fc2", s.ffn, e, s.bias, y);
     let y = dropout_fn(b, s.dropout, y);
     let out = add(b, rows, y);

@@ -34,43 +34,18 @@ use std::cell::RefCell;
 
 use vramscope_core::ir::Task;
 use vramscope_core::ops::{
-    Activation, ActivationKind, Alias, Aten, Autocast, DTypeRule, GradIn, Linear, LogSoftmax,
-    NllLoss, Saved, ScaledDotProductAttentionBias, MEM_EFF_MASK_ALIGNMENT,
+    Alias, Aten, Autocast, DTypeRule, GradIn, Linear, LogSoftmax, NllLoss, Saved,
+    ScaledDotProductAttentionBias, MEM_EFF_MASK_ALIGNMENT,
 };
 use vramscope_core::{DType, Graph, GraphBuilder, Precision, TensorId};
 
-use super::gpt2::gelu_new;
+use super::activation::{HfActivation, SUPPORTED};
 use super::layers::{
     add, attention_mask_checked, cast, dropout, eager_attention, eager_heads, embedding,
     embedding_lookup, linear, mul, mul_scalar, padded_attention_mask, padding_input, rms_rsqrt,
     tied_head, to_dtype, view, Eager, EagerFlavor, MaskPattern, PaddedPattern,
 };
 use super::{build_error, AttnImplementation, HfConfig, HfError, HfInput};
-
-/// The activation of the feed-forward (`feed_forward_proj`'s last part).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum FfAct {
-    Relu,
-    Gelu,
-    GeluNew,
-    /// `silu` (transformers' `SiLUActivation`)
-    Silu,
-    /// `swish` (`nn.SiLU`)
-    Swish,
-}
-
-impl FfAct {
-    fn parse(name: &str) -> Option<FfAct> {
-        match name {
-            "relu" => Some(FfAct::Relu),
-            "gelu" => Some(FfAct::Gelu),
-            "gelu_new" => Some(FfAct::GeluNew),
-            "silu" => Some(FfAct::Silu),
-            "swish" => Some(FfAct::Swish),
-            _ => None,
-        }
-    }
-}
 
 /// Which of transformers' T5 model files builds the model (`model_type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -137,7 +112,7 @@ struct Spec {
     buckets: u64,
     dropout: f64,
     gated: bool,
-    act: FfAct,
+    act: HfActivation,
     /// `sequence_output * d_model ** -0.5` before `lm_head` (configs without
     /// `tie_word_embeddings: false`).
     scale_decoder_outputs: bool,
@@ -217,11 +192,11 @@ fn spec(
     } else {
         act_name
     };
-    let act = FfAct::parse(act_name).ok_or_else(|| {
+    let act = HfActivation::parse(act_name).ok_or_else(|| {
         field_err(
             cfg,
             "feed_forward_proj",
-            format!("an activation among relu, gelu, gelu_new, silu, swish (got {act_name:?})"),
+            format!("an activation among {SUPPORTED} (got {act_name:?})"),
         )
     })?;
     // `_shift_right(labels)` replaces the ignored labels by it and raises without it (a `null`
@@ -601,20 +576,10 @@ fn declare_block(b: &mut GraphBuilder, s: &Spec, decoder: bool, first: bool) {
             }
             declare_linear(b, "wo", s.d_ff, s.d_model);
             b.declare_module("dropout", "Dropout");
-            b.declare_module("act", act_module_name(s.act));
+            b.declare_module("act", s.act.class());
         });
         norm_and_dropout(b);
     });
-}
-
-fn act_module_name(act: FfAct) -> &'static str {
-    match act {
-        FfAct::Relu => "ReLU",
-        FfAct::Gelu => "GELUActivation",
-        FfAct::GeluNew => "NewGELUActivation",
-        FfAct::Silu => "SiLUActivation",
-        FfAct::Swish => "SiLU",
-    }
 }
 
 /// `T5Stack.forward`: embedding (the shared weight), dropout, the blocks (the first computes the
@@ -1141,27 +1106,6 @@ fn feed_forward(b: &mut GraphBuilder, s: &Spec, h: TensorId) -> TensorId {
     add(b, h, d)
 }
 
-/// The activation module `act` called on `x`.
-fn act(b: &mut GraphBuilder, a: FfAct, x: TensorId) -> TensorId {
-    let kind = match a {
-        FfAct::Relu => ActivationKind::ReLU,
-        FfAct::Gelu => ActivationKind::GELU,
-        FfAct::Silu | FfAct::Swish => ActivationKind::SiLU,
-        FfAct::GeluNew => {
-            return b.module("act", act_module_name(a), &[x], |b| gelu_new(b, x));
-        }
-    };
-    b.module("act", act_module_name(a), &[x], |b| {
-        b.op(
-            Activation {
-                kind,
-                inplace: false,
-            },
-            &[x],
-        )
-    })
-}
-
 /// `T5DenseActDense` (`wi`, act, dropout, `wo`) or `T5DenseGatedActDense` (`act(wi_0(x)) *
 /// wi_1(x)`, dropout, `wo`); the input of `wo` is cast to wo's dtype when it differs (under
 /// autocast a bf16 activation goes back to float32 before wo casts it down again).
@@ -1169,19 +1113,19 @@ fn dense_act_dense(b: &mut GraphBuilder, s: &Spec, x: TensorId) -> TensorId {
     let (d, ff) = (s.d_model, s.d_ff);
     let h = if s.gated {
         let g = linear(b, "wi_0", d, ff, false, x);
-        let g = act(b, s.act, g);
+        let g = s.act.module(b, "act", g);
         let l = linear(b, "wi_1", d, ff, false, x);
         // hidden_gelu and hidden_linear are locals until forward returns
         b.hold(&[g, l]);
         mul(b, g, l)
     } else {
         let h = linear(b, "wi", d, ff, false, x);
-        act(b, s.act, h)
+        s.act.module(b, "act", h)
     };
     let h = dropout(b, "dropout", s.dropout, h);
-    // under autocast the activation is half unless gelu_new (its float32 `pow`) promoted it
+    // under autocast the activation is half unless a float32 `pow` (gelu_new's) promoted it
     let amp = s.precision.autocast_dtype().is_some();
-    let h = if amp && s.act != FfAct::GeluNew {
+    let h = if amp && !s.act.float32_under_autocast() {
         to_dtype(b, h, DType::F32)
     } else {
         h
