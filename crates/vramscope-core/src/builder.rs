@@ -187,6 +187,7 @@ impl GraphBuilder {
                 nodes: Vec::new(),
                 scopes: Vec::new(),
                 holds: Vec::new(),
+                dropped_graphs: Vec::new(),
                 init_temporaries: Vec::new(),
                 grad_leaves: Vec::new(),
                 inputs: Vec::new(),
@@ -594,6 +595,18 @@ impl GraphBuilder {
         if let Some(top) = self.frames.last_mut() {
             top.extend_from_slice(tensors);
         }
+    }
+
+    /// Drops the autograd graph the nodes recorded since `first` (a node count) made right after
+    /// the forward releases `after`: their saved tensors go, last node first, as when Python
+    /// drops the object that referenced the graph's result and no loss reads it (see
+    /// [`crate::ir::DroppedGraph`]).
+    pub fn drop_graph_since(&mut self, first: usize, after: TensorId) {
+        let end = self.graph.nodes.len() as u32;
+        self.graph.dropped_graphs.push(crate::ir::DroppedGraph {
+            nodes: first as u32..end,
+            after,
+        });
     }
 
     /// Keeps `tensors` referenced until the node recorded last (a Python variable rebound, or an

@@ -203,6 +203,18 @@ pub enum Task {
     Features,
 }
 
+/// The autograd graph a run of nodes recorded that no loss reads, dropped with the object that
+/// referenced its result (a Mixture-of-Experts model's auxiliary loss, returned in an output the
+/// caller discards): the saved tensors of `nodes` are freed, last node first, right after the
+/// forward releases `after` (the output's previous item).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DroppedGraph {
+    /// The nodes whose autograd records the graph holds.
+    pub nodes: std::ops::Range<u32>,
+    /// The tensor whose release the drop follows.
+    pub after: TensorId,
+}
+
 /// The forward program of a model for one input shape.
 #[derive(Debug, Clone)]
 pub struct Graph {
@@ -221,6 +233,8 @@ pub struct Graph {
     /// Tensors a Python frame keeps referenced past their last use: (tensor, node index the frame
     /// ends before).
     pub holds: Vec<(TensorId, u32)>,
+    /// Autograd graphs no loss reads, dropped before backward (see [`DroppedGraph`]).
+    pub dropped_graphs: Vec<DroppedGraph>,
     /// Tensors `__init__` allocates on the device and frees before it returns (the weights a tied
     /// head creates and then drops for the embedding's; a loaded weight before 4-bit quantization).
     pub init_temporaries: Vec<InitTemporary>,

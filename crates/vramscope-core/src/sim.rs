@@ -1805,6 +1805,22 @@ impl<'g> Sim<'g> {
                 }
                 if let Some(r) = env[i].take() {
                     self.release_rt(r);
+                    if !self.g.dropped_graphs.is_empty() && !self.recomputing {
+                        self.drop_graphs_after(i);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Frees the saved tensors of the autograd graphs dropped once graph tensor `t` is released,
+    /// last node first.
+    fn drop_graphs_after(&mut self, t: usize) {
+        let g = self.g;
+        for d in g.dropped_graphs.iter().filter(|d| d.after.0 as usize == t) {
+            for m in d.nodes.clone().rev() {
+                if let Some(i) = self.tape_of_node[m as usize].filter(|&i| i < self.tape.len()) {
+                    self.release_saved(i, false);
                 }
             }
         }

@@ -289,6 +289,19 @@ fn activation_cases_match_truth() {
     assert_phases_within(&cases("hf_activations.jsonl"), 0.0);
 }
 
+/// Mixture-of-Experts configs with `output_router_logits: true`
+/// (`validation/make_router_logits_fixtures.sh`): the output keeps every router's logits until
+/// the forward returns, and the causal LM computes the load-balancing loss from them (with a
+/// padded batch's mask, its masked branch), whose autograd graph goes with the output since
+/// measure.py's loss reads the logits only. Qwen3-MoE, Qwen2-MoE (causal LM and classifier) and
+/// Mixtral in training, inference, a generation and a padded batch (the inference peaks were
+/// -0.03% with the field ignored). Byte-exact in every phase.
+#[test]
+fn router_logits_cases_match_truth() {
+    check_tight("hf_router_logits.jsonl", 10);
+    assert_phases_within(&cases("hf_router_logits.jsonl"), 0.0);
+}
+
 /// Padded batches (`--padded`: the batch's `attention_mask` passed to the model, as a padding
 /// data collator makes it; validation/padding_models.py): the `[B, 1, S, S]` boolean mask
 /// `and_masks(causal, sliding window or bidirectional, padding)` builds, SDPA's cuDNN (decoders)

@@ -278,6 +278,10 @@ pub fn load_in_4bit(g: &Graph, cfg: &FourBitConfig) -> Result<Graph, PassError> 
         h.0 = subst[h.0 .0 as usize];
         h.1 = map(h.1);
     }
+    for d in out.dropped_graphs.iter_mut() {
+        d.nodes = map(d.nodes.start)..map(d.nodes.end);
+        d.after = subst[d.after.0 as usize];
+    }
     for t in out.outputs.iter_mut() {
         *t = subst[t.0 as usize];
     }

@@ -483,6 +483,10 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
         h.0 = subst[h.0 .0 as usize];
     }
     out.holds.extend(new_holds);
+    for d in out.dropped_graphs.iter_mut() {
+        d.nodes = map(d.nodes.start)..map(d.nodes.end);
+        d.after = subst[d.after.0 as usize];
+    }
     for t in out.outputs.iter_mut() {
         *t = subst[t.0 as usize];
     }

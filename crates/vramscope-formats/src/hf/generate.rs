@@ -323,6 +323,7 @@ fn build_within(
         head: DecoderHead::Lm,
         padding_mask: padding,
         padded_sdpa: None,
+        router_logits: None,
     };
     let mut logits = model.forward(&mut b, clone, &mut call);
     b.keep_until_now(&[clone]);
@@ -377,6 +378,7 @@ fn build_within(
             head: DecoderHead::Lm,
             padding_mask: state.attention_mask,
             padded_sdpa: None,
+            router_logits: None,
         };
         logits = model.forward(&mut b, ids1, &mut call);
         state.after_forward(

@@ -1696,6 +1696,19 @@ pub struct Call<'a> {
     /// A padded batch's mask (`padded_attention_mask`) that [`cached_attention`] attends with
     /// (GPT-2, OPT), made additive in the attention's compute dtype.
     pub padded_sdpa: Option<TensorId>,
+    /// `output_router_logits`: the router logits of each sparse layer so far, which the model's
+    /// output keeps until the forward returns; `None`: not kept.
+    pub router_logits: Option<RouterLogits>,
+}
+
+/// The router logits a Mixture-of-Experts forward keeps (`output_router_logits`).
+#[derive(Debug, Clone, Default)]
+pub struct RouterLogits {
+    /// Each sparse layer's `[T, E]` logits, in layer order.
+    pub kept: Vec<TensorId>,
+    /// They are float16 under autocast, whose softmax reads them into a float32 output directly
+    /// (`half_to_float`; bfloat16 ones are cast first).
+    pub float16_autocast: bool,
 }
 
 impl Call<'_> {
@@ -1714,6 +1727,7 @@ impl Call<'_> {
             head,
             padding_mask: None,
             padded_sdpa: None,
+            router_logits: None,
         }
     }
 

@@ -33,7 +33,8 @@ use super::layers::{
     add, apply_rotary, apply_rotary_sliced, attention_output, cached_attention, dropout, embedding,
     heads_first_grads, linear, model_mask, mul, padding_input, position_ids, projection_dtype,
     rms_norm, rope_init, rotary, rotated_heads_view, sdpa, sdpa_grads_like_inputs, sdpa_masked,
-    view, Call, Eager, EagerFlavor, KvCache, MaskPattern, ROPE_INIT_DEFAULT, ROPE_INIT_LLAMA3,
+    view, Call, Eager, EagerFlavor, KvCache, MaskPattern, RouterLogits, ROPE_INIT_DEFAULT,
+    ROPE_INIT_LLAMA3,
 };
 use super::seq_cls::{base_model, decoder_head, decoder_outputs, qa_inputs, DecoderHead};
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
@@ -105,6 +106,9 @@ pub(super) struct Spec {
     /// The projections are 4-bit layers, whose outputs keep their input's dtype
     /// ([`HfInput::four_bit`]).
     pub(super) four_bit: bool,
+    /// Mixture-of-Experts models with `output_router_logits`: the experts per token; the output
+    /// keeps every router's logits and the causal LM computes its auxiliary loss from them.
+    pub(super) router_aux_top_k: Option<u64>,
     pub(super) tied: bool,
     pub(super) max_positions: Option<u64>,
     /// Mistral's `sliding_window` (its config class defaults it to 4096; `null` turns it off).
@@ -274,6 +278,7 @@ pub(super) fn spec(cfg: &HfConfig, model_type: &str) -> Result<Spec, HfError> {
         mlp_bias: variant == Variant::Llama && cfg.bool_or("mlp_bias", false)?,
         qk_norm: variant == Variant::Qwen3,
         four_bit: false,
+        router_aux_top_k: None,
         tied: cfg.bool_or("tie_word_embeddings", false)?,
         max_positions: cfg.opt_u64(&["max_position_embeddings"])?,
         sliding_window: match variant {
@@ -487,6 +492,9 @@ pub(super) fn forward(
     let seq = call.seq;
     let bare = call.head == DecoderHead::Bare;
     let base = call.head.base();
+    if s.router_aux_top_k.is_some() {
+        call.router_logits = Some(RouterLogits::default());
+    }
     let model = |b: &mut GraphBuilder| {
         let mark = b.param_mark();
         let (x, emb) = embedding(b, "embed_tokens", s.vocab, s.hidden, ids);
@@ -545,7 +553,10 @@ pub(super) fn forward(
                     }
                 }
                 let name = i.to_string();
-                let kind = layer_kind.filter(|_| call.cache.is_none()).map(|k| k(i));
+                // (nor with router logits kept: each layer's go into the output)
+                let kind = layer_kind
+                    .filter(|_| call.cache.is_none() && call.router_logits.is_none())
+                    .map(|k| k(i));
                 let f = |b: &mut GraphBuilder| layer(b, i, x, cos, sin, call);
                 x = match kind {
                     Some(k) => {
@@ -573,8 +584,13 @@ pub(super) fn forward(
         }
         (out, emb)
     };
-    let out = base_model(b, bare, (base, &format!("{p}Model")), ids, model);
-    vec![decoder_head(b, call, (s.hidden, s.vocab, s.tied), ids, out)]
+    let base_out = base_model(b, bare, (base, &format!("{p}Model")), ids, model);
+    let out = decoder_head(b, call, (s.hidden, s.vocab, s.tied), ids, base_out);
+    if let (Some(kept), Some(top_k)) = (call.router_logits.take(), s.router_aux_top_k) {
+        let aux = call.head == DecoderHead::Lm;
+        super::moe::router_logits_output(b, (base_out.0, call.padding_mask), &kept, top_k, aux);
+    }
+    vec![out]
 }
 
 /// A Llama-family model ready to record its forward once per generation step.

@@ -25,7 +25,8 @@
 //! temporaries are left out.
 
 use vramscope_core::ops::{
-    ActivationKind, Alias, Aten, DTypeRule, GradIn, MatMul, Saved, Scratch, Softmax, ToDtype, View,
+    ActivationKind, Alias, Aten, Autocast, DTypeRule, GradIn, MatMul, Saved, Scratch, Softmax,
+    ToDtype, View,
 };
 use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
@@ -33,7 +34,8 @@ use super::activation::HfActivation;
 use super::config::MAX_EXPERTS;
 use super::generate::{rotary_kv_dtypes, CausalLm};
 use super::layers::{
-    activation_fn, add, cast, linear, linear_fn, model_mask, mul, to_dtype, view, Call, MaskPattern,
+    activation_fn, add, cast, linear, linear_fn, model_mask, mul, mul_scalar, to_dtype, view, Call,
+    MaskPattern, RouterLogits,
 };
 use super::llama::{act_module, causal_lm, decoder_layer, forward, mlp, spec, Spec};
 use super::seq_cls::DecoderHead;
@@ -115,10 +117,6 @@ fn count(cfg: &HfConfig, keys: &[&str]) -> Result<u64, HfError> {
 }
 
 fn moe_spec(cfg: &HfConfig, flavor: Flavor, layers: u64) -> Result<Moe, HfError> {
-    // `output_router_logits: true` keeps each layer's [T, E] router logits until the forward
-    // returns and computes the load-balancing loss from them: a few T x E float tensors per
-    // layer, not modelled (the field is only checked for its type)
-    cfg.bool_or("output_router_logits", false)?;
     let experts_keys: &[&str] = match flavor {
         Flavor::Mixtral => &["num_local_experts", "num_experts"],
         Flavor::Qwen2Moe => &["num_experts"],
@@ -317,6 +315,9 @@ fn specs(cfg: &HfConfig, model_type: &str) -> Result<(Flavor, Spec, Moe), HfErro
         Flavor::Qwen3Moe => s.qk_norm = true,
     }
     let m = moe_spec(cfg, flavor, s.layers)?;
+    if cfg.bool_or("output_router_logits", false)? {
+        s.router_aux_top_k = Some(m.top_k);
+    }
     Ok((flavor, s, m))
 }
 
@@ -333,7 +334,8 @@ fn layer(
 ) -> TensorId {
     let p = c.flavor.prefix();
     let sparse = m.sparse[i as usize];
-    decoder_layer(
+    let mut router_logits = None;
+    let out = decoder_layer(
         b,
         s,
         p,
@@ -343,7 +345,9 @@ fn layer(
         (i as usize, call),
         &mut |b, y| {
             if sparse {
-                sparse_block(b, m, c, y)
+                let (out, logits) = sparse_block(b, m, c, y);
+                router_logits = Some(logits);
+                out
             } else {
                 mlp(
                     b,
@@ -355,7 +359,13 @@ fn layer(
                 )
             }
         },
-    )
+    );
+    // output_router_logits: the output keeps them until the forward returns
+    if let (Some(l), Some(kept)) = (router_logits, call.router_logits.as_mut()) {
+        kept.kept.push(l);
+        kept.float16_autocast = autocast == Some(DType::F16);
+    }
+    out
 }
 
 /// A Mixtral or Qwen3-MoE model ready to record one forward per generation step.
@@ -434,6 +444,15 @@ impl Model {
                 path: cfg.path.clone(),
                 field: "sliding_window".into(),
                 expected: format!("null for --mode generate with {model_type} (got {w}: its sliding-window cache is not measured)"),
+            });
+        }
+        // with a cache the mask covers every position and the router logits only the new ones:
+        // transformers' load_balancing_loss_func fails on a padded generation
+        if input.padded && spec.router_aux_top_k.is_some() {
+            return Err(HfError::Field {
+                path: cfg.path.clone(),
+                field: "output_router_logits".into(),
+                expected: "false for a padded --mode generate (transformers' load-balancing loss fails on the cache's attention mask)".into(),
             });
         }
         Ok(Model {
@@ -516,7 +535,8 @@ impl CausalLm for Model {
 
 /// `mlp` = `{p}SparseMoeBlock` on `[B, S, H]`: flattened to `[T, H]`, (Qwen2-MoE: the shared
 /// expert), the router, the experts, (Qwen2-MoE: plus the gated shared expert), reshaped back.
-fn sparse_block(b: &mut GraphBuilder, m: &Moe, c: &Ctx, x: TensorId) -> TensorId {
+/// Returns the output and the router logits `[T, E]`.
+fn sparse_block(b: &mut GraphBuilder, m: &Moe, c: &Ctx, x: TensorId) -> (TensorId, TensorId) {
     let p = c.flavor.prefix();
     let (t, h) = (c.bsz * c.seq, c.hidden);
     b.module("mlp", &format!("{p}SparseMoeBlock"), &[x], |b| {
@@ -575,7 +595,7 @@ fn sparse_block(b: &mut GraphBuilder, m: &Moe, c: &Ctx, x: TensorId) -> TensorId
         };
         // `_` (the router logits), the weights and the indices are locals until it returns
         b.hold(&[logits, weights, index]);
-        view(b, "reshape", out, vec![c.bsz, c.seq, h])
+        (view(b, "reshape", out, vec![c.bsz, c.seq, h]), logits)
     })
 }
 
@@ -595,9 +615,19 @@ fn router(b: &mut GraphBuilder, m: &Moe, c: &Ctx, x: TensorId) -> (TensorId, Ten
             let x = view(b, "reshape", x, vec![t, h]);
             let logits = linear_fn(b, x, w);
             // Mixtral's `logits.float()` / Qwen's `softmax(logits, dtype=float)`: a float32 copy of
-            // half logits (under autocast, softmax's own float32 cast does it)
-            let src = cast(b, logits, c.dtype, DType::F32);
-            let probs = b.op(Softmax { dim: 1 }, &[src]);
+            // half logits (under autocast, softmax's own float32 cast does it), except that
+            // softmax reads float16 logits directly into a float32 output (`half_to_float`)
+            let probs = if c.flavor != Flavor::Mixtral && c.low == Some(DType::F16) {
+                b.op(
+                    Aten::new("_softmax", vec![t, e])
+                        .dtype(DTypeRule::Fixed(DType::F32))
+                        .saves(vec![Saved::Output(0)]),
+                    &[logits],
+                )
+            } else {
+                let src = cast(b, logits, c.dtype, DType::F32);
+                b.op(Softmax { dim: 1 }, &[src])
+            };
             // TopkBackward keeps the indices and scatters into a zero [T, E]
             let mut topk = Aten::new("topk", vec![t, k])
                 .dtype(like)
@@ -657,6 +687,201 @@ fn router(b: &mut GraphBuilder, m: &Moe, c: &Ctx, x: TensorId) -> (TensorId, Ten
 /// the gradient into zeros of the source's shape `src` (`index_put` into `new_zeros`).
 fn gather(out: Vec<u64>, src: Vec<u64>) -> Aten {
     super::layers::advanced_index(out, src, 1)
+}
+
+/// What `output_router_logits` adds once the head has run on the base model's `hidden` states
+/// (`kept`: each sparse layer's router logits `[T, E]`, which the output keeps): the causal LM
+/// (`aux`) computes `load_balancing_loss_func` from them, the hidden states still a local; then
+/// the output goes (the caller keeps only the logits, and no loss reads the auxiliary one),
+/// with the autograd graph of the auxiliary loss, and the router logits, the last layer's first
+/// (a tuple frees its items from the end).
+pub(super) fn router_logits_output(
+    b: &mut GraphBuilder,
+    (hidden, padding): (TensorId, Option<TensorId>),
+    logits: &RouterLogits,
+    top_k: u64,
+    aux: bool,
+) {
+    let kept = &logits.kept;
+    let Some(&first_logits) = kept.first() else {
+        return;
+    };
+    let start = b.node_count();
+    let aux_loss = aux.then(|| load_balancing_loss(b, logits, (first_logits, padding), top_k));
+    // the hidden states (a local of the forward) go first, then the output: its auxiliary loss's
+    // graph, the loss, the router logits
+    if aux_loss.is_some() {
+        b.drop_graph_since(start, hidden);
+    }
+    let mut dropped = vec![hidden];
+    dropped.extend(aux_loss);
+    dropped.extend(kept.iter().rev());
+    b.keep_until_now(&dropped);
+}
+
+/// transformers' `load_balancing_loss_func(router_logits, num_experts, top_k, attention_mask)`:
+/// per layer, `softmax` (float32 under autocast) and `topk`; then without a mask the indices'
+/// `histc` (int32 on the GPU) into a running count and the probabilities' `.float().sum(0)`
+/// into a running sum; with a padded batch's mask (`[B, S]`, as float32 `[T]`) a
+/// `scatter_add_` of the repeated mask into zeros, the masked probabilities' sum and a running
+/// row count. Then `sum(tokens / rows * (probs / rows).unsqueeze(0)) * num_experts`. The
+/// softmaxes (and the mask, in the masked product) are saved for an autograd graph nothing runs
+/// backward (dropped with the output); the rest are locals, each freed once rebound, the rest
+/// when the function returns.
+fn load_balancing_loss(
+    b: &mut GraphBuilder,
+    logits: &RouterLogits,
+    (first_logits, padding): (TensorId, Option<TensorId>),
+    top_k: u64,
+) -> TensorId {
+    let (t, e) = match b.shape(first_logits) {
+        [t, e] => (*t, *e),
+        _ => return first_logits,
+    };
+    let f32 = DTypeRule::Fixed(DType::F32);
+    b.frame(|b| {
+        let zeros = |b: &mut GraphBuilder| {
+            b.op(
+                Aten::new("zeros", vec![e]).dtype(f32).not_differentiable(),
+                &[],
+            )
+        };
+        let mut tokens = zeros(b);
+        let mut probs = zeros(b);
+        // attention_mask.reshape(-1).to(float32)
+        let flat_mask = padding.map(|m| {
+            let flat = view(b, "reshape", m, vec![t]);
+            b.op(
+                Aten::new("_to_copy", vec![t])
+                    .dtype(f32)
+                    .not_differentiable(),
+                &[flat],
+            )
+        });
+        let mut rows: Option<TensorId> = None;
+        let mut last: Option<(TensorId, TensorId, TensorId)> = None;
+        for &layer_logits in &logits.kept {
+            // autocast gives softmax dtype=float32: float16 logits are read as they are, others
+            // cast first
+            let softmax = Aten::new("_softmax", vec![t, e]).saves(vec![Saved::Output(0)]);
+            let softmax = if logits.float16_autocast {
+                softmax.dtype(f32)
+            } else {
+                softmax.autocast(Autocast::Fp32)
+            };
+            let routing = b.op(softmax, &[layer_logits]);
+            // `routing_weights` rebound: the previous layer's goes (unless the graph keeps it)
+            if let Some((prev, _, _)) = last {
+                b.keep_until_now(&[prev]);
+            }
+            let mut topk = Aten::new("topk", vec![t, top_k])
+                .dtype(DTypeRule::Like(0))
+                .not_differentiable();
+            topk.outputs
+                .push((vec![t, top_k], DTypeRule::Fixed(DType::I64)));
+            let top = b.op_multi(topk, &[routing]);
+            let (values, selected) = (top[0], top[1]);
+            // `_, selected_experts` rebound
+            if let Some((_, v, s)) = last {
+                b.keep_until_now(&[v, s]);
+            }
+            let flat = view(b, "reshape", selected, vec![t * top_k]);
+            let counts = match flat_mask {
+                None => {
+                    let as_i32 = b.op(
+                        Aten::new("_to_copy", vec![t * top_k])
+                            .dtype(DTypeRule::Fixed(DType::I32))
+                            .not_differentiable(),
+                        &[flat],
+                    );
+                    b.op(
+                        Aten::new("histc", vec![e])
+                            .dtype(DTypeRule::Like(0))
+                            .not_differentiable(),
+                        &[as_i32],
+                    )
+                }
+                Some(mask) => {
+                    // zeros(E).scatter_add_(0, indices, mask.repeat_interleave(top_k))
+                    let target = zeros(b);
+                    let repeated = b.op(
+                        Aten::new("clone", vec![t, top_k])
+                            .dtype(DTypeRule::Like(0))
+                            .not_differentiable(),
+                        &[mask],
+                    );
+                    let scatter = Aten {
+                        alias: Alias::InPlace(0),
+                        ..Aten::new("scatter_add_", vec![e])
+                    }
+                    .not_differentiable();
+                    b.op(scatter, &[target, flat, repeated])
+                }
+            };
+            // the running sums rebound: each goes after the new one (and the count) exists
+            let old = tokens;
+            tokens = add(b, tokens, counts);
+            b.keep_until_now(&[old]);
+            // `.float()` returns the softmax itself when it is float32
+            let as_f32 = b.op(ToDtype::fixed(DType::F32), &[routing]);
+            let summed = match flat_mask {
+                None => as_f32,
+                Some(mask) => {
+                    let column = view(b, "unsqueeze", mask, vec![t, 1]);
+                    mul(b, as_f32, column)
+                }
+            };
+            let sum = b.op(Aten::new("sum", vec![e]), &[summed]);
+            let old = probs;
+            probs = add(b, probs, sum);
+            b.keep_until_now(&[old]);
+            if let Some(mask) = flat_mask {
+                // total_rows + flat_mask.sum() (the first from the float 0.0)
+                let n = b.op(
+                    Aten::new("sum", vec![]).dtype(f32).not_differentiable(),
+                    &[mask],
+                );
+                rows = Some(match rows {
+                    None => b.op(Aten::new("add", vec![]).not_differentiable(), &[n]),
+                    Some(r) => {
+                        let total = add(b, r, n);
+                        b.keep_until_now(&[r]);
+                        total
+                    }
+                });
+            }
+            last = Some((routing, values, selected));
+        }
+        // divided by the row count: a Python number, or the masked count (which the divisor's
+        // gradient keeps)
+        let (per_expert, prob_per_expert) = match rows {
+            None => (
+                b.op(Aten::new("div", vec![e]).not_differentiable(), &[tokens]),
+                b.op(Aten::new("div", vec![e]), &[probs]),
+            ),
+            Some(r) => (
+                b.op(Aten::new("div", vec![e]).not_differentiable(), &[tokens, r]),
+                b.op(
+                    Aten::new("div", vec![e]).saves(vec![Saved::Input(1)]),
+                    &[probs, r],
+                ),
+            ),
+        };
+        let row = view(b, "unsqueeze", prob_per_expert, vec![1, e]);
+        let product = mul(b, per_expert, row);
+        let overall = b.op(Aten::new("sum", vec![]), &[product]);
+        let aux = mul_scalar(b, overall);
+        // the locals go as the function returns, in the order they were first bound
+        let mut locals = vec![tokens, probs];
+        locals.extend(rows);
+        locals.extend(flat_mask);
+        if let Some((routing, values, selected)) = last {
+            locals.extend([routing, values, selected]);
+        }
+        locals.extend([per_expert, prob_per_expert, overall]);
+        b.hold(&locals);
+        aux
+    })
 }
 
 /// `torch._grouped_mm(a, weight.transpose(-2, -1), offs)` giving `out`: keeps the offsets, and
