@@ -716,10 +716,15 @@ fn moe_configs_it_cannot_model_are_refused() {
         hf::build(&cfg, &input())
     };
     assert!(mixtral("").is_ok());
-    let e = mixtral(r#", "router_jitter_noise": 0.1"#)
+    // the jitter is modelled (an in-place noise in training); it must be a probability-like width
+    assert!(mixtral(r#", "router_jitter_noise": 0.1"#).is_ok());
+    let e = mixtral(r#", "router_jitter_noise": 1.5"#)
         .unwrap_err()
         .to_string();
-    assert!(e.contains("`router_jitter_noise`"), "{e}");
+    assert!(
+        e.contains("m.json") && e.contains("`router_jitter_noise`"),
+        "{e}"
+    );
     // Mixtral's window is modelled past its edge too (every layer slides, as Mistral's)
     assert!(mixtral(r#", "sliding_window": 64"#).is_ok());
     assert!(mixtral(r#", "sliding_window": 65"#).is_ok());

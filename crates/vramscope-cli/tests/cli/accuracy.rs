@@ -302,6 +302,16 @@ fn router_logits_cases_match_truth() {
     assert_phases_within(&cases("hf_router_logits.jsonl"), 0.0);
 }
 
+/// Mixtral with `router_jitter_noise` (`validation/make_router_jitter_fixtures.sh`): in training
+/// each sparse block multiplies its input in place by uniform noise, which backward keeps (it
+/// was refused before); in eval nothing. AMP bf16, fp32 and pure bf16 training, inference and
+/// LoRA. Byte-exact in every phase.
+#[test]
+fn router_jitter_cases_match_truth() {
+    check_tight("hf_router_jitter.jsonl", 5);
+    assert_phases_within(&cases("hf_router_jitter.jsonl"), 0.0);
+}
+
 /// Padded batches (`--padded`: the batch's `attention_mask` passed to the model, as a padding
 /// data collator makes it; validation/padding_models.py): the `[B, 1, S, S]` boolean mask
 /// `and_masks(causal, sliding window or bidirectional, padding)` builds, SDPA's cuDNN (decoders)

@@ -2,18 +2,34 @@
 //! classifier): ATen's `dropout_` has no fused kernel, so in training it builds a float noise
 //! tensor (`empty_like(input).bernoulli_(1 - p).div_(1 - p)`, the input's dtype and shape) and
 //! multiplies the input by it in place; `MulBackward0` keeps the noise. In eval mode (or p = 0) it
-//! returns its input and allocates nothing.
+//! returns its input and allocates nothing. Mixtral's router jitter is the same program with
+//! uniform noise (`x *= empty_like(x).uniform_(1 - j, 1 + j)` in training).
 
 use super::*;
 
-/// `nn.Dropout(p, inplace=True)`.
+/// `nn.Dropout(p, inplace=True)`, or another multiplicative noise drawn in training.
 #[derive(Debug, Clone)]
 pub struct DropoutInplace {
-    /// Drop probability.
+    /// Drop probability (the jitter's half-width).
     pub p: f64,
+    /// What the layer table calls it.
+    pub kind: &'static str,
 }
 
 impl DropoutInplace {
+    /// `nn.Dropout(p, inplace=True)`.
+    pub fn new(p: f64) -> Self {
+        DropoutInplace { p, kind: "Dropout" }
+    }
+
+    /// Mixtral's router jitter: `x *= empty_like(x).uniform_(1 - j, 1 + j)` in training.
+    pub fn jitter(j: f64) -> Self {
+        DropoutInplace {
+            p: j,
+            kind: "jitter",
+        }
+    }
+
     fn noise(&self, ctx: &OpCtx) -> Vec<TensorMeta> {
         if ctx.training && self.p > 0.0 {
             vec![ctx.inputs[0].clone()]
@@ -25,7 +41,7 @@ impl DropoutInplace {
 
 impl Op for DropoutInplace {
     fn kind(&self) -> &'static str {
-        "Dropout"
+        self.kind
     }
 
     fn identity_in_eval(&self) -> bool {

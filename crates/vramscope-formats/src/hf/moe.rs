@@ -25,8 +25,8 @@
 //! temporaries are left out.
 
 use vramscope_core::ops::{
-    ActivationKind, Alias, Aten, Autocast, DTypeRule, GradIn, MatMul, Saved, Scratch, Softmax,
-    ToDtype, View,
+    ActivationKind, Alias, Aten, Autocast, DTypeRule, DropoutInplace, GradIn, MatMul, Saved,
+    Scratch, Softmax, ToDtype, View,
 };
 use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
@@ -95,6 +95,9 @@ struct Moe {
     both_masks: bool,
     /// Mixtral: with a window, every layer attends with the sliding-window mask
     all_layers_slide: bool,
+    /// Mixtral's `router_jitter_noise`: in training the block's input is multiplied in place by
+    /// uniform noise in `[1 - j, 1 + j]`, which backward keeps
+    jitter: f64,
 }
 
 fn field_error(cfg: &HfConfig, field: &str, expected: String) -> HfError {
@@ -151,16 +154,11 @@ fn moe_spec(cfg: &HfConfig, flavor: Flavor, layers: u64) -> Result<Moe, HfError>
         sliding_window: None,
         both_masks: false,
         all_layers_slide: false,
+        jitter: 0.0,
     };
     match flavor {
         Flavor::Mixtral => {
-            if cfg.f64_or("router_jitter_noise", 0.0)? > 0.0 {
-                return Err(field_error(
-                    cfg,
-                    "router_jitter_noise",
-                    "0 (the multiplicative jitter on the router input is not modelled)".into(),
-                ));
-            }
+            moe.jitter = cfg.prob_or("router_jitter_noise", 0.0)?;
             if experts == 0 {
                 return Err(field_error(
                     cfg,
@@ -560,6 +558,11 @@ fn sparse_block(b: &mut GraphBuilder, m: &Moe, c: &Ctx, x: TensorId) -> (TensorI
         if c.flavor == Flavor::Qwen3Moe {
             gate(b);
         }
+        let x = if m.jitter > 0.0 {
+            b.op(DropoutInplace::jitter(m.jitter), &[x])
+        } else {
+            x
+        };
         let flat = view(b, "view", x, vec![t, h]);
         let shared = m.shared_intermediate.map(|si| {
             mlp(

@@ -183,7 +183,7 @@ pub fn efficientnet(b: &mut GraphBuilder, x: TensorId, input: &ZooInput, v: Vari
         let y = b.layer(
             "0",
             CopySlices {
-                op: DropoutInplace { p: dropout },
+                op: DropoutInplace::new(dropout),
             },
             &[x],
         );

@@ -218,7 +218,7 @@ pub fn mobilenet_v3(b: &mut GraphBuilder, x: TensorId, input: &ZooInput, v: V3) 
     b.module("classifier", "Sequential", &[x], |b| {
         let mut x = linear(b, "0", last_out, last_channel, x);
         x = act(b, "1", hs, true, x);
-        x = b.layer("2", DropoutInplace { p: 0.2 }, &[x]);
+        x = b.layer("2", DropoutInplace::new(0.2), &[x]);
         linear(b, "3", last_channel, input.num_classes, x)
     })
 }
