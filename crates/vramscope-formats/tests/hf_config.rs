@@ -225,6 +225,20 @@ fn activations_are_read_by_each_family_and_unknown_ones_named() {
 }
 
 #[test]
+fn opt_layer_norms_without_affine_have_no_parameters() {
+    // transformers' OPTForCausalLM on the meta device: 54,352,896 parameters for both (the
+    // 2-layer OPT-125m has 54,360,576, with its five LayerNorms' weights and biases)
+    for file in [
+        "opt_125m_2l_no_affine.json",
+        "opt_125m_2l_no_affine_post.json",
+    ] {
+        let cfg = hf::read_config(&format!("{}/fixtures/hf/configs/{file}", root())).unwrap();
+        let m = hf::build(&cfg, &input()).unwrap();
+        assert_eq!(m.graph.parameter_count(), 54_352_896, "{file}");
+    }
+}
+
+#[test]
 fn nested_text_config_is_read() {
     let cfg = HfConfig::parse(
         "c.json",

@@ -312,6 +312,16 @@ fn router_jitter_cases_match_truth() {
     assert_phases_within(&cases("hf_router_jitter.jsonl"), 0.0);
 }
 
+/// Config fields that change the modules and were refused before
+/// (`validation/make_config_field_fixtures.sh`): OPT with `layer_norm_elementwise_affine: false`
+/// (LayerNorms without weight and bias), pre- and post-norm, training and inference. Byte-exact
+/// in every phase.
+#[test]
+fn config_field_cases_match_truth() {
+    check_tight("hf_config_fields.jsonl", 4);
+    assert_phases_within(&cases("hf_config_fields.jsonl"), 0.0);
+}
+
 /// Padded batches (`--padded`: the batch's `attention_mask` passed to the model, as a padding
 /// data collator makes it; validation/padding_models.py): the `[B, 1, S, S]` boolean mask
 /// `and_masks(causal, sliding window or bidirectional, padding)` builds, SDPA's cuDNN (decoders)

@@ -12,8 +12,8 @@ use super::activation::{self, HfActivation};
 use super::generate::CausalLm;
 use super::layers::{
     add, cached_attention, decoder_causal_mask, decoder_heads, dropout_fn, eager_key_rows,
-    embedding, heads_view, layer_norm, linear, mul_scalar, padding_input, view, Call, Eager,
-    EagerFlavor, KvCache,
+    embedding, heads_view, linear, mul_scalar, padding_input, view, Call, Eager, EagerFlavor,
+    KvCache,
 };
 use super::seq_cls::{base_model, decoder_head, decoder_outputs, qa_inputs, DecoderHead};
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
@@ -32,6 +32,8 @@ struct Spec {
     pre_norm: bool,
     final_norm: bool,
     act: HfActivation,
+    /// `layer_norm_elementwise_affine`: the LayerNorms have a weight and a bias.
+    norm_affine: bool,
     tied: bool,
 }
 
@@ -54,13 +56,6 @@ fn spec(cfg: &HfConfig) -> Result<Spec, HfError> {
         ));
     }
     let act = activation::from_config(cfg, "activation_function", "relu")?;
-    if !cfg.bool_or("layer_norm_elementwise_affine", true)? {
-        return Err(field(
-            cfg,
-            "layer_norm_elementwise_affine",
-            "true (LayerNorms without weights are not modelled)".into(),
-        ));
-    }
     let pre_norm = cfg.bool_or("do_layer_norm_before", true)?;
     Ok(Spec {
         vocab: cfg.u64(&["vocab_size"])?,
@@ -76,8 +71,19 @@ fn spec(cfg: &HfConfig) -> Result<Spec, HfError> {
         pre_norm,
         final_norm: pre_norm && !cfg.bool_or("_remove_final_layer_norm", false)?,
         act,
+        norm_affine: cfg.bool_or("layer_norm_elementwise_affine", true)?,
         tied: cfg.bool_or("tie_word_embeddings", true)?,
     })
+}
+
+/// `nn.LayerNorm(n, elementwise_affine=config.layer_norm_elementwise_affine)`: without the
+/// affine part it has no weight nor bias (and backward makes no gradient for them).
+fn norm(s: &Spec, n: u64) -> LayerNorm {
+    LayerNorm {
+        normalized_shape: vec![n],
+        affine: s.norm_affine,
+        bias: s.norm_affine,
+    }
 }
 
 /// Builds `OPTForCausalLM` (or `OPTForSequenceClassification`, `OPTForQuestionAnswering`:
@@ -235,7 +241,7 @@ fn decoder(
         b.declare_layer("project_in", &lin(s.proj_dim, s.hidden, false));
     }
     if s.final_norm {
-        b.declare_layer("final_layer_norm", &LayerNorm::new(s.hidden));
+        b.declare_layer("final_layer_norm", &norm(s, s.hidden));
     }
     let tok_in = if s.proj_dim != s.hidden {
         linear(b, "project_in", s.proj_dim, s.hidden, false, tok)
@@ -257,7 +263,7 @@ fn decoder(
         }
     });
     if s.final_norm {
-        x = layer_norm(b, "final_layer_norm", s.hidden, x);
+        x = b.layer("final_layer_norm", norm(s, s.hidden), &[x]);
     }
     if s.proj_dim != s.hidden {
         x = linear(b, "project_out", s.hidden, s.proj_dim, false, x);
@@ -282,12 +288,12 @@ fn layer(
             b.declare_layer(n, &lin(e, e, s.bias));
         }
     });
-    b.declare_layer("self_attn_layer_norm", &LayerNorm::new(e));
+    b.declare_layer("self_attn_layer_norm", &norm(s, e));
     b.declare_layer("fc1", &lin(e, s.ffn, s.bias));
     b.declare_layer("fc2", &lin(s.ffn, e, s.bias));
-    b.declare_layer("final_layer_norm", &LayerNorm::new(e));
+    b.declare_layer("final_layer_norm", &norm(s, e));
     let x = if s.pre_norm {
-        layer_norm(b, "self_attn_layer_norm", e, input)
+        b.layer("self_attn_layer_norm", norm(s, e), &[input])
     } else {
         input
     };
@@ -328,14 +334,14 @@ fn layer(
     let a = dropout_fn(b, s.dropout, a);
     let mut x = add(b, input, a);
     if !s.pre_norm {
-        x = layer_norm(b, "self_attn_layer_norm", e, x);
+        x = b.layer("self_attn_layer_norm", norm(s, e), &[x]);
     }
     let rows = view(b, "reshape", x, vec![bsz * seq, e]);
     // `residual = hidden_states` (the rows) is a local until the layer returns: the post-norm
     // variant's final_layer_norm runs while it is still referenced
     b.hold(&[rows]);
     let y = if s.pre_norm {
-        layer_norm(b, "final_layer_norm", e, rows)
+        b.layer("final_layer_norm", norm(s, e), &[rows])
     } else {
         rows
     };
@@ -348,7 +354,7 @@ fn layer(
     if s.pre_norm {
         out
     } else {
-        layer_norm(b, "final_layer_norm", e, out)
+        b.layer("final_layer_norm", norm(s, e), &[out])
     }
 }
 

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Measures validation/cases_config_fields.jsonl with ../shared/truth and writes
+# fixtures/truth/hf_config_fields.jsonl: config fields that change the modules and were refused
+# before: OPT with `layer_norm_elementwise_affine: false` (LayerNorms without weight and bias),
+# pre- and post-norm, in training (AMP bf16 / fp16, fp32 with checkpointing) and inference.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PREFIX= exec validation/make_py_fixtures.sh config_fields causal-lm --jobs 2 "$@"
