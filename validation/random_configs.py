@@ -90,6 +90,12 @@ MORE_OPTIMIZERS = ["adam", "adagrad", "rmsprop", "adafactor", "adam_fused", "ada
 LARGE = False
 # `--nulls`: a third of the configs get one optional field set to null
 NULLS = False
+# `--knobs`: memory-relevant fields the built-in configs leave at their defaults, drawn at random
+# after everything else (the activation, GPT-2's attention scaling flags, OPT's LayerNorm affine
+# and biases, Mixtral's router logits and jitter, rope scaling)
+KNOBS = False
+ACTIVATIONS = ["gelu", "gelu_pytorch_tanh", "gelu_new", "gelu_fast", "quick_gelu", "relu", "relu2",
+               "silu", "tanh", "sigmoid", "linear", "gelu_accurate", "relu6", "hardswish"]
 # `--pad`: half the generation, per-token-head and T5 cases (with a batch of 2 or more) run on a
 # padded batch (a left-padded prompt for generate, a collator's `attention_mask` otherwise)
 PAD = False
@@ -101,6 +107,29 @@ def padding_of(rng, batch, seq):
     if not PAD or batch < 2 or rng.random() < 0.5:
         return 0
     return rng.randint(1, max(1, seq // 4))
+
+
+def knob_fields(rng, mt, cfg):
+    """`--knobs`: sets some memory-relevant fields of `cfg` (family `mt`) at random."""
+    field = {"gpt2": "activation_function", "opt": "activation_function", "distilbert": "activation",
+             "gemma2": "hidden_activation", "gemma3_text": "hidden_activation"}.get(mt, "hidden_act")
+    if mt in ("t5", "mt5", "umt5"):
+        cfg["feed_forward_proj"] = rng.choice(["", "gated-"]) + rng.choice(ACTIVATIONS)
+    elif rng.random() < 0.7:
+        cfg[field] = rng.choice(ACTIVATIONS)
+    if mt == "gpt2":
+        cfg["scale_attn_by_inverse_layer_idx"] = rng.choice([True, False])
+        cfg["scale_attn_weights"] = rng.choice([True, True, False])
+    if mt == "opt":
+        cfg["layer_norm_elementwise_affine"] = rng.choice([True, False])
+        cfg["enable_bias"] = rng.choice([True, False])
+    if mt == "mixtral":
+        cfg["output_router_logits"] = rng.choice([True, False])
+        cfg["router_jitter_noise"] = rng.choice([0.0, 0.01, 0.1])
+    if mt in ("llama", "mistral", "qwen2", "qwen3") and rng.random() < 0.5:
+        cfg["rope_scaling"] = rng.choice([{"rope_type": "linear", "factor": 2.0},
+                                          {"rope_type": "yarn", "factor": 4.0,
+                                           "original_max_position_embeddings": 64}])
 
 
 def random_config(rng, families=None, measured_heads=False):
@@ -175,6 +204,8 @@ def random_config(rng, families=None, measured_heads=False):
     if cfg["architectures"][0].endswith("ForQuestionAnswering"):
         # a start and an end logit: transformers builds other counts but its forward fails on them
         cfg["num_labels"] = 2
+    if KNOBS:
+        knob_fields(rng, mt, cfg)
     return mt, cfg
 
 
@@ -760,6 +791,10 @@ def main():
     ap.add_argument("--heads", action="store_true",
                     help="with --truth K: K random token-classification, question-answering and bare "
                          "models (validation/encoder_head_models.py) instead")
+    ap.add_argument("--knobs", action="store_true",
+                    help="draw memory-relevant fields the built-in configs leave at their defaults (activations, "
+                         "GPT-2's attention scaling, OPT's LayerNorm affine and biases, Mixtral's router logits and "
+                         "jitter, rope scaling)")
     ap.add_argument("--nulls", action="store_true",
                     help="set one optional field to null in a third of the configs")
     ap.add_argument("--medium", action="store_true",
@@ -780,8 +815,8 @@ def main():
                         help=f"with --truth K: K random causal LMs {SPEC_HELP[name]} instead")
     a = ap.parse_args()
     causal = next((m for m in SPECS if getattr(a, m)), None)
-    global MEDIUM, NULLS, PAD, OPTIMIZERS, LARGE
-    MEDIUM, NULLS, PAD, OPTIMIZERS, LARGE = a.medium, a.nulls, a.pad, a.optimizers, a.large
+    global MEDIUM, NULLS, PAD, OPTIMIZERS, LARGE, KNOBS
+    MEDIUM, NULLS, PAD, OPTIMIZERS, LARGE, KNOBS = a.medium, a.nulls, a.pad, a.optimizers, a.large, a.knobs
     tmp = tempfile.mkdtemp(prefix="vramscope_random_configs_")
     if a.truth and a.write_cases:
         only = {int(x) for x in a.only.split(",")} if a.only else None

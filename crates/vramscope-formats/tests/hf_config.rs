@@ -473,6 +473,17 @@ fn t5_bad_configs_and_inputs_are_named() {
         e.contains("`feed_forward_proj`") && e.contains("\"mish\"") && e.contains("gelu_new"),
         "{e}"
     );
+    // a saved `dense_act_fn` wins over feed_forward_proj (the config sets it after deriving)
+    let e = t5(
+        &format!(r#"{{{base}, "decoder_start_token_id": 0, "dense_act_fn": "mish"}}"#),
+        input(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("`dense_act_fn`") && e.contains("\"mish\""),
+        "{e}"
+    );
     let ok = format!(r#"{{{base}, "decoder_start_token_id": 0, "num_layers": 1}}"#);
     let e = t5(
         &ok,

@@ -186,16 +186,24 @@ fn spec(
             ))
         }
     };
-    // T5Config.__post_init__: "gated-gelu" means gelu_new (backwards compatibility)
+    // T5Config.__post_init__: "gated-gelu" means gelu_new (backwards compatibility). Saved
+    // configs also carry the derived `dense_act_fn` and `is_gated_act`, which the config sets
+    // after deriving them, so they win (umt5-small's say gelu_new and gated whatever
+    // feed_forward_proj says)
     let act_name = if proj == "gated-gelu" {
         "gelu_new"
     } else {
         act_name
     };
+    let (act_field, act_name) = match cfg.str("dense_act_fn")? {
+        Some(saved) => ("dense_act_fn", saved),
+        None => ("feed_forward_proj", act_name),
+    };
+    let gated = cfg.opt_bool("is_gated_act")?.unwrap_or(gated);
     let act = HfActivation::parse(act_name).ok_or_else(|| {
         field_err(
             cfg,
-            "feed_forward_proj",
+            act_field,
             format!("an activation among {SUPPORTED} (got {act_name:?})"),
         )
     })?;
