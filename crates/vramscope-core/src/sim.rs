@@ -786,6 +786,8 @@ struct Sim<'g> {
     tape_of_node: Vec<Option<usize>>,
     // forward bookkeeping
     release_after: ReleaseSchedule,
+    /// `Graph::dropped_graphs` by the tensor whose release drops them: (tensor, index), sorted
+    dropped_after: Vec<(u32, usize)>,
     /// the input a graph node's op may drop once its early extras exist (its last use, held by
     /// no one else: `Op::input_replaced_by_early_extras`), and whether the call dropped it
     early_release: Option<Rt>,
@@ -1805,8 +1807,8 @@ impl<'g> Sim<'g> {
                 }
                 if let Some(r) = env[i].take() {
                     self.release_rt(r);
-                    if !self.g.dropped_graphs.is_empty() && !self.recomputing {
-                        self.drop_graphs_after(i);
+                    if !self.dropped_after.is_empty() && !self.recomputing {
+                        self.drop_graphs_after(i as u32);
                     }
                 }
             }
@@ -1815,9 +1817,12 @@ impl<'g> Sim<'g> {
 
     /// Frees the saved tensors of the autograd graphs dropped once graph tensor `t` is released,
     /// last node first.
-    fn drop_graphs_after(&mut self, t: usize) {
+    fn drop_graphs_after(&mut self, t: u32) {
         let g = self.g;
-        for d in g.dropped_graphs.iter().filter(|d| d.after.0 as usize == t) {
+        let first = self.dropped_after.partition_point(|&(a, _)| a < t);
+        let end = first + self.dropped_after[first..].partition_point(|&(a, _)| a == t);
+        for k in first..end {
+            let d = &g.dropped_graphs[self.dropped_after[k].1];
             for m in d.nodes.clone().rev() {
                 if let Some(i) = self.tape_of_node[m as usize].filter(|&i| i < self.tape.len()) {
                     self.release_saved(i, false);
@@ -2875,6 +2880,16 @@ fn run(g: &Graph, cfg: &StepConfig, thread: ModelThread) -> Result<Simulation, S
         scaler_initialised: false,
         grad_existed_before_backward: vec![false; g.params.len()],
         release_after: release_schedule(g),
+        dropped_after: {
+            let mut v: Vec<(u32, usize)> = g
+                .dropped_graphs
+                .iter()
+                .enumerate()
+                .map(|(k, d)| (d.after.0, k))
+                .collect();
+            v.sort_unstable();
+            v
+        },
         early_release: None,
         early_released: false,
         region_of_node,

@@ -453,33 +453,27 @@ fn t5_bad_configs_and_inputs_are_named() {
         e.contains("`pad_token_id`") && e.contains("_shift_right"),
         "{e}"
     );
-    let e = t5(
-        &format!(r#"{{{base}, "decoder_start_token_id": 0, "feed_forward_proj": "gated-gelu-x"}}"#),
-        input(),
-    )
-    .unwrap_err()
-    .to_string();
+    // the feed-forward's fields: the error names the field and what it accepts
+    let ff_error = |field: &str| {
+        t5(
+            &format!(r#"{{{base}, "decoder_start_token_id": 0, {field}}}"#),
+            input(),
+        )
+        .unwrap_err()
+        .to_string()
+    };
+    let e = ff_error(r#""feed_forward_proj": "gated-gelu-x""#);
     assert!(
         e.contains("`feed_forward_proj`") && e.contains("gated-"),
         "{e}"
     );
-    let e = t5(
-        &format!(r#"{{{base}, "decoder_start_token_id": 0, "feed_forward_proj": "mish"}}"#),
-        input(),
-    )
-    .unwrap_err()
-    .to_string();
+    let e = ff_error(r#""feed_forward_proj": "mish""#);
     assert!(
         e.contains("`feed_forward_proj`") && e.contains("\"mish\"") && e.contains("gelu_new"),
         "{e}"
     );
     // a saved `dense_act_fn` wins over feed_forward_proj (the config sets it after deriving)
-    let e = t5(
-        &format!(r#"{{{base}, "decoder_start_token_id": 0, "dense_act_fn": "mish"}}"#),
-        input(),
-    )
-    .unwrap_err()
-    .to_string();
+    let e = ff_error(r#""dense_act_fn": "mish""#);
     assert!(
         e.contains("`dense_act_fn`") && e.contains("\"mish\""),
         "{e}"

@@ -160,11 +160,14 @@ fn state_tensors(
 
 /// Quantizes every convertible `nn.Linear` of `g` to 4 bits.
 pub fn load_in_4bit(g: &Graph, cfg: &FourBitConfig) -> Result<Graph, PassError> {
+    // get_keys_to_not_convert names the last parameter without its `.weight`: a module whose
+    // weight is last stays unquantized; a last bias (`fc2.bias`) names no module
     let last_param = g
         .params
         .iter()
         .rev()
         .find(|p| p.kind == ParamKind::Parameter)
+        .filter(|p| p.name == "weight" || p.name.ends_with(".weight"))
         .map(|p| p.module);
     let mut convert: Vec<Option<Convert>> = (0..g.nodes.len()).map(|_| None).collect();
     for s in &g.scopes {
