@@ -587,8 +587,8 @@ pub(super) fn forward(
     let base_out = base_model(b, bare, (base, &format!("{p}Model")), ids, model);
     let out = decoder_head(b, call, (s.hidden, s.vocab, s.tied), ids, base_out);
     if let (Some(kept), Some(top_k)) = (call.router_logits.take(), s.router_aux_top_k) {
-        let aux = call.head == DecoderHead::Lm;
-        super::moe::router_logits_output(b, (base_out.0, call.padding_mask), &kept, top_k, aux);
+        let head = call.head;
+        super::moe::router_logits_output(b, (base_out.0, call.padding_mask), &kept, top_k, head);
     }
     vec![out]
 }

@@ -692,9 +692,10 @@ fn gather(out: Vec<u64>, src: Vec<u64>) -> Aten {
     super::layers::advanced_index(out, src, 1)
 }
 
-/// What `output_router_logits` adds once the head has run on the base model's `hidden` states
-/// (`kept`: each sparse layer's router logits `[T, E]`, which the output keeps): the causal LM
-/// (`aux`) computes `load_balancing_loss_func` from them, the hidden states still a local; then
+/// What `output_router_logits` adds once the `head` has run on the base model's `hidden` states
+/// (`kept`: each sparse layer's router logits `[T, E]`, which the output keeps; a per-token
+/// head, built after, keeps them until the forward returns): the causal LM computes
+/// `load_balancing_loss_func` from them, the hidden states still a local; then
 /// the output goes (the caller keeps only the logits, and no loss reads the auxiliary one),
 /// with the autograd graph of the auxiliary loss, and the router logits, the last layer's first
 /// (a tuple frees its items from the end).
@@ -703,12 +704,19 @@ pub(super) fn router_logits_output(
     (hidden, padding): (TensorId, Option<TensorId>),
     logits: &RouterLogits,
     top_k: u64,
-    aux: bool,
+    head: DecoderHead,
 ) {
     let kept = &logits.kept;
     let Some(&first_logits) = kept.first() else {
         return;
     };
+    if head.per_token() {
+        // the caller builds the head next; the base model's output goes when the forward returns
+        let last_first: Vec<TensorId> = kept.iter().rev().copied().collect();
+        b.hold(&last_first);
+        return;
+    }
+    let aux = head == DecoderHead::Lm;
     let start = b.node_count();
     let aux_loss = aux.then(|| load_balancing_loss(b, logits, (first_logits, padding), top_k));
     // the hidden states (a local of the forward) go first, then the output: its auxiliary loss's
