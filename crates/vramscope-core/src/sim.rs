@@ -1976,8 +1976,12 @@ impl<'g> Sim<'g> {
         }
         let mut bs = std::mem::take(&mut self.backward_scratch);
         let mut made = Vec::new();
+        let leaves_ready = self.leaves_ready();
         let mut i = self.tape.len();
         while i > 0 {
+            if !leaves_ready.is_empty() {
+                self.accumulate_leaves_read_first_by(i, &leaves_ready);
+            }
             i -= 1;
             let node = self.tape[i];
             // a checkpointed region is recomputed when backward first unpacks one of its saved
@@ -2149,6 +2153,9 @@ impl<'g> Sim<'g> {
             }
         }
         self.backward_scratch = bs;
+        if !leaves_ready.is_empty() {
+            self.accumulate_leaves_read_first_by(0, &leaves_ready);
+        }
         self.decref(root);
         for s in extra_roots {
             self.decref(s);
@@ -2215,6 +2222,59 @@ impl<'g> Sim<'g> {
             for k in range {
                 self.decref(self.tape_saved[k]);
             }
+        }
+    }
+
+    /// For each non-parameter leaf of this iteration's graph, the tape node that read it first
+    /// (its last gradient arrives from that node's backward): (tape index, leaf).
+    fn leaves_ready(&self) -> Vec<(usize, usize)> {
+        let mut ready = Vec::new();
+        for (k, l) in self.graph_leaves.iter().enumerate() {
+            if l.iteration != self.iteration {
+                continue;
+            }
+            let first = self.tape.iter().position(|node| {
+                self.tape_inputs[node.inputs.range()]
+                    .iter()
+                    .any(|&(r, _, _)| r == Some(l.rt))
+            });
+            if let Some(f) = first {
+                ready.push((f, k));
+            }
+        }
+        ready
+    }
+
+    /// Runs the AccumulateGrad node of the leaves whose first reader is tape node `i`, once its
+    /// backward has delivered: the engine runs an AccumulateGrad as soon as its gradient is
+    /// complete. The first gradient becomes the leaf's `.grad`; one whose layout breaks the
+    /// leaf's (the padded rows of a mem-efficient attention bias gradient) is copied into a
+    /// tensor shaped like the leaf first (`clone_obey_contract`), then freed.
+    fn accumulate_leaves_read_first_by(&mut self, i: usize, ready: &[(usize, usize)]) {
+        for &(first, k) in ready {
+            if first != i {
+                continue;
+            }
+            let r = self.graph_leaves[k].rt as usize;
+            let Some(g) = self.grad_buf.get_mut(r).and_then(Option::take) else {
+                continue;
+            };
+            if self.graph_leaves[k].grad.is_some() {
+                self.decref(g);
+                continue;
+            }
+            let meta = self.rts[r].meta;
+            let g = if self.storages[g as usize].bytes != self.shapes.bytes(meta) {
+                let category = self.storages[g as usize].category;
+                let module = self.storages[g as usize].module;
+                let copy =
+                    self.new_storage(meta, category, Label::new("AccumulateGrad copy"), module);
+                self.decref(g);
+                copy
+            } else {
+                g
+            };
+            self.graph_leaves[k].grad = Some(g);
         }
     }
 

@@ -270,10 +270,13 @@ fn eager_batch_cases_match_truth() {
 /// T5 at a target length that is not a multiple of 8 (`validation/make_t5_unaligned_fixtures.sh`):
 /// mem-efficient attention pads the decoder's position-bias mask, which needs a gradient, before
 /// its kernel, and backward runs the pad's and the slice's nodes after ExpandBackward0 (the larger
-/// case's reserved peak was -0.01% without them). Byte-exact in every phase.
+/// case's reserved peak was -0.01% without them). A third, checkpointed: the cross-attention's
+/// zero position bias is then a leaf, whose padded gradient AccumulateGrad copies into a tensor
+/// shaped like the leaf as soon as it arrives (+0.14% when the padded one was kept). Byte-exact
+/// in every phase.
 #[test]
 fn t5_unaligned_cases_match_truth() {
-    check_tight("hf_t5_unaligned.jsonl", 2);
+    check_tight("hf_t5_unaligned.jsonl", 3);
     assert_phases_within(&cases("hf_t5_unaligned.jsonl"), 0.0);
 }
 
