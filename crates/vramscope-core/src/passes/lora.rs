@@ -289,17 +289,19 @@ pub fn apply_lora(g: &Graph, cfg: &LoraConfig) -> Result<Graph, PassError> {
         for t in &n.outputs {
             out.tensors[t.0 as usize].producer = Some(base_id);
         }
-        let Some(x) = targets[i] else {
+        let Some(x_in_g) = targets[i] else {
             out.nodes.push(n);
             continue;
         };
         let m = n.module;
-        let x = subst[x.0 as usize];
+        // the input as this pass rewrote it: another target's LoRA output when the two layers
+        // are chained (an identity activation between them); its shape is the original's
+        let x = subst[x_in_g.0 as usize];
         let base_out = n.outputs[0];
         let four_bit = &*g.modules[m.0 as usize].type_name == FOUR_BIT_LINEAR;
         let (in_f, out_f) = {
             let last = |t: TensorId| g.tensors[t.0 as usize].shape.last().copied();
-            (last(x).unwrap_or(0), last(base_out).unwrap_or(0))
+            (last(x_in_g).unwrap_or(0), last(base_out).unwrap_or(0))
         };
         // the LoRA layer's call starts where its base layer's call starts
         let first = g
