@@ -297,12 +297,13 @@ fn activation_cases_match_truth() {
 /// the forward returns, and the causal LM computes the load-balancing loss from them (with a
 /// padded batch's mask, its masked branch), whose autograd graph goes with the output since
 /// measure.py's loss reads the logits only. Qwen3-MoE, Qwen2-MoE (causal LM and classifier) and
-/// Mixtral in training, inference, a generation, a padded batch and a padded token classifier
-/// (whose head, built after the base model, runs with the logits still kept; the inference
-/// peaks were -0.03% with the field ignored). Byte-exact in every phase.
+/// Mixtral in training, inference, a generation, a padded batch, a padded token classifier
+/// (whose head, built after the base model, runs with the logits still kept) and a bare model
+/// (whose output keeps them as long as its hidden states; the inference peaks were -0.03% with
+/// the field ignored). Byte-exact in every phase.
 #[test]
 fn router_logits_cases_match_truth() {
-    check_tight("hf_router_logits.jsonl", 11);
+    check_tight("hf_router_logits.jsonl", 12);
     assert_phases_within(&cases("hf_router_logits.jsonl"), 0.0);
 }
 

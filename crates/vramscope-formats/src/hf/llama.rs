@@ -586,11 +586,23 @@ pub(super) fn forward(
     };
     let base_out = base_model(b, bare, (base, &format!("{p}Model")), ids, model);
     let out = decoder_head(b, call, (s.hidden, s.vocab, s.tied), ids, base_out);
+    let mut outs = vec![out];
     if let (Some(kept), Some(top_k)) = (call.router_logits.take(), s.router_aux_top_k) {
-        let head = call.head;
-        super::moe::router_logits_output(b, (base_out.0, call.padding_mask), &kept, top_k, head);
+        if call.head == DecoderHead::Bare {
+            // the bare model's output holds them: the caller keeps it with its hidden states
+            outs.extend(kept.kept.iter().copied());
+        } else {
+            let head = call.head;
+            super::moe::router_logits_output(
+                b,
+                (base_out.0, call.padding_mask),
+                &kept,
+                top_k,
+                head,
+            );
+        }
     }
-    vec![out]
+    outs
 }
 
 /// A Llama-family model ready to record its forward once per generation step.
