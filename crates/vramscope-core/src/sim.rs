@@ -2160,17 +2160,6 @@ impl<'g> Sim<'g> {
         for s in extra_roots {
             self.decref(s);
         }
-        // AccumulateGrad of a non-parameter leaf: the first gradient becomes its `.grad`, later
-        // ones are added in place (grad mode is off in backward)
-        for k in 0..self.graph_leaves.len() {
-            let r = self.graph_leaves[k].rt as usize;
-            if let Some(g) = self.grad_buf.get_mut(r).and_then(Option::take) {
-                match self.graph_leaves[k].grad {
-                    None => self.graph_leaves[k].grad = Some(g),
-                    Some(_) => self.decref(g),
-                }
-            }
-        }
         // gradients that reached no parameter (e.g. the input's) are dropped with the graph
         for i in 0..self.grad_buf.len() {
             if let Some(s) = self.grad_buf[i].take() {
@@ -2247,7 +2236,8 @@ impl<'g> Sim<'g> {
 
     /// Runs the AccumulateGrad node of the leaves whose first reader is tape node `i`, once its
     /// backward has delivered: the engine runs an AccumulateGrad as soon as its gradient is
-    /// complete. The first gradient becomes the leaf's `.grad`; one whose layout breaks the
+    /// complete. The first gradient becomes the leaf's `.grad` (later ones are added in place:
+    /// grad mode is off in backward); one whose layout breaks the
     /// leaf's (the padded rows of a mem-efficient attention bias gradient) is copied into a
     /// tensor shaped like the leaf first (`clone_obey_contract`), then freed.
     fn accumulate_leaves_read_first_by(&mut self, i: usize, ready: &[(usize, usize)]) {

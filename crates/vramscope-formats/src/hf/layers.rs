@@ -1364,6 +1364,20 @@ pub fn activation_fn(b: &mut GraphBuilder, kind: ActivationKind, x: TensorId) ->
     )
 }
 
+/// `softmax(x, dtype=torch.float32)` of a float16 `x` (autocast gives a plain softmax that
+/// dtype): the CUDA kernel reads the half input into a float32 output (`_softmax(x,
+/// half_to_float=True)`), no float32 copy, and backward makes the half gradient directly; it
+/// keeps its output. A bfloat16 `x` is copied to float32 first ([`Softmax`] under autocast).
+pub fn softmax_half_to_float(b: &mut GraphBuilder, x: TensorId) -> TensorId {
+    let shape = b.shape(x).to_vec();
+    b.op(
+        Aten::new("softmax", shape)
+            .dtype(DTypeRule::Fixed(DType::F32))
+            .saves(vec![Saved::Output(0)]),
+        &[x],
+    )
+}
+
 /// `nn.functional.dropout(x, p, training)` called inside the current module (no module of its
 /// own); p = 0 returns its input.
 pub fn dropout_fn(b: &mut GraphBuilder, p: f64, x: TensorId) -> TensorId {
@@ -1963,18 +1977,8 @@ pub fn eager_attention(
                 None => p,
             }
         }
-        EagerFlavor::Encoder if e.autocast == Some(DType::F16) => {
-            // autocast's softmax(dtype=float32) of a half tensor on CUDA is
-            // `_softmax(x, half_to_float=True)`: no float32 copy of the scores, and its backward
-            // makes the half gradient directly (truth traces)
-            let shape = b.shape(scores).to_vec();
-            b.op(
-                Aten::new("softmax", shape)
-                    .dtype(DTypeRule::Fixed(DType::F32))
-                    .saves(vec![Saved::Output(0)]),
-                &[scores],
-            )
-        }
+        // autocast gives softmax dtype=float32 (truth traces)
+        EagerFlavor::Encoder if e.autocast == Some(DType::F16) => softmax_half_to_float(b, scores),
         EagerFlavor::Encoder => b.op(Softmax { dim: 3 }, &[scores]),
         EagerFlavor::Gpt2 => {
             let p = b.op(Softmax { dim: 3 }, &[scores]);

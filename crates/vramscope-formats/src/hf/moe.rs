@@ -25,8 +25,8 @@
 //! temporaries are left out.
 
 use vramscope_core::ops::{
-    ActivationKind, Alias, Aten, Autocast, DTypeRule, DropoutInplace, GradIn, MatMul, Saved,
-    Scratch, Softmax, ToDtype, View,
+    ActivationKind, Alias, Aten, DTypeRule, DropoutInplace, GradIn, MatMul, Saved, Scratch,
+    Softmax, ToDtype, View,
 };
 use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
@@ -34,8 +34,8 @@ use super::activation::HfActivation;
 use super::config::MAX_EXPERTS;
 use super::generate::{rotary_kv_dtypes, CausalLm};
 use super::layers::{
-    activation_fn, add, cast, linear, linear_fn, model_mask, mul, mul_scalar, to_dtype, view, Call,
-    MaskPattern, RouterLogits,
+    activation_fn, add, cast, linear, linear_fn, model_mask, mul, mul_scalar,
+    softmax_half_to_float, to_dtype, view, Call, MaskPattern, RouterLogits,
 };
 use super::llama::{act_module, causal_lm, decoder_layer, forward, mlp, spec, Spec};
 use super::seq_cls::DecoderHead;
@@ -621,12 +621,7 @@ fn router(b: &mut GraphBuilder, m: &Moe, c: &Ctx, x: TensorId) -> (TensorId, Ten
             // half logits (under autocast, softmax's own float32 cast does it), except that
             // softmax reads float16 logits directly into a float32 output (`half_to_float`)
             let probs = if c.flavor != Flavor::Mixtral && c.low == Some(DType::F16) {
-                b.op(
-                    Aten::new("_softmax", vec![t, e])
-                        .dtype(DTypeRule::Fixed(DType::F32))
-                        .saves(vec![Saved::Output(0)]),
-                    &[logits],
-                )
+                softmax_half_to_float(b, logits)
             } else {
                 let src = cast(b, logits, c.dtype, DType::F32);
                 b.op(Softmax { dim: 1 }, &[src])
@@ -774,13 +769,11 @@ fn load_balancing_loss(
         for &layer_logits in &logits.kept {
             // autocast gives softmax dtype=float32: float16 logits are read as they are, others
             // cast first
-            let softmax = Aten::new("_softmax", vec![t, e]).saves(vec![Saved::Output(0)]);
-            let softmax = if logits.float16_autocast {
-                softmax.dtype(f32)
+            let routing = if logits.float16_autocast {
+                softmax_half_to_float(b, layer_logits)
             } else {
-                softmax.autocast(Autocast::Fp32)
+                b.op(Softmax { dim: 1 }, &[layer_logits])
             };
-            let routing = b.op(softmax, &[layer_logits]);
             // `routing_weights` rebound: the previous layer's goes (unless the graph keeps it)
             if let Some((prev, _, _)) = last {
                 b.keep_until_now(&[prev]);
