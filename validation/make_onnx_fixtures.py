@@ -11,7 +11,8 @@ Run with the truth venv (torch, torchvision, onnx):
   missing, which is exactly what vramscope must cope with (it never reads initializer data).
 * resnet18 through the dynamo exporter (`dynamo=True`): no module scopes in node names.
 * the models of validation/onnx_models.py (LSTM, bidirectional GRU, an embedding + transformer
-  text classifier with dynamic `batch`/`sequence` axes), exported the same way; the truth tool
+  text classifier with dynamic `batch`/`sequence` axes, the same with attention written out),
+  exported the same way (`make_onnx_fixtures.py attention_text_classifier` exports one); the truth tool
   measures the same classes (fixtures/truth/onnx_models.jsonl).
 * hand-made models (onnx.helper): dynamic `batch`/`sequence` axes with Shape->Gather->Concat->Reshape
   chains, Slice, Expand, ConstantOfShape; a small external-data model whose data file IS committed;
@@ -396,11 +397,16 @@ def make_broken():
 
 
 TORCHVISION = ["resnet18", "mobilenet_v3_small", "squeezenet1_1", "resnet50", "densenet121", "vit_b_16"]
-CUSTOM = ["lstm_classifier", "gru_classifier", "text_classifier", "volume_classifier"]
+CUSTOM = ["lstm_classifier", "gru_classifier", "text_classifier", "volume_classifier",
+          "attention_text_classifier"]
 
 
 if __name__ == "__main__":
     which = sys.argv[1:] or ["torchvision", "dynamo", "custom", "hand", "broken"]
+    # one custom model by its name (`attention_text_classifier`)
+    for name in [w for w in which if w in CUSTOM]:
+        export_custom(name)
+        print("exported", name)
     if "torchvision" in which:
         for name in TORCHVISION:
             export_torchvision(name)

@@ -5,6 +5,7 @@
 # `task`, and for generations `mode` without `seq`). The make_*_fixtures.sh scripts call it.
 #   validation/make_py_fixtures.sh NAME TASK [run_cases.py flags...]
 #   MEASURE=0 validation/make_py_fixtures.sh ...   # convert .truth/raw/NAME_results.jsonl only
+#   OUT=fixtures/truth/X.jsonl validation/make_py_fixtures.sh ...   # another fixture name
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-$HOME/.venvs/truth}
@@ -13,7 +14,7 @@ task=$2
 shift 2
 cases=validation/cases_$name.jsonl
 raw=.truth/raw/${name}_results.jsonl
-out=fixtures/truth/hf_$name.jsonl
+out=${OUT:-fixtures/truth/hf_$name.jsonl}
 mkdir -p .truth/raw
 if [ "${MEASURE:-1}" != 0 ]; then
   "$VENV/bin/python" ../shared/truth/run_cases.py "$cases" --out "$raw" "$@"

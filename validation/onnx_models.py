@@ -10,6 +10,9 @@ training steps are measured by the truth tool (fixtures/truth/onnx_models.jsonl)
 * `text`: token embeddings + learned position embeddings, two pre-norm transformer blocks
   (packed qkv `nn.Linear`, `F.scaled_dot_product_attention` with dropout, `nn.GELU` MLP),
   mean pooling and a linear head over `input_ids [B, S]` (vocabulary 1000, 8 classes).
+* `attn_text`: the same classifier with attention written out (`q @ k^T * scale`, `softmax`,
+  dropout, `@ v`; no mask; locals deleted at their last use): the plain softmax under autocast
+  is `fp32_set_opt_dtype`.
 
 `make_onnx_fixtures.py` exports these same classes (`MODELS`).
 """
@@ -53,12 +56,38 @@ class Block(nn.Module):
         return x + self.drop2(self.mlp(self.ln2(x)))
 
 
+class EagerBlock(Block):
+    """`Block` with attention written out: scores, a plain softmax, dropout, values. Each local is
+    deleted at its last use, so the program frees what its ONNX export's last reader frees (an ONNX
+    graph has no Python locals): the fixture tests the ops' rules, not local-variable lifetimes."""
+
+    def forward(self, x):
+        b, s, e = x.shape
+        h = self.ln1(x)
+        qkv = self.qkv(h)
+        del h
+        q, k, v = qkv.view(b, s, 3, self.heads, e // self.heads).permute(2, 0, 3, 1, 4).unbind(0)
+        del qkv
+        scores = torch.matmul(q, k.transpose(-2, -1)) * (e // self.heads) ** -0.5
+        del q, k
+        p = scores.softmax(dim=-1)
+        del scores
+        p = F.dropout(p, self.p, self.training)
+        a = torch.matmul(p, v)
+        del p, v
+        a = a.transpose(1, 2).reshape(b, s, e)
+        x = x + self.drop1(self.proj(a))
+        del a
+        return x + self.drop2(self.mlp(self.ln2(x)))
+
+
 class TextClassifier(nn.Module):
-    def __init__(self, vocab=1000, dim=128, heads=4, layers=2, max_len=512, num_classes=8, p=0.1):
+    def __init__(self, vocab=1000, dim=128, heads=4, layers=2, max_len=512, num_classes=8, p=0.1,
+                 block=Block):
         super().__init__()
         self.tok = nn.Embedding(vocab, dim)
         self.pos = nn.Embedding(max_len, dim)
-        self.blocks = nn.Sequential(*[Block(dim, heads, p) for _ in range(layers)])
+        self.blocks = nn.Sequential(*[block(dim, heads, p) for _ in range(layers)])
         self.ln = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, num_classes)
 
@@ -121,6 +150,25 @@ def text(batch, seq):
     return model, make_batch, F.cross_entropy
 
 
+class EagerTextClassifier(TextClassifier):
+    """`TextClassifier` of `EagerBlock`s whose forward names no local either."""
+
+    def __init__(self):
+        super().__init__(block=EagerBlock)
+
+    def forward(self, ids):
+        x = self.tok(ids) + self.pos(torch.arange(ids.shape[1], device=ids.device))
+        return self.head(self.ln(self.blocks(x)).mean(dim=1))
+
+
+def attn_text(batch, seq):
+    model = EagerTextClassifier()
+
+    def make_batch():
+        return torch.randint(0, 1000, (batch, seq)), torch.randint(0, 8, (batch,))
+    return model, make_batch, F.cross_entropy
+
+
 # name -> (model factory for export, example input, input name, dynamic axes of the input)
 MODELS = {
     "lstm_classifier": (lambda: lstm(2, 5)[0], lambda: torch.randn(2, 5, 32), "x",
@@ -129,6 +177,8 @@ MODELS = {
                        {0: "batch", 1: "sequence"}),
     "text_classifier": (lambda: text(2, 5)[0], lambda: torch.randint(0, 1000, (2, 5)),
                         "input_ids", {0: "batch", 1: "sequence"}),
+    "attention_text_classifier": (lambda: attn_text(2, 5)[0], lambda: torch.randint(0, 1000, (2, 5)),
+                                  "input_ids", {0: "batch", 1: "sequence"}),
     "volume_classifier": (lambda: volume(2)[0], lambda: torch.randn(2, 2, 16, 32, 32), "x",
                           {0: "batch"}),
 }

@@ -1118,7 +1118,7 @@ impl<'g> Sim<'g> {
             let class = info.autocast;
             let target = match class {
                 Autocast::LowerPrecision => Some(low),
-                Autocast::Fp32 => Some(DType::F32),
+                Autocast::Fp32 | Autocast::Fp32SetOptDtype => Some(DType::F32),
                 Autocast::Promote => sc
                     .eff
                     .iter()
@@ -1140,6 +1140,8 @@ impl<'g> Sim<'g> {
                     let d = self.rts[*slot as usize].meta.dtype;
                     let castable = match class {
                         Autocast::Fp32 => d == DType::F16 || d == DType::BF16,
+                        // float16 goes in as it is: `half_to_float`
+                        Autocast::Fp32SetOptDtype => d == DType::BF16,
                         _ => d.is_float() && d != t,
                     };
                     if castable && d != t {
@@ -1456,7 +1458,14 @@ impl<'g> Sim<'g> {
         if dts.is_empty() {
             dts.push(DType::F32);
         }
-        let out_dtypes = op.output_dtypes(&dts, out_shapes.len());
+        let mut out_dtypes = op.output_dtypes(&dts, out_shapes.len());
+        // an `fp32_set_opt_dtype` op under autocast returns float32 (from a float16 input too)
+        if dts[0] == DType::F16
+            && self.cfg.precision.autocast_dtype().is_some()
+            && op.autocast() == Autocast::Fp32SetOptDtype
+        {
+            out_dtypes.fill(DType::F32);
+        }
         // a graph node's outputs usually have the shapes the graph recorded: share those
         let g = self.g;
         let graph_outputs = graph_node.map_or(&[][..], |n| g.nodes[n].outputs.as_slice());
@@ -2294,7 +2303,7 @@ impl<'g> Sim<'g> {
 
     /// `F.cross_entropy(logits, labels)` = `nll_loss(log_softmax(logits), labels)`.
     fn cross_entropy(&mut self, logits: Rt, labels: Rt) -> Rt {
-        let log_softmax: Arc<dyn Op> = Arc::new(LogSoftmax { dim: 1 });
+        let log_softmax: Arc<dyn Op> = Arc::new(LogSoftmax::of_cross_entropy(1));
         let nll: Arc<dyn Op> = Arc::new(NllLoss);
         let lp = self.call(&log_softmax, &[logits], &[], None, None, None);
         let l = self.call(&nll, &[lp[0], labels], &[], None, None, None);
@@ -3257,5 +3266,69 @@ mod tests {
         let what = "scaled_dot_product_attention";
         // q's gradient lives on into q's Linear; k's and v's are freed with the node
         assert_eq!(grads_made(&sim, "it1.backward", what), (3, 3));
+    }
+
+    #[test]
+    fn autocast_softmax_reads_float16_directly_and_casts_bfloat16() {
+        // lin (autocast dtype) -> softmax -> head: under float16 autocast a plain softmax or
+        // log_softmax makes its float32 output from the half input (`half_to_float`), under
+        // bfloat16 autocast it casts the input up first; cross_entropy's log_softmax (its dtype
+        // given) runs in the half dtype with no cast
+        let rows = 64 * 256;
+        type AddOp = fn(&mut GraphBuilder, TensorId) -> TensorId;
+        let forward_allocs = |add: AddOp, precision: Precision| {
+            let mut b = GraphBuilder::new("sm", "Sm");
+            let x = b.input(vec![64, 256], DType::F32);
+            let h = b.layer("lin", Linear::new(256, 256), &[x]);
+            let p = add(&mut b, h);
+            let y = b.layer("head", Linear::new(256, 4), &[p]);
+            let g = b
+                .finish(&[y], Task::Classification { num_classes: 4 })
+                .expect("graph");
+            let step = StepConfig {
+                record_events: true,
+                precision,
+                ..StepConfig::default()
+            };
+            let sim = simulate(&g, &step).expect("simulation");
+            let p = sim
+                .phases
+                .iter()
+                .position(|p| p.name == "it1.forward")
+                .expect("phase") as u16;
+            let events: Vec<_> = sim
+                .events
+                .iter()
+                .filter(|e| e.phase == p && e.alloc)
+                .collect();
+            let made: Vec<u64> = events
+                .iter()
+                .filter(|e| e.label.what.ends_with("softmax"))
+                .map(|e| e.bytes)
+                .collect();
+            // the one cast of an activation that size (the weights' casts are smaller)
+            let input_casts = events
+                .iter()
+                .filter(|e| e.label.what == "autocast cast" && e.bytes == rows * 4)
+                .count();
+            (made, input_casts)
+        };
+        let softmax: AddOp = |b, h| b.op(crate::ops::Softmax { dim: 1 }, &[h]);
+        let log_softmax: AddOp = |b, h| {
+            let op = LogSoftmax {
+                dim: 1,
+                dtype_given: false,
+            };
+            b.op(op, &[h])
+        };
+        for add in [softmax, log_softmax] {
+            assert_eq!(forward_allocs(add, Precision::AmpFp16), (vec![rows * 4], 0));
+            assert_eq!(forward_allocs(add, Precision::AmpBf16), (vec![rows * 4], 1));
+        }
+        let of_loss: AddOp = |b, h| b.op(LogSoftmax::of_cross_entropy(1), &[h]);
+        assert_eq!(
+            forward_allocs(of_loss, Precision::AmpFp16),
+            (vec![rows * 2], 0)
+        );
     }
 }

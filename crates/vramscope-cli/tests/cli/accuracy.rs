@@ -434,6 +434,17 @@ fn onnx_exports_of_custom_models_match_truth() {
     check("onnx_models.jsonl");
 }
 
+/// A text classifier with attention written out (`validation/onnx_models.py:attn_text`, its
+/// export `fixtures/onnx/attention_text_classifier.onnx`; `validation/make_onnx_softmax_fixtures.sh`).
+/// Under float16 autocast the plain softmax reads the half scores straight into its float32 output
+/// (`fp32_set_opt_dtype`; a float32 copy first made inference +22.7%), and `matmul(p, v)` copies
+/// the strided `v` inside the call, after autocast's cast of `p`. Byte-exact in every phase.
+#[test]
+fn onnx_written_out_attention_cases_match_truth() {
+    check_tight("onnx_softmax.jsonl", 5);
+    assert_phases_within(&cases("onnx_softmax.jsonl"), 0.0);
+}
+
 /// The committed torchvision exports (fixtures/onnx/*.onnx, batch axis dynamic, 224×224 and
 /// 1000 classes fixed) against the measured torchvision cases of the same models, checkpointed
 /// ones included (module paths come from the exporter's node names).

@@ -1,6 +1,7 @@
-//! `log_softmax(dim)` (the first half of `F.cross_entropy`): keeps its output for backward. Under
-//! autocast it runs in its input's dtype: torch 2.15 computes the loss's log-softmax in bf16/fp16
-//! and only `nll_loss` casts up to fp32 (seen in the truth traces).
+//! `log_softmax(dim)`: keeps its output for backward. Autocast's `fp32_set_opt_dtype` gives a plain
+//! call `dtype=float32` (a float16 input read as it is, a bfloat16 one cast up); `F.cross_entropy`'s
+//! own call passes the input's dtype (`log_softmax(self, dim, self.scalar_type())`, LossNLL.cpp),
+//! so the loss's log-softmax runs in bf16/fp16 and only `nll_loss` casts up (truth traces).
 
 use super::*;
 
@@ -9,6 +10,18 @@ use super::*;
 pub struct LogSoftmax {
     /// The dimension.
     pub dim: usize,
+    /// Called with an explicit dtype, the input's (`F.cross_entropy`): autocast leaves it alone.
+    pub dtype_given: bool,
+}
+
+impl LogSoftmax {
+    /// `F.cross_entropy`'s log-softmax over `dim`, in its input's dtype.
+    pub fn of_cross_entropy(dim: usize) -> Self {
+        LogSoftmax {
+            dim,
+            dtype_given: true,
+        }
+    }
 }
 
 impl Op for LogSoftmax {
@@ -24,6 +37,14 @@ impl Op for LogSoftmax {
             ));
         }
         Ok(vec![inputs[0].to_vec()])
+    }
+
+    fn autocast(&self) -> Autocast {
+        if self.dtype_given {
+            Autocast::Unlisted
+        } else {
+            Autocast::Fp32SetOptDtype
+        }
     }
 
     fn saved_for_backward(&self, _ctx: &OpCtx) -> Vec<Saved> {

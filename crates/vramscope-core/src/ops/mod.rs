@@ -205,6 +205,10 @@ pub enum Autocast {
     LowerPrecision,
     /// Runs in float32: half inputs are cast up.
     Fp32,
+    /// `fp32_set_opt_dtype` (`softmax`, `log_softmax`): called with `dtype=float32`, so its output
+    /// is float32; on CUDA a float16 input is read as it is (`_softmax(x, dim, half_to_float)`, no
+    /// copy) while a bfloat16 one is cast up first.
+    Fp32SetOptDtype,
     /// Runs in the widest input dtype: narrower inputs are cast up.
     Promote,
     /// Not on any list: runs in whatever dtype its inputs have.

@@ -1,4 +1,5 @@
-//! `softmax(dim)`: keeps its output for backward; autocast runs it in fp32.
+//! `softmax(dim)`: keeps its output for backward; autocast gives it `dtype=float32` (a float32
+//! output; a float16 input is read without a copy, a bfloat16 one cast up).
 
 use super::*;
 
@@ -25,7 +26,7 @@ impl Op for Softmax {
     }
 
     fn autocast(&self) -> Autocast {
-        Autocast::Fp32
+        Autocast::Fp32SetOptDtype
     }
 
     fn saved_for_backward(&self, _ctx: &OpCtx) -> Vec<Saved> {

@@ -100,11 +100,11 @@ pub fn question_answering(
     let end_positions = clamp(b, end_positions);
     // CrossEntropyLoss(ignore_index=S): log_softmax over the positions, nll_loss
     let start_loss = {
-        let lp = b.op(LogSoftmax { dim: 1 }, &[start]);
+        let lp = b.op(LogSoftmax::of_cross_entropy(1), &[start]);
         b.op(NllLoss, &[lp, start_positions])
     };
     let end_loss = {
-        let lp = b.op(LogSoftmax { dim: 1 }, &[end]);
+        let lp = b.op(LogSoftmax::of_cross_entropy(1), &[end]);
         b.op(NllLoss, &[lp, end_positions])
     };
     let sum = b.op(Add { inplace: false }, &[start_loss, end_loss]);

@@ -1364,10 +1364,10 @@ pub fn activation_fn(b: &mut GraphBuilder, kind: ActivationKind, x: TensorId) ->
     )
 }
 
-/// `softmax(x, dtype=torch.float32)` of a float16 `x` (autocast gives a plain softmax that
-/// dtype): the CUDA kernel reads the half input into a float32 output (`_softmax(x,
-/// half_to_float=True)`), no float32 copy, and backward makes the half gradient directly; it
-/// keeps its output. A bfloat16 `x` is copied to float32 first ([`Softmax`] under autocast).
+/// `softmax(x, dtype=torch.float32)` of a float16 `x` outside autocast (a pure float16 model):
+/// the CUDA kernel reads the half input into a float32 output (`_softmax(x, half_to_float=True)`),
+/// no float32 copy, and backward makes the half gradient directly; it keeps its output. Under
+/// autocast a plain [`Softmax`] gets that dtype and does the same (`Autocast::Fp32SetOptDtype`).
 pub fn softmax_half_to_float(b: &mut GraphBuilder, x: TensorId) -> TensorId {
     let shape = b.shape(x).to_vec();
     b.op(
@@ -1720,9 +1720,6 @@ pub struct Call<'a> {
 pub struct RouterLogits {
     /// Each sparse layer's `[T, E]` logits, in layer order.
     pub kept: Vec<TensorId>,
-    /// They are float16 under autocast, whose softmax reads them into a float32 output directly
-    /// (`half_to_float`; bfloat16 ones are cast first).
-    pub float16_autocast: bool,
 }
 
 impl Call<'_> {
@@ -1977,8 +1974,6 @@ pub fn eager_attention(
                 None => p,
             }
         }
-        // autocast gives softmax dtype=float32 (truth traces)
-        EagerFlavor::Encoder if e.autocast == Some(DType::F16) => softmax_half_to_float(b, scores),
         EagerFlavor::Encoder => b.op(Softmax { dim: 3 }, &[scores]),
         EagerFlavor::Gpt2 => {
             let p = b.op(Softmax { dim: 3 }, &[scores]);

@@ -361,7 +361,6 @@ fn layer(
     // output_router_logits: the output keeps them until the forward returns
     if let (Some(l), Some(kept)) = (router_logits, call.router_logits.as_mut()) {
         kept.kept.push(l);
-        kept.float16_autocast = autocast == Some(DType::F16);
     }
     out
 }
@@ -617,10 +616,14 @@ fn router(b: &mut GraphBuilder, m: &Moe, c: &Ctx, x: TensorId) -> (TensorId, Ten
             let w = b.parameter("weight", vec![e, h]);
             let x = view(b, "reshape", x, vec![t, h]);
             let logits = linear_fn(b, x, w);
-            // Mixtral's `logits.float()` / Qwen's `softmax(logits, dtype=float)`: a float32 copy of
-            // half logits (under autocast, softmax's own float32 cast does it), except that
-            // softmax reads float16 logits directly into a float32 output (`half_to_float`)
-            let probs = if c.flavor != Flavor::Mixtral && c.low == Some(DType::F16) {
+            // Mixtral's `logits.float()`: a float32 copy of half logits (the linear's output is
+            // in the autocast dtype under autocast). Qwen's `softmax(logits, dtype=float)`: the
+            // same copy, except that softmax reads float16 logits directly into a float32 output
+            // (`half_to_float`); under autocast softmax's own float32 cast does it
+            let probs = if c.flavor == Flavor::Mixtral {
+                let src = cast(b, logits, c.low.unwrap_or(c.dtype), DType::F32);
+                b.op(Softmax { dim: 1 }, &[src])
+            } else if c.low == Some(DType::F16) {
                 softmax_half_to_float(b, logits)
             } else {
                 let src = cast(b, logits, c.dtype, DType::F32);
@@ -767,13 +770,8 @@ fn load_balancing_loss(
         let mut rows: Option<TensorId> = None;
         let mut last: Option<(TensorId, TensorId, TensorId)> = None;
         for &layer_logits in &logits.kept {
-            // autocast gives softmax dtype=float32: float16 logits are read as they are, others
-            // cast first
-            let routing = if logits.float16_autocast {
-                softmax_half_to_float(b, layer_logits)
-            } else {
-                b.op(Softmax { dim: 1 }, &[layer_logits])
-            };
+            // autocast gives softmax dtype=float32 (float16 logits are read as they are)
+            let routing = b.op(Softmax { dim: 1 }, &[layer_logits]);
             // `routing_weights` rebound: the previous layer's goes (unless the graph keeps it)
             if let Some((prev, _, _)) = last {
                 b.keep_until_now(&[prev]);

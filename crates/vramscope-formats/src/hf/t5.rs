@@ -309,7 +309,7 @@ pub fn build(
     let n = bsz * tgt;
     let flat = view(&mut b, "view", logits, vec![n, s.vocab]);
     let flat_labels = view(&mut b, "view", labels, vec![n]);
-    let lp = b.op(LogSoftmax { dim: 1 }, &[flat]);
+    let lp = b.op(LogSoftmax::of_cross_entropy(1), &[flat]);
     let loss = b.op(NllLoss, &[lp, flat_labels]);
     // out = Seq2SeqLMOutput(loss, logits, past_key_values, encoder_last_hidden_state): alive
     // until the next forward returns

@@ -8,8 +8,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use vramscope_core::ops::{
     Activation, ActivationKind, AdaptiveAvgPool2d, Add, Aten, AvgPool2d, BatchNorm2d, Cat,
     ConstantPad, Contiguous, Conv2d, ConvNd, ConvTranspose2d, Dropout, Elementwise, GradIn,
-    GroupNorm, LayerNorm, Linear, LinearStrided, LogSoftmax, MatMul, MaxPool2d, Mean, Mul,
-    MulScalar, Op, Saved, Select, Slice, Softmax, View,
+    GroupNorm, LayerNorm, Linear, LinearStrided, LogSoftmax, MatMul, MatMulCopy, MaxPool2d, Mean,
+    Mul, MulScalar, Op, Saved, Select, Slice, Softmax, View,
 };
 use vramscope_core::{DType, GraphBuilder, TensorId};
 
@@ -807,10 +807,14 @@ impl<'a> Lowerer<'a> {
             "MatMul" | "Gemm" => {
                 let x = self.act(b, inp(0))?;
                 let y = self.act(b, inp(1))?;
-                // matmul folds the batch dims with reshape, which copies what cannot be viewed
-                let x = self.fold_batch(b, x);
-                let y = self.fold_batch(b, y);
-                b.op(MatMul, &[x, y])
+                // matmul folds the batch dims with reshape, which copies what cannot be viewed:
+                // inside the call, after autocast has cast its operands
+                let (lhs, rhs) = (self.must_copy_to_fold(b, x), self.must_copy_to_fold(b, y));
+                if lhs || rhs {
+                    b.op(MatMulCopy { lhs, rhs }, &[x, y])
+                } else {
+                    b.op(MatMul, &[x, y])
+                }
             }
             "Add" | "Sub" | "Mul" | "Div" => return self.binary(b, n, leaf),
             "Relu" | "Sigmoid" | "Tanh" | "HardSwish" | "HardSigmoid" | "Gelu" => {
@@ -1125,7 +1129,15 @@ impl<'a> Lowerer<'a> {
                 if op == "Softmax" {
                     self.emit(b, leaf, Softmax { dim }, &[x])
                 } else {
-                    self.emit(b, leaf, LogSoftmax { dim }, &[x])
+                    self.emit(
+                        b,
+                        leaf,
+                        LogSoftmax {
+                            dim,
+                            dtype_given: false,
+                        },
+                        &[x],
+                    )
                 }
             }
             "ReduceMean" => {
@@ -1255,20 +1267,17 @@ impl<'a> Lowerer<'a> {
         y
     }
 
-    /// What `torch.matmul` feeds `bmm`: an operand of rank ≥ 3 whose batch dims cannot be folded
-    /// by a view is copied (the copy is what backward keeps).
-    fn fold_batch(&mut self, b: &mut GraphBuilder, t: TensorId) -> TensorId {
+    /// Whether `torch.matmul` copies operand `t` for `bmm`: one of rank ≥ 3 whose batch dims cannot
+    /// be folded by a view (the copy is what backward keeps).
+    fn must_copy_to_fold(&mut self, b: &mut GraphBuilder, t: TensorId) -> bool {
         let s = b.shape(t).to_vec();
         if s.len() < 3 || self.is_contiguous(t) {
-            return t;
+            return false;
         }
         let batch: u64 = s[..s.len() - 2].iter().product();
         let folded = vec![batch, s[s.len() - 2], s[s.len() - 1]];
         let st = self.strides_of(b, t);
-        match layout::view(&s, &st, &folded) {
-            Some(_) => t,
-            None => self.contiguous(b, t),
-        }
+        layout::view(&s, &st, &folded).is_none()
     }
 
     /// `Conv` with 1, 2 or 3 spatial dims; asymmetric padding (`auto_pad=SAME_*` with an even
