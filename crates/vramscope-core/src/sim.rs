@@ -2070,6 +2070,14 @@ impl<'g> Sim<'g> {
                         }
                         None => continue,
                     },
+                    GradIn::ReducedScratch(j) => match made.get(j).copied().flatten() {
+                        Some(s) => {
+                            self.incref(s);
+                            bs.to_cast.push((bs.produced.len(), k, meta));
+                            s
+                        }
+                        None => continue,
+                    },
                     GradIn::New | GradIn::SameAs(_) => {
                         let cat = if self.rts[target as usize].param.is_some() {
                             Category::Gradients
@@ -2108,10 +2116,10 @@ impl<'g> Sim<'g> {
             bs.to_cast.sort_by_key(|&(_, input, _)| input);
             for c in 0..bs.to_cast.len() {
                 let (k, input, meta) = bs.to_cast[c];
-                let reduced_only = matches!(
-                    self.tape_inputs[node.inputs.start as usize + input].1,
-                    GradIn::Reduced(_)
-                );
+                let rule = self.tape_inputs[node.inputs.start as usize + input].1;
+                let reduced_only = matches!(rule, GradIn::Reduced(_) | GradIn::ReducedScratch(_));
+                // a scratch allocation has bytes, not a shape: summed straight to the input's
+                let from_scratch = matches!(rule, GradIn::ReducedScratch(_));
                 let (target, computed) = bs.produced[k];
                 let cat = if self.rts[target as usize].param.is_some() {
                     Category::Gradients
@@ -2128,7 +2136,8 @@ impl<'g> Sim<'g> {
                 // summed in the computed dtype first (truth traces of the MoE experts' float32
                 // output times the routing weights under autocast)
                 let from = self.storages[computed as usize].meta;
-                let computed = if from.dtype != meta.dtype
+                let computed = if !from_scratch
+                    && from.dtype != meta.dtype
                     && from.shape != meta.shape
                     && self.shapes.get(from.shape) != self.shapes.get(meta.shape)
                 {

@@ -196,6 +196,11 @@ pub enum GradIn {
     /// the output's gradient as is, so the reduced tensor comes after the node has freed the
     /// locals of its `apply` (a recomputed region's unpacked saved tensors).
     Reduced(usize),
+    /// Allocation `i` of the node's backward scratch program ([`Op::backward_scratch`]), still
+    /// allocated when the program ends: a gradient computed with another shape (a divisor's
+    /// `-grad * self / other²`, full size), which `validate_outputs` sums to the input's shape
+    /// after the node's `apply` returned, as for [`GradIn::Reduced`].
+    ReducedScratch(usize),
 }
 
 /// How `torch.autocast` treats an op (the CUDA autocast lists of `autocast_mode.cpp`).

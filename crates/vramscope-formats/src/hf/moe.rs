@@ -580,15 +580,8 @@ fn sparse_block(b: &mut GraphBuilder, m: &Moe, c: &Ctx, x: TensorId) -> (TensorI
                 let g = linear(b, "shared_expert_gate", h, 1, false, flat);
                 let g = activation_fn(b, ActivationKind::Sigmoid, g);
                 // sigmoid(gate) [T, 1] * shared [T, H]: the gate's gradient is a full-size
-                // product summed down
-                let scaled = b.op(
-                    Aten::new("mul", vec![t, h])
-                        .saves(vec![Saved::Input(1), Saved::Input(0)])
-                        .cross_saves(0, 1)
-                        .backward_temporary(vec![t, h], DTypeRule::Promote)
-                        .right_to_left(),
-                    &[g, se],
-                );
+                // product summed down once `apply` has returned
+                let scaled = mul(b, g, se);
                 // `shared_expert_output` is a local until the block returns
                 b.hold(&[scaled]);
                 add(b, out, scaled)
@@ -648,8 +641,9 @@ fn router(b: &mut GraphBuilder, m: &Moe, c: &Ctx, x: TensorId) -> (TensorId, Ten
                 // div_ needs the original weights for the divisor's gradient: a clone. Its
                 // backward computes the divisor's gradient -grad * ((w / s) / s) as [T, k] float32
                 // pieces (the two quotients and -grad die with the expression, the last made
-                // first), then w's, grad / s, and the engine sums the divisor's down to [T, 1]
-                // and drops the [T, k] one (truth traces of Mixtral and Qwen-MoE)
+                // first), then w's, grad / s; once `apply` has returned (and dropped the unpacked
+                // saved tensors of a recomputed region) the engine sums the divisor's down to
+                // [T, 1] and drops the [T, k] one (truth traces of Mixtral and Qwen-MoE)
                 let piece = Scratch::Alloc {
                     bytes: t * k * DType::F32.size(),
                     what: "backward temporary",
@@ -660,6 +654,7 @@ fn router(b: &mut GraphBuilder, m: &Moe, c: &Ctx, x: TensorId) -> (TensorId, Ten
                 }
                 .extra(vec![t, k], like)
                 .saves(vec![Saved::Input(1), Saved::Extra(0)])
+                .grads(vec![GradIn::New, GradIn::ReducedScratch(3)])
                 .backward_scratch(vec![
                     piece,
                     piece,
