@@ -94,6 +94,8 @@ NULLS = False
 # after everything else (the activation, GPT-2's attention scaling flags, OPT's LayerNorm affine
 # and biases, Mixtral's router logits and jitter, rope scaling)
 KNOBS = False
+# `--dropouts`: the dropout probabilities (0 or 0.1, classifier dropouts also unset), drawn last
+DROPOUTS = False
 ACTIVATIONS = ["gelu", "gelu_pytorch_tanh", "gelu_new", "gelu_fast", "quick_gelu", "relu", "relu2",
                "silu", "tanh", "sigmoid", "linear", "gelu_accurate", "relu6", "hardswish"]
 # `--pad`: half the generation, per-token-head and T5 cases (with a batch of 2 or more) run on a
@@ -130,6 +132,31 @@ def knob_fields(rng, mt, cfg):
         cfg["rope_scaling"] = rng.choice([{"rope_type": "linear", "factor": 2.0},
                                           {"rope_type": "yarn", "factor": 4.0,
                                            "original_max_position_embeddings": 64}])
+
+
+DROPOUT_FIELDS = {
+    "gpt2": ["resid_pdrop", "embd_pdrop", "attn_pdrop", "summary_first_dropout"],
+    "opt": ["dropout", "attention_dropout", "activation_dropout"],
+    "bert": ["hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout"],
+    "roberta": ["hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout"],
+    "xlm-roberta": ["hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout"],
+    "distilbert": ["dropout", "attention_dropout", "seq_classif_dropout", "qa_dropout"],
+    "t5": ["dropout_rate", "classifier_dropout"], "mt5": ["dropout_rate", "classifier_dropout"],
+    "umt5": ["dropout_rate", "classifier_dropout"],
+    "phi3": ["attention_dropout", "resid_pdrop", "embd_pdrop"],
+}
+
+
+def dropout_fields(rng, mt, cfg):
+    """`--dropouts`: each dropout probability of family `mt` 0 or 0.1 (a classifier's also unset,
+    which falls back on the hidden dropout)."""
+    for field in DROPOUT_FIELDS.get(mt, ["attention_dropout"]):
+        choices = [0.0, 0.1, None] if "classif" in field else [0.0, 0.1]
+        p = rng.choice(choices)
+        if p is None:
+            cfg.pop(field, None)
+        else:
+            cfg[field] = p
 
 
 def random_config(rng, families=None, measured_heads=False):
@@ -206,6 +233,8 @@ def random_config(rng, families=None, measured_heads=False):
         cfg["num_labels"] = 2
     if KNOBS:
         knob_fields(rng, mt, cfg)
+    if DROPOUTS:
+        dropout_fields(rng, mt, cfg)
     return mt, cfg
 
 
@@ -795,6 +824,8 @@ def main():
                     help="draw memory-relevant fields the built-in configs leave at their defaults (activations, "
                          "GPT-2's attention scaling, OPT's LayerNorm affine and biases, Mixtral's router logits and "
                          "jitter, rope scaling)")
+    ap.add_argument("--dropouts", action="store_true",
+                    help="draw every dropout probability (0 or 0.1; classifier dropouts also unset)")
     ap.add_argument("--nulls", action="store_true",
                     help="set one optional field to null in a third of the configs")
     ap.add_argument("--medium", action="store_true",
@@ -815,8 +846,9 @@ def main():
                         help=f"with --truth K: K random causal LMs {SPEC_HELP[name]} instead")
     a = ap.parse_args()
     causal = next((m for m in SPECS if getattr(a, m)), None)
-    global MEDIUM, NULLS, PAD, OPTIMIZERS, LARGE, KNOBS
+    global MEDIUM, NULLS, PAD, OPTIMIZERS, LARGE, KNOBS, DROPOUTS
     MEDIUM, NULLS, PAD, OPTIMIZERS, LARGE, KNOBS = a.medium, a.nulls, a.pad, a.optimizers, a.large, a.knobs
+    DROPOUTS = a.dropouts
     tmp = tempfile.mkdtemp(prefix="vramscope_random_configs_")
     if a.truth and a.write_cases:
         only = {int(x) for x in a.only.split(",")} if a.only else None

@@ -126,8 +126,9 @@ pub trait CausalLm {
     }
     /// Whether a generation past the sliding window is modelled: the masks the mask code makes
     /// once a sliding layer's keys reach the window, the cache keeping its last `w - 1`
-    /// positions, and SDPA with the mask over the cache (measured for Mistral, Phi-3 and
-    /// Gemma3 with SDPA; not for eager attention or the MoE decoders).
+    /// positions, and attention with the mask over the cache (measured for Mistral, Phi-3,
+    /// Gemma3 and Mixtral with SDPA, and for Mistral, Phi-3, Gemma2 and Gemma3 with eager
+    /// attention; not for Qwen's MoE decoders).
     fn generates_past_window(&self) -> bool {
         false
     }
@@ -297,7 +298,7 @@ fn build_within(
         // keeps only its last `w - 1` positions
         if prompt + gen.new_tokens > w && !model.generates_past_window() {
             return Err(HfError::BadInput(format!(
-                "{}: --prompt-len {prompt} + --new-tokens {} exceeds sliding_window = {w}; generation past the sliding window is modelled with SDPA attention for the Llama family and Gemma3, not here",
+                "{}: --prompt-len {prompt} + --new-tokens {} exceeds sliding_window = {w}; generation past the sliding window is modelled for the Llama family, the Gemmas and Mixtral, not here",
                 cfg.path, gen.new_tokens
             )));
         }
@@ -688,7 +689,7 @@ mod tests {
     }
 
     #[test]
-    fn sliding_window_generation_past_the_window_needs_sdpa() {
+    fn sliding_window_generation_past_the_window() {
         let text = r#"{"model_type": "mistral", "hidden_size": 256, "num_attention_heads": 8,
             "num_key_value_heads": 2, "num_hidden_layers": 2, "intermediate_size": 512,
             "vocab_size": 1000, "sliding_window": 64, "eos_token_id": 2}"#;
@@ -716,13 +717,22 @@ mod tests {
             .expect("a cache update");
         let out = last_cat.outputs[0];
         assert_eq!(m.graph.tensor(out).shape[2], 64);
-        // eager attention past the window is not modelled
+        // eager attention: the last decode step's scores cover the window (the cache's last 63
+        // positions and the new one), not all 69 positions
         let eager = HfInput {
             attn: crate::hf::AttnImplementation::Eager,
             ..input
         };
-        let err = crate::hf::build(&cfg, &eager).expect_err("eager past the window");
-        assert!(err.to_string().contains("sliding_window = 64"), "{err}");
+        let m = crate::hf::build(&cfg, &eager).expect("past the window with eager attention");
+        let last_softmax = m
+            .graph
+            .nodes
+            .iter()
+            .rev()
+            .find(|n| n.op.kind() == "softmax")
+            .expect("eager attention");
+        let scores = last_softmax.outputs[0];
+        assert_eq!(m.graph.tensor(scores).shape[..], [1, 8, 1, 64]);
     }
 
     /// A special token config.json sets to `null` is None (no device tensor), not the config

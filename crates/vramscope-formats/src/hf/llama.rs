@@ -19,8 +19,8 @@
 //!
 //! The Mixture-of-Experts decoders (`moe.rs`) reuse the spec, the model around the layers
 //! (`causal_lm`), the attention and the MLP; `generate.rs` runs the same forward with a KV cache
-//! (Mistral's and Phi-3's sliding-window cache layers too, past the window with SDPA: the mask
-//! each step, the cache's view of its last `w - 1` positions). Qwen3 and Phi-3 run eager
+//! (Mistral's and Phi-3's sliding-window cache layers too, past the window with SDPA or eager
+//! attention: the mask each step, the cache's view of its last `w - 1` positions). Qwen3 and Phi-3 run eager
 //! attention through the same code as Llama (measured: fixtures/truth/hf_eager_families.jsonl).
 
 use vramscope_core::builder::RepeatedModule;
@@ -880,6 +880,11 @@ pub(super) fn attention(
                 dtype,
                 autocast,
             };
+            // Phi-3's `qkv` is a local until the forward returns (v, a view of it, stands for
+            // it): past a sliding window the cache keeps copies, not the view
+            if phi3 && call.cache.is_some() {
+                b.hold(&[v]);
+            }
             cached_attention(b, call, layer, q, k, v, s.attn_dropout, eager)
         };
         let out = linear(b, "o_proj", s.heads * d, s.hidden, s.o_bias, o);
@@ -993,9 +998,10 @@ impl Model {
 }
 
 impl CausalLm for Model {
-    // the masks and the cache past a sliding window are modelled for SDPA (generate.rs)
+    // the masks and the cache past a sliding window are modelled, for SDPA and eager
+    // attention (generate.rs)
     fn generates_past_window(&self) -> bool {
-        !self.eager
+        true
     }
 
     fn forward(&self, b: &mut GraphBuilder, ids: TensorId, call: &mut Call) -> TensorId {
