@@ -447,6 +447,16 @@ fn eager_generation_past_the_window_cases_match_truth() {
     assert_phases_within(&cases("hf_generate_eager_window.jsonl"), 0.0);
 }
 
+/// `model.generate()` of the Mixture-of-Experts decoders with eager attention
+/// (`validation/make_generate_moe_eager_fixtures.sh`; refused before): Mixtral, past a sliding
+/// window of 64 too, Qwen3-MoE and Qwen2-MoE; fp32, bf16, fp16, AMP bf16. Byte-exact in every
+/// phase.
+#[test]
+fn moe_eager_generation_cases_match_truth() {
+    check_tight("hf_generate_moe_eager.jsonl", 6);
+    assert_phases_within(&cases("hf_generate_moe_eager.jsonl"), 0.0);
+}
+
 /// A text classifier with attention written out (`validation/onnx_models.py:attn_text`, its
 /// export `fixtures/onnx/attention_text_classifier.onnx`; `validation/make_onnx_softmax_fixtures.sh`).
 /// Under float16 autocast the plain softmax reads the half scores straight into its float32 output

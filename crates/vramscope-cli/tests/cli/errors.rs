@@ -473,11 +473,6 @@ fn bad_generation_flags() {
         with("bert-base-uncased", &[]),
         &["--mode generate needs a causal LM", "encoder"],
     );
-    // eager attention over a cache is not modelled for the MoE decoders
-    run(
-        with("mixtral-8x7b", &["--attn-implementation", "eager"]),
-        &["eager with --mode generate", "not mixtral", "use sdpa"],
-    );
     // the encoders' eager forward is modelled, their generation is not (with either attention)
     for model in ["bert-base-uncased", "t5-small"] {
         run(

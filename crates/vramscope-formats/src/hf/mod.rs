@@ -540,18 +540,6 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
             cfg.path
         )));
     }
-    // eager attention is modelled (and measured, fixtures/truth/hf_eager*.jsonl) for every
-    // family's forward; over a generation's cache for all but the MoE decoders (the encoders and
-    // T5 have no generation here at all, refused below)
-    if input.attn == AttnImplementation::Eager
-        && input.generate.is_some()
-        && matches!(family, Family::Moe)
-    {
-        return Err(HfError::BadInput(format!(
-            "{}: --attn-implementation eager with --mode generate is modelled for gpt2, opt, the Llama family (llama, mistral, qwen2, qwen3, phi3) and gemma, gemma2, gemma3, not {model_type}; use sdpa",
-            cfg.path
-        )));
-    }
     let head = if task == HfTask::FeatureExtraction && !encoder && !seq2seq {
         if input.generate.is_some() {
             return Err(HfError::BadInput(format!(

@@ -372,6 +372,7 @@ pub struct Model {
     moe: Moe,
     dtype: DType,
     autocast: Option<DType>,
+    eager: bool,
 }
 
 /// What the model's mask code makes. Mixtral with a `sliding_window`: only
@@ -458,13 +459,14 @@ impl Model {
             moe,
             dtype,
             autocast: input.precision.autocast_dtype(),
+            eager: input.attn == AttnImplementation::Eager,
         })
     }
 }
 
 impl CausalLm for Model {
     // Mixtral's sliding-window cache past its window: the masks and the cache as the Llama
-    // family's (generate.rs); generation runs SDPA here (eager is refused for the MoE decoders)
+    // family's (generate.rs), for SDPA and eager attention
     fn generates_past_window(&self) -> bool {
         self.flavor == Flavor::Mixtral
     }
@@ -491,12 +493,13 @@ impl CausalLm for Model {
         };
         let p = self.flavor.prefix();
         let autocast = self.autocast;
+        let eager = self.eager.then_some(self.dtype);
         let masks = |b: &mut GraphBuilder, cache_len, padding| {
-            mask_code(b, m, (c.bsz, c.seq, None), cache_len, padding)
+            mask_code(b, m, (c.bsz, c.seq, eager), cache_len, padding)
         };
         forward(
             b,
-            (s, p, self.dtype, false),
+            (s, p, self.dtype, self.eager),
             ids,
             call,
             &masks,
