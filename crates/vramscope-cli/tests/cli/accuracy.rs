@@ -457,6 +457,17 @@ fn moe_eager_generation_cases_match_truth() {
     assert_phases_within(&cases("hf_generate_moe_eager.jsonl"), 0.0);
 }
 
+/// Qwen2 with `use_sliding_window` (its layers from `max_window_layers` on slide) and Qwen3 with
+/// `layer_types`, a window of 64 (`validation/make_sliding_layer_fixtures.sh`; refused before):
+/// `model.generate()` with per-layer caches, the sliding layers keeping their last `w - 1`
+/// positions (SDPA and eager; fp32, bf16, fp16, AMP bf16), and the bare models, whose
+/// `use_cache` fills the same caches. Byte-exact in every phase.
+#[test]
+fn per_layer_sliding_cache_cases_match_truth() {
+    check_tight("hf_sliding_layers.jsonl", 7);
+    assert_phases_within(&cases("hf_sliding_layers.jsonl"), 0.0);
+}
+
 /// A text classifier with attention written out (`validation/onnx_models.py:attn_text`, its
 /// export `fixtures/onnx/attention_text_classifier.onnx`; `validation/make_onnx_softmax_fixtures.sh`).
 /// Under float16 autocast the plain softmax reads the half scores straight into its float32 output

@@ -117,6 +117,22 @@ pub(super) struct Spec {
     masks: Masks,
 }
 
+impl Spec {
+    /// Per decoder layer, the window of its `DynamicCache` layer (`None`: a full one): the
+    /// window of the mask pattern it attends with (Mistral's and Phi-3's on every layer, Qwen's
+    /// `use_sliding_window` layers from `max_window_layers` on or as `layer_types` says).
+    pub(super) fn cache_windows(&self) -> Vec<Option<u64>> {
+        self.masks
+            .of_layer
+            .iter()
+            .map(|&k| match self.masks.patterns.get(k) {
+                Some(&MaskPattern::SlidingWindow(w)) => Some(w),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
 /// The masks the model's forward builds and which layers use which.
 struct Masks {
     /// Mistral and Phi-3: one mask for every layer, a sliding-window one when `sliding_window`
@@ -408,15 +424,7 @@ pub(super) fn causal_lm(
     let qa_positions = qa_inputs(&mut b, head, bsz);
     let eager = input.attn == AttnImplementation::Eager;
     let use_cache = head.fills_cache(cfg, input)?;
-    if use_cache && cfg.bool_or("use_sliding_window", false)? {
-        return Err(HfError::Field {
-            path: cfg.path.clone(),
-            field: "use_sliding_window".into(),
-            expected: "false for the bare model with use_cache (its per-layer sliding caches are not modelled); set use_cache to false".into(),
-        });
-    }
-    let mut cache =
-        use_cache.then(|| KvCache::with_windows(vec![s.sliding_window; s.layers as usize]));
+    let mut cache = use_cache.then(|| KvCache::with_windows(s.cache_windows()));
     let mut call = Call::plain(seq, head);
     call.cache = cache.as_mut();
     call.padding_mask = padding;
@@ -628,15 +636,6 @@ impl Model {
             check_positions(cfg, input, "max_position_embeddings", m)?;
         }
         let eager = input.attn == AttnImplementation::Eager;
-        if input.generate.is_some() && cfg.bool_or("use_sliding_window", false)? {
-            return Err(HfError::Field {
-                path: cfg.path.clone(),
-                field: "use_sliding_window".into(),
-                expected:
-                    "false for --mode generate (per-layer sliding-window caches are not modelled)"
-                        .into(),
-            });
-        }
         Ok(Model {
             prefix: spec.variant.prefix(),
             spec,
@@ -1045,5 +1044,9 @@ impl CausalLm for Model {
 
     fn sliding_window(&self) -> Option<u64> {
         self.spec.sliding_window
+    }
+
+    fn cache_windows(&self) -> Vec<Option<u64>> {
+        self.spec.cache_windows()
     }
 }
