@@ -96,6 +96,9 @@ NULLS = False
 KNOBS = False
 # `--dropouts`: the dropout probabilities (0 or 0.1, classifier dropouts also unset), drawn last
 DROPOUTS = False
+# `--windows` (with --generate): Gemma2 among the families, eager attention in half the cases and
+# a small sliding window (past which the generation runs) in most, drawn last
+WINDOWS = False
 ACTIVATIONS = ["gelu", "gelu_pytorch_tanh", "gelu_new", "gelu_fast", "quick_gelu", "relu", "relu2",
                "silu", "tanh", "sigmoid", "linear", "gelu_accurate", "relu6", "hardswish"]
 # `--pad`: half the generation, per-token-head and T5 cases (with a batch of 2 or more) run on a
@@ -447,19 +450,27 @@ def generate_case(i, mt, cfg, rng, tmp):
     """`model.generate` of a random causal LM (validation/generate_models.py) against `vramscope
     estimate --mode generate`."""
     path = os.path.join(tmp, f"g{i}.json")
+    cfg = dict(cfg)
+    attn = cfg.pop("_attn", "sdpa")
     with open(path, "w") as f:
         json.dump(cfg, f)
     batch, prompt, new = rng.choice([1, 2, 4]), rng.choice([16, 40, 128, 512] if MEDIUM else [16, 40, 128]), \
         rng.choice([4, 9, 16])
     amp, pdt = rng.choice([("fp32", "fp32"), ("bf16", "fp32"), ("fp32", "bf16"), ("fp32", "fp16")])
     pad = padding_of(rng, batch, prompt)
-    what = f"{i} {mt} generate b{batch} p{prompt} n{new} amp={amp} param={pdt}{f' pad={pad}' if pad else ''}"
+    window = cfg.get("sliding_window") if WINDOWS else None
+    what = (f"{i} {mt} generate b{batch} p{prompt} n{new} amp={amp} param={pdt}{f' pad={pad}' if pad else ''}"
+            f"{' eager' if attn == 'eager' else ''}{f' window={window}' if window else ''}")
+    kwargs = {"config": path, "new_tokens": new, "pad": pad}
+    if attn != "sdpa":
+        kwargs["attn"] = attn
     cmd = [sys.executable, MEASURE, "--model", "py:" + os.path.join(HERE, "generate_models.py") + ":generate",
-           "--model-kwargs", json.dumps({"config": path, "new_tokens": new, "pad": pad}), "--batch", str(batch),
+           "--model-kwargs", json.dumps(kwargs), "--batch", str(batch),
            "--seq", str(prompt), "--mode", "infer", "--amp", amp, "--param-dtype", pdt, "--json"]
     precision = precision_flag(amp, pdt)
     args = [path, "-b", str(batch), "--mode", "generate", "--prompt-len", str(prompt), "--new-tokens",
-            str(new), "--precision", precision] + (["--padded"] if pad else [])
+            str(new), "--precision", precision] + (["--padded"] if pad else []) + (
+        ["--attn-implementation", "eager"] if attn == "eager" else [])
     return measured_against(what, cmd, args)
 
 
@@ -559,12 +570,34 @@ def generate_cases(seed, k, tmp):
     rng = random.Random(seed)
     # the causal LMs whose generate() is modelled under SDPA (Gemma2's runs eager attention)
     families = ["gpt2", "opt", "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma3_text", "mixtral"]
+    if WINDOWS:
+        families.append("gemma2")
     out = []
     for i in range(k):
         mt, cfg = random_config(rng, families, measured_heads=True)
         cfg["architectures"] = [heads_of(mt)[0]]  # the causal LM
+        if WINDOWS:
+            window_fields(rng, mt, cfg)
         out.append((i, mt, cfg, random.Random(seed * 1000 + i), tmp))
     return out
+
+
+def window_fields(rng, mt, cfg):
+    """`--windows`: eager attention (`_attn` in the config, read by generate_case) in half the
+    cases, Gemma2 always, and a sliding window of 24 to 80 on the families that have one."""
+    cfg["_attn"] = "eager" if mt == "gemma2" or rng.random() < 0.5 else "sdpa"
+    if rng.random() < 0.25:
+        return
+    w = rng.choice([24, 40, 64, 80])
+    layers = cfg.get("num_hidden_layers", 1)
+    if mt in ("mistral", "phi3", "mixtral", "gemma2", "gemma3_text"):
+        cfg["sliding_window"] = w
+    elif mt == "qwen2":
+        cfg.update(use_sliding_window=True, sliding_window=w, max_window_layers=rng.randint(0, layers))
+        cfg.pop("layer_types", None)
+    elif mt == "qwen3":
+        cfg.update(use_sliding_window=True, sliding_window=w,
+                   layer_types=[rng.choice(["sliding_attention", "full_attention"]) for _ in range(layers)])
 
 
 # causal LMs with an eager / LoRA case (validation/generate_models.py:eager, lora_models.py:lora)
@@ -826,6 +859,9 @@ def main():
                          "jitter, rope scaling)")
     ap.add_argument("--dropouts", action="store_true",
                     help="draw every dropout probability (0 or 0.1; classifier dropouts also unset)")
+    ap.add_argument("--windows", action="store_true",
+                    help="with --generate: Gemma2 too, eager attention in half the cases, a sliding window of "
+                         "24 to 80 in most")
     ap.add_argument("--nulls", action="store_true",
                     help="set one optional field to null in a third of the configs")
     ap.add_argument("--medium", action="store_true",
@@ -849,6 +885,8 @@ def main():
     global MEDIUM, NULLS, PAD, OPTIMIZERS, LARGE, KNOBS, DROPOUTS
     MEDIUM, NULLS, PAD, OPTIMIZERS, LARGE, KNOBS = a.medium, a.nulls, a.pad, a.optimizers, a.large, a.knobs
     DROPOUTS = a.dropouts
+    global WINDOWS
+    WINDOWS = a.windows
     tmp = tempfile.mkdtemp(prefix="vramscope_random_configs_")
     if a.truth and a.write_cases:
         only = {int(x) for x in a.only.split(",")} if a.only else None

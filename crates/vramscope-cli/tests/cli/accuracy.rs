@@ -468,8 +468,21 @@ fn per_layer_sliding_cache_cases_match_truth() {
     assert_phases_within(&cases("hf_sliding_layers.jsonl"), 0.0);
 }
 
+/// Left-padded `model.generate()` past a sliding window of 64
+/// (`validation/make_generate_padded_window_fixtures.sh`): Mistral, Phi-3, Gemma3, Gemma2,
+/// Qwen2's sliding layers, Mixtral; SDPA and eager; fp32, bf16, AMP bf16. The boolean copy of
+/// the `[B, total]` attention mask covers every position, a sliding layer's mask only the cache's
+/// last `w - 1` and the new ones (the eager ones failed with a shape error before: the mask
+/// covered every position). Byte-exact in every phase.
+#[test]
+fn padded_generation_past_the_window_cases_match_truth() {
+    check_tight("hf_generate_padded_window.jsonl", 9);
+    assert_phases_within(&cases("hf_generate_padded_window.jsonl"), 0.0);
+}
+
 /// A text classifier with attention written out (`validation/onnx_models.py:attn_text`, its
-/// export `fixtures/onnx/attention_text_classifier.onnx`; `validation/make_onnx_softmax_fixtures.sh`).
+/// export `fixtures/onnx/attention_text_classifier.onnx`;
+/// `validation/make_onnx_softmax_fixtures.sh`).
 /// Under float16 autocast the plain softmax reads the half scores straight into its float32 output
 /// (`fp32_set_opt_dtype`; a float32 copy first made inference +22.7%), and `matmul(p, v)` copies
 /// the strided `v` inside the call, after autocast's cast of `p`. Byte-exact in every phase.

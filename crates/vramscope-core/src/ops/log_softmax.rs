@@ -1,7 +1,8 @@
-//! `log_softmax(dim)`: keeps its output for backward. Autocast's `fp32_set_opt_dtype` gives a plain
-//! call `dtype=float32` (a float16 input read as it is, a bfloat16 one cast up); `F.cross_entropy`'s
-//! own call passes the input's dtype (`log_softmax(self, dim, self.scalar_type())`, LossNLL.cpp),
-//! so the loss's log-softmax runs in bf16/fp16 and only `nll_loss` casts up (truth traces).
+//! `log_softmax(dim)`: keeps its output for backward. Autocast's `fp32_set_opt_dtype` gives a
+//! plain call `dtype=float32` (a float16 input read as it is, a bfloat16 one cast up);
+//! `F.cross_entropy`'s own call passes the input's dtype (`log_softmax(self, dim,
+//! self.scalar_type())`, LossNLL.cpp), so the loss's log-softmax runs in bf16/fp16 and only
+//! `nll_loss` casts up (truth traces).
 
 use super::*;
 

@@ -808,7 +808,7 @@ pub fn encoder_padded_mask(
     let mask = padded_attention_mask(
         b,
         batch,
-        (seq, seq),
+        (seq, seq, seq),
         PaddedPattern::Encoder,
         padding,
         additive,
@@ -893,7 +893,7 @@ impl PaddedPattern {
 pub fn padded_attention_mask(
     b: &mut GraphBuilder,
     batch: u64,
-    (seq, kv): (u64, u64),
+    (seq, kv, total): (u64, u64, u64),
     pattern: PaddedPattern,
     padding: TensorId,
     eager: Option<DType>,
@@ -901,7 +901,9 @@ pub fn padded_attention_mask(
     let bool_ = DTypeRule::Fixed(DType::Bool);
     let i64 = DTypeRule::Fixed(DType::I64);
     b.frame(|b| {
-        let mask_bool = mask_op(b, "_to_copy", &[batch, kv], bool_, &[padding]);
+        // the boolean copy covers every position the `[B, total]` mask has; a sliding layer's
+        // mask past the window only its last `kv` (`kv_arange + kv_offset`)
+        let mask_bool = mask_op(b, "_to_copy", &[batch, total], bool_, &[padding]);
         b.hold(&[mask_bool]);
         let full = vec![batch, 1, seq, kv];
         let Some(dtype) = eager else {
@@ -944,12 +946,12 @@ pub fn model_mask(
 ) -> Option<TensorId> {
     match padding {
         Some(padding) => {
-            let kv = cache_len.unwrap_or(seq);
+            let total = cache_len.unwrap_or(seq);
             let padded = PaddedPattern::of(pattern);
             Some(padded_attention_mask(
                 b,
                 batch,
-                (seq, kv),
+                (seq, mask_kv_len(pattern, seq, cache_len), total),
                 padded,
                 padding,
                 eager,
@@ -1103,13 +1105,7 @@ pub fn attention_mask_checked(
     if packed_check {
         packed_sequence_check(b, batch, seq);
     }
-    // a sliding-window cache layer keeps its last `w - 1` positions: past the window the mask
-    // covers those and the new ones (`DynamicSlidingWindowLayer.get_mask_sizes`); Qwen2-MoE's
-    // window-0 mask goes with full cache layers (no sliding cache for a window of 0)
-    let kv = match (pattern.window(), cache_len) {
-        (Some(w), Some(total)) if w > 0 => (total - seq).min(w - 1) + seq,
-        _ => cache_len.unwrap_or(seq),
-    };
+    let kv = mask_kv_len(pattern, seq, cache_len);
     // SDPA skips a sliding-window mask while every key is inside the window
     let materialized = match pattern {
         MaskPattern::Causal => eager.is_some(),
@@ -1128,6 +1124,18 @@ pub fn attention_mask_checked(
         ),
         Some(dtype) => eager_where(b, full, boolean, (None, dtype), dtype),
     })
+}
+
+/// The keys a mask of `pattern` covers for `seq` queries, `cache_len` cached positions after the
+/// update (`None`: no cache): a sliding-window cache layer keeps its last `w - 1` positions, so
+/// past the window the mask covers those and the new ones (`DynamicSlidingWindowLayer
+/// .get_mask_sizes`); Qwen2-MoE's window-0 mask goes with full cache layers (no sliding cache for
+/// a window of 0).
+fn mask_kv_len(pattern: MaskPattern, seq: u64, cache_len: Option<u64>) -> u64 {
+    match (pattern.window(), cache_len) {
+        (Some(w), Some(total)) if w > 0 => (total - seq).min(w - 1) + seq,
+        _ => cache_len.unwrap_or(seq),
+    }
 }
 
 /// The boolean `[1, 1, S, KV]` mask (a `[S, KV]` plane for the bidirectional overlays) the mask

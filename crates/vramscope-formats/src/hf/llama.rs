@@ -19,9 +19,10 @@
 //!
 //! The Mixture-of-Experts decoders (`moe.rs`) reuse the spec, the model around the layers
 //! (`causal_lm`), the attention and the MLP; `generate.rs` runs the same forward with a KV cache
-//! (Mistral's and Phi-3's sliding-window cache layers too, past the window with SDPA or eager
-//! attention: the mask each step, the cache's view of its last `w - 1` positions). Qwen3 and Phi-3 run eager
-//! attention through the same code as Llama (measured: fixtures/truth/hf_eager_families.jsonl).
+//! (sliding-window cache layers too, Qwen's per layer, past the window with SDPA or eager
+//! attention: the mask each step, the cache's view of its last `w - 1` positions). Qwen3 and
+//! Phi-3 run eager attention through the same code as Llama (measured:
+//! fixtures/truth/hf_eager_families.jsonl).
 
 use vramscope_core::builder::RepeatedModule;
 use vramscope_core::ops::{Aten, GradIn, Saved, Slice, View};

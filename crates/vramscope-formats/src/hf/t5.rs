@@ -621,7 +621,7 @@ fn stack(
     };
     let padded = padding.map(|p| {
         let src = b.shape(p)[1];
-        padded_attention_mask(b, bsz, (len, src), PaddedPattern::Encoder, p, eager)
+        padded_attention_mask(b, bsz, (len, src, src), PaddedPattern::Encoder, p, eager)
     });
     b.hold(&causal.iter().chain(&padded).copied().collect::<Vec<_>>());
     let (self_mask, cross_mask) = if decoder {

@@ -1267,8 +1267,8 @@ impl<'a> Lowerer<'a> {
         y
     }
 
-    /// Whether `torch.matmul` copies operand `t` for `bmm`: one of rank ≥ 3 whose batch dims cannot
-    /// be folded by a view (the copy is what backward keeps).
+    /// Whether `torch.matmul` copies operand `t` for `bmm`: one of rank ≥ 3 whose batch dims
+    /// cannot be folded by a view (the copy is what backward keeps).
     fn must_copy_to_fold(&mut self, b: &mut GraphBuilder, t: TensorId) -> bool {
         let s = b.shape(t).to_vec();
         if s.len() < 3 || self.is_contiguous(t) {
