@@ -620,6 +620,10 @@ def causal_cases(seed, k, tmp, sdpa_only=False):
     for i in range(k):
         mt, cfg = random_config(rng, families, measured_heads=True)
         cfg["architectures"] = [heads_of(mt)[0]]
+        if WINDOWS:
+            # a small sliding window (the attention choice is the mode's)
+            window_fields(rng, mt, cfg)
+            cfg.pop("_attn")
         out.append((i, mt, cfg, random.Random(seed * 1000 + i), tmp))
     return out
 
@@ -861,7 +865,7 @@ def main():
                     help="draw every dropout probability (0 or 0.1; classifier dropouts also unset)")
     ap.add_argument("--windows", action="store_true",
                     help="with --generate: Gemma2 too, eager attention in half the cases, a sliding window of "
-                         "24 to 80 in most")
+                         "24 to 80 in most; with --eager, --lora, ...: the window only")
     ap.add_argument("--nulls", action="store_true",
                     help="set one optional field to null in a third of the configs")
     ap.add_argument("--medium", action="store_true",

@@ -3112,7 +3112,14 @@ fn run(g: &Graph, cfg: &StepConfig, thread: ModelThread) -> Result<Simulation, S
             s.phase(&format!("it{it}.backward"));
             for r in 0..s.regions.len() {
                 s.regions[r].recomputed = false;
-                s.regions[r].lowest_tape = s.tape.iter().position(|t| t.region == Some(r));
+                // the saved tensors' pack hooks hold the frame: it goes with the last of them
+                // (a region that saves nothing: after its first node)
+                let of_region = |t: &TapeNode| t.region == Some(r);
+                s.regions[r].lowest_tape = s
+                    .tape
+                    .iter()
+                    .position(|t| of_region(t) && t.saves)
+                    .or_else(|| s.tape.iter().position(of_region));
             }
             s.grad_enabled = false;
             s.backward(l[0]);

@@ -480,6 +480,19 @@ fn padded_generation_past_the_window_cases_match_truth() {
     assert_phases_within(&cases("hf_generate_padded_window.jsonl"), 0.0);
 }
 
+/// Pure float16 / bfloat16 models (`validation/make_pure_half_fixtures.sh`): eager attention's
+/// `softmax(scores, dtype=torch.float32)` reads float16 scores straight into its float32 output
+/// (a float32 copy first made Gemma2's fp16 generation +10% and a Qwen2's +8.1%; found by
+/// `random_configs.py --generate --windows`, seeds 2814 and 2815), and a checkpointed layer's
+/// frame goes with its last saved tensor, not at its first node (Phi-3's fp16 checkpointed step
+/// was 512 KiB off in each backward). Training, checkpointing, inference and generation of the
+/// Llama family, Gemma2, Gemma3, OPT and Mixtral. Byte-exact in every phase.
+#[test]
+fn pure_half_precision_cases_match_truth() {
+    check_tight("hf_pure_half.jsonl", 13);
+    assert_phases_within(&cases("hf_pure_half.jsonl"), 0.0);
+}
+
 /// A text classifier with attention written out (`validation/onnx_models.py:attn_text`, its
 /// export `fixtures/onnx/attention_text_classifier.onnx`;
 /// `validation/make_onnx_softmax_fixtures.sh`).

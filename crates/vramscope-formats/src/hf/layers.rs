@@ -1957,14 +1957,19 @@ pub fn eager_attention(
     let half = e.dtype != DType::F32;
     let probs = match e.flavor {
         EagerFlavor::Llama | EagerFlavor::Phi3 | EagerFlavor::Opt | EagerFlavor::Gemma2 { .. } => {
-            // softmax(dtype=float32): a float32 copy in a pure half run (autocast upcasts by
-            // itself), then `.to(query.dtype)`
-            let x = if half && e.autocast.is_none() {
-                to_dtype(b, scores, DType::F32)
+            // softmax(dtype=float32): in a pure float16 run the kernel reads the half scores
+            // into its float32 output, in a pure bfloat16 one a float32 copy goes first (autocast
+            // does either by itself), then `.to(query.dtype)`
+            let p = if e.autocast.is_none() && e.dtype == DType::F16 {
+                softmax_half_to_float(b, scores)
             } else {
-                scores
+                let x = if half && e.autocast.is_none() {
+                    to_dtype(b, scores, DType::F32)
+                } else {
+                    scores
+                };
+                b.op(Softmax { dim: 3 }, &[x])
             };
-            let p = b.op(Softmax { dim: 3 }, &[x]);
             // `.to(query.dtype)`: the model's half dtype, or under autocast OPT's half query
             // when its float32 mask promoted the scores
             let query_dtype = match e.autocast {
