@@ -96,6 +96,8 @@ NULLS = False
 KNOBS = False
 # `--dropouts`: the dropout probabilities (0 or 0.1, classifier dropouts also unset), drawn last
 DROPOUTS = False
+# `--half`: pure float16 / bfloat16 models in the training and inference steps
+HALF = False
 # `--windows` (with --generate): Gemma2 among the families, eager attention in half the cases and
 # a small sliding window (past which the generation runs) in most, drawn last
 WINDOWS = False
@@ -316,6 +318,9 @@ def random_step(rng):
         mode, optim = "train", rng.choice(MORE_OPTIMIZERS)
         pdt = rng.choice(["fp32", "fp32", "bf16"]) if amp == "fp32" else "fp32"
         ckpt = rng.random() < 0.3
+    if HALF:
+        # a pure half model (`model.half()` / `model.bfloat16()`), drawn after the others
+        amp, pdt = "fp32", rng.choice(["fp16", "bf16"])
     return batch, seq, mode, amp, pdt, optim, ckpt
 
 
@@ -866,6 +871,8 @@ def main():
     ap.add_argument("--windows", action="store_true",
                     help="with --generate: Gemma2 too, eager attention in half the cases, a sliding window of "
                          "24 to 80 in most; with --eager, --lora, ...: the window only")
+    ap.add_argument("--half", action="store_true",
+                    help="pure float16 / bfloat16 models (no autocast) in the training and inference steps")
     ap.add_argument("--nulls", action="store_true",
                     help="set one optional field to null in a third of the configs")
     ap.add_argument("--medium", action="store_true",
@@ -889,8 +896,8 @@ def main():
     global MEDIUM, NULLS, PAD, OPTIMIZERS, LARGE, KNOBS, DROPOUTS
     MEDIUM, NULLS, PAD, OPTIMIZERS, LARGE, KNOBS = a.medium, a.nulls, a.pad, a.optimizers, a.large, a.knobs
     DROPOUTS = a.dropouts
-    global WINDOWS
-    WINDOWS = a.windows
+    global WINDOWS, HALF
+    WINDOWS, HALF = a.windows, a.half
     tmp = tempfile.mkdtemp(prefix="vramscope_random_configs_")
     if a.truth and a.write_cases:
         only = {int(x) for x in a.only.split(",")} if a.only else None
