@@ -20,6 +20,12 @@ with `--eager`, K random causal LMs under `attn_implementation="eager"`
 `--lora`, K random causal LMs with LoRA adapters on random targets, rank and dropout
 (validation/lora_models.py:lora) against `estimate --lora R --lora-targets ...`.
 
+Draws on top of the built-in configs' fields, each drawn after everything else (a seed's other
+draws stay what they were): `--knobs` (activations, attention scaling, LayerNorm affine, router
+logits and jitter, rope scaling), `--dropouts` (every dropout probability), `--windows` (with
+--generate: eager attention and small sliding windows, Gemma2 too; with --eager, --lora: the
+windows), `--half` (pure fp16 / bf16 models in the training and inference steps).
+
 Prints each difference and the total; configs go to a temporary folder.
 
     ~/.venvs/truth/bin/python validation/random_configs.py [SEED] [N]
