@@ -493,6 +493,17 @@ fn pure_half_precision_cases_match_truth() {
     assert_phases_within(&cases("hf_pure_half.jsonl"), 0.0);
 }
 
+/// Eager-attention generations of models with one kv head
+/// (`validation/make_generate_eager_mqa_fixtures.sh`: a Mistral drawn by `random_configs.py`
+/// seed 2851, Gemma 2B; batch 2 and 4). Under AMP the cache's values are float32, so autocast's
+/// cast of the expanded values is the copy `probs @ v` needs (a second copy made the seed's case
+/// +0.01%); a pure bf16 model's matmul copies them itself. Byte-exact in every phase.
+#[test]
+fn mqa_eager_generation_cases_match_truth() {
+    check_tight("hf_generate_eager_mqa.jsonl", 4);
+    assert_phases_within(&cases("hf_generate_eager_mqa.jsonl"), 0.0);
+}
+
 /// A text classifier with attention written out (`validation/onnx_models.py:attn_text`, its
 /// export `fixtures/onnx/attention_text_classifier.onnx`;
 /// `validation/make_onnx_softmax_fixtures.sh`).

@@ -1916,15 +1916,17 @@ pub fn eager_attention(
     // generating: a copy of each per layer and step, prefill and decode alike); but autocast's
     // cast of a float32 key (the rotary embedding's float32 `cos` promoted it) makes a
     // contiguous copy, so then matmul needs none (truth traces of eager MQA under AMP).
-    // The values come from their projection in the autocast dtype: never cast, always copied
+    // The values come from their projection in the autocast dtype: never cast, always copied;
+    // except a cache's, which follow its float32 keys under AMP (`cat` with the cache's empty
+    // tensor of the keys' dtype promotes them), so autocast's cast copies them
     let mqa = llama_like && kv_heads == 1 && kv_heads != heads;
+    let key_cast = e.autocast.is_some_and(|low| low != e.dtype);
     let copy_v = bsz > 1
         && if cached {
-            mqa
+            mqa && !key_cast
         } else {
             !llama_like || kv_heads == heads || kv_heads == 1
         };
-    let key_cast = e.autocast.is_some_and(|low| low != e.dtype);
     let phi3 = e.flavor == EagerFlavor::Phi3;
     let copy_k = copy_v && !(mqa && key_cast) && !(phi3 && kv_heads == heads);
     // a single query is viewable for bmm, except GPT-2's (a slice of the packed `c_attn`
