@@ -1242,7 +1242,10 @@ pub fn sdpa_masked(
     if qs[2] == 1 && n_rep > 1 {
         let packed = view(b, "reshape", q, vec![qs[0], kv_heads, n_rep, qs[3]]);
         let o = sdpa_with_mask(b, packed, k, v, mask, dropout_p, dtype);
-        let o = if kv_heads == 1 {
+        // cuDNN attention (half precision) lays its output out like the packed query, so the
+        // reshape back is a view; mem-efficient attention's (float32) is `[B, n_rep, KV, D]`,
+        // which the reshape copies unless there is one kv head
+        let o = if kv_heads == 1 || dtype != DType::F32 {
             view(b, "reshape", o, qs)
         } else {
             b.op(
