@@ -3110,16 +3110,21 @@ fn run(g: &Graph, cfg: &StepConfig, thread: ModelThread) -> Result<Simulation, S
                 }
             }
             s.phase(&format!("it{it}.backward"));
-            for r in 0..s.regions.len() {
+            // the saved tensors' pack hooks hold a region's frame: it goes with the last of them,
+            // at the region's lowest saving node (one that saves nothing: its lowest node)
+            let mut lowest: Vec<(Option<usize>, Option<usize>)> =
+                vec![(None, None); s.regions.len()];
+            for (i, t) in s.tape.iter().enumerate() {
+                if let Some(l) = t.region.and_then(|r| lowest.get_mut(r)) {
+                    l.0 = l.0.or(Some(i));
+                    if t.saves {
+                        l.1 = l.1.or(Some(i));
+                    }
+                }
+            }
+            for (r, (any, saving)) in lowest.into_iter().enumerate() {
                 s.regions[r].recomputed = false;
-                // the saved tensors' pack hooks hold the frame: it goes with the last of them
-                // (a region that saves nothing: after its first node)
-                let of_region = |t: &TapeNode| t.region == Some(r);
-                s.regions[r].lowest_tape = s
-                    .tape
-                    .iter()
-                    .position(|t| of_region(t) && t.saves)
-                    .or_else(|| s.tape.iter().position(of_region));
+                s.regions[r].lowest_tape = saving.or(any);
             }
             s.grad_enabled = false;
             s.backward(l[0]);
@@ -3237,13 +3242,17 @@ mod tests {
         assert_eq!(ckpt.gradient_bytes, plain.gradient_bytes);
     }
 
+    /// The index of phase `name` in `sim.phases`.
+    fn phase_index(sim: &Simulation, name: &str) -> u16 {
+        sim.phases
+            .iter()
+            .position(|p| p.name == name)
+            .expect("phase") as u16
+    }
+
     /// Gradients one backward node makes in `phase`, allocated and freed, for op `what`.
     fn grads_made(sim: &Simulation, phase: &str, what: &str) -> (usize, usize) {
-        let p = sim
-            .phases
-            .iter()
-            .position(|p| p.name == phase)
-            .expect("phase") as u16;
+        let p = phase_index(sim, phase);
         let of = |alloc: bool| {
             sim.events
                 .iter()
@@ -3307,11 +3316,7 @@ mod tests {
                 ..StepConfig::default()
             };
             let sim = simulate(&g, &step).expect("simulation");
-            let p = sim
-                .phases
-                .iter()
-                .position(|p| p.name == "it1.forward")
-                .expect("phase") as u16;
+            let p = phase_index(&sim, "it1.forward");
             let events: Vec<_> = sim
                 .events
                 .iter()

@@ -482,8 +482,9 @@ fn padded_generation_past_the_window_cases_match_truth() {
 
 /// Pure float16 / bfloat16 models (`validation/make_pure_half_fixtures.sh`): eager attention's
 /// `softmax(scores, dtype=torch.float32)` reads float16 scores straight into its float32 output
-/// (a float32 copy first made Gemma2's fp16 generation +10% and a Qwen2's +8.1%; found by
-/// `random_configs.py --generate --windows`, seeds 2814 and 2815), and a checkpointed layer's
+/// (a float32 copy first made Gemma2's fp16 generation +10% and a Qwen2's +8.1%: cases 8 and 13
+/// of `random_configs.py 2814 --truth 16 --knobs --generate --windows --pad` and
+/// `... 2815 ... --pad --medium` on a build before e74425a), and a checkpointed layer's
 /// frame goes with its last saved tensor, not at its first node (Phi-3's fp16 checkpointed step
 /// was 512 KiB off in each backward). Training, checkpointing, inference and generation of the
 /// Llama family, Gemma2, Gemma3, OPT and Mixtral. Byte-exact in every phase.
@@ -494,10 +495,11 @@ fn pure_half_precision_cases_match_truth() {
 }
 
 /// Eager-attention generations of models with one kv head
-/// (`validation/make_generate_eager_mqa_fixtures.sh`: a Mistral drawn by `random_configs.py`
-/// seed 2851, Gemma 2B; batch 2 and 4). Under AMP the cache's values are float32, so autocast's
-/// cast of the expanded values is the copy `probs @ v` needs (a second copy made the seed's case
-/// +0.01%); a pure bf16 model's matmul copies them itself. Byte-exact in every phase.
+/// (`validation/make_generate_eager_mqa_fixtures.sh`: a Mistral drawn by `random_configs.py 2851
+/// --truth 16 --knobs --generate --windows --medium --pad`, case 4, Gemma 2B; batch 2 and 4).
+/// Under AMP the cache's values are float32, so autocast's cast of the expanded values is the
+/// copy `probs @ v` needs (a second copy made that case +0.01% on a build before 5a5792c); a
+/// pure bf16 model's matmul copies them itself. Byte-exact in every phase.
 #[test]
 fn mqa_eager_generation_cases_match_truth() {
     check_tight("hf_generate_eager_mqa.jsonl", 4);

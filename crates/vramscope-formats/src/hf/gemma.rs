@@ -629,12 +629,6 @@ impl Model {
 impl CausalLm for Model {
     /// `Gemma{,2,3}ForCausalLM.forward`: the model, `lm_head` on the last hidden state (its last
     /// position with `logits_to_keep=1`), the final soft-capping.
-    // the masks and the cache past a sliding window are modelled, for SDPA and eager
-    // attention (generate.rs)
-    fn generates_past_window(&self) -> bool {
-        true
-    }
-
     fn forward(&self, b: &mut GraphBuilder, ids: TensorId, call: &mut Call) -> TensorId {
         let s = &self.spec;
         let c = self.ctx(b.shape(ids)[0]);

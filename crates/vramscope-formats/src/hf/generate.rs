@@ -124,14 +124,6 @@ pub trait CausalLm {
     fn cache_windows(&self) -> Vec<Option<u64>> {
         vec![self.sliding_window(); self.layers()]
     }
-    /// Whether a generation past the sliding window is modelled: the masks the mask code makes
-    /// once a sliding layer's keys reach the window, the cache keeping its last `w - 1`
-    /// positions, and attention with the mask over the cache (measured for Mistral, Phi-3,
-    /// Gemma3 and Mixtral with SDPA, and for Mistral, Phi-3, Gemma2 and Gemma3 with eager
-    /// attention; not for Qwen's MoE decoders).
-    fn generates_past_window(&self) -> bool {
-        false
-    }
 }
 
 /// The special tokens of the generation config (`GenerationConfig.from_model_config`): each
@@ -292,18 +284,9 @@ fn build_within(
     int_op(&mut b, "any", vec![], bool_, &[lt]);
     // _sample
     let mut unfinished = int_op(&mut b, "ones", vec![batch], i64, &[]);
-    let windows = model.cache_windows();
-    if let Some(w) = windows.iter().flatten().min().copied() {
-        // past the window, transformers masks the prefill and the decode steps and the cache
-        // keeps only its last `w - 1` positions
-        if prompt + gen.new_tokens > w && !model.generates_past_window() {
-            return Err(HfError::BadInput(format!(
-                "{}: --prompt-len {prompt} + --new-tokens {} exceeds sliding_window = {w}; generation past the sliding window is modelled for the Llama family, the Gemmas and Mixtral, not here",
-                cfg.path, gen.new_tokens
-            )));
-        }
-    }
-    let mut cache = KvCache::with_windows(windows);
+    // a sliding layer past its window: the masks cover and the cache keeps only its last `w - 1`
+    // positions and the new ones (layers.rs)
+    let mut cache = KvCache::with_windows(model.cache_windows());
     let vocab = model.vocab();
     let decode_steps = gen.new_tokens - 1;
 
@@ -706,33 +689,23 @@ mod tests {
             padded: false,
             four_bit: false,
         };
+        // the shape of the last node's output whose op passes `is`
+        let last_output = |input: &HfInput, is: &dyn Fn(&dyn vramscope_core::ops::Op) -> bool| {
+            let m = crate::hf::build(&cfg, input).expect("past the window");
+            let node = m.graph.nodes.iter().rev().find(|n| is(&*n.op)).expect("op");
+            m.graph.tensor(node.outputs[0]).shape.clone()
+        };
         // SDPA: the cache keeps views of the last 63 positions, each holding a 64-position tensor
-        let m = crate::hf::build(&cfg, &input).expect("past the window with SDPA");
-        let last_cat = m
-            .graph
-            .nodes
-            .iter()
-            .rev()
-            .find(|n| n.op.kind() == "cat" && n.op.is_kv_cache())
-            .expect("a cache update");
-        let out = last_cat.outputs[0];
-        assert_eq!(m.graph.tensor(out).shape[2], 64);
+        let cat = last_output(&input, &|op| op.kind() == "cat" && op.is_kv_cache());
+        assert_eq!(cat[2], 64);
         // eager attention: the last decode step's scores cover the window (the cache's last 63
         // positions and the new one), not all 69 positions
         let eager = HfInput {
             attn: crate::hf::AttnImplementation::Eager,
             ..input
         };
-        let m = crate::hf::build(&cfg, &eager).expect("past the window with eager attention");
-        let last_softmax = m
-            .graph
-            .nodes
-            .iter()
-            .rev()
-            .find(|n| n.op.kind() == "softmax")
-            .expect("eager attention");
-        let scores = last_softmax.outputs[0];
-        assert_eq!(m.graph.tensor(scores).shape[..], [1, 8, 1, 64]);
+        let scores = last_output(&eager, &|op| op.kind() == "softmax");
+        assert_eq!(scores[..], [1, 8, 1, 64]);
     }
 
     /// A special token config.json sets to `null` is None (no device tensor), not the config

@@ -1375,18 +1375,34 @@ pub fn activation_fn(b: &mut GraphBuilder, kind: ActivationKind, x: TensorId) ->
     )
 }
 
-/// `softmax(x, dtype=torch.float32)` of a float16 `x` outside autocast (a pure float16 model):
-/// the CUDA kernel reads the half input into a float32 output (`_softmax(x, half_to_float=True)`),
-/// no float32 copy, and backward makes the half gradient directly; it keeps its output. Under
-/// autocast a plain [`Softmax`] gets that dtype and does the same (`Autocast::Fp32SetOptDtype`).
-pub fn softmax_half_to_float(b: &mut GraphBuilder, x: TensorId) -> TensorId {
-    let shape = b.shape(x).to_vec();
-    b.op(
-        Aten::new("softmax", shape)
-            .dtype(DTypeRule::Fixed(DType::F32))
-            .saves(vec![Saved::Output(0)]),
-        &[x],
-    )
+/// `softmax(x, dim, dtype=torch.float32)` of an `x` in the model's `dtype`, outside autocast
+/// (`autocast: false`) or under it. Under autocast a plain [`Softmax`] is that call (its
+/// `fp32_set_opt_dtype` class keeps the given dtype). Outside it: a float16 `x` is read straight
+/// into the float32 output (`_softmax(x, half_to_float=True)`, no copy; backward makes the half
+/// gradient directly), a bfloat16 one is copied to float32 first. Keeps its output.
+pub fn softmax_float32(
+    b: &mut GraphBuilder,
+    x: TensorId,
+    dim: usize,
+    dtype: DType,
+    autocast: bool,
+) -> TensorId {
+    match dtype {
+        DType::F16 if !autocast => {
+            let shape = b.shape(x).to_vec();
+            b.op(
+                Aten::new("softmax", shape)
+                    .dtype(DTypeRule::Fixed(DType::F32))
+                    .saves(vec![Saved::Output(0)]),
+                &[x],
+            )
+        }
+        DType::BF16 if !autocast => {
+            let x = to_dtype(b, x, DType::F32);
+            b.op(Softmax { dim }, &[x])
+        }
+        _ => b.op(Softmax { dim }, &[x]),
+    }
 }
 
 /// `nn.functional.dropout(x, p, training)` called inside the current module (no module of its
@@ -1962,19 +1978,8 @@ pub fn eager_attention(
     let half = e.dtype != DType::F32;
     let probs = match e.flavor {
         EagerFlavor::Llama | EagerFlavor::Phi3 | EagerFlavor::Opt | EagerFlavor::Gemma2 { .. } => {
-            // softmax(dtype=float32): in a pure float16 run the kernel reads the half scores
-            // into its float32 output, in a pure bfloat16 one a float32 copy goes first (autocast
-            // does either by itself), then `.to(query.dtype)`
-            let p = if e.autocast.is_none() && e.dtype == DType::F16 {
-                softmax_half_to_float(b, scores)
-            } else {
-                let x = if half && e.autocast.is_none() {
-                    to_dtype(b, scores, DType::F32)
-                } else {
-                    scores
-                };
-                b.op(Softmax { dim: 3 }, &[x])
-            };
+            // softmax(dtype=float32), then `.to(query.dtype)`
+            let p = softmax_float32(b, scores, 3, e.dtype, e.autocast.is_some());
             // `.to(query.dtype)`: the model's half dtype, or under autocast OPT's half query
             // when its float32 mask promoted the scores
             let query_dtype = match e.autocast {

@@ -998,12 +998,6 @@ impl Model {
 }
 
 impl CausalLm for Model {
-    // the masks and the cache past a sliding window are modelled, for SDPA and eager
-    // attention (generate.rs)
-    fn generates_past_window(&self) -> bool {
-        true
-    }
-
     fn forward(&self, b: &mut GraphBuilder, ids: TensorId, call: &mut Call) -> TensorId {
         let (s, p, dtype) = (&self.spec, self.prefix, self.dtype);
         let (bsz, seq) = (b.shape(ids)[0], b.shape(ids)[1]);

@@ -34,8 +34,8 @@ use super::activation::HfActivation;
 use super::config::MAX_EXPERTS;
 use super::generate::{rotary_kv_dtypes, CausalLm};
 use super::layers::{
-    activation_fn, add, cast, linear, linear_fn, model_mask, mul, mul_scalar,
-    softmax_half_to_float, to_dtype, view, Call, MaskPattern, RouterLogits,
+    activation_fn, add, cast, linear, linear_fn, model_mask, mul, mul_scalar, softmax_float32,
+    to_dtype, view, Call, MaskPattern, RouterLogits,
 };
 use super::llama::{act_module, causal_lm, decoder_layer, forward, mlp, spec, Spec};
 use super::seq_cls::DecoderHead;
@@ -465,12 +465,6 @@ impl Model {
 }
 
 impl CausalLm for Model {
-    // Mixtral's sliding-window cache past its window: the masks and the cache as the Llama
-    // family's (generate.rs), for SDPA and eager attention
-    fn generates_past_window(&self) -> bool {
-        self.flavor == Flavor::Mixtral
-    }
-
     fn forward(&self, b: &mut GraphBuilder, ids: TensorId, call: &mut Call) -> TensorId {
         let (s, m) = (&self.spec, &self.moe);
         let c = Ctx {
@@ -613,17 +607,13 @@ fn router(b: &mut GraphBuilder, m: &Moe, c: &Ctx, x: TensorId) -> (TensorId, Ten
             let x = view(b, "reshape", x, vec![t, h]);
             let logits = linear_fn(b, x, w);
             // Mixtral's `logits.float()`: a float32 copy of half logits (the linear's output is
-            // in the autocast dtype under autocast). Qwen's `softmax(logits, dtype=float)`: the
-            // same copy, except that softmax reads float16 logits directly into a float32 output
-            // (`half_to_float`); under autocast softmax's own float32 cast does it
+            // in the autocast dtype under autocast), then softmax. Qwen's `softmax(logits,
+            // dtype=float)`
             let probs = if c.flavor == Flavor::Mixtral {
                 let src = cast(b, logits, c.low.unwrap_or(c.dtype), DType::F32);
                 b.op(Softmax { dim: 1 }, &[src])
-            } else if c.low == Some(DType::F16) {
-                softmax_half_to_float(b, logits)
             } else {
-                let src = cast(b, logits, c.dtype, DType::F32);
-                b.op(Softmax { dim: 1 }, &[src])
+                softmax_float32(b, logits, 1, c.dtype, c.autocast.is_some())
             };
             // TopkBackward keeps the indices and scatters into a zero [T, E]
             let mut topk = Aten::new("topk", vec![t, k])
