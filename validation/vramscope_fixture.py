@@ -3,7 +3,8 @@
 `vramscope` entry (in the case list) gives the config vramscope reads (`config`), its flags
 (`args`, stored as `extra_args`) and optionally its `task` (vramscope's --task for that case,
 instead of the one TASK below) and its `mode` (`generate`: the record's `seq` is the
-prompt, passed as --prompt-len by `args`, so `seq` is dropped).
+prompt, passed as --prompt-len by `args`, so `seq` is dropped). A case without a `vramscope`
+entry (an `hf:` case) is written as compact_results.py made it.
 
 Usage: python3 validation/vramscope_fixture.py CASES.jsonl COMPACT.jsonl OUT.jsonl [--task TASK]
 (TASK: vramscope's --task, `causal-lm` by default, `seq2seq-lm` for T5)
@@ -23,7 +24,12 @@ def main():
     with open(args.out, "w") as out:
         for line in open(args.compact):
             r = json.loads(line)
-            v = cases[r["name"]]["vramscope"]
+            v = cases[r["name"]].get("vramscope")
+            if v is None:
+                # an `hf:` case: vramscope reads the config the record names
+                r["model"] = r["model"].removeprefix("hf:")
+                out.write(json.dumps(r, separators=(",", ":")) + "\n")
+                continue
             r["model"], r["extra_args"], r["task"] = v["config"], v["args"], v.get("task", args.task)
             if v.get("mode"):
                 r["mode"] = v["mode"]

@@ -718,9 +718,17 @@ fn moe_configs_it_cannot_model_are_refused() {
     assert!(e.contains("`decoder_sparse_step`"), "{e}");
     let e = with(r#""mlp_only_layers": "all""#);
     assert!(e.contains("`mlp_only_layers`") && e.contains("list"), "{e}");
-    let e = with(r#""use_sliding_window": true, "sliding_window": 32"#);
+    // a sliding layer named without use_sliding_window would have a window of 0
+    let e = with(
+        r#""layer_types": ["sliding_attention", "full_attention", "full_attention", "full_attention"]"#,
+    );
     assert!(
-        e.contains("sliding_window = 32") && e.contains("--seq-len 64"),
+        e.contains("c.json") && e.contains("`layer_types`") && e.contains("use_sliding_window"),
+        "{e}"
+    );
+    let e = with(r#""layer_types": ["full_attention"]"#);
+    assert!(
+        e.contains("`layer_types`") && e.contains("one entry per layer"),
         "{e}"
     );
 

@@ -506,6 +506,19 @@ fn mqa_eager_generation_cases_match_truth() {
     assert_phases_within(&cases("hf_generate_eager_mqa.jsonl"), 0.0);
 }
 
+/// The Qwen MoE decoders with `use_sliding_window`, a window of 64
+/// (`validation/make_moe_sliding_fixtures.sh`; vramscope refused them before): Qwen2-MoE's
+/// `sliding_attention` layers (the `(i + 1)`-odd ones below `max_window_layers`) attend with the
+/// sliding-window mask its forward always makes, and their cache layers keep the last `w - 1`
+/// positions; Qwen3-MoE slides on every layer, as Mixtral does. Training (fp32, AMP bf16,
+/// checkpointed, eager), generation inside and past the window (SDPA and eager, fp32, bf16, fp16,
+/// AMP bf16, left-padded) and the bare model's cached forward. Byte-exact in every phase.
+#[test]
+fn qwen_moe_sliding_window_cases_match_truth() {
+    check_tight("hf_moe_sliding.jsonl", 22);
+    assert_phases_within(&cases("hf_moe_sliding.jsonl"), 0.0);
+}
+
 /// A text classifier with attention written out (`validation/onnx_models.py:attn_text`, its
 /// export `fixtures/onnx/attention_text_classifier.onnx`;
 /// `validation/make_onnx_softmax_fixtures.sh`).

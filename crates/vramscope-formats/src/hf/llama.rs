@@ -119,6 +119,18 @@ pub(super) struct Spec {
 }
 
 impl Spec {
+    /// Sets the masks the model's forward makes (`patterns`, in its order) and the one each
+    /// layer attends with (`of_layer`: an index into `patterns`).
+    pub(super) fn set_masks(&mut self, patterns: Vec<MaskPattern>, of_layer: Vec<usize>) {
+        self.masks = Masks { patterns, of_layer };
+    }
+
+    /// The index of the mask pattern layer `i` attends with (layers of one pattern record the
+    /// same program: with SDPA a layer past its window takes a mask the others do not).
+    pub(super) fn mask_of_layer(&self, i: usize) -> usize {
+        self.masks.of_layer.get(i).copied().unwrap_or(0)
+    }
+
     /// Per decoder layer, the window of its `DynamicCache` layer (`None`: a full one): the
     /// window of the mask pattern it attends with (Mistral's and Phi-3's on every layer, Qwen's
     /// `use_sliding_window` layers from `max_window_layers` on or as `layer_types` says).
@@ -347,8 +359,8 @@ pub fn build(
         &masks,
         (
             &mut |b, i, x, cos, sin, call| m.layer(b, i, x, (cos, sin), call),
-            // every layer records the same program (a sliding-window mask is an argument)
-            &|_| 0,
+            // the layers attending with one mask pattern record the same program
+            &|i| s.mask_of_layer(i as usize) as u64,
         ),
     )
 }

@@ -19,10 +19,14 @@
 //! matrices and multiplies its token by them with `bmm` ([`batched_experts`]), so a decode step
 //! holds `T*k` copies of one expert's weights; the prefill keeps `grouped_mm`.
 //!
-//! Router logits are not kept (`output_router_logits: false`, the default of all three configs):
-//! the auxiliary load-balancing loss is not computed, and the loss is the plain causal-LM loss.
-//! With `output_router_logits: true` the logits (`[T, E]` per layer) and the loss's small
-//! temporaries are left out.
+//! With `output_router_logits: true` the output keeps every layer's router logits (`[T, E]`) and
+//! the causal LM adds the load-balancing loss (`router_logits_output`); by default (`false` in all
+//! three configs) the loss is the plain causal-LM loss.
+//!
+//! A sliding window (`use_sliding_window` for Qwen): Mixtral and Qwen3-MoE attend with the
+//! sliding-window mask on every layer; Qwen2-MoE makes the causal and the sliding-window masks
+//! every forward and its `layer_types` say which one each layer attends with (and which cache
+//! layers slide).
 
 use vramscope_core::ops::{
     ActivationKind, Alias, Aten, DTypeRule, DropoutInplace, GradIn, MatMul, Saved, Scratch,
@@ -93,7 +97,10 @@ struct Moe {
     sliding_window: Option<u64>,
     /// Qwen2-MoE builds both the full and the sliding-window mask whatever its layers use
     both_masks: bool,
-    /// Mixtral: with a window, every layer attends with the sliding-window mask
+    /// Qwen2-MoE: per layer, whether it attends with the sliding-window mask (`layer_types`;
+    /// by default, with `use_sliding_window`, the even-indexed layers below `max_window_layers`)
+    sliding_layers: Vec<bool>,
+    /// Mixtral and Qwen3-MoE: with a window, every layer attends with the sliding-window mask
     all_layers_slide: bool,
     /// Mixtral's `router_jitter_noise`: in training the block's input is multiplied in place by
     /// uniform noise in `[1 - j, 1 + j]`, which backward keeps
@@ -153,6 +160,7 @@ fn moe_spec(cfg: &HfConfig, flavor: Flavor, layers: u64) -> Result<Moe, HfError>
         sparse: vec![true; layers as usize],
         sliding_window: None,
         both_masks: false,
+        sliding_layers: vec![false; layers as usize],
         all_layers_slide: false,
         jitter: 0.0,
     };
@@ -194,15 +202,61 @@ fn moe_spec(cfg: &HfConfig, flavor: Flavor, layers: u64) -> Result<Moe, HfError>
             // and Qwen3-MoE's is None
             let window = cfg.opt_u64(&["sliding_window"])?.unwrap_or(4096);
             let sliding = cfg.bool_or("use_sliding_window", false)?;
-            moe.both_masks = flavor == Flavor::Qwen2Moe;
             moe.sliding_window = match (flavor, sliding) {
                 (_, true) => Some(window),
                 (Flavor::Qwen2Moe, false) => Some(0),
                 _ => None,
             };
+            if flavor == Flavor::Qwen2Moe {
+                moe.both_masks = true;
+                moe.sliding_layers = qwen2_moe_sliding_layers(cfg, layers, sliding)?;
+                if (window == 0 || !sliding) && moe.sliding_layers.contains(&true) {
+                    return Err(field_error(
+                        cfg,
+                        "layer_types",
+                        "no \"sliding_attention\" layer without use_sliding_window and a positive sliding_window (their window would be 0)".into(),
+                    ));
+                }
+            } else {
+                moe.all_layers_slide = sliding;
+                if sliding && window == 0 {
+                    return Err(field_error(
+                        cfg,
+                        "sliding_window",
+                        "a positive integer with use_sliding_window".into(),
+                    ));
+                }
+            }
         }
     }
     Ok(moe)
+}
+
+/// Qwen2MoeConfig's `layer_types`: as given (one per layer), else, with `use_sliding_window`,
+/// `sliding_attention` for the layers `i` with `i + 1` odd below `max_window_layers` (default 28).
+fn qwen2_moe_sliding_layers(
+    cfg: &HfConfig,
+    layers: u64,
+    sliding: bool,
+) -> Result<Vec<bool>, HfError> {
+    Ok(match cfg.str_list("layer_types")? {
+        Some(list) if list.len() as u64 == layers => {
+            list.iter().map(|t| t == "sliding_attention").collect()
+        }
+        Some(_) => {
+            return Err(field_error(
+                cfg,
+                "layer_types",
+                format!("one entry per layer (num_hidden_layers = {layers})"),
+            ))
+        }
+        None => {
+            let below = cfg.opt_u64(&["max_window_layers"])?.unwrap_or(28);
+            (0..layers)
+                .map(|i| sliding && (i + 1) % 2 == 1 && i < below)
+                .collect()
+        }
+    })
 }
 
 /// What the build needs besides the config: shapes and precisions.
@@ -243,15 +297,6 @@ pub fn build(
     let (flavor, mut s, m) = specs(cfg, model_type)?;
     s.four_bit = input.four_bit;
     let (bsz, seq) = (input.batch, input.seq);
-    // Qwen's `use_sliding_window` layers (from `max_window_layers` on) are not modelled once the
-    // keys reach the window; Mixtral's window is (every layer slides, as Mistral's)
-    let window_used = m.sliding_window.filter(|&w| w > 0 && seq >= w);
-    if let (Some(w), false) = (window_used, flavor == Flavor::Mixtral) {
-        return Err(HfError::BadInput(format!(
-            "{}: --seq-len {seq} reaches sliding_window = {w}: attention with a sliding-window mask is not modelled for {model_type} (use_sliding_window); use a shorter sequence",
-            cfg.path
-        )));
-    }
     let autocast = input.precision.autocast_dtype();
     let c = Ctx {
         flavor,
@@ -278,10 +323,15 @@ pub fn build(
         &masks,
         (
             &mut |b, i, x, cos, sin, call| layer(b, (&s, &m, &c), autocast, i, x, (cos, sin), call),
-            // sparse and dense layers each record one program
-            &|i| u64::from(m.sparse[i as usize]),
+            // sparse and dense layers of one mask pattern each record one program
+            &|i| layer_kind(&s, &m, i),
         ),
     )
+}
+
+/// The program a layer records: sparse or dense, and the mask pattern it attends with.
+fn layer_kind(s: &Spec, m: &Moe, i: u64) -> u64 {
+    u64::from(m.sparse[i as usize]) | (s.mask_of_layer(i as usize) as u64) << 1
 }
 
 /// The dtype the router's linear runs in when it is not float32 (autocast, or half weights).
@@ -313,6 +363,19 @@ fn specs(cfg: &HfConfig, model_type: &str) -> Result<(Flavor, Spec, Moe), HfErro
         Flavor::Qwen3Moe => s.qk_norm = true,
     }
     let m = moe_spec(cfg, flavor, s.layers)?;
+    // the layers attend with the mask of their pattern: Qwen2-MoE's forward makes the causal
+    // and the sliding-window masks, in that order; Mixtral's and Qwen3-MoE's one of them
+    match (m.sliding_window, flavor) {
+        (Some(w), Flavor::Qwen2Moe) => s.set_masks(
+            vec![MaskPattern::Causal, MaskPattern::SlidingWindow(w)],
+            m.sliding_layers.iter().map(|&x| usize::from(x)).collect(),
+        ),
+        (Some(w), _) if m.all_layers_slide => s.set_masks(
+            vec![MaskPattern::SlidingWindow(w)],
+            vec![0; s.layers as usize],
+        ),
+        _ => s.set_masks(vec![MaskPattern::Causal], vec![0; s.layers as usize]),
+    }
     if cfg.bool_or("output_router_logits", false)? {
         s.router_aux_top_k = Some(m.top_k);
     }
@@ -375,17 +438,16 @@ pub struct Model {
     eager: bool,
 }
 
-/// What the model's mask code makes. Mixtral with a `sliding_window`: only
-/// `create_sliding_window_causal_mask` (its packed-sequence check, and the mask once the keys
-/// reach the window, which every layer attends with). Otherwise `create_causal_mask`, and
-/// Qwen2-MoE's `create_sliding_window_causal_mask` too: without a cache the packed-sequence
-/// checks; a sliding-window mask where the keys reach the window (always, for Qwen2-MoE's window
-/// of 0, which a cached forward sizes over the whole cache: `[1, 1, S, past + S]`), which no
-/// layer attends with.
-/// With a padded `attention_mask` every mask is made (`padded_attention_mask`) and the layers
-/// attend with the causal (or Mixtral's sliding) one. With eager attention (`eager`: the
-/// embeddings' dtype) every mask is an additive one, made at any length (truth traces of Mixtral
-/// past its window).
+/// What the model's mask code makes, one entry per pattern of the spec's masks. Mixtral and
+/// Qwen3-MoE with a `sliding_window`: only `create_sliding_window_causal_mask` (its
+/// packed-sequence check, and the mask once the keys reach the window, which every layer attends
+/// with). Otherwise `create_causal_mask`, and Qwen2-MoE's `create_sliding_window_causal_mask` too:
+/// without a cache the packed-sequence checks; a sliding-window mask where the keys reach the
+/// window (always, for Qwen2-MoE's window of 0, which a cached forward sizes over the whole cache:
+/// `[1, 1, S, past + S]`), which its `sliding_attention` layers attend with.
+/// With a padded `attention_mask` every mask is made (`padded_attention_mask`). With eager
+/// attention (`eager`: the embeddings' dtype) every mask is an additive one, made at any length
+/// (truth traces of Mixtral past its window).
 fn mask_code(
     b: &mut GraphBuilder,
     m: &Moe,
@@ -408,18 +470,16 @@ fn mask_code(
     }
     // create_causal_mask: unpadded, its packed-sequence check and no mask (SDPA's is_causal)
     let causal = mask(b, MaskPattern::Causal);
-    if let (true, Some(w)) = (m.both_masks, m.sliding_window) {
+    match (m.both_masks, m.sliding_window) {
         // create_sliding_window_causal_mask: its own packed-sequence check, then a mask that
         // cannot be skipped when the keys reach the window (always, for a window of 0)
-        let sliding = mask(b, MaskPattern::SlidingWindow(w));
-        b.hold(&sliding.into_iter().collect::<Vec<_>>());
+        (true, Some(w)) => vec![causal, mask(b, MaskPattern::SlidingWindow(w))],
+        _ => vec![causal],
     }
-    vec![causal]
 }
 
 impl Model {
-    /// Reads the config and checks the input against it: generation with Qwen's
-    /// `use_sliding_window` is not measured (Mixtral's sliding window is, past the window too).
+    /// Reads the config and checks the input against it.
     pub fn new(
         cfg: &HfConfig,
         model_type: &str,
@@ -430,19 +490,6 @@ impl Model {
         spec.four_bit = input.four_bit;
         if let Some(mp) = spec.max_positions {
             check_positions(cfg, input, "max_position_embeddings", mp)?;
-        }
-        // Qwen2-MoE without `use_sliding_window` has window 0: only its mask code uses it (its
-        // cache layers are full ones). Mixtral's window makes every cache layer a sliding one,
-        // as Mistral's does (`generate` refuses a generation past it)
-        if let Some(w) = moe
-            .sliding_window
-            .filter(|&w| w > 0 && flavor != Flavor::Mixtral)
-        {
-            return Err(HfError::Field {
-                path: cfg.path.clone(),
-                field: "sliding_window".into(),
-                expected: format!("null for --mode generate with {model_type} (got {w}: its sliding-window cache is not measured)"),
-            });
         }
         // with a cache the mask covers every position and the router logits only the new ones:
         // transformers' load_balancing_loss_func fails on a padded generation
@@ -498,7 +545,7 @@ impl CausalLm for Model {
             call,
             &masks,
             &mut |b, i, x, cos, sin, call| layer(b, (s, m, &c), autocast, i, x, (cos, sin), call),
-            Some(&|i| u64::from(m.sparse[i as usize])),
+            Some(&|i| layer_kind(s, m, i)),
         )[0]
     }
 
@@ -509,7 +556,18 @@ impl CausalLm for Model {
     fn sliding_window(&self) -> Option<u64> {
         self.moe
             .sliding_window
-            .filter(|&w| w > 0 && self.flavor == Flavor::Mixtral)
+            .filter(|&w| w > 0 && self.moe.all_layers_slide)
+    }
+
+    // Mixtral's and Qwen3-MoE's window makes every cache layer a sliding one, as Mistral's does;
+    // Qwen2-MoE's `sliding_attention` layers get one each (without `use_sliding_window` its
+    // window is 0 and every cache layer is a full one)
+    fn cache_windows(&self) -> Vec<Option<u64>> {
+        if self.moe.both_masks {
+            self.spec.cache_windows()
+        } else {
+            vec![self.sliding_window(); self.layers()]
+        }
     }
 
     fn vocab(&self) -> u64 {
@@ -1078,7 +1136,10 @@ fn batched_mm_experts(b: &mut GraphBuilder, c: &Ctx, call: &ExpertsCall) -> Tens
 #[cfg(test)]
 mod tests {
     use crate::hf::{self, Generation, HfConfig, HfInput};
-    use vramscope_core::Precision;
+    use vramscope_core::{DType, Precision};
+
+    use super::Model;
+    use crate::hf::generate::CausalLm;
 
     fn generation(batch: u64, new_tokens: u64) -> HfInput {
         HfInput {
@@ -1129,7 +1190,7 @@ mod tests {
     }
 
     #[test]
-    fn generation_is_refused_where_it_is_not_measured_and_qwen2_moe_masks_the_cache() {
+    fn sliding_windows_of_the_qwen_moe_decoders_and_qwen2_moe_masks_the_cache() {
         let input = generation(1, 4);
         // Mixtral's sliding-window cache inside the window and past it (both measured)
         let mixtral = config(r#", "sliding_window": 64"#);
@@ -1143,8 +1204,34 @@ mod tests {
             "vocab_size": 100, "use_sliding_window": true, "sliding_window": 64}"#,
         )
         .expect("parses");
-        let err = hf::build(&qwen3, &input).expect_err("use_sliding_window");
-        assert!(err.to_string().contains("sliding_window"), "{err}");
+        // every layer slides (measured: fixtures/truth/hf_moe_sliding.jsonl)
+        let m = Model::new(&qwen3, "qwen3_moe", &input, DType::F32).expect("generates");
+        assert_eq!(m.cache_windows(), vec![Some(64); 2]);
+        hf::build(&qwen3, &generation(1, 70)).expect("past the window");
+        // Qwen2-MoE: by default the layers i with i + 1 odd below max_window_layers slide
+        let qwen2_sliding = HfConfig::parse(
+            "qwen2_moe.json",
+            r#"{"model_type": "qwen2_moe", "hidden_size": 64, "intermediate_size": 96,
+            "moe_intermediate_size": 32, "shared_expert_intermediate_size": 64,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 4,
+            "num_experts": 4, "num_experts_per_tok": 2, "vocab_size": 100,
+            "use_sliding_window": true, "sliding_window": 64, "max_window_layers": 3}"#,
+        )
+        .expect("parses");
+        let m = Model::new(&qwen2_sliding, "qwen2_moe", &input, DType::F32).expect("generates");
+        assert_eq!(m.cache_windows(), vec![Some(64), None, Some(64), None]);
+        // a sliding layer named without use_sliding_window would have a window of 0
+        let zero = HfConfig::parse(
+            "qwen2_moe.json",
+            r#"{"model_type": "qwen2_moe", "hidden_size": 64, "intermediate_size": 96,
+            "moe_intermediate_size": 32, "shared_expert_intermediate_size": 64,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
+            "num_experts": 4, "num_experts_per_tok": 2, "vocab_size": 100,
+            "layer_types": ["sliding_attention", "full_attention"]}"#,
+        )
+        .expect("parses");
+        let err = hf::build(&zero, &input).expect_err("window 0");
+        assert!(err.to_string().contains("layer_types"), "{err}");
         let qwen2 = HfConfig::parse(
             "qwen2_moe.json",
             r#"{"model_type": "qwen2_moe", "hidden_size": 64, "intermediate_size": 96,
