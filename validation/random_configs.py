@@ -25,6 +25,9 @@ draws stay what they were): `--knobs` (activations, attention scaling, LayerNorm
 logits and jitter, rope scaling), `--dropouts` (every dropout probability), `--windows` (with
 --generate: eager attention and small sliding windows, Gemma2 too; with --eager, --lora: the
 windows), `--half` (pure fp16 / bf16 models in the training and inference steps).
+`--moe` draws every config from the Mixture-of-Experts families instead (Mixtral, Qwen2-MoE,
+Qwen3-MoE: experts, top-k, expert widths, Qwen's shared expert, sparse-step grid and dense
+layers), in every mode.
 
 Prints each difference and the total; configs go to a temporary folder.
 
@@ -55,6 +58,9 @@ BASES = {
     "gemma2": "gemma-2-2b.json", "gemma3_text": "gemma-3-1b.json", "mixtral": "mixtral-8x7b.json",
     "bert": "bert-base-uncased.json", "roberta": "roberta-base.json", "distilbert": "distilbert-base-uncased.json",
     "t5": "t5-small.json", "mt5": "mt5-small.json", "umt5": "umt5-small.json", "xlm-roberta": "xlm-roberta-base.json",
+    # no built-in Qwen MoE config: the committed small ones
+    "qwen2_moe": os.path.join(ROOT, "fixtures", "hf", "configs", "qwen2_moe_small_3l.json"),
+    "qwen3_moe": os.path.join(ROOT, "fixtures", "hf", "configs", "qwen3_moe_small_2l.json"),
 }
 HEADS = {
     "gpt2": ["GPT2LMHeadModel", "GPT2ForSequenceClassification", "GPT2ForTokenClassification",
@@ -72,7 +78,8 @@ HEADS = {
     "umt5": ["UMT5ForConditionalGeneration", "UMT5EncoderModel"],
 }
 PREFIX = {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2", "qwen3": "Qwen3", "phi3": "Phi3",
-          "gemma2": "Gemma2", "gemma3_text": "Gemma3", "mixtral": "Mixtral"}
+          "gemma2": "Gemma2", "gemma3_text": "Gemma3", "mixtral": "Mixtral", "qwen2_moe": "Qwen2Moe",
+          "qwen3_moe": "Qwen3Moe"}
 # the heads measure.py's hf: route builds
 MEASURED = ("ForCausalLM", "LMHeadModel", "ForMaskedLM", "ForSequenceClassification")
 
@@ -107,6 +114,9 @@ HALF = False
 # `--windows` (with --generate): Gemma2 among the families, eager attention in half the cases and
 # a small sliding window (past which the generation runs) in most, drawn last
 WINDOWS = False
+# `--moe`: every config from the Mixture-of-Experts families (whatever the mode's families)
+MOE = False
+MOE_FAMILIES = ["mixtral", "qwen2_moe", "qwen3_moe"]
 ACTIVATIONS = ["gelu", "gelu_pytorch_tanh", "gelu_new", "gelu_fast", "quick_gelu", "relu", "relu2",
                "silu", "tanh", "sigmoid", "linear", "gelu_accurate", "relu6", "hardswish"]
 # `--pad`: half the generation, per-token-head and T5 cases (with a batch of 2 or more) run on a
@@ -136,8 +146,9 @@ def knob_fields(rng, mt, cfg):
     if mt == "opt":
         cfg["layer_norm_elementwise_affine"] = rng.choice([True, False])
         cfg["enable_bias"] = rng.choice([True, False])
-    if mt == "mixtral":
+    if mt in MOE_FAMILIES:
         cfg["output_router_logits"] = rng.choice([True, False])
+    if mt == "mixtral":
         cfg["router_jitter_noise"] = rng.choice([0.0, 0.01, 0.1])
     if mt in ("llama", "mistral", "qwen2", "qwen3") and rng.random() < 0.5:
         cfg["rope_scaling"] = rng.choice([{"rope_type": "linear", "factor": 2.0},
@@ -172,7 +183,11 @@ def dropout_fields(rng, mt, cfg):
 
 def random_config(rng, families=None, measured_heads=False):
     """One random config (a dict with `architectures`)."""
-    mt = rng.choice(families or list(BASES))
+    if MOE:
+        families = MOE_FAMILIES
+    else:
+        families = [m for m in (families or list(BASES)) if m not in MOE_FAMILIES[1:]]
+    mt = rng.choice(families)
     with open(os.path.join(Z, BASES[mt])) as f:
         cfg = {k: v for k, v in json.load(f).items() if not k.startswith("_")}
     if LARGE:
@@ -215,6 +230,16 @@ def random_config(rng, families=None, measured_heads=False):
             cfg["attention_bias"] = True
         if mt == "mixtral":
             cfg.update(num_local_experts=rng.choice([2, 4]), num_experts_per_tok=2)
+        if mt in ("qwen2_moe", "qwen3_moe"):
+            experts = rng.choice([2, 4, 8])
+            layers = cfg["num_hidden_layers"]
+            cfg.update(num_experts=experts, num_experts_per_tok=rng.choice([k for k in (1, 2, 4) if k <= experts]),
+                       moe_intermediate_size=rng.choice([32, 64, 96]) * (4 if MEDIUM or LARGE else 1),
+                       norm_topk_prob=rng.choice([True, False]), decoder_sparse_step=rng.choice([1, 1, 2]),
+                       mlp_only_layers=sorted(rng.sample(range(layers), rng.choice([0, 0, 1]))))
+            if mt == "qwen2_moe":
+                cfg["shared_expert_intermediate_size"] = rng.choice([64, 128]) * (4 if MEDIUM or LARGE else 1)
+                cfg["qkv_bias"] = rng.choice([True, False])
         if mt in ("gemma2", "gemma3_text"):
             cfg.pop("layer_types", None)
         if mt == "phi3":
@@ -609,6 +634,10 @@ def window_fields(rng, mt, cfg):
     elif mt == "qwen3":
         cfg.update(use_sliding_window=True, sliding_window=w,
                    layer_types=[rng.choice(["sliding_attention", "full_attention"]) for _ in range(layers)])
+    elif mt == "qwen2_moe":
+        cfg.update(use_sliding_window=True, sliding_window=w, max_window_layers=rng.randint(0, layers))
+    elif mt == "qwen3_moe":
+        cfg.update(use_sliding_window=True, sliding_window=w)
 
 
 # causal LMs with an eager / LoRA case (validation/generate_models.py:eager, lora_models.py:lora)
@@ -879,6 +908,8 @@ def main():
                          "24 to 80 in most; with --eager, --lora, ...: the window only")
     ap.add_argument("--half", action="store_true",
                     help="pure float16 / bfloat16 models (no autocast) in the training and inference steps")
+    ap.add_argument("--moe", action="store_true",
+                    help="draw every config from the Mixture-of-Experts families (Mixtral, Qwen2-MoE, Qwen3-MoE)")
     ap.add_argument("--nulls", action="store_true",
                     help="set one optional field to null in a third of the configs")
     ap.add_argument("--medium", action="store_true",
@@ -902,8 +933,8 @@ def main():
     global MEDIUM, NULLS, PAD, OPTIMIZERS, LARGE, KNOBS, DROPOUTS
     MEDIUM, NULLS, PAD, OPTIMIZERS, LARGE, KNOBS = a.medium, a.nulls, a.pad, a.optimizers, a.large, a.knobs
     DROPOUTS = a.dropouts
-    global WINDOWS, HALF
-    WINDOWS, HALF = a.windows, a.half
+    global WINDOWS, HALF, MOE
+    WINDOWS, HALF, MOE = a.windows, a.half, a.moe
     tmp = tempfile.mkdtemp(prefix="vramscope_random_configs_")
     if a.truth and a.write_cases:
         only = {int(x) for x in a.only.split(",")} if a.only else None
