@@ -23,8 +23,8 @@ with `--eager`, K random causal LMs under `attn_implementation="eager"`
 Draws on top of the built-in configs' fields, each drawn after everything else (a seed's other
 draws stay what they were): `--knobs` (activations, attention scaling, LayerNorm affine, router
 logits and jitter, rope scaling), `--dropouts` (every dropout probability), `--windows` (with
---generate: eager attention and small sliding windows, Gemma2 too; with --eager, --lora: the
-windows), `--half` (pure fp16 / bf16 models in the training and inference steps).
+--generate: eager attention and small sliding windows, Gemma2 too, GPT-2's
+`reorder_and_upcast_attn`; with --eager, --lora: the windows), `--half` (pure fp16 / bf16 models in the training and inference steps).
 `--moe` draws every config from the Mixture-of-Experts families instead (Mixtral, Qwen2-MoE,
 Qwen3-MoE: experts, top-k, expert widths, Qwen's shared expert, sparse-step grid and dense
 layers), in every mode.
@@ -622,6 +622,10 @@ def window_fields(rng, mt, cfg):
     """`--windows`: eager attention (`_attn` in the config, read by generate_case) in half the
     cases, Gemma2 always, and a sliding window of 24 to 80 on the families that have one."""
     cfg["_attn"] = "eager" if mt == "gemma2" or rng.random() < 0.5 else "sdpa"
+    if mt == "gpt2":
+        # `_upcast_and_reordered_attn` under eager attention, from a generator of its own so that
+        # the seed's other draws stay what they were
+        cfg["reorder_and_upcast_attn"] = random.Random(json.dumps(cfg, sort_keys=True)).random() < 0.5
     if rng.random() < 0.25:
         return
     w = rng.choice([24, 40, 64, 80])

@@ -2070,6 +2070,15 @@ impl<'g> Sim<'g> {
                         }
                         None => continue,
                     },
+                    GradIn::Scratch(j) => match made.get(j).copied().flatten() {
+                        Some(s) => {
+                            self.incref(s);
+                            // the allocation had bytes only; the gradient is the input's
+                            self.storages[s as usize].meta = meta;
+                            s
+                        }
+                        None => continue,
+                    },
                     GradIn::ReducedScratch(j) => match made.get(j).copied().flatten() {
                         Some(s) => {
                             self.incref(s);

@@ -162,12 +162,9 @@ fn bad_configs_name_the_file_and_field() {
         v[key] = true.into();
         HfConfig::parse("c.json", &v.to_string()).unwrap()
     };
-    let mut eager = input();
-    eager.attn = hf::AttnImplementation::Eager;
     for (file, key, input) in [
         ("gpt2_2l.json", "add_cross_attention", input()),
         ("roberta_base.json", "add_cross_attention", input()),
-        ("gpt2_2l.json", "reorder_and_upcast_attn", eager.clone()),
     ] {
         let e = hf::build(&with(file, key), &input).unwrap_err().to_string();
         assert!(
@@ -175,8 +172,22 @@ fn bad_configs_name_the_file_and_field() {
             "{e}"
         );
     }
-    // SDPA ignores the upcast flag
-    assert!(hf::build(&with("gpt2_2l.json", "reorder_and_upcast_attn"), &input()).is_ok());
+    // SDPA ignores the upcast flag; eager attention runs `_upcast_and_reordered_attn`, whose
+    // float32 `baddbmm` the graph has
+    let upcast = with("gpt2_2l.json", "reorder_and_upcast_attn");
+    let sdpa = hf::build(&upcast, &input()).unwrap().graph;
+    assert!(!sdpa.nodes.iter().any(|n| n.op.kind() == "baddbmm"));
+    let mut eager = input();
+    eager.attn = hf::AttnImplementation::Eager;
+    let g = hf::build(&upcast, &eager).unwrap().graph;
+    let baddbmm = g.nodes.iter().filter(|n| n.op.kind() == "baddbmm").count();
+    assert_eq!(
+        baddbmm as u64,
+        g.modules
+            .iter()
+            .filter(|m| &*m.type_name == "GPT2Attention")
+            .count() as u64
+    );
 
     let e = hf::read_config("/nonexistent/config.json")
         .unwrap_err()

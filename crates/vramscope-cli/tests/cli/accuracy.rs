@@ -519,6 +519,19 @@ fn qwen_moe_sliding_window_cases_match_truth() {
     assert_phases_within(&cases("hf_moe_sliding.jsonl"), 0.0);
 }
 
+/// GPT-2 with `reorder_and_upcast_attn` under eager attention
+/// (`validation/make_gpt2_upcast_fixtures.sh`; vramscope refused it before):
+/// `_upcast_and_reordered_attn`'s float32 `torch.empty` and `baddbmm` of copied q and k with
+/// autocast off, whose backward scales each operand's gradient unless the layer's scaling is 1
+/// (`scale_attn_by_inverse_layer_idx` without `scale_attn_weights`: layer 0). Training in fp32,
+/// AMP bf16 / fp16, pure bf16, checkpointed, on a padded batch; inference; generation.
+/// Byte-exact in every phase.
+#[test]
+fn gpt2_upcast_attention_cases_match_truth() {
+    check_tight("hf_gpt2_upcast.jsonl", 12);
+    assert_phases_within(&cases("hf_gpt2_upcast.jsonl"), 0.0);
+}
+
 /// A text classifier with attention written out (`validation/onnx_models.py:attn_text`, its
 /// export `fixtures/onnx/attention_text_classifier.onnx`;
 /// `validation/make_onnx_softmax_fixtures.sh`).

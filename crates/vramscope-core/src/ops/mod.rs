@@ -201,6 +201,11 @@ pub enum GradIn {
     /// `-grad * self / other²`, full size), which `validate_outputs` sums to the input's shape
     /// after the node's `apply` returned, as for [`GradIn::Reduced`].
     ReducedScratch(usize),
+    /// Allocation `i` of the node's backward scratch program, handed on as the gradient as it
+    /// is (its bytes are the input's): a kernel result the formula scales before it frees its
+    /// intermediate (`BaddbmmBackward0`'s `maybe_multiply(grad.bmm(...), alpha)`: the product,
+    /// the scaled gradient, then the product freed, for one input after the other).
+    Scratch(usize),
 }
 
 /// How `torch.autocast` treats an op (the CUDA autocast lists of `autocast_mode.cpp`).

@@ -30,6 +30,22 @@ struct Spec {
     tied: bool,
     /// `activation_function` (`gelu_new` by default).
     act: HfActivation,
+    /// `reorder_and_upcast_attn`: eager attention runs `_upcast_and_reordered_attn` (SDPA
+    /// ignores the flag).
+    upcast_attn: bool,
+    /// `scale_attn_weights` (`scaling = head_dim ** -0.5`).
+    scale_attn_weights: bool,
+    /// `scale_attn_by_inverse_layer_idx` (`scaling /= layer + 1`).
+    scale_by_layer: bool,
+}
+
+impl Spec {
+    /// Whether layer `i`'s attention `scaling` is 1.
+    fn unit_scaling(&self, i: u64) -> bool {
+        let head_dim = self.hidden / self.heads;
+        let scaled_by_dim = self.scale_attn_weights && head_dim != 1;
+        !(scaled_by_dim || self.scale_by_layer && i > 0)
+    }
 }
 
 fn spec(cfg: &HfConfig) -> Result<Spec, HfError> {
@@ -60,6 +76,9 @@ fn spec(cfg: &HfConfig) -> Result<Spec, HfError> {
         resid_pdrop: cfg.prob_or("resid_pdrop", 0.1)?,
         tied: cfg.bool_or("tie_word_embeddings", true)?,
         act,
+        upcast_attn: cfg.bool_or("reorder_and_upcast_attn", false)?,
+        scale_attn_weights: cfg.bool_or("scale_attn_weights", true)?,
+        scale_by_layer: cfg.bool_or("scale_attn_by_inverse_layer_idx", false)?,
     })
 }
 
@@ -117,17 +136,6 @@ impl Model {
         let spec = spec(cfg)?;
         check_positions(cfg, input, "n_positions", spec.positions)?;
         cfg.refuse_cross_attention()?;
-        if input.attn == AttnImplementation::Eager
-            && cfg.bool_or("reorder_and_upcast_attn", false)?
-        {
-            // eager attention then runs `_upcast_and_reordered_attn` (a float32 baddbmm outside
-            // autocast) instead of `eager_attention_forward`; SDPA ignores the flag
-            return Err(HfError::Field {
-                path: cfg.path.clone(),
-                field: "reorder_and_upcast_attn".into(),
-                expected: "false with --attn-implementation eager (the upcast attention is not modelled; SDPA ignores the flag)".into(),
-            });
-        }
         Ok(Model {
             spec,
             attention: Eager {
@@ -137,6 +145,18 @@ impl Model {
             },
             eager: input.attn == AttnImplementation::Eager,
         })
+    }
+
+    /// Layer `i`'s attention: with eager attention and `reorder_and_upcast_attn`,
+    /// `_upcast_and_reordered_attn` at the layer's scaling.
+    fn attention_of(&self, i: u64) -> Eager {
+        let mut e = self.attention;
+        if self.eager && self.spec.upcast_attn {
+            e.flavor = EagerFlavor::Gpt2Upcast {
+                unit_scaling: self.spec.unit_scaling(i),
+            };
+        }
+        e
     }
 
     /// The layers `gradient_checkpointing_enable()` checkpoints (the bare model's are at the
@@ -185,21 +205,30 @@ impl Model {
             );
             let mut x = dropout(b, "drop", s.embd_pdrop, x);
             b.module("h", "ModuleList", &[], |b| {
-                // every block records the same program: without a cache (whose tensors differ
-                // per block) the builder copies the first
-                let mut blocks = RepeatedModule::with_calls(s.layers as u32);
+                // every block records the same program (the upcast attention's two, scaled or
+                // not): without a cache (whose tensors differ per block) the builder copies the
+                // first
+                let mut blocks = [
+                    RepeatedModule::with_calls(s.layers as u32),
+                    RepeatedModule::with_calls(s.layers as u32),
+                ];
                 for i in 0..s.layers {
                     let name = i.to_string();
                     let replay = call.cache.is_none();
+                    let attention = self.attention_of(i);
+                    let kind = usize::from(matches!(
+                        attention.flavor,
+                        EagerFlavor::Gpt2Upcast { unit_scaling: true }
+                    ));
                     let f = |b: &mut GraphBuilder| {
-                        block(b, s, self.attention, (bsz, seq), x, i as usize, call)
+                        block(b, s, attention, (bsz, seq), x, i as usize, call)
                     };
                     // `position_ids` is a keyword argument of every block (unused there, but a
                     // checkpoint keeps it until its backward)
                     let args: Vec<TensorId> =
                         std::iter::once(x).chain(mask_arg).chain([pos]).collect();
                     x = if replay {
-                        b.module_repeated(&mut blocks, &name, "GPT2Block", &args, f)
+                        b.module_repeated(&mut blocks[kind], &name, "GPT2Block", &args, f)
                     } else {
                         b.module(&name, "GPT2Block", &args, f)
                     };

@@ -1818,6 +1818,17 @@ pub fn cached_attention(
             (k, v)
         }
     };
+    if let (Some(mask), EagerFlavor::Gpt2Upcast { unit_scaling }) = (call.eager_mask, eager.flavor)
+    {
+        let cached = call.cache.is_some();
+        let (o, weights) = b.frame(|b| {
+            upcast_reordered_attention(b, eager, [q, k, v], mask, dropout_p, (cached, unit_scaling))
+        });
+        call.attn_weights = Some(weights);
+        // `attn_output.reshape(...).contiguous()` in the attention's forward, after the
+        // function's locals went
+        return contiguous_heads(b, o);
+    }
     if let Some(mask) = call.eager_mask {
         let cached = call.cache.is_some();
         // eager_attention_forward is a function: the repeated k and v it keeps are freed when it
@@ -1874,6 +1885,13 @@ pub enum EagerFlavor {
     /// GPT-2: q, k, v are strided slices of the packed `c_attn` output (matmul copies q, k and
     /// v); `softmax` in the scores' dtype, then `.type(value.dtype)`.
     Gpt2,
+    /// GPT-2 with `reorder_and_upcast_attn`: `_upcast_and_reordered_attn` instead
+    /// ([`upcast_reordered_attention`]).
+    Gpt2Upcast {
+        /// The layer's `scaling` is 1 (neither `scale_attn_weights` nor a layer index past 0
+        /// with `scale_attn_by_inverse_layer_idx`): `baddbmm`'s backward scales nothing.
+        unit_scaling: bool,
+    },
     /// Llama, Mistral, Qwen2: `repeat_kv` copies k and v for GQA, matmul copies the transposed
     /// keys; `softmax(dtype=float32)`, then `.to(query.dtype)` (under autocast a float32 query:
     /// the rotary embedding's float32 `cos` / `sin` promoted it, so nothing is cast).
@@ -1998,7 +2016,7 @@ pub fn eager_attention(
             }
         }
         EagerFlavor::Encoder => b.op(Softmax { dim: 3 }, &[scores]),
-        EagerFlavor::Gpt2 => {
+        EagerFlavor::Gpt2 | EagerFlavor::Gpt2Upcast { .. } => {
             let p = b.op(Softmax { dim: 3 }, &[scores]);
             // `.type(value.dtype)`: the autocast dtype of the projections
             match e.autocast {
@@ -2033,6 +2051,14 @@ pub fn eager_attention(
         &[o],
     );
     let o = view(b, "transpose", o, vec![bsz, sq, heads, d]);
+    (contiguous_heads(b, o), probs)
+}
+
+/// `o.transpose(1, 2)` (`[B, S, H, D]`) made contiguous and merged to `[B, S, H * D]`: a copy
+/// unless there is one position.
+fn contiguous_heads(b: &mut GraphBuilder, o: TensorId) -> TensorId {
+    let s = b.shape(o).to_vec();
+    let (bsz, sq, heads, d) = (s[0], s[1], s[2], s[3]);
     let o = if sq > 1 {
         b.op(
             Contiguous {
@@ -2044,7 +2070,126 @@ pub fn eager_attention(
     } else {
         o
     };
-    (view(b, "reshape", o, vec![bsz, sq, heads * d]), probs)
+    view(b, "reshape", o, vec![bsz, sq, heads * d])
+}
+
+/// `x.reshape(shape)` of a strided view: a copy (`clone`, then a view of it) when `copy`, else
+/// a view.
+fn reshape_maybe_copy(b: &mut GraphBuilder, x: TensorId, shape: Vec<u64>, copy: bool) -> TensorId {
+    if !copy {
+        return view(b, "reshape", x, shape);
+    }
+    let s = b.shape(x).to_vec();
+    let c = b.op(
+        Contiguous {
+            name: "clone",
+            shape: s,
+        },
+        &[x],
+    );
+    view(b, "_unsafe_view", c, shape)
+}
+
+/// GPT-2's `_upcast_and_reordered_attn` (eager attention with `reorder_and_upcast_attn`), a
+/// function whose locals go when it returns: `torch.empty(B * H, S, K)` in float32, then with
+/// autocast off `q.reshape(-1, S, D)` and `k.transpose(-1, -2).reshape(-1, D, K)` (copies of the
+/// strided `c_attn` slices from a batch of 2 on; a cache's keys are contiguous), `.float()` of
+/// each (copies unless float32), `baddbmm(empty, q, k, beta=0, alpha=scaling)` (the empty tensor
+/// freed as its name is rebound; `BaddbmmBackward0` keeps both operands and, unless `scaling` is 1,
+/// computes each gradient as a `bmm` then scales it, freeing the product), the reshape back,
+/// `+ mask`, `softmax` (float32), `.type(value.dtype)`, `attn_dropout`, `matmul(probs, v)` and
+/// the transpose. Returns the output `[B, S, H, D]` (a transposed view) and the weights.
+fn upcast_reordered_attention(
+    b: &mut GraphBuilder,
+    e: Eager,
+    [q, k, v]: [TensorId; 3],
+    mask: TensorId,
+    dropout_p: f64,
+    (cached, unit_scaling): (bool, bool),
+) -> (TensorId, TensorId) {
+    let qs = b.shape(q).to_vec();
+    let (bsz, heads, sq, d) = (qs[0], qs[1], qs[2], qs[3]);
+    let sk = b.shape(k)[2];
+    let f32 = DTypeRule::Fixed(DType::F32);
+    let empty = b.op(
+        Aten::new("empty", vec![bsz * heads, sq, sk])
+            .dtype(f32)
+            .not_differentiable(),
+        &[],
+    );
+    let q3 = reshape_maybe_copy(b, q, vec![bsz * heads, sq, d], bsz > 1);
+    let kt = view(b, "transpose", k, vec![bsz, heads, d, sk]);
+    let k3 = reshape_maybe_copy(b, kt, vec![bsz * heads, d, sk], bsz > 1 && !cached);
+    // `q, k = ...` are locals until the function returns
+    b.hold(&[q3, k3]);
+    let (qf, kf) = if e.compute_dtype() == DType::F32 {
+        (q3, k3)
+    } else {
+        (to_dtype(b, q3, DType::F32), to_dtype(b, k3, DType::F32))
+    };
+    let (q_bytes, k_bytes) = (bsz * heads * sq * d * 4, bsz * heads * d * sk * 4);
+    let mut op = Aten::new("baddbmm", vec![bsz * heads, sq, sk])
+        .dtype(f32)
+        .saves(vec![Saved::Input(1), Saved::Input(2)]);
+    op = if unit_scaling {
+        op.grads(vec![GradIn::None, GradIn::New, GradIn::New])
+    } else {
+        // per operand: `grad.bmm(...)`, `* alpha`, the product freed
+        op.backward_scratch(vec![
+            Scratch::Alloc {
+                bytes: q_bytes,
+                what: "bmm",
+            },
+            Scratch::Alloc {
+                bytes: q_bytes,
+                what: "mul",
+            },
+            Scratch::Free(0),
+            Scratch::Alloc {
+                bytes: k_bytes,
+                what: "bmm",
+            },
+            Scratch::Alloc {
+                bytes: k_bytes,
+                what: "mul",
+            },
+            Scratch::Free(2),
+        ])
+        .grads(vec![GradIn::None, GradIn::Scratch(1), GradIn::Scratch(3)])
+    };
+    let scores = b.op(op, &[empty, qf, kf]);
+    let scores = view(b, "view", scores, vec![bsz, heads, sq, sk]);
+    let scores = add(b, scores, mask);
+    let probs = b.op(Softmax { dim: 3 }, &[scores]);
+    // `.type(value.dtype)`
+    let value_dtype = e.compute_dtype();
+    let probs = if value_dtype == DType::F32 {
+        probs
+    } else {
+        to_dtype(b, probs, value_dtype)
+    };
+    let probs = dropout_fn(b, dropout_p, probs);
+    let copy_v = bsz > 1 && !cached;
+    let o = if copy_v {
+        b.op(
+            MatMulCopy {
+                lhs: false,
+                rhs: true,
+            },
+            &[probs, v],
+        )
+    } else {
+        b.op(MatMul, &[probs, v])
+    };
+    let o = b.op(
+        Aten::view("_unsafe_view", vec![bsz, heads, sq, d]).grads(vec![if bsz > 1 {
+            GradIn::New
+        } else {
+            GradIn::PassThrough(0)
+        }]),
+        &[o],
+    );
+    (view(b, "transpose", o, vec![bsz, sq, heads, d]), probs)
 }
 
 /// `mask = torch.where(mask, torch.tensor(0.0), min_dtype)`: the result in the dtype of the
