@@ -725,6 +725,14 @@ fn moe_configs_it_cannot_model_are_refused() {
         e.contains("c.json") && e.contains("`num_experts_per_tok`") && e.contains("(4)"),
         "{e}"
     );
+    // every layer dense: transformers' load-balancing loss fails on no router logits
+    let e = with(r#""mlp_only_layers": [0, 1, 2, 3], "output_router_logits": true"#);
+    assert!(
+        e.contains("c.json")
+            && e.contains("`output_router_logits`")
+            && e.contains("no layer is sparse"),
+        "{e}"
+    );
     let e = with(r#""decoder_sparse_step": 0"#);
     assert!(e.contains("`decoder_sparse_step`"), "{e}");
     let e = with(r#""mlp_only_layers": "all""#);

@@ -296,6 +296,9 @@ pub fn build(
 ) -> Result<(Graph, Vec<String>), HfError> {
     let (flavor, mut s, m) = specs(cfg, model_type)?;
     s.four_bit = input.four_bit;
+    if head == DecoderHead::Lm {
+        check_aux_loss(cfg, &s, &m)?;
+    }
     let (bsz, seq) = (input.batch, input.seq);
     let autocast = input.precision.autocast_dtype();
     let c = Ctx {
@@ -327,6 +330,20 @@ pub fn build(
             &|i| layer_kind(&s, &m, i),
         ),
     )
+}
+
+/// The causal LM computes `load_balancing_loss_func` from the router logits of every sparse
+/// layer with `output_router_logits`; without one it fails (`gate_logits[0]` of an empty tuple:
+/// Qwen's `mlp_only_layers` or `decoder_sparse_step` can leave every layer dense).
+fn check_aux_loss(cfg: &HfConfig, s: &Spec, m: &Moe) -> Result<(), HfError> {
+    if s.router_aux_top_k.is_some() && !m.sparse.contains(&true) {
+        return Err(field_error(
+            cfg,
+            "output_router_logits",
+            "false when no layer is sparse (transformers' load_balancing_loss_func fails on the empty tuple of router logits)".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// The program a layer records: sparse or dense, and the mask pattern it attends with.
@@ -488,6 +505,7 @@ impl Model {
     ) -> Result<Model, HfError> {
         let (flavor, mut spec, moe) = specs(cfg, model_type)?;
         spec.four_bit = input.four_bit;
+        check_aux_loss(cfg, &spec, &moe)?;
         if let Some(mp) = spec.max_positions {
             check_positions(cfg, input, "max_position_embeddings", mp)?;
         }
