@@ -148,6 +148,10 @@ def knob_fields(rng, mt, cfg):
         cfg["enable_bias"] = rng.choice([True, False])
     if mt in MOE_FAMILIES:
         cfg["output_router_logits"] = rng.choice([True, False])
+        if mt != "mixtral" and not any((i + 1) % cfg["decoder_sparse_step"] == 0 and i not in cfg["mlp_only_layers"]
+                                       for i in range(cfg["num_hidden_layers"])):
+            # every layer dense: transformers' load-balancing loss fails (vramscope refuses it)
+            cfg["output_router_logits"] = False
     if mt == "mixtral":
         cfg["router_jitter_noise"] = rng.choice([0.0, 0.01, 0.1])
     if mt in ("llama", "mistral", "qwen2", "qwen3") and rng.random() < 0.5:
