@@ -300,10 +300,13 @@ fn activation_cases_match_truth() {
 /// Mixtral in training, inference, a generation, a padded batch, a padded token classifier
 /// (whose head, built after the base model, runs with the logits still kept) and a bare model
 /// (whose output keeps them as long as its hidden states; the inference peaks were -0.03% with
-/// the field ignored). Byte-exact in every phase.
+/// the field ignored). Two pure fp16 Mixtral generations: `generate` keeps the output's
+/// auxiliary loss and router logits with its logits until `del outputs`, and the experts' float32
+/// sum stays a local until they return (the reserved memory of `random_configs.py 2897 --truth 16
+/// --moe --knobs --generate --medium` case 15 was +0.03% before). Byte-exact in every phase.
 #[test]
 fn router_logits_cases_match_truth() {
-    check_tight("hf_router_logits.jsonl", 12);
+    check_tight("hf_router_logits.jsonl", 14);
     assert_phases_within(&cases("hf_router_logits.jsonl"), 0.0);
 }
 

@@ -30,7 +30,7 @@ use vramscope_core::ir::Task;
 use vramscope_core::ops::{Aten, DTypeRule};
 use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
-use super::layers::{int_op, view, Call, KvCache};
+use super::layers::{int_op, view, Call, KeptOutputs, KvCache};
 use super::seq_cls::DecoderHead;
 use super::{build_error, HfConfig, HfError};
 
@@ -258,9 +258,11 @@ fn build_within(
             let a = int_op(b, "mul", bp.clone(), i64, &[from_pad, can]);
             let not_can = int_op(b, "bitwise_not", vec![], bool_, &[can]);
             let c = int_op(b, "mul", bp.clone(), i64, &[ones, not_can]);
-            // the function's locals live until it returns
-            b.hold(&[ones, pad_in, can, from_pad]);
-            b.hold(&not_eos.into_iter().collect::<Vec<_>>());
+            // the function's locals live until it returns, freed in the order they were bound
+            let mut locals = vec![ones, pad_in];
+            locals.extend(not_eos);
+            locals.extend([can, from_pad]);
+            b.hold(&locals);
             int_op(b, "add", bp.clone(), i64, &[a, c])
         })
     } else {
@@ -271,6 +273,8 @@ fn build_within(
     let sub = int_op(&mut b, "sub", bp.clone(), i64, &[cs]);
     let eq = int_op(&mut b, "eq", bp.clone(), bool_, &[mask]);
     let prompt_pos = int_op(&mut b, "masked_fill", bp.clone(), i64, &[sub, eq]);
+    // the mask expression goes with the call, `position_ids` when it is rebound
+    b.keep_until_now(&[sub]);
     kept.push(prompt_pos);
     // `(attention_mask == 1).all()`: without padding the mask is dropped; a padded batch's is
     // passed to every forward, one position longer each step
@@ -308,8 +312,10 @@ fn build_within(
         padding_mask: padding,
         padded_sdpa: None,
         router_logits: None,
+        kept_outputs: Some(KeptOutputs::default()),
     };
     let mut logits = model.forward(&mut b, clone, &mut call);
+    let mut outputs = call.kept_outputs.take().unwrap_or_default();
     b.keep_until_now(&[clone]);
     b.end_layer_table();
 
@@ -325,7 +331,7 @@ fn build_within(
     let has_eos = t.eos > 0;
     state.after_forward(
         &mut b,
-        logits,
+        (logits, &outputs),
         batch,
         vocab,
         has_eos,
@@ -363,11 +369,13 @@ fn build_within(
             padding_mask: state.attention_mask,
             padded_sdpa: None,
             router_logits: None,
+            kept_outputs: Some(KeptOutputs::default()),
         };
         logits = model.forward(&mut b, ids1, &mut call);
+        outputs = call.kept_outputs.take().unwrap_or_default();
         state.after_forward(
             &mut b,
-            logits,
+            (logits, &outputs),
             batch,
             vocab,
             has_eos,
@@ -455,7 +463,7 @@ impl Loop {
     fn after_forward(
         &mut self,
         b: &mut GraphBuilder,
-        logits: TensorId,
+        (logits, outputs): (TensorId, &KeptOutputs),
         batch: u64,
         vocab: u64,
         has_eos: bool,
@@ -522,8 +530,12 @@ impl Loop {
         // StopCheck: unfinished.max() == 0
         let mx = int_op(b, "max", vec![], i64, &[*unfinished]);
         int_op(b, "eq", vec![], bool_, &[mx]);
-        // del outputs
-        b.keep_until_now(&[logits]);
+        // del outputs: its fields in order (a MoE output's auxiliary loss, the logits, the
+        // router logits)
+        let mut fields = outputs.before_logits.clone();
+        fields.push(logits);
+        fields.extend(&outputs.after_logits);
+        b.keep_until_now(&fields);
     }
 
     /// Jumps every growing tensor to its size before the decode step that caches position

@@ -1740,6 +1740,21 @@ pub struct Call<'a> {
     /// `output_router_logits`: the router logits of each sparse layer so far, which the model's
     /// output keeps until the forward returns; `None`: not kept.
     pub router_logits: Option<RouterLogits>,
+    /// The caller keeps the model's output past the forward (`generate`'s `outputs`, until `del
+    /// outputs`): what the output holds besides the logits goes there instead of when the
+    /// forward returns; `None`: the output goes with the forward.
+    pub kept_outputs: Option<KeptOutputs>,
+}
+
+/// What a kept model output holds besides its logits, in the order its fields are freed:
+/// `MoeCausalLMOutputWithPast`'s auxiliary loss before the logits, the router logits after them
+/// (the last layer's first).
+#[derive(Debug, Clone, Default)]
+pub struct KeptOutputs {
+    /// Freed before the logits.
+    pub before_logits: Vec<TensorId>,
+    /// Freed after the logits.
+    pub after_logits: Vec<TensorId>,
 }
 
 /// The router logits a Mixture-of-Experts forward keeps (`output_router_logits`).
@@ -1766,6 +1781,7 @@ impl Call<'_> {
             padding_mask: None,
             padded_sdpa: None,
             router_logits: None,
+            kept_outputs: None,
         }
     }
 

@@ -620,6 +620,7 @@ pub(super) fn forward(
                 &kept,
                 top_k,
                 head,
+                call.kept_outputs.as_mut(),
             );
         }
     }

@@ -39,7 +39,7 @@ use super::config::MAX_EXPERTS;
 use super::generate::{rotary_kv_dtypes, CausalLm};
 use super::layers::{
     activation_fn, add, cast, linear, linear_fn, model_mask, mul, mul_scalar, softmax_float32,
-    to_dtype, view, Call, MaskPattern, RouterLogits,
+    to_dtype, view, Call, KeptOutputs, MaskPattern, RouterLogits,
 };
 use super::llama::{act_module, causal_lm, decoder_layer, forward, mlp, spec, Spec};
 use super::seq_cls::DecoderHead;
@@ -760,13 +760,15 @@ fn gather(out: Vec<u64>, src: Vec<u64>) -> Aten {
 /// `load_balancing_loss_func` from them, the hidden states still a local; then
 /// the output goes (the caller keeps only the logits, and no loss reads the auxiliary one),
 /// with the autograd graph of the auxiliary loss, and the router logits, the last layer's first
-/// (a tuple frees its items from the end).
+/// (a tuple frees its items from the end). A caller that keeps the output (`kept`: `generate`)
+/// gets the auxiliary loss and the router logits to free with the logits.
 pub(super) fn router_logits_output(
     b: &mut GraphBuilder,
     (hidden, padding): (TensorId, Option<TensorId>),
     logits: &RouterLogits,
     top_k: u64,
     head: DecoderHead,
+    kept_outputs: Option<&mut KeptOutputs>,
 ) {
     let kept = &logits.kept;
     let Some(&first_logits) = kept.first() else {
@@ -787,8 +789,16 @@ pub(super) fn router_logits_output(
         b.drop_graph_since(start, hidden);
     }
     let mut dropped = vec![hidden];
-    dropped.extend(aux_loss);
-    dropped.extend(kept.iter().rev());
+    match kept_outputs {
+        Some(out) => {
+            out.before_logits.extend(aux_loss);
+            out.after_logits.extend(kept.iter().rev());
+        }
+        None => {
+            dropped.extend(aux_loss);
+            dropped.extend(kept.iter().rev());
+        }
+    }
     b.keep_until_now(&dropped);
 }
 
@@ -1079,7 +1089,11 @@ fn grouped_mm_experts(b: &mut GraphBuilder, c: &Ctx, call: &ExpertsCall) -> Tens
         Aten::new("sum", vec![t, h]).grads(vec![GradIn::New]),
         &[per_token],
     );
-    // the function's locals, alive until it returns
+    // .to(hidden_states.dtype): Mixtral's float32 routing weights promote half experts
+    let converted =
+        (c.flavor == Flavor::Mixtral && c.dtype != DType::F32).then(|| to_dtype(b, out, c.dtype));
+    // the function's locals, alive until it returns, freed in the order they were first bound
+    // (`weighted_out` before `inv_perm`; `final_hidden_states` last, when `.to` copied it)
     b.hold(&[
         expert_ids_g,
         perm,
@@ -1089,15 +1103,13 @@ fn grouped_mm_experts(b: &mut GraphBuilder, c: &Ctx, call: &ExpertsCall) -> Tens
         per_expert,
         offsets,
         proj,
-        inv_perm,
         restored,
+        inv_perm,
     ]);
-    // .to(hidden_states.dtype): Mixtral's float32 routing weights promote half experts
-    if c.flavor == Flavor::Mixtral && c.dtype != DType::F32 {
-        to_dtype(b, out, c.dtype)
-    } else {
-        out
+    if converted.is_some() {
+        b.hold(&[out]);
     }
+    converted.unwrap_or(out)
 }
 
 /// The experts as `batched_mm_experts_forward` runs them (what `generate`'s decode steps run). Each
