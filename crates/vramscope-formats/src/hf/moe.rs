@@ -1084,9 +1084,15 @@ fn grouped_mm_experts(b: &mut GraphBuilder, c: &Ctx, call: &ExpertsCall) -> Tens
     );
     let restored = b.op(gather(vec![s, h], vec![s, h]), &[weighted, inv_perm]);
     let per_token = view(b, "view", restored, vec![t, k, h]);
-    // sum over k; backward expands the gradient, which the view's backward must copy
+    // sum over k; backward expands the gradient, which the view's backward must copy (with one
+    // expert per token the expanded dimension has size 1: both are views)
+    let sum_grad = if k == 1 {
+        GradIn::PassThrough(0)
+    } else {
+        GradIn::New
+    };
     let out = b.op(
-        Aten::new("sum", vec![t, h]).grads(vec![GradIn::New]),
+        Aten::new("sum", vec![t, h]).grads(vec![sum_grad]),
         &[per_token],
     );
     // .to(hidden_states.dtype): Mixtral's float32 routing weights promote half experts
