@@ -2,7 +2,8 @@
 //! embeddings, `drop`, pre-norm blocks (`ln_1`, `attn` with a packed `Conv1D` `c_attn` split into
 //! q, k, v, SDPA with `attn_pdrop`, `c_proj`, `resid_dropout`; `ln_2`, `mlp` with `c_fc`,
 //! `gelu_new` written out as its pointwise ops, `c_proj`, `dropout`), `ln_f`, and an `lm_head` tied
-//! to `wte`.
+//! to `wte`. With eager attention and `reorder_and_upcast_attn` the blocks run
+//! `_upcast_and_reordered_attn` (layers.rs), whose backward depends on each layer's scaling.
 
 use vramscope_core::builder::RepeatedModule;
 use vramscope_core::ops::LayerNorm;

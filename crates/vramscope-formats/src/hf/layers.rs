@@ -2042,7 +2042,25 @@ pub fn eager_attention(
         }
     };
     let probs = dropout_fn(b, dropout_p, probs);
-    // matmul(probs, v): v is copied unless repeat_kv made it contiguous
+    // v is copied unless repeat_kv made it contiguous
+    let o = probs_times_values(b, probs, v, copy_v);
+    (contiguous_heads(b, o), probs)
+}
+
+/// `matmul(probs, v).transpose(1, 2)` of eager attention (`copy_v`: matmul copies the strided
+/// v): the output `[B, S, H, D]`, a transposed view. matmul returns bmm's product through
+/// `_unsafe_view`, whose backward reshapes the incoming gradient (a transposed view, from the
+/// caller's `.contiguous()`) to bmm's layout: a copy, freed once BmmBackward0 has used it (truth
+/// traces: `UnsafeViewBackward0`); a view at batch 1, as the forward's reshapes are.
+fn probs_times_values(
+    b: &mut GraphBuilder,
+    probs: TensorId,
+    v: TensorId,
+    copy_v: bool,
+) -> TensorId {
+    let s = b.shape(probs).to_vec();
+    let (bsz, heads, sq) = (s[0], s[1], s[2]);
+    let d = b.shape(v)[3];
     let o = if copy_v {
         b.op(
             MatMulCopy {
@@ -2054,10 +2072,6 @@ pub fn eager_attention(
     } else {
         b.op(MatMul, &[probs, v])
     };
-    // matmul returns bmm's product through `_unsafe_view`, whose backward reshapes the incoming
-    // gradient (a transposed view, from the `.transpose(1, 2).contiguous()` below) to bmm's
-    // layout: a copy, freed once BmmBackward0 has used it (truth traces: `UnsafeViewBackward0`);
-    // a view at batch 1, as the forward's reshapes are
     let o = b.op(
         Aten::view("_unsafe_view", vec![bsz, heads, sq, d]).grads(vec![if bsz > 1 {
             GradIn::New
@@ -2066,8 +2080,7 @@ pub fn eager_attention(
         }]),
         &[o],
     );
-    let o = view(b, "transpose", o, vec![bsz, sq, heads, d]);
-    (contiguous_heads(b, o), probs)
+    view(b, "transpose", o, vec![bsz, sq, heads, d])
 }
 
 /// `o.transpose(1, 2)` (`[B, S, H, D]`) made contiguous and merged to `[B, S, H * D]`: a copy
@@ -2185,27 +2198,9 @@ fn upcast_reordered_attention(
         to_dtype(b, probs, value_dtype)
     };
     let probs = dropout_fn(b, dropout_p, probs);
-    let copy_v = bsz > 1 && !cached;
-    let o = if copy_v {
-        b.op(
-            MatMulCopy {
-                lhs: false,
-                rhs: true,
-            },
-            &[probs, v],
-        )
-    } else {
-        b.op(MatMul, &[probs, v])
-    };
-    let o = b.op(
-        Aten::view("_unsafe_view", vec![bsz, heads, sq, d]).grads(vec![if bsz > 1 {
-            GradIn::New
-        } else {
-            GradIn::PassThrough(0)
-        }]),
-        &[o],
-    );
-    (view(b, "transpose", o, vec![bsz, sq, heads, d]), probs)
+    // the strided `c_attn` slice of v is copied from a batch of 2 on (a cache's is contiguous)
+    let o = probs_times_values(b, probs, v, bsz > 1 && !cached);
+    (o, probs)
 }
 
 /// `mask = torch.where(mask, torch.tensor(0.0), min_dtype)`: the result in the dtype of the

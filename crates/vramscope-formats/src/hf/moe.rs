@@ -1244,28 +1244,27 @@ mod tests {
         let m = Model::new(&qwen3, "qwen3_moe", &input, DType::F32).expect("generates");
         assert_eq!(m.cache_windows(), vec![Some(64); 2]);
         hf::build(&qwen3, &generation(1, 70)).expect("past the window");
+        let qwen2_moe = |layers: u64, extra: &str| {
+            let text = format!(
+                r#"{{"model_type": "qwen2_moe", "hidden_size": 64, "intermediate_size": 96,
+                "moe_intermediate_size": 32, "shared_expert_intermediate_size": 64,
+                "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": {layers},
+                "num_experts": 4, "num_experts_per_tok": 2, "vocab_size": 100, {extra}}}"#
+            );
+            HfConfig::parse("qwen2_moe.json", &text).expect("parses")
+        };
         // Qwen2-MoE: by default the layers i with i + 1 odd below max_window_layers slide
-        let qwen2_sliding = HfConfig::parse(
-            "qwen2_moe.json",
-            r#"{"model_type": "qwen2_moe", "hidden_size": 64, "intermediate_size": 96,
-            "moe_intermediate_size": 32, "shared_expert_intermediate_size": 64,
-            "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 4,
-            "num_experts": 4, "num_experts_per_tok": 2, "vocab_size": 100,
-            "use_sliding_window": true, "sliding_window": 64, "max_window_layers": 3}"#,
-        )
-        .expect("parses");
+        let qwen2_sliding = qwen2_moe(
+            4,
+            r#""use_sliding_window": true, "sliding_window": 64, "max_window_layers": 3"#,
+        );
         let m = Model::new(&qwen2_sliding, "qwen2_moe", &input, DType::F32).expect("generates");
         assert_eq!(m.cache_windows(), vec![Some(64), None, Some(64), None]);
         // a sliding layer named without use_sliding_window would have a window of 0
-        let zero = HfConfig::parse(
-            "qwen2_moe.json",
-            r#"{"model_type": "qwen2_moe", "hidden_size": 64, "intermediate_size": 96,
-            "moe_intermediate_size": 32, "shared_expert_intermediate_size": 64,
-            "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
-            "num_experts": 4, "num_experts_per_tok": 2, "vocab_size": 100,
-            "layer_types": ["sliding_attention", "full_attention"]}"#,
-        )
-        .expect("parses");
+        let zero = qwen2_moe(
+            2,
+            r#""layer_types": ["sliding_attention", "full_attention"]"#,
+        );
         let err = hf::build(&zero, &input).expect_err("window 0");
         assert!(err.to_string().contains("layer_types"), "{err}");
         let qwen2 = HfConfig::parse(
