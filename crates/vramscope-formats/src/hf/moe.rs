@@ -712,7 +712,13 @@ fn router(b: &mut GraphBuilder, m: &Moe, c: &Ctx, x: TensorId) -> (TensorId, Ten
                 // pieces (the two quotients and -grad die with the expression, the last made
                 // first), then w's, grad / s; once `apply` has returned (and dropped the unpacked
                 // saved tensors of a recomputed region) the engine sums the divisor's down to
-                // [T, 1] and drops the [T, k] one (truth traces of Mixtral and Qwen-MoE)
+                // [T, 1] and drops the [T, k] one (truth traces of Mixtral and Qwen-MoE); with one
+                // expert per token the shapes agree and the piece is the gradient as it is
+                let divisor_grad = if k == 1 {
+                    GradIn::Scratch(3)
+                } else {
+                    GradIn::ReducedScratch(3)
+                };
                 let piece = Scratch::Alloc {
                     bytes: t * k * DType::F32.size(),
                     what: "backward temporary",
@@ -723,7 +729,7 @@ fn router(b: &mut GraphBuilder, m: &Moe, c: &Ctx, x: TensorId) -> (TensorId, Ten
                 }
                 .extra(vec![t, k], like)
                 .saves(vec![Saved::Input(1), Saved::Extra(0)])
-                .grads(vec![GradIn::New, GradIn::ReducedScratch(3)])
+                .grads(vec![GradIn::New, divisor_grad])
                 .backward_scratch(vec![
                     piece,
                     piece,
