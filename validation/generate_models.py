@@ -216,3 +216,26 @@ def eager_encoder(batch, seq, config, task=None, overrides=None, checkpoint=None
             return model.loss_function(out, y, vocab_size=V)
 
     return model, make_batch, loss, forward
+
+
+def cuda_initialized(batch, seq, config, layers=None, overrides=None, attn="sdpa", checkpoint=None, **_):
+    """measure.py's hf: causal-LM step (`causal_lm_step`, SDPA unless `attn`) with the CUDA
+    runtime initialized before the first forward (`torch.cuda.init()`), as a real run's first
+    CUDA call does. Under fake CUDA a checkpointed Mixture-of-Experts step without bf16 autocast
+    (whose capability check initializes it) otherwise initializes it inside the first
+    checkpointed layer, which `torch.utils.checkpoint` refuses ("device state was initialized in
+    the forward pass of a Checkpoint")."""
+    import transformers
+    _patch_packed_sequence_detection()
+    cfg = _config(config, layers, attn, overrides)
+    cfg.use_cache = False
+    model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.get_default_dtype())
+    if checkpoint:
+        model.gradient_checkpointing_enable()
+    model, make_batch, loss, forward = causal_lm_step(model, model, cfg, batch, seq)
+
+    def initialized_forward(m, x):
+        torch.cuda.init()
+        return forward(m, x)
+
+    return model, make_batch, loss, initialized_forward

@@ -375,9 +375,10 @@ def truth_cases(seed, k):
     for i in range(k):
         mt, cfg = random_config(rng, families, measured_heads=True)
         step = random_step(random.Random(seed * 1000 + i))
-        if mt == "mixtral":
-            # the truth tool cannot checkpoint Mixtral's layers ("device state was initialized in
-            # the forward pass of a Checkpoint")
+        if mt == "mixtral" and not MOE:
+            # measure.py's hf: route cannot checkpoint Mixtral's layers ("device state was
+            # initialized in the forward pass of a Checkpoint"); --moe measures them through
+            # generate_models.py:cuda_initialized (truth_case), and old seeds keep their steps
             step = (*step[:-1], False)
         out.append((i, mt, cfg, step))
     return out
@@ -470,6 +471,11 @@ def truth_case(i, mt, cfg, step, tmp):
            "--mode", mode, "--amp", amp, "--param-dtype", pdt, "--optim", optim, "--json"]
     if ckpt:
         cmd.append("--checkpoint")
+    if ckpt and mt in MOE_FAMILIES and task_of(cfg) == "causal-lm":
+        # the same step with CUDA initialized first: under fake CUDA a checkpointed MoE layer
+        # would initialize it itself, which torch.utils.checkpoint refuses
+        cmd[cmd.index("--model") + 1] = "py:" + os.path.join(HERE, "generate_models.py") + ":cuda_initialized"
+        cmd += ["--model-kwargs", json.dumps({"config": path})]
     if optim in MORE_OPTIMIZERS and optim != "adam":
         spec = os.path.join(tmp, f"t{i}_case.jsonl")
         with open(spec, "w") as f:

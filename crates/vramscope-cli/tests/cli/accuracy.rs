@@ -545,6 +545,17 @@ fn top1_moe_cases_match_truth() {
     assert_phases_within(&cases("hf_moe_top1.jsonl"), 0.0);
 }
 
+/// Gradient-checkpointed Mixture-of-Experts steps without bf16 autocast
+/// (`validation/make_moe_checkpoint_fixtures.sh`: fp32, AMP fp16 and pure fp16; Mixtral,
+/// Qwen2-MoE, Qwen3-MoE, a top-1 Mixtral), which measure.py's hf: route cannot measure under
+/// fake CUDA; `generate_models.py:cuda_initialized` runs the same step with CUDA initialized
+/// first. Byte-exact in every phase and identical to truth event by event.
+#[test]
+fn checkpointed_moe_cases_match_truth() {
+    check_tight("hf_moe_checkpoint.jsonl", 6);
+    assert_phases_within(&cases("hf_moe_checkpoint.jsonl"), 0.0);
+}
+
 /// A text classifier with attention written out (`validation/onnx_models.py:attn_text`, its
 /// export `fixtures/onnx/attention_text_classifier.onnx`;
 /// `validation/make_onnx_softmax_fixtures.sh`).
