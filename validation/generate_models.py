@@ -171,6 +171,11 @@ def eager(batch, seq, config="fixtures/hf/configs/gpt2_medium_2l.json", layers=N
 
 
 def eager_encoder(batch, seq, config, task=None, overrides=None, checkpoint=None, **_):
+    return _head_step(batch, seq, config, task, overrides, checkpoint, "eager")
+
+
+def _head_step(batch, seq, config, task, overrides, checkpoint, attn):
+    """measure.py's hf: masked-lm / seq-cls step (see `eager_encoder`) under `attn`."""
     import json as _json
     import transformers
     here = os.path.dirname(os.path.abspath(__file__))
@@ -186,13 +191,13 @@ def eager_encoder(batch, seq, config, task=None, overrides=None, checkpoint=None
     auto = {"masked-lm": transformers.AutoModelForMaskedLM,
             "seq-cls": transformers.AutoModelForSequenceClassification}[task]
     cls = auto._model_mapping[type(cfg)]
-    cfg._attn_implementation = "eager"
+    cfg._attn_implementation = attn
     if hasattr(cfg, "use_cache"):
         cfg.use_cache = False
     if task == "seq-cls" and getattr(cfg, "pad_token_id", None) is None and batch > 1:
         cfg.pad_token_id = getattr(cfg, "eos_token_id", None) or 0
     model = cls(cfg)
-    assert model.config._attn_implementation == "eager", model.config._attn_implementation
+    assert model.config._attn_implementation == attn, model.config._attn_implementation
     if checkpoint:
         model.gradient_checkpointing_enable()
     V, nl = cfg.vocab_size, getattr(cfg, "num_labels", 2)
@@ -218,21 +223,26 @@ def eager_encoder(batch, seq, config, task=None, overrides=None, checkpoint=None
     return model, make_batch, loss, forward
 
 
-def cuda_initialized(batch, seq, config, layers=None, overrides=None, attn="sdpa", checkpoint=None, **_):
-    """measure.py's hf: causal-LM step (`causal_lm_step`, SDPA unless `attn`) with the CUDA
-    runtime initialized before the first forward (`torch.cuda.init()`), as a real run's first
-    CUDA call does. Under fake CUDA a checkpointed Mixture-of-Experts step without bf16 autocast
+def cuda_initialized(batch, seq, config, layers=None, overrides=None, attn="sdpa", checkpoint=None,
+                     task="causal-lm", **_):
+    """measure.py's hf: causal-LM step (`causal_lm_step`, SDPA unless `attn`; `task="seq-cls"`:
+    its sequence-classification step, as `eager_encoder` builds it) with the CUDA runtime
+    initialized before the first forward (`torch.cuda.init()`), as a real run's first CUDA call
+    does. Under fake CUDA a checkpointed Mixture-of-Experts step without bf16 autocast
     (whose capability check initializes it) otherwise initializes it inside the first
     checkpointed layer, which `torch.utils.checkpoint` refuses ("device state was initialized in
     the forward pass of a Checkpoint")."""
     import transformers
     _patch_packed_sequence_detection()
-    cfg = _config(config, layers, attn, overrides)
-    cfg.use_cache = False
-    model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.get_default_dtype())
-    if checkpoint:
-        model.gradient_checkpointing_enable()
-    model, make_batch, loss, forward = causal_lm_step(model, model, cfg, batch, seq)
+    if task == "seq-cls":
+        model, make_batch, loss, forward = _head_step(batch, seq, config, task, overrides, checkpoint, attn)
+    else:
+        cfg = _config(config, layers, attn, overrides)
+        cfg.use_cache = False
+        model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.get_default_dtype())
+        if checkpoint:
+            model.gradient_checkpointing_enable()
+        model, make_batch, loss, forward = causal_lm_step(model, model, cfg, batch, seq)
 
     def initialized_forward(m, x):
         torch.cuda.init()

@@ -471,11 +471,11 @@ def truth_case(i, mt, cfg, step, tmp):
            "--mode", mode, "--amp", amp, "--param-dtype", pdt, "--optim", optim, "--json"]
     if ckpt:
         cmd.append("--checkpoint")
-    if ckpt and mt in MOE_FAMILIES and task_of(cfg) == "causal-lm":
+    if ckpt and mt in MOE_FAMILIES and task_of(cfg) in ("causal-lm", "seq-cls"):
         # the same step with CUDA initialized first: under fake CUDA a checkpointed MoE layer
         # would initialize it itself, which torch.utils.checkpoint refuses
         cmd[cmd.index("--model") + 1] = "py:" + os.path.join(HERE, "generate_models.py") + ":cuda_initialized"
-        cmd += ["--model-kwargs", json.dumps({"config": path})]
+        cmd += ["--model-kwargs", json.dumps({"config": path, "task": task_of(cfg)})]
     if optim in MORE_OPTIMIZERS and optim != "adam":
         spec = os.path.join(tmp, f"t{i}_case.jsonl")
         with open(spec, "w") as f:
