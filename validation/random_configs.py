@@ -695,6 +695,10 @@ def eager_spec(i, mt, cfg, rng, config):
             "vramscope": {"config": config, "args": ["--attn-implementation", "eager"]}}
     if ckpt:
         case["checkpoint"] = True
+        if mt in MOE_FAMILIES:
+            # the same step with CUDA initialized first (see truth_case)
+            case["model"] = "py:generate_models.py:cuda_initialized"
+            case["model_kwargs"]["attn"] = "eager"
     return case
 
 
