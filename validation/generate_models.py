@@ -42,7 +42,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lora_models import _patch_packed_sequence_detection, causal_lm_step  # noqa: E402
+from lora_models import _patch_packed_sequence_detection, causal_lm_step, cuda_init_first  # noqa: E402
 
 
 def _config(config, layers, attn, overrides=None):
@@ -243,9 +243,4 @@ def cuda_initialized(batch, seq, config, layers=None, overrides=None, attn="sdpa
         if checkpoint:
             model.gradient_checkpointing_enable()
         model, make_batch, loss, forward = causal_lm_step(model, model, cfg, batch, seq)
-
-    def initialized_forward(m, x):
-        torch.cuda.init()
-        return forward(m, x)
-
-    return model, make_batch, loss, initialized_forward
+    return cuda_init_first((model, make_batch, loss, forward))

@@ -96,6 +96,26 @@ class LoraLinear(torch.nn.Module):
         return result.to(dt)
 
 
+MOE_MODEL_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe")
+
+
+def cuda_init_first(step, when=True):
+    """A `py:` factory result whose forward initializes the CUDA runtime first (`torch.cuda.init()`,
+    no allocation), when `when`: under fake CUDA a checkpointed Mixture-of-Experts layer would
+    otherwise initialize it inside the checkpoint, which `torch.utils.checkpoint` refuses ("device
+    state was initialized in the forward pass of a Checkpoint"); a real run's first CUDA call, or
+    bf16 autocast's capability check, has done it before."""
+    if not when:
+        return step
+    model, make_batch, loss, forward = step
+
+    def initialized_forward(m, x):
+        torch.cuda.init()
+        return forward(m, x)
+
+    return model, make_batch, loss, initialized_forward
+
+
 def apply_lora(model, r, alpha, dropout, targets):
     from transformers.pytorch_utils import Conv1D
     for p in model.parameters():
@@ -135,7 +155,8 @@ def lora(batch, seq, config="fixtures/hf/configs/qwen2_small_2l.json", layers=No
         # as qlora_models.py: gradient_checkpointing_enable() with its default kwargs, after the
         # adapters are in
         model.gradient_checkpointing_enable()
-    return causal_lm_step(model, base, cfg, batch, seq)
+    moe_ckpt = bool(checkpoint) and cfg.model_type in MOE_MODEL_TYPES
+    return cuda_init_first(causal_lm_step(model, base, cfg, batch, seq), moe_ckpt)
 
 
 def freeze(batch, seq, config="fixtures/hf/configs/qwen2_small_2l.json", layers=None, patterns="embed_tokens",
@@ -149,4 +170,5 @@ def freeze(batch, seq, config="fixtures/hf/configs/qwen2_small_2l.json", layers=
         # gradient_checkpointing_enable() with its default kwargs, after the freeze (as a
         # script calls it)
         model.gradient_checkpointing_enable()
-    return causal_lm_step(model, model, cfg, batch, seq)
+    moe_ckpt = bool(checkpoint) and cfg.model_type in MOE_MODEL_TYPES
+    return cuda_init_first(causal_lm_step(model, model, cfg, batch, seq), moe_ckpt)
