@@ -115,14 +115,10 @@ pub trait CausalLm {
         let d = autocast.unwrap_or(param);
         (d, d)
     }
-    /// `sliding_window` of the attention, if it has one.
-    fn sliding_window(&self) -> Option<u64> {
-        None
-    }
     /// Per decoder layer, the window of its sliding-window cache layer (`None`: a full layer);
-    /// by default [`CausalLm::sliding_window`] on every layer.
+    /// by default every layer a full one (GPT-2, OPT).
     fn cache_windows(&self) -> Vec<Option<u64>> {
-        vec![self.sliding_window(); self.layers()]
+        vec![None; self.layers()]
     }
 }
 

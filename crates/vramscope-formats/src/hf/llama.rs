@@ -112,8 +112,6 @@ pub(super) struct Spec {
     pub(super) router_aux_top_k: Option<u64>,
     pub(super) tied: bool,
     pub(super) max_positions: Option<u64>,
-    /// Mistral's `sliding_window` (its config class defaults it to 4096; `null` turns it off).
-    pub(super) sliding_window: Option<u64>,
     /// The SDPA mask each layer attends with in a plain forward.
     masks: Masks,
 }
@@ -310,11 +308,6 @@ pub(super) fn spec(cfg: &HfConfig, model_type: &str) -> Result<Spec, HfError> {
         router_aux_top_k: None,
         tied: cfg.bool_or("tie_word_embeddings", false)?,
         max_positions: cfg.opt_u64(&["max_position_embeddings"])?,
-        sliding_window: match variant {
-            // Phi3Config has no default window; a set one makes every cache layer sliding
-            Variant::Phi3 => cfg.opt_u64(&["sliding_window"])?.filter(|&w| w > 0),
-            _ => mistral_default_window(cfg, variant)?,
-        },
         masks: masks(cfg, variant, layers)?,
     })
 }
@@ -383,7 +376,7 @@ pub(super) type MaskCode<'a> =
 /// `cache_len`: with a cache, its length after this call's update (no packed-sequence checks; SDPA
 /// needs a mask only where a sliding window is reached). `padding`: the batch's padded
 /// `attention_mask`, which makes every mask (`padded_attention_mask`).
-fn sdpa_masks(
+pub(super) fn sdpa_masks(
     b: &mut GraphBuilder,
     s: &Spec,
     (bsz, seq, eager): (u64, u64, Option<DType>),
@@ -1048,10 +1041,6 @@ impl CausalLm for Model {
 
     fn kv_dtypes(&self, param: DType, autocast: Option<DType>) -> (DType, DType) {
         super::generate::rotary_kv_dtypes(param, autocast)
-    }
-
-    fn sliding_window(&self) -> Option<u64> {
-        self.spec.sliding_window
     }
 
     fn cache_windows(&self) -> Vec<Option<u64>> {

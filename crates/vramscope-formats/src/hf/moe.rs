@@ -38,10 +38,10 @@ use super::activation::HfActivation;
 use super::config::MAX_EXPERTS;
 use super::generate::{rotary_kv_dtypes, CausalLm};
 use super::layers::{
-    activation_fn, add, cast, linear, linear_fn, model_mask, mul, mul_scalar, softmax_float32,
-    to_dtype, view, Call, KeptOutputs, MaskPattern, RouterLogits,
+    activation_fn, add, cast, linear, linear_fn, mul, mul_scalar, softmax_float32, to_dtype, view,
+    Call, KeptOutputs, MaskPattern, RouterLogits,
 };
-use super::llama::{act_module, causal_lm, decoder_layer, forward, mlp, spec, Spec};
+use super::llama::{act_module, causal_lm, decoder_layer, forward, mlp, sdpa_masks, spec, Spec};
 use super::seq_cls::DecoderHead;
 use super::{check_positions, AttnImplementation, HfConfig, HfError, HfInput};
 
@@ -94,9 +94,8 @@ struct Moe {
     /// per layer: a sparse block (else the dense `intermediate_size` MLP)
     sparse: Vec<bool>,
     /// the sliding window `create_sliding_window_causal_mask` uses, when the model calls it
+    /// (Qwen2-MoE always calls it, besides `create_causal_mask`)
     sliding_window: Option<u64>,
-    /// Qwen2-MoE builds both the full and the sliding-window mask whatever its layers use
-    both_masks: bool,
     /// Qwen2-MoE: per layer, whether it attends with the sliding-window mask (`layer_types`;
     /// by default, with `use_sliding_window`, the even-indexed layers below `max_window_layers`)
     sliding_layers: Vec<bool>,
@@ -159,7 +158,6 @@ fn moe_spec(cfg: &HfConfig, flavor: Flavor, layers: u64) -> Result<Moe, HfError>
         normalize: true,
         sparse: vec![true; layers as usize],
         sliding_window: None,
-        both_masks: false,
         sliding_layers: vec![false; layers as usize],
         all_layers_slide: false,
         jitter: 0.0,
@@ -208,7 +206,6 @@ fn moe_spec(cfg: &HfConfig, flavor: Flavor, layers: u64) -> Result<Moe, HfError>
                 _ => None,
             };
             if flavor == Flavor::Qwen2Moe {
-                moe.both_masks = true;
                 moe.sliding_layers = qwen2_moe_sliding_layers(cfg, layers, sliding)?;
                 if (window == 0 || !sliding) && moe.sliding_layers.contains(&true) {
                     return Err(field_error(
@@ -315,7 +312,7 @@ pub fn build(
     let p = flavor.prefix();
     let eager = (input.attn == AttnImplementation::Eager).then_some(dtype);
     let masks = |b: &mut GraphBuilder, cache_len, padding| {
-        mask_code(b, &m, (bsz, seq, eager), cache_len, padding)
+        sdpa_masks(b, &s, (bsz, seq, eager), cache_len, padding)
     };
     causal_lm(
         cfg,
@@ -380,14 +377,19 @@ fn specs(cfg: &HfConfig, model_type: &str) -> Result<(Flavor, Spec, Moe), HfErro
         Flavor::Qwen3Moe => s.qk_norm = true,
     }
     let m = moe_spec(cfg, flavor, s.layers)?;
-    // the layers attend with the mask of their pattern: Qwen2-MoE's forward makes the causal
-    // and the sliding-window masks, in that order; Mixtral's and Qwen3-MoE's one of them
+    // the masks the model's mask code makes (llama.rs's `sdpa_masks`: their packed-sequence
+    // checks without a cache, the masks SDPA cannot skip, every one additive with eager
+    // attention or on a padded batch) and the one each layer attends with. Mixtral and Qwen3-MoE
+    // with a window: only `create_sliding_window_causal_mask`, on every layer. Otherwise
+    // `create_causal_mask`, and Qwen2-MoE's `create_sliding_window_causal_mask` too, whatever
+    // its layers use (a window of 0 without `use_sliding_window`: its mask is never skipped,
+    // and a cached forward sizes it over the whole cache, `[1, 1, S, past + S]`)
     match (m.sliding_window, flavor) {
         (Some(w), Flavor::Qwen2Moe) => s.set_masks(
             vec![MaskPattern::Causal, MaskPattern::SlidingWindow(w)],
             m.sliding_layers.iter().map(|&x| usize::from(x)).collect(),
         ),
-        (Some(w), _) if m.all_layers_slide => s.set_masks(
+        (Some(w), _) if m.all_layers_slide && w > 0 => s.set_masks(
             vec![MaskPattern::SlidingWindow(w)],
             vec![0; s.layers as usize],
         ),
@@ -455,46 +457,6 @@ pub struct Model {
     eager: bool,
 }
 
-/// What the model's mask code makes, one entry per pattern of the spec's masks. Mixtral and
-/// Qwen3-MoE with a `sliding_window`: only `create_sliding_window_causal_mask` (its
-/// packed-sequence check, and the mask once the keys reach the window, which every layer attends
-/// with). Otherwise `create_causal_mask`, and Qwen2-MoE's `create_sliding_window_causal_mask` too:
-/// without a cache the packed-sequence checks; a sliding-window mask where the keys reach the
-/// window (always, for Qwen2-MoE's window of 0, which a cached forward sizes over the whole cache:
-/// `[1, 1, S, past + S]`), which its `sliding_attention` layers attend with.
-/// With a padded `attention_mask` every mask is made (`padded_attention_mask`). With eager
-/// attention (`eager`: the embeddings' dtype) every mask is an additive one, made at any length
-/// (truth traces of Mixtral past its window).
-fn mask_code(
-    b: &mut GraphBuilder,
-    m: &Moe,
-    (bsz, seq, eager): (u64, u64, Option<DType>),
-    cache_len: Option<u64>,
-    padding: Option<TensorId>,
-) -> Vec<Option<TensorId>> {
-    let mask = |b: &mut GraphBuilder, pattern| {
-        model_mask(
-            b,
-            (bsz, seq),
-            pattern,
-            eager,
-            (cache_len, cache_len.is_none()),
-            padding,
-        )
-    };
-    if let (Some(w), true) = (m.sliding_window.filter(|&w| w > 0), m.all_layers_slide) {
-        return vec![mask(b, MaskPattern::SlidingWindow(w))];
-    }
-    // create_causal_mask: unpadded, its packed-sequence check and no mask (SDPA's is_causal)
-    let causal = mask(b, MaskPattern::Causal);
-    match (m.both_masks, m.sliding_window) {
-        // create_sliding_window_causal_mask: its own packed-sequence check, then a mask that
-        // cannot be skipped when the keys reach the window (always, for a window of 0)
-        (true, Some(w)) => vec![causal, mask(b, MaskPattern::SlidingWindow(w))],
-        _ => vec![causal],
-    }
-}
-
 impl Model {
     /// Reads the config and checks the input against it.
     pub fn new(
@@ -554,7 +516,7 @@ impl CausalLm for Model {
         let autocast = self.autocast;
         let eager = self.eager.then_some(self.dtype);
         let masks = |b: &mut GraphBuilder, cache_len, padding| {
-            mask_code(b, m, (c.bsz, c.seq, eager), cache_len, padding)
+            sdpa_masks(b, s, (c.bsz, c.seq, eager), cache_len, padding)
         };
         forward(
             b,
@@ -571,21 +533,11 @@ impl CausalLm for Model {
         self.spec.layers as usize
     }
 
-    fn sliding_window(&self) -> Option<u64> {
-        self.moe
-            .sliding_window
-            .filter(|&w| w > 0 && self.moe.all_layers_slide)
-    }
-
     // Mixtral's and Qwen3-MoE's window makes every cache layer a sliding one, as Mistral's does;
     // Qwen2-MoE's `sliding_attention` layers get one each (without `use_sliding_window` its
-    // window is 0 and every cache layer is a full one)
+    // window is 0 and every cache layer is a full one): the windows of the masks they attend with
     fn cache_windows(&self) -> Vec<Option<u64>> {
-        if self.moe.both_masks {
-            self.spec.cache_windows()
-        } else {
-            vec![self.sliding_window(); self.layers()]
-        }
+        self.spec.cache_windows()
     }
 
     fn vocab(&self) -> u64 {
