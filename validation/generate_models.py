@@ -160,9 +160,14 @@ def generation(model, vocab, batch, seq, new_tokens, pad=0):
 
 def eager(batch, seq, config="fixtures/hf/configs/gpt2_medium_2l.json", layers=None, overrides=None,
           checkpoint=None, **_):
+    return _causal_step(batch, seq, config, layers, overrides, checkpoint, "eager")
+
+
+def _causal_step(batch, seq, config, layers, overrides, checkpoint, attn):
+    """measure.py's hf: causal-LM step (see `eager`) under `attn`."""
     import transformers
     _patch_packed_sequence_detection()
-    cfg = _config(config, layers, "eager", overrides)
+    cfg = _config(config, layers, attn, overrides)
     cfg.use_cache = False
     model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.get_default_dtype())
     if checkpoint:
@@ -232,15 +237,7 @@ def cuda_initialized(batch, seq, config, layers=None, overrides=None, attn="sdpa
     (whose capability check initializes it) otherwise initializes it inside the first
     checkpointed layer, which `torch.utils.checkpoint` refuses ("device state was initialized in
     the forward pass of a Checkpoint")."""
-    import transformers
-    _patch_packed_sequence_detection()
     if task == "seq-cls":
-        model, make_batch, loss, forward = _head_step(batch, seq, config, task, overrides, checkpoint, attn)
-    else:
-        cfg = _config(config, layers, attn, overrides)
-        cfg.use_cache = False
-        model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.get_default_dtype())
-        if checkpoint:
-            model.gradient_checkpointing_enable()
-        model, make_batch, loss, forward = causal_lm_step(model, model, cfg, batch, seq)
-    return cuda_init_first((model, make_batch, loss, forward))
+        _patch_packed_sequence_detection()
+        return cuda_init_first(_head_step(batch, seq, config, task, overrides, checkpoint, attn))
+    return cuda_init_first(_causal_step(batch, seq, config, layers, overrides, checkpoint, attn))

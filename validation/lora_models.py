@@ -99,6 +99,12 @@ class LoraLinear(torch.nn.Module):
 MOE_MODEL_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe")
 
 
+def moe_checkpoint_init(step, cfg, checkpoint):
+    """`cuda_init_first` for a checkpointed Mixture-of-Experts step (`cfg` the model's config),
+    the factory result as it is for any other: every other truth stays as it was."""
+    return cuda_init_first(step, bool(checkpoint) and cfg.model_type in MOE_MODEL_TYPES)
+
+
 def cuda_init_first(step, when=True):
     """A `py:` factory result whose forward initializes the CUDA runtime first (`torch.cuda.init()`,
     no allocation), when `when`: under fake CUDA a checkpointed Mixture-of-Experts layer would
@@ -155,8 +161,7 @@ def lora(batch, seq, config="fixtures/hf/configs/qwen2_small_2l.json", layers=No
         # as qlora_models.py: gradient_checkpointing_enable() with its default kwargs, after the
         # adapters are in
         model.gradient_checkpointing_enable()
-    moe_ckpt = bool(checkpoint) and cfg.model_type in MOE_MODEL_TYPES
-    return cuda_init_first(causal_lm_step(model, base, cfg, batch, seq), moe_ckpt)
+    return moe_checkpoint_init(causal_lm_step(model, base, cfg, batch, seq), cfg, checkpoint)
 
 
 def freeze(batch, seq, config="fixtures/hf/configs/qwen2_small_2l.json", layers=None, patterns="embed_tokens",
@@ -170,5 +175,4 @@ def freeze(batch, seq, config="fixtures/hf/configs/qwen2_small_2l.json", layers=
         # gradient_checkpointing_enable() with its default kwargs, after the freeze (as a
         # script calls it)
         model.gradient_checkpointing_enable()
-    moe_ckpt = bool(checkpoint) and cfg.model_type in MOE_MODEL_TYPES
-    return cuda_init_first(causal_lm_step(model, model, cfg, batch, seq), moe_ckpt)
+    return moe_checkpoint_init(causal_lm_step(model, model, cfg, batch, seq), cfg, checkpoint)

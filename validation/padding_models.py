@@ -17,7 +17,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from hf_attn_models import _config  # noqa: E402  (measure.py loads this file by path)
-from lora_models import MOE_MODEL_TYPES, cuda_init_first  # noqa: E402
+from lora_models import moe_checkpoint_init  # noqa: E402
 
 
 def causal_lm(batch, seq, checkpoint=False, config="fixtures/hf/configs/llama32_1b_2l.json", pad=1, attn="sdpa",
@@ -35,7 +35,7 @@ def causal_lm(batch, seq, checkpoint=False, config="fixtures/hf/configs/llama32_
         return model.loss_function(out, y, vocab_size=V)
 
     step = (model, *_padded(lambda: torch.randint(0, V, (batch, seq)), lambda ids: ids, batch, seq, pad, loss))
-    return cuda_init_first(step, bool(checkpoint) and cfg.model_type in MOE_MODEL_TYPES)
+    return moe_checkpoint_init(step, cfg, checkpoint)
 
 
 def _padded(make_ids, make_labels, batch, seq, pad, loss, use_cache=False):

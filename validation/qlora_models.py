@@ -53,7 +53,7 @@ import torch
 import torch.nn as nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lora_models import MOE_MODEL_TYPES, _patch_packed_sequence_detection, causal_lm_step, cuda_init_first  # noqa: E402
+from lora_models import _patch_packed_sequence_detection, causal_lm_step, moe_checkpoint_init  # noqa: E402
 
 BLOCKSIZE = 64
 NESTED_BLOCKSIZE = 256
@@ -267,8 +267,7 @@ def qlora(batch, seq, config="fixtures/hf/configs/qwen2_small_2l.json", layers=N
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(cfg)
     model = load_and_adapt(model, double_quant, amp, lora, targets, r, alpha, dropout, checkpoint)
-    moe_ckpt = bool(checkpoint) and cfg.model_type in MOE_MODEL_TYPES
-    return cuda_init_first(causal_lm_step(model, model, cfg, batch, seq), moe_ckpt)
+    return moe_checkpoint_init(causal_lm_step(model, model, cfg, batch, seq), cfg, checkpoint)
 
 
 def load_and_adapt(model, double_quant, amp, lora, targets, r, alpha, dropout, checkpoint):

@@ -642,14 +642,13 @@ def window_fields(rng, mt, cfg):
     layers = cfg.get("num_hidden_layers", 1)
     if mt in ("mistral", "phi3", "mixtral", "gemma2", "gemma3_text"):
         cfg["sliding_window"] = w
-    elif mt == "qwen2":
+    elif mt in ("qwen2", "qwen2_moe"):
+        # the layers from (Qwen2) or below (Qwen2-MoE) max_window_layers slide
         cfg.update(use_sliding_window=True, sliding_window=w, max_window_layers=rng.randint(0, layers))
         cfg.pop("layer_types", None)
     elif mt == "qwen3":
         cfg.update(use_sliding_window=True, sliding_window=w,
                    layer_types=[rng.choice(["sliding_attention", "full_attention"]) for _ in range(layers)])
-    elif mt == "qwen2_moe":
-        cfg.update(use_sliding_window=True, sliding_window=w, max_window_layers=rng.randint(0, layers))
     elif mt == "qwen3_moe":
         cfg.update(use_sliding_window=True, sliding_window=w)
 
