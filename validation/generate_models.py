@@ -135,8 +135,10 @@ def generation(model, vocab, batch, seq, new_tokens, pad=0):
     max_new_tokens=N)` on `[B, seq]` random ids below `vocab`, under `_ScriptedValues`. With `pad`,
     a left-padded batch as a tokenizer with `padding_side="left"` makes it: `(input_ids,
     attention_mask)`, the first prompt starting with `pad` padding positions, and
-    `generate(input_ids, attention_mask=..., ...)`."""
+    `generate(input_ids, attention_mask=..., ...)`. An encoder-decoder's sequences start from the
+    decoder start token alone: `[B, 1 + N]`."""
     n = int(new_tokens)
+    start = 1 if model.config.is_encoder_decoder else seq
 
     def make_batch():
         ids = torch.randint(0, vocab, (batch, seq))
@@ -150,9 +152,9 @@ def generation(model, vocab, batch, seq, new_tokens, pad=0):
         kw = {}
         if isinstance(x, tuple):
             x, kw["attention_mask"] = x
-        with _ScriptedValues(seq + n, padded=bool(kw)):
+        with _ScriptedValues(start + n, padded=bool(kw)):
             out = m.generate(x, do_sample=False, max_new_tokens=n, **kw)
-        assert out.shape == (batch, seq + n), out.shape
+        assert out.shape == (batch, start + n), out.shape
         return out
 
     return model, make_batch, None, forward

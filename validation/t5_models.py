@@ -37,8 +37,8 @@ import os
 import torch
 
 
-def t5(batch, seq, checkpoint=None, config="fixtures/hf/configs/t5_small_2l.json", target_len=None, layers=None,
-       decoder_layers=None, overrides=None, use_cache=False, attn="sdpa", pad=0, **_):
+def _build(config, layers, decoder_layers, overrides, attn, use_cache):
+    """The model `t5` and `generate` run, and its config."""
     import transformers
     here = os.path.dirname(os.path.abspath(__file__))
     path = config if os.path.isabs(config) else os.path.join(here, "..", config)
@@ -59,6 +59,25 @@ def t5(batch, seq, checkpoint=None, config="fixtures/hf/configs/t5_small_2l.json
     arch = (d.get("architectures") or ["T5ForConditionalGeneration"])[0]
     model = getattr(transformers, arch)(cfg)
     assert model.config._attn_implementation == attn, model.config._attn_implementation
+    return model, cfg
+
+
+def generate(batch, seq, new_tokens=16, config="fixtures/hf/configs/t5_small_2l.json", layers=None,
+             decoder_layers=None, overrides=None, attn="sdpa", pad=0, **_):
+    """`model.generate(input_ids, do_sample=False, max_new_tokens=N)` of the model `t5` builds, with
+    the config's `use_cache` (T5's default: true), as `generate_models.generation` runs a causal LM:
+    the encoder on the `[B, seq]` prompt, then N one-token decoder steps with the
+    `EncoderDecoderCache`. `pad`: a left-padded prompt batch (its `attention_mask` passed)."""
+    import sys
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from generate_models import generation
+    model, cfg = _build(config, layers, decoder_layers, overrides, attn, "config")
+    return generation(model, cfg.vocab_size, batch, seq, new_tokens, int(pad))
+
+
+def t5(batch, seq, checkpoint=None, config="fixtures/hf/configs/t5_small_2l.json", target_len=None, layers=None,
+       decoder_layers=None, overrides=None, use_cache=False, attn="sdpa", pad=0, **_):
+    model, cfg = _build(config, layers, decoder_layers, overrides, attn, use_cache)
     if checkpoint:
         model.gradient_checkpointing_enable()
     V, B, S = cfg.vocab_size, batch, seq

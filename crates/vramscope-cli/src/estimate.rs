@@ -127,6 +127,7 @@ pub fn generation_report(g: &GenerationInfo) -> GenerationReport {
         skeleton_stride: g.skeleton_stride,
         kv_cache_bytes: g.final_kv_bytes(),
         kv_cache_bytes_per_token: g.kv_bytes_per_position(),
+        cross_attention_kv_cache_bytes: g.cross_attention.map(|c| c.bytes),
         kv_key_dtype: g.kv_dtypes.0.name(),
         kv_value_dtype: g.kv_dtypes.1.name(),
     }

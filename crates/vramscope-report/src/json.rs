@@ -140,10 +140,17 @@ pub struct GenerationReport {
     /// Positions per simulated cache growth through those steps (1: position by position, as
     /// the real run; more when the simulation budget is short).
     pub skeleton_stride: u64,
-    /// Bytes of the KV cache when the generation ends (`prompt_len + new_tokens - 1` positions).
+    /// Bytes of the KV cache when the generation ends: a causal LM's `prompt_len + new_tokens -
+    /// 1` positions; an encoder-decoder's `new_tokens` decoder positions plus its
+    /// cross-attention keys and values over the prompt.
     pub kv_cache_bytes: u64,
     /// Bytes the KV cache grows by per token (all layers, keys and values, the whole batch).
     pub kv_cache_bytes_per_token: u64,
+    /// An encoder-decoder's cross-attention cache (every decoder layer's keys and values over the
+    /// prompt, made by the first decoder forward), included in `kv_cache_bytes`; absent for a
+    /// causal LM.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cross_attention_kv_cache_bytes: Option<u64>,
     /// Dtype of the cached keys.
     pub kv_key_dtype: &'static str,
     /// Dtype of the cached values.

@@ -232,12 +232,23 @@ pub fn render_text(r: &EstimateReport, max_layers: usize) -> String {
         } else {
             format!("keys {}, values {}", g.kv_key_dtype, g.kv_value_dtype)
         };
-        out.push_str(&format!(
-            "KV cache: {} at the end ({} positions, {} per token, {dtypes}); ",
-            human(g.kv_cache_bytes),
-            g.prompt_len + g.decode_steps,
-            human(g.kv_cache_bytes_per_token),
-        ));
+        match g.cross_attention_kv_cache_bytes {
+            // an encoder-decoder: the decoder caches its start token and each token fed back
+            Some(cross) => out.push_str(&format!(
+                "KV cache: {} at the end ({} decoder positions, {} per token, and {} of cross-attention over the {}-token prompt; {dtypes}); ",
+                human(g.kv_cache_bytes),
+                1 + g.decode_steps,
+                human(g.kv_cache_bytes_per_token),
+                human(cross),
+                g.prompt_len,
+            )),
+            None => out.push_str(&format!(
+                "KV cache: {} at the end ({} positions, {} per token, {dtypes}); ",
+                human(g.kv_cache_bytes),
+                g.prompt_len + g.decode_steps,
+                human(g.kv_cache_bytes_per_token),
+            )),
+        }
         if g.simulated_decode_steps == g.decode_steps {
             out.push_str(&format!(
                 "prefill and all {} decode steps simulated\n\n",

@@ -557,6 +557,19 @@ fn checkpointed_moe_cases_match_truth() {
     assert_phases_within(&cases("hf_moe_checkpoint.jsonl"), 0.0);
 }
 
+/// Encoder-decoder generation (`validation/make_t5_generate_fixtures.sh`; vramscope refused it
+/// before): `generate`'s encoder run, the decoder start tokens, one-token decoder forwards with
+/// the `EncoderDecoderCache` (the self-attention cache grows, the cross-attention keys and values
+/// are made once), the first step's SDPA math path (a bias whose last stride is not 1), the
+/// relative position bias by cache position. T5, FLAN-T5, mT5, UMT5; fp32, pure bf16 / fp16,
+/// AMP bf16 / fp16, eager attention, a left-padded prompt batch, t5-small at 512 tokens.
+/// Byte-exact in every phase.
+#[test]
+fn t5_generation_cases_match_truth() {
+    check_tight("hf_t5_generate.jsonl", 13);
+    assert_phases_within(&cases("hf_t5_generate.jsonl"), 0.0);
+}
+
 /// A text classifier with attention written out (`validation/onnx_models.py:attn_text`, its
 /// export `fixtures/onnx/attention_text_classifier.onnx`;
 /// `validation/make_onnx_softmax_fixtures.sh`).

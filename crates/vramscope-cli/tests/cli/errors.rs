@@ -474,12 +474,10 @@ fn bad_generation_flags() {
         &["--mode generate needs a causal LM", "encoder"],
     );
     // the encoders' eager forward is modelled, their generation is not (with either attention)
-    for model in ["bert-base-uncased", "t5-small"] {
-        run(
-            with(model, &["--attn-implementation", "eager"]),
-            &["--mode generate needs a causal LM", "encoder"],
-        );
-    }
+    run(
+        with("bert-base-uncased", &["--attn-implementation", "eager"]),
+        &["--mode generate needs a causal LM", "encoder"],
+    );
     run(
         with("gpt2", &["--seq-len", "16"]),
         &["--prompt-len", "instead of --seq-len"],
@@ -539,6 +537,89 @@ fn bad_generation_flags() {
             "100",
         ],
         &["--prompt-len 1000 + --new-tokens 100", "n_positions = 1024"],
+    );
+}
+
+/// An encoder-decoder generates with its LM head, from its decoder start token, with the cache
+/// its `use_cache` keeps, and with as many cache layers as decoder layers: what transformers
+/// refuses or fails on is refused by name.
+#[test]
+fn encoder_decoder_generation_limits() {
+    let gen = [
+        "--mode",
+        "generate",
+        "--prompt-len",
+        "16",
+        "--new-tokens",
+        "4",
+    ];
+    let run = |model: &str, extra: &[&str], needles: &[&str]| {
+        let mut a = vec!["estimate", model];
+        a.extend_from_slice(&gen);
+        a.extend_from_slice(extra);
+        fails_with(&a, needles);
+    };
+    run(
+        "t5-small",
+        &["--target-len", "8"],
+        &["--target-len", "one token at a time"],
+    );
+    run(
+        "t5-small",
+        &["--task", "feature-extraction"],
+        &["needs a model with an LM head", "seq2seq-lm"],
+    );
+    // the fixture's decoder is deeper than its encoder (IndexError in transformers' generate)
+    let root = env!("CARGO_MANIFEST_DIR").to_string() + "/../../fixtures/hf/configs/";
+    run(
+        &(root.clone() + "mt5_small_2l.json"),
+        &[],
+        &[
+            "mt5_small_2l.json",
+            "num_decoder_layers",
+            "num_layers = 2",
+            "got 3",
+        ],
+    );
+    let dir = crate::scratch("t5_generate");
+    let t5 = |name: &str, extra: &str| {
+        config_file(
+            &dir,
+            name,
+            &format!(
+                r#"{{"model_type": "t5", "d_model": 64, "d_kv": 16, "d_ff": 128, "num_heads": 4,
+                "num_layers": 2, "vocab_size": 1000 {extra}}}"#
+            ),
+        )
+    };
+    run(
+        &t5(
+            "no_cache.json",
+            r#", "decoder_start_token_id": 0, "use_cache": false"#,
+        ),
+        &[],
+        &["no_cache.json", "use_cache", "not modelled"],
+    );
+    run(
+        &t5("no_start.json", ""),
+        &[],
+        &["no_start.json", "decoder_start_token_id", "bos_token_id"],
+    );
+    let ok = t5("start.json", r#", "decoder_start_token_id": 0"#);
+    let out = crate::vramscope(&[
+        "estimate",
+        &ok,
+        "--mode",
+        "generate",
+        "--prompt-len",
+        "16",
+        "--new-tokens",
+        "4",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
 }
 

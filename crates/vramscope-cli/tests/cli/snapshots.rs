@@ -68,6 +68,26 @@ fn text_report_gpt2_generate() {
     ]));
 }
 
+/// An encoder-decoder's generation: the encoder once, the decoder's self-attention cache by
+/// decoder position and its cross-attention cache over the prompt.
+#[test]
+fn text_report_t5_generate() {
+    insta::assert_snapshot!(stdout(&[
+        "estimate",
+        "t5-small",
+        "--mode",
+        "generate",
+        "--prompt-len",
+        "512",
+        "--new-tokens",
+        "64",
+        "--batch-size",
+        "8",
+        "--precision",
+        "bf16",
+    ]));
+}
+
 #[test]
 fn error_messages() {
     let text = [

@@ -77,24 +77,42 @@ pub struct GenerationInfo {
     pub kv_elements_per_position: u64,
     /// Dtypes of the cached keys and values.
     pub kv_dtypes: (DType, DType),
+    /// An encoder-decoder's cross-attention cache (its keys and values over the prompt, made
+    /// by the first decoder forward and read by every later one); `None` for a causal LM.
+    pub cross_attention: Option<CrossAttentionCache>,
+}
+
+/// The cross-attention part of an encoder-decoder's `EncoderDecoderCache`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CrossAttentionCache {
+    /// Bytes of every decoder layer's cross-attention keys and values.
+    pub bytes: u64,
 }
 
 impl GenerationInfo {
-    /// Positions cached at the end (`prompt + new_tokens - 1`: the last token is never fed back).
+    /// Self-attention positions cached at the end: a causal LM's `prompt + new_tokens - 1` (the
+    /// last token is never fed back), an encoder-decoder's `new_tokens` (the decoder starts from
+    /// its start token).
     pub fn final_positions(&self) -> u64 {
-        self.prompt_len + self.decode_steps
+        let fed = if self.cross_attention.is_some() {
+            1
+        } else {
+            self.prompt_len
+        };
+        fed + self.decode_steps
     }
 
-    /// Bytes of the whole cache per cached position.
+    /// Bytes of the whole self-attention cache per cached position.
     pub fn kv_bytes_per_position(&self) -> u64 {
         self.kv_layers
             * self.kv_elements_per_position
             * (self.kv_dtypes.0.size() + self.kv_dtypes.1.size())
     }
 
-    /// Bytes of the cache at the end of the generation.
+    /// Bytes of the cache at the end of the generation (the cross-attention cache included).
     pub fn final_kv_bytes(&self) -> u64 {
         self.kv_bytes_per_position() * self.final_positions()
+            + self.cross_attention.map_or(0, |c| c.bytes)
     }
 }
 
@@ -130,6 +148,8 @@ struct Tokens {
     /// Number of EOS ids (a list in Llama 3 configs); 0 when unset.
     eos: u64,
     pad: bool,
+    /// `decoder_start_token_id` (an encoder-decoder's first decoder input).
+    decoder_start: bool,
 }
 
 fn tokens(cfg: &HfConfig) -> Result<Tokens, HfError> {
@@ -137,7 +157,48 @@ fn tokens(cfg: &HfConfig) -> Result<Tokens, HfError> {
         bos: cfg.token_ids("bos_token_id")? > 0,
         eos: cfg.token_ids("eos_token_id")?,
         pad: cfg.token_ids("pad_token_id")? > 0,
+        decoder_start: cfg.token_ids("decoder_start_token_id")? > 0,
     })
+}
+
+/// The device tensors `_prepare_special_tokens` makes, each present token's in the order it
+/// makes them (bos, eos, pad, then an encoder-decoder's decoder start), and its sanity checks
+/// on the eos tensor. Returns the tensors (`eos` among them).
+struct SpecialTokens {
+    tensors: Vec<TensorId>,
+    eos: Option<TensorId>,
+}
+
+fn special_tokens(b: &mut GraphBuilder, t: Tokens, encoder_decoder: bool) -> SpecialTokens {
+    let (i64, bool_) = (DType::I64, DType::Bool);
+    let mut tokens = SpecialTokens {
+        tensors: Vec::new(),
+        eos: None,
+    };
+    let decoder_start = encoder_decoder && t.decoder_start;
+    for (present, n, is_eos) in [
+        (t.bos, 0, false),
+        (t.eos > 0, t.eos, true),
+        (t.pad, 0, false),
+        (decoder_start, 0, false),
+    ] {
+        if present {
+            let shape = if n > 1 { vec![n] } else { vec![] };
+            let tensor = int_op(b, "lift_fresh", shape, i64, &[]);
+            tokens.tensors.push(tensor);
+            if is_eos {
+                tokens.eos = Some(tensor);
+            }
+        }
+    }
+    // an unset pad token becomes eos[0] (a view); the sanity checks run on the eos tensor
+    if t.eos > 0 {
+        for check in ["isin", "lt"] {
+            let m = int_op(b, check, vec![t.eos.max(1)], bool_, &[]);
+            int_op(b, "any", vec![], bool_, &[m]);
+        }
+    }
+    tokens
 }
 
 /// [`CausalLm::kv_dtypes`] of the rotary families (Llama, Gemma): under autocast the rotary
@@ -181,7 +242,7 @@ fn build_within(
     (batch, prompt, padded): (u64, u64, bool),
     gen: Generation,
     precision: vramscope_core::Precision,
-    (budget, skeleton_budget): (usize, usize),
+    budgets: (usize, usize),
 ) -> Result<(Graph, GenerationInfo), HfError> {
     if gen.new_tokens == 0 {
         return Err(HfError::BadInput(
@@ -198,21 +259,9 @@ fn build_within(
     let mut kept: Vec<TensorId> = Vec::new();
 
     // _prepare_special_tokens: torch.tensor(bos / eos / pad) on the device
-    for (present, n) in [(t.bos, 0), (t.eos > 0, t.eos), (t.pad, 0)] {
-        if present {
-            let shape = if n > 1 { vec![n] } else { vec![] };
-            kept.push(int_op(&mut b, "lift_fresh", shape, i64, &[]));
-        }
-    }
-    // an unset pad token becomes eos[0] (a view); the sanity checks run on the eos tensor
+    kept.extend(special_tokens(&mut b, t, false).tensors);
     let pad = t.pad || t.eos > 0;
     let eos_shape = vec![t.eos.max(1)];
-    if t.eos > 0 {
-        for check in ["isin", "lt"] {
-            let m = int_op(&mut b, check, eos_shape.clone(), bool_, &[]);
-            int_op(&mut b, "any", vec![], bool_, &[m]);
-        }
-    }
     // generate: the right-padding check of a batch, on the attention mask when one is passed
     // (`any(attention_mask[:, -1] == 0).item()`), else `sum(input_ids[:, -1] == pad) > 0`
     if pad && batch > 1 {
@@ -317,7 +366,7 @@ fn build_within(
 
     let mut state = Loop {
         input_ids: ids,
-        position_ids: prompt_pos,
+        position_ids: Some(prompt_pos),
         attention_mask: padding,
         len: prompt,
         next_token_logits: None,
@@ -344,7 +393,8 @@ fn build_within(
         // cached positions before this step: prompt + step - 1
         let past = prompt + step - 1;
         let ids1 = int_op(&mut b, "clone", vec![batch, 1], i64, &[state.input_ids]);
-        let pos1 = int_op(&mut b, "clone", vec![batch, 1], i64, &[state.position_ids]);
+        let positions: Vec<TensorId> = state.position_ids.into_iter().collect();
+        let pos1 = int_op(&mut b, "clone", vec![batch, 1], i64, &positions);
         // the previous step's model inputs are rebound (a padded batch's mask among them)
         b.keep_until_now(&std::mem::take(&mut state.model_inputs));
         state.model_inputs = [ids1, pos1]
@@ -380,39 +430,23 @@ fn build_within(
         );
         simulated += 1;
         // a long generation: after the first steps, decide whether to jump to its end
-        if step == HEAD_STEPS && decode_steps > HEAD_STEPS + TAIL_STEPS {
-            let per_step = (b.node_count() - nodes_before) / HEAD_STEPS as usize;
-            let total = b.node_count() + per_step * (decode_steps - step) as usize;
-            if total > budget {
-                let resume = decode_steps - TAIL_STEPS + 1;
-                // the skipped steps' cache growth alone: every cache tensor and the ids grow
-                // position by position (the allocator sees the real sequence of large blocks
-                // come and go), or `stride` positions at a time where the budget is short
-                let skipped = resume - step - 1;
-                let per_growth = 2 * model.layers() + 2;
-                let room =
-                    skeleton_budget.saturating_sub(b.node_count() + TAIL_STEPS as usize * per_step);
-                let growths = (room / per_growth) as u64;
-                if growths > 0 {
-                    let stride = skipped.div_ceil(growths).max(1);
-                    let mut s = step;
-                    while s + 1 < resume {
-                        s = (s + stride).min(resume - 1);
-                        state.jump(&mut b, &mut cache, batch, prompt + s);
-                    }
-                    skeleton_steps = skipped;
-                    skeleton_stride = stride;
-                } else {
-                    state.jump(&mut b, &mut cache, batch, prompt + resume - 1);
+        if step == HEAD_STEPS {
+            let per_growth = 2 * model.layers() + 2;
+            if let Some(skip) = Skip::plan(&b, nodes_before, decode_steps, per_growth, budgets) {
+                for &s in &skip.growths {
+                    state.jump(&mut b, &mut cache, batch, prompt + s);
                 }
-                step = resume;
+                skeleton_steps = skip.skeleton_steps;
+                skeleton_stride = skip.stride;
+                step = skip.resume;
                 continue;
             }
         }
         step += 1;
     }
     // `generate` returns `input_ids`: everything else goes with `_sample`'s and its frames
-    let mut rest = vec![state.position_ids, unfinished];
+    let mut rest: Vec<TensorId> = state.position_ids.into_iter().collect();
+    rest.push(unfinished);
     rest.extend(state.attention_mask);
     rest.extend(state.model_inputs);
     rest.extend(state.next_token_logits);
@@ -434,6 +468,188 @@ fn build_within(
         kv_layers: model.layers() as u64,
         kv_elements_per_position: batch * model.kv_width(),
         kv_dtypes: model.kv_dtypes(precision.param_dtype(), autocast),
+        cross_attention: None,
+    };
+    Ok((graph, info))
+}
+
+/// An encoder-decoder LM whose `generate` [`build_seq2seq`] records (T5): its encoder runs once
+/// on the prompt, its decoder on one token per forward with an `EncoderDecoderCache` (the
+/// self-attention cache grows per token; the cross-attention keys and values over the prompt are
+/// made by the first forward and read by the others).
+pub trait Seq2SeqLm {
+    /// Declares every parameter (in `__init__` order: allocated before the inputs).
+    fn declare(&self, b: &mut GraphBuilder);
+    /// Records `encoder(input_ids, attention_mask)`; returns its last hidden state.
+    fn encode(&self, b: &mut GraphBuilder, ids: TensorId, padding: Option<TensorId>) -> TensorId;
+    /// Records one forward on the decoder's `[B, 1]` ids with `past` positions cached; returns
+    /// the logits.
+    fn decode(
+        &self,
+        b: &mut GraphBuilder,
+        ids: TensorId,
+        encoded: (TensorId, Option<TensorId>),
+        past: u64,
+    ) -> TensorId;
+    /// Grows every self-attention cache layer to `len` positions at once (skipped steps).
+    fn grow_cache_to(&self, b: &mut GraphBuilder, len: u64);
+    /// The cache's tensors in the order dropping it frees them: the self-attention cache's,
+    /// then the cross-attention cache's.
+    fn cache_tensors_in_drop_order(&self) -> Vec<TensorId>;
+    /// Decoder layers (each has a self- and a cross-attention cache layer).
+    fn layers(&self) -> usize;
+    /// Vocabulary size.
+    fn vocab(&self) -> u64;
+    /// Elements of one layer's cached keys per position and batch row.
+    fn kv_width(&self) -> u64;
+    /// Dtypes of the cached keys and values (the projections' output dtype).
+    fn kv_dtypes(&self, param: DType, autocast: Option<DType>) -> (DType, DType) {
+        let d = autocast.unwrap_or(param);
+        (d, d)
+    }
+}
+
+/// Builds the graph of an encoder-decoder's `model.generate(input_ids [batch, prompt],
+/// max_new_tokens)`: `_prepare_special_tokens` (the decoder start token's tensor too), the
+/// encoder on the prompt (`_prepare_encoder_decoder_kwargs_for_generation`; no attention mask is
+/// inferred and there are no `position_ids`), `decoder_input_ids = ones((B, 1)) * start`, then
+/// `_sample` as for a causal LM with the decoder's one-token forwards. A padded batch passes its
+/// `attention_mask` to the encoder and to every decoder forward's cross-attention.
+#[allow(clippy::too_many_arguments)]
+pub fn build_seq2seq(
+    cfg: &HfConfig,
+    model: &dyn Seq2SeqLm,
+    (name, class): (&str, &str),
+    (batch, prompt, padded): (u64, u64, bool),
+    gen: Generation,
+    precision: vramscope_core::Precision,
+    budgets: (usize, usize),
+) -> Result<(Graph, GenerationInfo), HfError> {
+    if gen.new_tokens == 0 {
+        return Err(HfError::BadInput(
+            "--new-tokens must be at least 1".to_string(),
+        ));
+    }
+    let t = tokens(cfg)?;
+    if !t.decoder_start && !t.bos {
+        return Err(HfError::Field {
+            path: cfg.path.clone(),
+            field: "decoder_start_token_id".to_string(),
+            expected: "an integer: generate() starts the decoder from it (or from bos_token_id), and raises without both (T5 checkpoints set 0)".to_string(),
+        });
+    }
+    let (i64, bool_) = (DType::I64, DType::Bool);
+    let mut b = GraphBuilder::new(name, class);
+    model.declare(&mut b);
+    let ids = b.input(vec![batch, prompt], i64);
+    let padding = padded.then(|| b.input(vec![batch, prompt], i64));
+    let special = special_tokens(&mut b, t, true);
+    b.begin_layer_table();
+    // _prepare_encoder_decoder_kwargs_for_generation: `encoder_outputs` stay in model_kwargs
+    // until generate returns
+    let enc = model.encode(&mut b, ids, padding);
+    // _prepare_decoder_input_ids_for_generation: a local of generate until it returns
+    let ones = int_op(&mut b, "ones", vec![batch, 1], i64, &[]);
+    let start_ids = int_op(&mut b, "mul", vec![batch, 1], i64, &[ones]);
+    // _get_logits_processor: `(encoder_input_ids < 0).any()`
+    let lt = int_op(&mut b, "lt", vec![batch, prompt], bool_, &[ids]);
+    int_op(&mut b, "any", vec![], bool_, &[lt]);
+    let mut unfinished = int_op(&mut b, "ones", vec![batch], i64, &[]);
+    let vocab = model.vocab();
+    let decode_steps = gen.new_tokens - 1;
+    // the first forward, on the start token: its model inputs die with `_prefill`'s frame
+    let clone = int_op(&mut b, "clone", vec![batch, 1], i64, &[start_ids]);
+    let logits = model.decode(&mut b, clone, (enc, padding), 0);
+    b.keep_until_now(&[clone]);
+    b.end_layer_table();
+    let mut state = Loop {
+        input_ids: start_ids,
+        position_ids: None,
+        attention_mask: None,
+        len: 1,
+        next_token_logits: None,
+        next_tokens: None,
+        model_inputs: Vec::new(),
+    };
+    let has_eos = t.eos > 0;
+    let no_outputs = KeptOutputs::default();
+    state.after_forward(
+        &mut b,
+        (logits, &no_outputs),
+        batch,
+        vocab,
+        has_eos,
+        &mut unfinished,
+        t.eos,
+    );
+    let nodes_before = b.node_count();
+    let (mut step, mut simulated, mut skeleton_steps, mut skeleton_stride) = (1, 0, 0, 0);
+    while step <= decode_steps {
+        // cached decoder positions before this step: the start token and `step - 1` more
+        let ids1 = int_op(&mut b, "clone", vec![batch, 1], i64, &[state.input_ids]);
+        b.keep_until_now(&std::mem::take(&mut state.model_inputs));
+        state.model_inputs = vec![ids1];
+        let logits = model.decode(&mut b, ids1, (enc, padding), step);
+        state.after_forward(
+            &mut b,
+            (logits, &no_outputs),
+            batch,
+            vocab,
+            has_eos,
+            &mut unfinished,
+            t.eos,
+        );
+        simulated += 1;
+        if step == HEAD_STEPS {
+            let per_growth = 2 * model.layers() + 1;
+            if let Some(skip) = Skip::plan(&b, nodes_before, decode_steps, per_growth, budgets) {
+                // before decode step `s + 1` the decoder has cached its start token and `s`
+                // tokens, and `input_ids` holds one more
+                for &s in &skip.growths {
+                    model.grow_cache_to(&mut b, s + 1);
+                    state.grow(&mut b, batch, s + 2);
+                }
+                skeleton_steps = skip.skeleton_steps;
+                skeleton_stride = skip.stride;
+                step = skip.resume;
+                continue;
+            }
+        }
+        step += 1;
+    }
+    // what generate and `_sample` hold until they return (truth traces of T5): `_sample`'s
+    // locals, the special tokens but eos, the encoder outputs, the cache, generate's
+    // `input_ids` (the start tokens), the eos tensor last
+    let mut rest = vec![unfinished];
+    rest.extend(state.model_inputs);
+    rest.extend(state.next_token_logits);
+    rest.extend(state.next_tokens);
+    rest.extend(special.tensors.iter().filter(|&&t| Some(t) != special.eos));
+    rest.push(enc);
+    rest.extend(model.cache_tensors_in_drop_order());
+    rest.push(start_ids);
+    rest.extend(special.eos);
+    b.keep_until_now(&rest);
+    let graph = b
+        .finish(&[state.input_ids], Task::CausalLm { vocab })
+        .map_err(build_error(cfg))?;
+    let kv_dtypes = model.kv_dtypes(precision.param_dtype(), precision.autocast_dtype());
+    let kv_elements_per_position = batch * model.kv_width();
+    let cross_bytes = model.layers() as u64
+        * kv_elements_per_position
+        * prompt
+        * (kv_dtypes.0.size() + kv_dtypes.1.size());
+    let info = GenerationInfo {
+        prompt_len: prompt,
+        new_tokens: gen.new_tokens,
+        decode_steps,
+        simulated_decode_steps: simulated,
+        skeleton_decode_steps: skeleton_steps,
+        skeleton_stride,
+        kv_layers: model.layers() as u64,
+        kv_elements_per_position,
+        kv_dtypes,
+        cross_attention: Some(CrossAttentionCache { bytes: cross_bytes }),
     };
     Ok((graph, info))
 }
@@ -441,7 +657,8 @@ fn build_within(
 /// `_sample`'s variables across loop iterations.
 struct Loop {
     input_ids: TensorId,
-    position_ids: TensorId,
+    /// A causal LM's `position_ids` (an encoder-decoder's decoder has none).
+    position_ids: Option<TensorId>,
     /// A padded batch's `attention_mask`, grown by one position per step.
     attention_mask: Option<TensorId>,
     /// Length of `input_ids` (and `position_ids`).
@@ -469,17 +686,19 @@ impl Loop {
         let (i64, bool_) = (DType::I64, DType::Bool);
         let len = self.len + 1;
         // position_ids = cat([position_ids, arange(1).view(1, -1) + position_ids[..., -1:] + 1])
-        let ar = int_op(b, "arange", vec![1], i64, &[]);
-        let a1 = int_op(b, "add", vec![batch, 1], i64, &[ar, self.position_ids]);
-        let a2 = int_op(b, "add", vec![batch, 1], i64, &[a1]);
-        let old_positions = self.position_ids;
-        self.position_ids = int_op(b, "cat", vec![batch, len], i64, &[self.position_ids, a2]);
-        // attention_mask = cat([attention_mask, new_ones(B, 1)]): the old mask stays with the
-        // step's model inputs, the old positions with the function's local until it returns
-        if let Some(mask) = self.attention_mask {
-            let ones = int_op(b, "new_ones", vec![batch, 1], i64, &[]);
-            self.attention_mask = Some(int_op(b, "cat", vec![batch, len], i64, &[mask, ones]));
-            b.keep_until_now(&[old_positions]);
+        if let Some(positions) = self.position_ids {
+            let ar = int_op(b, "arange", vec![1], i64, &[]);
+            let a1 = int_op(b, "add", vec![batch, 1], i64, &[ar, positions]);
+            let a2 = int_op(b, "add", vec![batch, 1], i64, &[a1]);
+            self.position_ids = Some(int_op(b, "cat", vec![batch, len], i64, &[positions, a2]));
+            // attention_mask = cat([attention_mask, new_ones(B, 1)]): the old mask stays with
+            // the step's model inputs, the old positions with the function's local until it
+            // returns
+            if let Some(mask) = self.attention_mask {
+                let ones = int_op(b, "new_ones", vec![batch, 1], i64, &[]);
+                self.attention_mask = Some(int_op(b, "cat", vec![batch, len], i64, &[mask, ones]));
+                b.keep_until_now(&[positions]);
+            }
         }
         // next_token_logits = outputs.logits[:, -1].to(copy=True, dtype=float32)
         let last = view(b, "select", logits, vec![batch, vocab]);
@@ -522,7 +741,8 @@ impl Loop {
             done = int_op(b, "bitwise_or", b1.clone(), bool_, &[done, any]);
         }
         let not = int_op(b, "bitwise_not", b1.clone(), bool_, &[done]);
-        *unfinished = int_op(b, "bitwise_and", b1, i64, &[*unfinished, not]);
+        // `unfinished & ~done`: the `~done` temporary goes before the old `unfinished`
+        *unfinished = int_op(b, "bitwise_and", b1, i64, &[not, *unfinished]);
         // StopCheck: unfinished.max() == 0
         let mx = int_op(b, "max", vec![], i64, &[*unfinished]);
         int_op(b, "eq", vec![], bool_, &[mx]);
@@ -538,13 +758,86 @@ impl Loop {
     /// `past + 1`: each layer's keys and values, then `position_ids` and `input_ids`.
     fn jump(&mut self, b: &mut GraphBuilder, cache: &mut KvCache, batch: u64, past: u64) {
         cache.grow_to(b, past);
-        let len = past + 1;
-        self.position_ids = int_op(b, "cat", vec![batch, len], DType::I64, &[self.position_ids]);
+        self.grow(b, batch, past + 1);
+    }
+
+    /// Grows `position_ids` (a causal LM's), a padded batch's mask and `input_ids` to `len`
+    /// positions at once.
+    fn grow(&mut self, b: &mut GraphBuilder, batch: u64, len: u64) {
+        if let Some(positions) = self.position_ids {
+            self.position_ids = Some(int_op(b, "cat", vec![batch, len], DType::I64, &[positions]));
+        }
         if let Some(mask) = self.attention_mask {
             self.attention_mask = Some(int_op(b, "cat", vec![batch, len], DType::I64, &[mask]));
         }
         self.input_ids = int_op(b, "cat", vec![batch, len], DType::I64, &[self.input_ids]);
         self.len = len;
+    }
+}
+
+/// How a long generation skips decode steps (see the module docs): decided after the first
+/// [`HEAD_STEPS`] steps from the nodes they took, when the whole graph would exceed the step
+/// budget.
+struct Skip {
+    /// The decode step recorded op by op next (the last [`TAIL_STEPS`] are).
+    resume: u64,
+    /// The steps whose cache growth is recorded, each as the cache length before the step
+    /// after it (position by position, `stride` apart, or one jump to `resume - 1`).
+    growths: Vec<u64>,
+    /// Steps between the head and the tail (0 for one jump).
+    skeleton_steps: u64,
+    /// Positions per growth (0 for one jump).
+    stride: u64,
+}
+
+impl Skip {
+    /// The plan after step [`HEAD_STEPS`] of `decode_steps`, the head's steps having taken the
+    /// nodes since `nodes_before`; `per_growth`: nodes one growth of every cache tensor and the
+    /// ids takes. `None`: every step fits the budget (or there are too few to skip).
+    fn plan(
+        b: &GraphBuilder,
+        nodes_before: usize,
+        decode_steps: u64,
+        per_growth: usize,
+        (budget, skeleton_budget): (usize, usize),
+    ) -> Option<Skip> {
+        let step = HEAD_STEPS;
+        if decode_steps <= HEAD_STEPS + TAIL_STEPS {
+            return None;
+        }
+        let per_step = (b.node_count() - nodes_before) / HEAD_STEPS as usize;
+        let total = b.node_count() + per_step * (decode_steps - step) as usize;
+        if total <= budget {
+            return None;
+        }
+        let resume = decode_steps - TAIL_STEPS + 1;
+        // the skipped steps' cache growth alone: every cache tensor and the ids grow position
+        // by position (the allocator sees the real sequence of large blocks come and go), or
+        // `stride` positions at a time where the budget is short
+        let skipped = resume - step - 1;
+        let room = skeleton_budget.saturating_sub(b.node_count() + TAIL_STEPS as usize * per_step);
+        let growths = (room / per_growth) as u64;
+        if growths == 0 {
+            return Some(Skip {
+                resume,
+                growths: vec![resume - 1],
+                skeleton_steps: 0,
+                stride: 0,
+            });
+        }
+        let stride = skipped.div_ceil(growths).max(1);
+        let mut points = Vec::new();
+        let mut s = step;
+        while s + 1 < resume {
+            s = (s + stride).min(resume - 1);
+            points.push(s);
+        }
+        Some(Skip {
+            resume,
+            growths: points,
+            skeleton_steps: skipped,
+            stride,
+        })
     }
 }
 
@@ -676,6 +969,106 @@ mod tests {
                 rel <= reserved_slack,
                 "hidden {hidden}: reserved off by {rel}"
             );
+        }
+    }
+
+    fn t5_cfg(d_model: u64) -> HfConfig {
+        let text = format!(
+            r#"{{"model_type": "t5", "d_model": {d_model}, "d_kv": 64, "d_ff": {}, "num_heads": {},
+            "num_layers": 2, "vocab_size": 1000, "decoder_start_token_id": 0}}"#,
+            d_model * 4,
+            d_model / 64
+        );
+        HfConfig::parse("t5.json", &text).expect("parses")
+    }
+
+    fn run_t5(
+        cfg: &HfConfig,
+        batch: u64,
+        prompt: u64,
+        new_tokens: u64,
+        budgets: (usize, usize),
+    ) -> (Simulation, GenerationInfo) {
+        let precision = Precision::Bf16;
+        let gen = Generation { new_tokens };
+        let input = HfInput {
+            batch,
+            seq: prompt,
+            task: None,
+            precision,
+            generate: Some(gen),
+            attn: Default::default(),
+            target_seq: None,
+            gradient_checkpointing: false,
+            padded: false,
+            four_bit: false,
+        };
+        let m = crate::hf::t5::Generator::new(cfg, "t5", &input).expect("model");
+        let (g, info) = build_seq2seq(
+            cfg,
+            &m,
+            ("t5", "T5ForConditionalGeneration"),
+            (batch, prompt, false),
+            gen,
+            precision,
+            budgets,
+        )
+        .expect("builds");
+        let step = StepConfig {
+            mode: Mode::Generate,
+            precision,
+            ..StepConfig::default()
+        };
+        (simulate(&g, &step).expect("simulates"), info)
+    }
+
+    /// An encoder-decoder's cache: the decoder caches its start token and every token fed back
+    /// (`new_tokens` positions), plus each layer's cross-attention keys and values over the
+    /// prompt, which are there from the first decoder forward on.
+    #[test]
+    fn encoder_decoder_cache_covers_the_decoder_positions_and_the_prompt() {
+        let (sim, info) = run_t5(&t5_cfg(128), 2, 48, 10, (STEP_BUDGET, SKELETON_BUDGET));
+        assert_eq!(info.final_positions(), 10);
+        assert_eq!(info.simulated_decode_steps, 9);
+        // 2 layers x (keys + values) x batch 2 x 128 x bf16, per decoder position
+        assert_eq!(info.kv_bytes_per_position(), 2 * 2 * 2 * 128 * 2);
+        let cross = info.cross_attention.expect("cross-attention").bytes;
+        assert_eq!(cross, 2 * 2 * 2 * 128 * 48 * 2);
+        assert_eq!(
+            info.final_kv_bytes(),
+            info.kv_bytes_per_position() * 10 + cross
+        );
+        let at_peak = sim.breakdown_at_peak.get(Category::KvCache);
+        assert!(at_peak <= info.final_kv_bytes() + 4096, "{at_peak}");
+    }
+
+    /// Skipping an encoder-decoder's decode steps keeps the step-by-step run's peak and every
+    /// phase's end state, as for a causal LM (the self-attention cache grows through the skipped
+    /// steps; the cross-attention cache does not change).
+    #[test]
+    fn encoder_decoder_skipping_keeps_the_peak() {
+        for (d_model, batch, prompt, new_tokens, slack) in
+            [(128, 2, 40, 30, 0u64), (1024, 16, 300, 60, 4 << 20)]
+        {
+            let cfg = t5_cfg(d_model);
+            let (full, fi) = run_t5(&cfg, batch, prompt, new_tokens, (usize::MAX, 0));
+            let (skel, si) = run_t5(&cfg, batch, prompt, new_tokens, (1, usize::MAX));
+            let (jump, ji) = run_t5(&cfg, batch, prompt, new_tokens, (1, 1));
+            assert_eq!(fi.simulated_decode_steps, new_tokens - 1);
+            assert_eq!(si.simulated_decode_steps, HEAD_STEPS + TAIL_STEPS);
+            assert_eq!(si.skeleton_stride, 1);
+            assert_eq!(ji.skeleton_decode_steps, 0);
+            for s in [&skel, &jump] {
+                assert!(
+                    full.peak_allocated.abs_diff(s.peak_allocated) <= slack,
+                    "d_model {d_model}: peak {} step by step, {} skipping",
+                    full.peak_allocated,
+                    s.peak_allocated
+                );
+                for (a, b) in full.phases.iter().zip(&s.phases) {
+                    assert_eq!(a.allocated_after, b.allocated_after, "{}", a.name);
+                }
+            }
         }
     }
 

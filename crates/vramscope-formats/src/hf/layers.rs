@@ -1673,6 +1673,11 @@ impl KvCache {
         }
     }
 
+    /// Layer `i`'s cached keys and values, once it has some.
+    pub fn layer(&self, i: usize) -> Option<(TensorId, TensorId)> {
+        self.layers.get(i).copied().flatten()
+    }
+
     /// The cache's tensors: layer by layer, keys before values, then the window sizes.
     pub fn tensors(&self) -> Vec<TensorId> {
         self.layers

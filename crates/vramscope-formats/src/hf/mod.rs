@@ -585,9 +585,36 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
             Family::Gpt2 => Box::new(gpt2::Model::new(cfg, input)?),
             Family::Opt => Box::new(opt::Model::new(cfg, input)?),
             Family::Llama => Box::new(llama::Model::new(cfg, &model_type, input, dtype)?),
-            Family::Bert(_) | Family::DistilBert | Family::T5 => {
+            Family::T5 if task == HfTask::Seq2SeqLm => {
+                let model = t5::Generator::new(cfg, &model_type, input)?;
+                let (graph, info) = generate::build_seq2seq(
+                    cfg,
+                    &model,
+                    (&model_type, &model.class()),
+                    (input.batch, input.seq, input.padded),
+                    gen,
+                    input.precision,
+                    (generate::STEP_BUDGET, generate::SKELETON_BUDGET),
+                )?;
+                return Ok(HfModel {
+                    graph,
+                    task,
+                    checkpoint_layers: Vec::new(),
+                    generation: Some(info),
+                    pre_quantized,
+                    follows_use_cache: false,
+                });
+            }
+            Family::T5 => {
                 return Err(HfError::BadInput(format!(
-                    "{}: --mode generate needs a causal LM; {model_type} is an encoder or an encoder-decoder (its generate() is not modelled)",
+                    "{}: --mode generate needs a model with an LM head; the task is {} ({model_type}'s encoder-decoder generates with {{X}}ForConditionalGeneration, --task seq2seq-lm)",
+                    cfg.path,
+                    task.name()
+                )))
+            }
+            Family::Bert(_) | Family::DistilBert => {
+                return Err(HfError::BadInput(format!(
+                    "{}: --mode generate needs a causal LM or an encoder-decoder; {model_type} is an encoder (it has no generate())",
                     cfg.path
                 )))
             }

@@ -40,10 +40,11 @@ use vramscope_core::ops::{
 use vramscope_core::{DType, Graph, GraphBuilder, Precision, TensorId};
 
 use super::activation::{HfActivation, SUPPORTED};
+use super::generate::Seq2SeqLm;
 use super::layers::{
     add, attention_mask_checked, cast, dropout, eager_attention, eager_heads, embedding,
-    embedding_lookup, linear, mul, mul_scalar, padded_attention_mask, padding_input, rms_rsqrt,
-    tied_head, to_dtype, view, Eager, EagerFlavor, MaskPattern, PaddedPattern,
+    embedding_lookup, int_op, linear, mul, mul_scalar, padded_attention_mask, padding_input,
+    rms_rsqrt, tied_head, to_dtype, view, Eager, EagerFlavor, KvCache, MaskPattern, PaddedPattern,
 };
 use super::{build_error, AttnImplementation, HfConfig, HfError, HfInput};
 
@@ -127,6 +128,21 @@ struct Spec {
     cache: RefCell<Vec<TensorId>>,
     /// `attn_implementation="eager"`: the attention `eager_attention_forward` runs (`None`: SDPA).
     eager: Option<Eager>,
+    /// `generate`'s decoder state between forwards ([`Generator`]); `None` otherwise.
+    decode: RefCell<Option<Decode>>,
+}
+
+/// The decoder's `EncoderDecoderCache` and position in a `generate` ([`Generator`]).
+struct Decode {
+    /// Self-attention positions cached before this forward.
+    past: u64,
+    /// The decoder layer being recorded.
+    layer: usize,
+    /// `self_attention_cache`: one `DynamicLayer` per decoder layer, one position per forward.
+    self_cache: KvCache,
+    /// `cross_attention_cache`: each layer's keys and values over the encoder's positions, made
+    /// by the first forward (`is_updated`) and reused by the others.
+    cross_cache: KvCache,
 }
 
 impl Spec {
@@ -266,6 +282,7 @@ fn spec(
             dtype: input.precision.param_dtype(),
             autocast: input.precision.autocast_dtype(),
         }),
+        decode: RefCell::new(None),
     })
 }
 
@@ -481,6 +498,140 @@ pub fn build_encoder(
     Ok((graph, layers))
 }
 
+/// `{X}ForConditionalGeneration` as `generate` runs it ([`super::generate::build_seq2seq`]):
+/// the encoder once, then the decoder on one token per forward with its
+/// `EncoderDecoderCache`, `lm_head` on that token.
+pub(crate) struct Generator {
+    s: Spec,
+    /// `shared.weight`, once declared.
+    shared: std::cell::Cell<Option<TensorId>>,
+}
+
+impl Generator {
+    /// The model of a `model.generate(input_ids, max_new_tokens=...)` (`--mode generate`).
+    pub(crate) fn new(
+        cfg: &HfConfig,
+        model_type: &str,
+        input: &HfInput,
+    ) -> Result<Generator, HfError> {
+        let s = spec(cfg, Variant::of(model_type), input, false)?;
+        if input.target_seq.is_some() {
+            return Err(HfError::BadInput(format!(
+                "{}: --target-len is a training or forward length; generate's decoder runs on one token at a time (--new-tokens)",
+                cfg.path
+            )));
+        }
+        // DynamicCache(config=...) of the top-level config has `num_layers` layers, which the
+        // decoder's deeper layers index past (IndexError in transformers 5.23)
+        if s.dec_layers > s.enc_layers {
+            return Err(field_err(
+                cfg,
+                "num_decoder_layers",
+                format!(
+                    "at most num_layers = {}: transformers 5.23's generate() builds the decoder's cache with num_layers layers and fails past them (got {})",
+                    s.enc_layers, s.dec_layers
+                ),
+            ));
+        }
+        if !cfg.bool_or("use_cache", true)? {
+            return Err(field_err(
+                cfg,
+                "use_cache",
+                "true for --mode generate: without the cache every step reruns the whole decoder sequence, which is not modelled",
+            ));
+        }
+        let layers = s.dec_layers as usize;
+        *s.decode.borrow_mut() = Some(Decode {
+            past: 0,
+            layer: 0,
+            self_cache: KvCache::with_windows(vec![None; layers]),
+            cross_cache: KvCache::with_windows(vec![None; layers]),
+        });
+        Ok(Generator {
+            s,
+            shared: std::cell::Cell::new(None),
+        })
+    }
+
+    /// The class name (`T5ForConditionalGeneration`, ...).
+    pub(crate) fn class(&self) -> String {
+        self.s.class("ForConditionalGeneration")
+    }
+
+    fn shared(&self, b: &mut GraphBuilder) -> TensorId {
+        match self.shared.get() {
+            Some(w) => w,
+            None => {
+                let w = declare_model(b, &self.s, Some(true));
+                self.shared.set(Some(w));
+                w
+            }
+        }
+    }
+}
+
+impl Seq2SeqLm for Generator {
+    fn declare(&self, b: &mut GraphBuilder) {
+        self.shared(b);
+    }
+
+    fn encode(&self, b: &mut GraphBuilder, ids: TensorId, padding: Option<TensorId>) -> TensorId {
+        let shared = self.shared(b);
+        encoder_stack(b, &self.s, shared, ids, padding)
+    }
+
+    fn decode(
+        &self,
+        b: &mut GraphBuilder,
+        ids: TensorId,
+        (enc, padding): (TensorId, Option<TensorId>),
+        past: u64,
+    ) -> TensorId {
+        if let Some(d) = self.s.decode.borrow_mut().as_mut() {
+            d.past = past;
+        }
+        let shared = self.shared(b);
+        let s = &self.s;
+        b.frame(|b| {
+            let dec = decoder_stack(b, s, shared, ids, (enc, padding));
+            let seq_out = if s.scale_decoder_outputs {
+                mul_scalar(b, dec)
+            } else {
+                dec
+            };
+            // decoder_outputs and sequence_output are locals until forward returns
+            b.hold(&[dec, seq_out]);
+            tied_head(b, "lm_head", shared, seq_out)
+        })
+    }
+
+    fn grow_cache_to(&self, b: &mut GraphBuilder, len: u64) {
+        if let Some(d) = self.s.decode.borrow_mut().as_mut() {
+            d.self_cache.grow_to(b, len);
+        }
+    }
+
+    fn cache_tensors_in_drop_order(&self) -> Vec<TensorId> {
+        self.s.decode.borrow().as_ref().map_or_else(Vec::new, |d| {
+            let mut t = d.self_cache.tensors_in_drop_order();
+            t.extend(d.cross_cache.tensors_in_drop_order());
+            t
+        })
+    }
+
+    fn layers(&self) -> usize {
+        self.s.dec_layers as usize
+    }
+
+    fn vocab(&self) -> u64 {
+        self.s.vocab
+    }
+
+    fn kv_width(&self) -> u64 {
+        self.s.inner()
+    }
+}
+
 /// Registers every module and parameter in `__init__` order (the order they are allocated in),
 /// with the per-stack `embed_tokens` and `lm_head` weights that tying drops (`decoder`: with the
 /// decoder stack, and with `lm_head` when `Some(true)`, the whole `ForConditionalGeneration`;
@@ -604,8 +755,6 @@ fn stack(
     let emb = b.module("embed_tokens", "Embedding", &[ids], |b| {
         embedding_lookup(b, shared, ids)
     });
-    // inputs_embeds is a local until the stack returns
-    b.hold(&[emb]);
     // the stack's masks, locals until it returns: with eager attention the decoder's additive
     // causal mask (`create_causal_mask`, in the dtype of inputs_embeds); for a padded batch
     // `create_bidirectional_mask` on its mask, the encoder's self-attention mask `[B, 1, S, S]`
@@ -615,7 +764,9 @@ fn stack(
     let eager = s.eager.map(|_| s.hidden_dtype());
     let causal = match (eager, decoder) {
         (Some(_), true) => {
-            attention_mask_checked(b, bsz, len, MaskPattern::Causal, eager, None, false)
+            // generate: the mask covers the cached positions too
+            let cache_len = s.decode.borrow().as_ref().map(|d| d.past + len);
+            attention_mask_checked(b, bsz, len, MaskPattern::Causal, eager, cache_len, false)
         }
         _ => None,
     };
@@ -623,12 +774,20 @@ fn stack(
         let src = b.shape(p)[1];
         padded_attention_mask(b, bsz, (len, src, src), PaddedPattern::Encoder, p, eager)
     });
-    b.hold(&causal.iter().chain(&padded).copied().collect::<Vec<_>>());
     let (self_mask, cross_mask) = if decoder {
         (causal, padded)
     } else {
         (padded, None)
     };
+    // the masks and inputs_embeds are locals until the stack returns, cleared in the order of
+    // forward's signature then its body: `attention_mask` (rebound to the self-attention
+    // mask), `inputs_embeds`, then `encoder_extended_attention_mask`
+    let locals: Vec<TensorId> = self_mask
+        .into_iter()
+        .chain([emb])
+        .chain(cross_mask)
+        .collect();
+    b.hold(&locals);
     let mut h = dropout(b, "dropout", s.dropout, emb);
     let mut self_bias: Option<TensorId> = None;
     let mut cross_bias: Option<TensorId> = None;
@@ -636,6 +795,9 @@ fn stack(
         for i in 0..layers {
             // the checkpointed call's arguments: hidden_states, attention_mask, position_bias,
             // encoder_hidden_states, encoder_attention_mask, encoder_decoder_position_bias
+            if let Some(d) = s.decode.borrow_mut().as_mut() {
+                d.layer = i as usize;
+            }
             let mut args = vec![h];
             args.extend(self_mask);
             args.extend(self_bias);
@@ -700,9 +862,12 @@ fn block(
         // eager attention's weights: `hidden_states, ..., _ = self.layer[0](...)` keeps them
         // until `_` is rebound by the cross-attention's, or the block returns
         let weights: Vec<TensorId> = weights.into_iter().collect();
-        let h = clamp_fp16(b, s, h);
+        // the block's `clamp_value` local (pure float16)
+        let mut clamp_value = None;
+        let h = clamp_fp16(b, s, h, &mut clamp_value);
         let (h, cb, ff) = match enc {
             Some(e) if decoder => {
+                let self_out = h;
                 let mut args = vec![h, e];
                 args.extend(cross_bias);
                 let (h, cb, cross_weights) =
@@ -717,29 +882,48 @@ fn block(
                             (false, cross_mask),
                         )
                     });
+                // `hidden_states, cross_attn_position_bias, _ = self.layer[1](...)` rebinds
+                // hidden_states (the self-attention layer's output goes), then `_`
+                b.keep_until_now(&[self_out]);
                 b.keep_until_now(&weights);
                 b.hold(&cross_weights.into_iter().collect::<Vec<_>>());
-                (clamp_fp16(b, s, h), Some(cb), "2")
+                (clamp_fp16(b, s, h, &mut clamp_value), Some(cb), "2")
             }
             _ => {
                 b.hold(&weights);
                 (h, None, "1")
             }
         };
+        let h_in = h;
         let h = b.module(ff, &s.class("LayerFF"), &[h], |b| feed_forward(b, s, h));
-        (clamp_fp16(b, s, h), sb, cb)
+        // `hidden_states = self.layer[-1](hidden_states)`: its input goes once it returns,
+        // before the block's locals
+        b.keep_until_now(&[h_in]);
+        let h = clamp_fp16(b, s, h, &mut clamp_value);
+        b.hold(&clamp_value.into_iter().collect::<Vec<_>>());
+        (h, sb, cb)
     })
 }
 
-/// `hidden_states = clamp(hidden_states, ±(finfo.max - 1000 if any inf else finfo.max))`, which
-/// T5Block runs when the hidden states are float16 (a pure fp16 model): `isinf`, `any`, the
-/// bound, `clamp`.
-fn clamp_fp16(b: &mut GraphBuilder, s: &Spec, h: TensorId) -> TensorId {
+/// `hidden_states = clamp(hidden_states, ±clamp_value)` with `clamp_value = torch.where(
+/// isinf(hidden_states).any(), finfo.max - 1000, finfo.max)`, which T5Block runs when the hidden
+/// states are float16 (a pure fp16 model): `isinf`, `any`, the two Python floats as float32
+/// scalar tensors, the float32 bound, `-bound`, `clamp` (truth traces). `clamp_value` is the
+/// block's local: the previous bound goes when the new one is bound, the last when the block
+/// returns; `-clamp_value` goes after the call, then the old hidden states as the name is
+/// rebound.
+fn clamp_fp16(
+    b: &mut GraphBuilder,
+    s: &Spec,
+    h: TensorId,
+    clamp_value: &mut Option<TensorId>,
+) -> TensorId {
     if s.hidden_dtype() != DType::F16 {
         return h;
     }
     let shape = b.shape(h).to_vec();
     let bool_ = DTypeRule::Fixed(DType::Bool);
+    let f32 = DTypeRule::Fixed(DType::F32);
     let isinf = b.op(
         Aten::new("isinf", shape.clone())
             .dtype(bool_)
@@ -750,25 +934,32 @@ fn clamp_fp16(b: &mut GraphBuilder, s: &Spec, h: TensorId) -> TensorId {
         Aten::new("any", vec![]).dtype(bool_).not_differentiable(),
         &[isinf],
     );
+    let scalar = || {
+        Aten::new("scalar_tensor", vec![])
+            .dtype(f32)
+            .not_differentiable()
+    };
+    let below_max = b.op(scalar(), &[]);
+    let max = b.op(scalar(), &[]);
+    // the scalars go last made first, then the condition
     let bound = b.op(
-        Aten::new("where", vec![])
-            .dtype(DTypeRule::Like(1))
-            .not_differentiable(),
-        &[any, h],
+        Aten::new("where", vec![]).dtype(f32).not_differentiable(),
+        &[max, below_max, any],
     );
-    // ClampBackward1 keeps the input and both bounds (-bound is its own tensor)
+    if let Some(previous) = clamp_value.replace(bound) {
+        b.keep_until_now(&[previous]);
+    }
     let neg = b.op(
-        Aten::new("neg", vec![])
-            .dtype(DTypeRule::Like(0))
-            .not_differentiable(),
+        Aten::new("neg", vec![]).dtype(f32).not_differentiable(),
         &[bound],
     );
+    // ClampBackward1 keeps the input and both bounds (-bound is its own tensor)
     b.op(
         Aten::new("clamp", shape)
-            .dtype(DTypeRule::Like(0))
-            .saves(vec![Saved::Input(0), Saved::Input(1), Saved::Input(2)])
-            .grads(vec![GradIn::New, GradIn::None, GradIn::None]),
-        &[h, neg, bound],
+            .dtype(DTypeRule::Like(1))
+            .saves(vec![Saved::Input(1), Saved::Input(0), Saved::Input(2)])
+            .grads(vec![GradIn::None, GradIn::New, GradIn::None]),
+        &[neg, h, bound],
     )
 }
 
@@ -793,11 +984,20 @@ fn attention_layer(
         attention(b, s, normed, kv, bias, mask)
     });
     // normed_hidden_states and attention_output (and attn_weights) are locals until the layer
-    // returns
-    b.hold(&[normed, a]);
+    // returns, but T5LayerSelfAttention's `attention_output = hidden_states +
+    // self.dropout(attention_output)` rebinds attention_output: the attention's output goes
+    // right after the sum, before the frame's locals (T5LayerCrossAttention names the sum
+    // `layer_output`; UMT5's layers keep the attention's output tuple)
+    let rebound = kv.is_none() && s.variant != Variant::Umt5;
+    let locals = [normed, a];
+    b.hold(if rebound { &locals[..1] } else { &locals });
     b.hold(&weights.into_iter().collect::<Vec<_>>());
     let d = dropout(b, "dropout", s.dropout, a);
-    (add(b, h, d), pb, weights)
+    let out = add(b, h, d);
+    if rebound {
+        b.keep_until_now(&[a]);
+    }
+    (out, pb, weights)
 }
 
 /// `T5Attention.forward`: q/k/v projections, the cache update (decoder, `use_cache`), the
@@ -827,16 +1027,34 @@ fn attention(
     };
     let q = linear(b, "q", s.d_model, inner, false, x);
     let q4 = heads(b, q, len, false);
-    let k = linear(b, "k", s.d_model, inner, false, src);
-    let k4 = heads(b, k, kv_len, true);
-    let v = linear(b, "v", s.d_model, inner, false, src);
-    let v4 = heads(b, v, kv_len, false);
-    let cached = s.use_cache && (causal || kv.is_some());
-    let (k4, v4) = if cached {
-        cache_update(b, s, k4, v4)
-    } else {
-        (k4, v4)
+    // generate: after the first forward the cross-attention reads its cached keys and values
+    let decoding = s.decode.borrow().is_some() && (causal || kv.is_some());
+    let reused = match (s.decode.borrow().as_ref(), kv) {
+        (Some(d), Some(_)) => d.cross_cache.layer(d.layer),
+        _ => None,
     };
+    let (k4, v4) = match reused {
+        Some(cached) => cached,
+        None => {
+            let k = linear(b, "k", s.d_model, inner, false, src);
+            let k4 = heads(b, k, kv_len, true);
+            let v = linear(b, "v", s.d_model, inner, false, src);
+            let v4 = heads(b, v, kv_len, false);
+            match s.decode.borrow_mut().as_mut() {
+                // `past_key_values.update(...)`: the self-attention cache grows by this token,
+                // the cross-attention cache is filled once
+                Some(d) if decoding && kv.is_some() => d.cross_cache.update(b, d.layer, k4, v4),
+                Some(d) if decoding => d.self_cache.update(b, d.layer, k4, v4),
+                // the encoder's
+                Some(_) => (k4, v4),
+                None if s.use_cache && (causal || kv.is_some()) => cache_update(b, s, k4, v4),
+                None => (k4, v4),
+            }
+        }
+    };
+    let cached = decoding || (s.use_cache && (causal || kv.is_some()));
+    // the keys' length: the cached positions and this forward's
+    let kv_len = b.shape(k4)[2];
     // query_states, key_states, value_states are locals until forward returns
     b.hold(&[q4, k4, v4]);
     let pb = match bias {
@@ -866,7 +1084,15 @@ fn attention(
         let (o, w) = b.frame(|b| eager_attention(b, eager, q4, k4, v4, &masks, s.dropout, cached));
         return (linear(b, "o", inner, s.d_model, false, o), pb, Some(w));
     }
-    let o = b.frame(|b| sdpa_with_bias(b, s, [q4, k4, v4], pb, (causal, mask), kv.is_none()));
+    let o = b.frame(|b| match (decoding, kv) {
+        // one cached position: the bias `[1, H, 1, 1]` is a permuted view whose last stride is
+        // not 1, which SDPA's fused kernels refuse (`check_last_dim_stride_equals_1`), and
+        // `.contiguous()` leaves it as it is: the math path
+        (true, None) if kv_len == 1 => math_attention(b, s, [q4, k4, v4], pb),
+        // a decode step's query attends to every cached position: no causal mask
+        (true, _) => sdpa_with_bias(b, s, [q4, k4, v4], pb, (false, mask), kv.is_none()),
+        (false, _) => sdpa_with_bias(b, s, [q4, k4, v4], pb, (causal, mask), kv.is_none()),
+    });
     // transpose(1, 2).contiguous() is free (the kernels lay the output out as [B, L, H, D])
     let o = view(b, "transpose", o, vec![bsz, len, hn, dk]);
     let o = view(b, "reshape", o, vec![bsz, len, inner]);
@@ -935,10 +1161,8 @@ fn compute_bias(b: &mut GraphBuilder, s: &Spec, len: u64, kv_len: u64, causal: b
         for name in ["div", "log", "div", "mul"] {
             f = b.op(index_op(name, sq.clone(), F32), &[f]);
         }
-        if s.variant == Variant::Umt5 {
-            // UMT5 names it: `log_ratio` is a local until the function returns
-            b.hold(&[f]);
-        }
+        // UMT5 names it: `log_ratio` is a local until the function returns
+        let log_ratio = (s.variant == Variant::Umt5).then_some(f);
         let large = b.op(index_op("_to_copy", sq.clone(), I64), &[f]);
         let large = b.op(index_op("add", sq.clone(), I64), &[large]);
         let full = b.op(index_op("full_like", sq.clone(), I64), &[large]);
@@ -947,8 +1171,14 @@ fn compute_bias(b: &mut GraphBuilder, s: &Spec, len: u64, kv_len: u64, causal: b
             index_op("where", sq.clone(), I64),
             &[small, position, large],
         );
-        // relative_position, is_small, relative_position_if_large are locals until it returns
-        b.hold(&[position, small, large]);
+        // relative_position, is_small, (log_ratio,) relative_position_if_large are locals until
+        // it returns, cleared in that order
+        let locals: Vec<TensorId> = [position, small]
+            .into_iter()
+            .chain(log_ratio)
+            .chain([large])
+            .collect();
+        b.hold(&locals);
         match start {
             // relative_buckets += where(...): in place
             Some(start) => {
@@ -1076,6 +1306,74 @@ fn sdpa_with_bias(
         },
         &[qkv[0], qkv[1], qkv[2], m],
     )
+}
+
+/// `_scaled_dot_product_attention_math` on `[B, H, L, D]` q, k, v with the bias as its float
+/// mask, in inference (truth traces of T5's first decode step): autocast casts the mask to
+/// the lower precision; half q, k, v are copied to float32 (`query_acc`, ...); `q * sqrt(scale)`
+/// and `k^T * sqrt(scale)`; `bmm`; `+ mask` (out of place under FakeTensor, as in the truth
+/// traces; in place on a real GPU: `[B, H, L, S]` float32 less); `_safe_softmax`; then
+/// `make_tuple(matmul(attn, value_acc).to(origin), attn.to(origin))`, its arguments evaluated
+/// right to left. The locals go when it returns, last declared first, and the returned
+/// weights when the caller drops them.
+fn math_attention(
+    b: &mut GraphBuilder,
+    s: &Spec,
+    [q, k, v]: [TensorId; 3],
+    mask: TensorId,
+) -> TensorId {
+    let (f32, param) = (DType::F32, s.precision.param_dtype());
+    let origin = s.precision.autocast_dtype().unwrap_or(param);
+    let qs = b.shape(q).to_vec();
+    let (bsz, hn, len, dk) = (qs[0], qs[1], qs[2], qs[3]);
+    let kv_len = b.shape(k)[2];
+    let mut locals = Vec::new();
+    let mask = match s.precision.autocast_dtype() {
+        Some(low) if low != param => {
+            let cast = to_dtype(b, mask, low);
+            locals.push(cast);
+            cast
+        }
+        _ => mask,
+    };
+    let half = origin != f32;
+    let [q, k, v] = [q, k, v].map(|t| if half { to_dtype(b, t, f32) } else { t });
+    let scaled_q = int_op(b, "mul", vec![bsz, hn, len, dk], f32, &[q]);
+    let scaled_k = int_op(b, "mul", vec![bsz, hn, dk, kv_len], f32, &[k]);
+    let scores = int_op(
+        b,
+        "bmm",
+        vec![bsz * hn, len, kv_len],
+        f32,
+        &[scaled_q, scaled_k],
+    );
+    let scores = int_op(b, "add", vec![bsz, hn, len, kv_len], f32, &[scores, mask]);
+    let probs = int_op(
+        b,
+        "_safe_softmax",
+        vec![bsz, hn, len, kv_len],
+        f32,
+        &[scores],
+    );
+    let weights = if half {
+        int_op(b, "_to_copy", vec![bsz, hn, len, kv_len], origin, &[probs])
+    } else {
+        probs
+    };
+    let out = int_op(b, "bmm", vec![bsz * hn, len, dk], f32, &[probs, v]);
+    let out = if half {
+        int_op(b, "_to_copy", vec![bsz, hn, len, dk], origin, &[out])
+    } else {
+        out
+    };
+    let mut held = if half {
+        vec![probs, scaled_q, v, k, q, weights]
+    } else {
+        vec![scaled_q, probs]
+    };
+    held.extend(locals);
+    b.hold(&held);
+    out
 }
 
 /// `T5LayerNorm`: `variance = x.to(float32).pow(2).mean(-1, keepdim=True)`,
