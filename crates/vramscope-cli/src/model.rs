@@ -78,7 +78,10 @@ pub struct ModelArgs {
     /// keeps until the next forward returns, in training too; gradient checkpointing turns it
     /// off. Setting `model.config.use_cache` after loading does not reach the decoder stack.
     /// The decoders' bare models and token-classification / question-answering heads fill a
-    /// `DynamicCache` the same way (a local of the heads' forward).
+    /// `DynamicCache` the same way (a local of the heads' forward). `--mode generate` takes it
+    /// too: generate() keeps a KV cache only when it is true (a config saved with `use_cache:
+    /// false`, as after training with gradient checkpointing, is refused unless `--use-cache
+    /// true` asks for `generate(..., use_cache=True)`).
     #[arg(long)]
     pub use_cache: Option<bool>,
     /// Hugging Face decoders of the Llama family, MoE models, Gemma, Gemma2 and Gemma3 text
@@ -546,7 +549,7 @@ fn load_hf(
     )?;
     if args.use_cache.is_some() && !m.follows_use_cache {
         bail!(
-            "{}: --use-cache applies to encoder-decoder models (T5, mT5, UMT5) and to the decoders' bare models and token-classification / question-answering heads; causal LMs, sequence classifiers and encoders are modelled with use_cache=False, and --mode generate always caches",
+            "{}: --use-cache applies to encoder-decoder models (T5, mT5, UMT5) and to the decoders' bare models and token-classification / question-answering heads; causal LMs, sequence classifiers and encoders are modelled with use_cache=False (--mode generate follows it: generate() caches only when it is true)",
             args.model
         );
     }

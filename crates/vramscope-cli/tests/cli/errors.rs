@@ -592,14 +592,43 @@ fn encoder_decoder_generation_limits() {
             ),
         )
     };
-    run(
-        &t5(
-            "no_cache.json",
-            r#", "decoder_start_token_id": 0, "use_cache": false"#,
-        ),
-        &[],
-        &["no_cache.json", "use_cache", "not modelled"],
+    // a config saved with `use_cache: false`: generate() keeps no cache (causal LMs too)
+    let no_cache = t5(
+        "no_cache.json",
+        r#", "decoder_start_token_id": 0, "use_cache": false"#,
     );
+    run(
+        &no_cache,
+        &[],
+        &[
+            "no_cache.json",
+            "use_cache",
+            "not modelled",
+            "--use-cache true",
+        ],
+    );
+    let llama = config_file(
+        &dir,
+        "llama_no_cache.json",
+        r#"{"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+        "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 1000, "use_cache": false}"#,
+    );
+    run(
+        &llama,
+        &[],
+        &["llama_no_cache.json", "use_cache", "not modelled"],
+    );
+    for model in [&no_cache, &llama] {
+        let mut a = vec!["estimate", model.as_str()];
+        a.extend_from_slice(&gen);
+        a.extend(["--use-cache", "true"]);
+        let out = crate::vramscope(&a);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     run(
         &t5("no_start.json", ""),
         &[],

@@ -298,7 +298,8 @@ pub struct HfModel {
     /// quantizes as `from_pretrained` does.
     pub pre_quantized: Option<PreQuantized4bit>,
     /// Whether the forward fills the cache the config's `use_cache` asks for (T5's decoder; the
-    /// decoders' bare models and per-token heads), so that `use_cache` changes the estimate.
+    /// decoders' bare models and per-token heads; `generate`, which refuses a false one), so
+    /// that `use_cache` changes the estimate.
     pub follows_use_cache: bool,
 }
 
@@ -581,6 +582,15 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
         DecoderHead::Lm
     };
     if let Some(gen) = input.generate {
+        // GenerationConfig.from_model_config takes the config's `use_cache`: false makes
+        // generate() run without a cache, every forward over the whole sequence so far
+        if !cfg.bool_or("use_cache", true)? {
+            return Err(HfError::Field {
+                path: cfg.path.clone(),
+                field: "use_cache".to_string(),
+                expected: "true for --mode generate: with use_cache false generate() keeps no KV cache and reruns the whole sequence every step, which is not modelled (--use-cache true estimates generate(..., use_cache=True))".to_string(),
+            });
+        }
         let model: Box<dyn generate::CausalLm> = match family {
             Family::Gpt2 => Box::new(gpt2::Model::new(cfg, input)?),
             Family::Opt => Box::new(opt::Model::new(cfg, input)?),
@@ -602,7 +612,7 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
                     checkpoint_layers: Vec::new(),
                     generation: Some(info),
                     pre_quantized,
-                    follows_use_cache: false,
+                    follows_use_cache: true,
                 });
             }
             Family::T5 => {
@@ -642,7 +652,7 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
             checkpoint_layers: Vec::new(),
             generation: Some(info),
             pre_quantized,
-            follows_use_cache: false,
+            follows_use_cache: true,
         });
     }
     let (graph, checkpoint_layers) = match family {

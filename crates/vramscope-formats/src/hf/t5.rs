@@ -533,13 +533,6 @@ impl Generator {
                 ),
             ));
         }
-        if !cfg.bool_or("use_cache", true)? {
-            return Err(field_err(
-                cfg,
-                "use_cache",
-                "true for --mode generate: without the cache every step reruns the whole decoder sequence, which is not modelled",
-            ));
-        }
         let layers = s.dec_layers as usize;
         *s.decode.borrow_mut() = Some(Decode {
             past: 0,
