@@ -3,7 +3,9 @@
 `generate`: an HF causal LM built from a config.json (random init, `attn_implementation="sdpa"`, as
 measure.py's hf: models, but with the KV cache on) whose inference "forward" is
 `model.generate(input_ids, do_sample=False, max_new_tokens=N)`: transformers 5.23's own
-`GenerationMixin.generate` / `_sample` with its default `DynamicCache`, run unchanged. The batch is
+`GenerationMixin.generate` / `_sample` with its default `DynamicCache`, run unchanged (`use_cache=False`:
+the config's `use_cache` false, with which generate() keeps no cache and reruns the whole sequence
+every step; vramscope refuses that, so it is for looking at traces only). The batch is
 `input_ids = [B, seq]` random token ids (`seq` is the prompt length P); each iteration's output is
 the `[B, P + N]` sequences tensor.
 
@@ -119,11 +121,12 @@ class _ScriptedValues(TorchDispatchMode):
 
 
 def generate(batch, seq, new_tokens=16, config="fixtures/hf/configs/qwen2_small_2l.json", layers=None,
-             overrides=None, attn="sdpa", pad=0, **_):
+             overrides=None, attn="sdpa", pad=0, use_cache=True, **_):
     import transformers
     _patch_packed_sequence_detection()
     cfg = _config(config, layers, attn, overrides)
-    cfg.use_cache = True
+    # generate() keeps a cache only when the config's use_cache is true
+    cfg.use_cache = bool(use_cache)
     # in the measured parameter dtype (measure.py's default dtype), not the config's `torch_dtype`
     # (Phi-3's and Llama 3.2's configs say bfloat16, which from_config would build in)
     model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.get_default_dtype())
