@@ -445,8 +445,8 @@ fn use_cache_belongs_to_encoder_decoders() {
     );
 }
 
-#[test]
-fn bad_generation_flags() {
+/// `estimate MODEL --mode generate --prompt-len 16 --new-tokens 4 EXTRA...`.
+fn generate_args(model: &str, extra: &[&str]) -> Vec<String> {
     let gen = [
         "--mode",
         "generate",
@@ -455,12 +455,17 @@ fn bad_generation_flags() {
         "--new-tokens",
         "4",
     ];
-    let with = |model: &str, extra: &[&str]| {
-        let mut a = vec!["estimate", model];
-        a.extend_from_slice(&gen);
-        a.extend_from_slice(extra);
-        a.iter().map(|s| s.to_string()).collect::<Vec<String>>()
-    };
+    ["estimate", model]
+        .iter()
+        .chain(&gen)
+        .chain(extra)
+        .map(|s| s.to_string())
+        .collect()
+}
+
+#[test]
+fn bad_generation_flags() {
+    let with = generate_args;
     let run = |args: Vec<String>, needles: &[&str]| {
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
         fails_with(&argv, needles);
@@ -545,19 +550,10 @@ fn bad_generation_flags() {
 /// refuses or fails on is refused by name.
 #[test]
 fn encoder_decoder_generation_limits() {
-    let gen = [
-        "--mode",
-        "generate",
-        "--prompt-len",
-        "16",
-        "--new-tokens",
-        "4",
-    ];
     let run = |model: &str, extra: &[&str], needles: &[&str]| {
-        let mut a = vec!["estimate", model];
-        a.extend_from_slice(&gen);
-        a.extend_from_slice(extra);
-        fails_with(&a, needles);
+        let args = generate_args(model, extra);
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        fails_with(&argv, needles);
     };
     run(
         "t5-small",
@@ -618,38 +614,27 @@ fn encoder_decoder_generation_limits() {
         &[],
         &["llama_no_cache.json", "use_cache", "not modelled"],
     );
-    for model in [&no_cache, &llama] {
-        let mut a = vec!["estimate", model.as_str()];
-        a.extend_from_slice(&gen);
-        a.extend(["--use-cache", "true"]);
-        let out = crate::vramscope(&a);
+    run(
+        &t5("no_start.json", ""),
+        &[],
+        &["no_start.json", "decoder_start_token_id", "bos_token_id"],
+    );
+    // what estimates: `--use-cache true` on those two, a T5 config with its start token
+    let ok = t5("start.json", r#", "decoder_start_token_id": 0"#);
+    for (model, extra) in [
+        (&no_cache, &["--use-cache", "true"][..]),
+        (&llama, &["--use-cache", "true"]),
+        (&ok, &[]),
+    ] {
+        let args = generate_args(model, extra);
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = crate::vramscope(&argv);
         assert!(
             out.status.success(),
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    run(
-        &t5("no_start.json", ""),
-        &[],
-        &["no_start.json", "decoder_start_token_id", "bos_token_id"],
-    );
-    let ok = t5("start.json", r#", "decoder_start_token_id": 0"#);
-    let out = crate::vramscope(&[
-        "estimate",
-        &ok,
-        "--mode",
-        "generate",
-        "--prompt-len",
-        "16",
-        "--new-tokens",
-        "4",
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 /// A reader that goes away early (`vramscope estimate ... --json | head`) ends the output

@@ -331,12 +331,14 @@ fn build_within(
     // _get_logits_processor: `(input_ids < 0).any()`
     let lt = int_op(&mut b, "lt", bp.clone(), bool_, &[ids]);
     int_op(&mut b, "any", vec![], bool_, &[lt]);
+    let vocab = model.vocab();
     // _sample
-    let mut unfinished = int_op(&mut b, "ones", vec![batch], i64, &[]);
+    let mut state = Loop::new(&mut b, (batch, vocab, t.eos), ids, prompt);
+    state.position_ids = Some(prompt_pos);
+    state.attention_mask = padding;
     // a sliding layer past its window: the masks cover and the cache keeps only its last `w - 1`
     // positions and the new ones (layers.rs)
     let mut cache = KvCache::with_windows(model.cache_windows());
-    let vocab = model.vocab();
     let decode_steps = gen.new_tokens - 1;
 
     // the prefill: prepare_inputs_for_generation clones input_ids; its model inputs die with
@@ -364,25 +366,7 @@ fn build_within(
     b.keep_until_now(&[clone]);
     b.end_layer_table();
 
-    let mut state = Loop {
-        input_ids: ids,
-        position_ids: Some(prompt_pos),
-        attention_mask: padding,
-        len: prompt,
-        next_token_logits: None,
-        next_tokens: None,
-        model_inputs: Vec::new(),
-    };
-    let has_eos = t.eos > 0;
-    state.after_forward(
-        &mut b,
-        (logits, &outputs),
-        batch,
-        vocab,
-        has_eos,
-        &mut unfinished,
-        t.eos,
-    );
+    state.after_forward(&mut b, logits, &outputs);
 
     let nodes_before = b.node_count();
     let mut step = 1;
@@ -419,15 +403,7 @@ fn build_within(
         };
         logits = model.forward(&mut b, ids1, &mut call);
         outputs = call.kept_outputs.take().unwrap_or_default();
-        state.after_forward(
-            &mut b,
-            (logits, &outputs),
-            batch,
-            vocab,
-            has_eos,
-            &mut unfinished,
-            t.eos,
-        );
+        state.after_forward(&mut b, logits, &outputs);
         simulated += 1;
         // a long generation: after the first steps, decide whether to jump to its end
         if step == HEAD_STEPS {
@@ -446,7 +422,7 @@ fn build_within(
     }
     // `generate` returns `input_ids`: everything else goes with `_sample`'s and its frames
     let mut rest: Vec<TensorId> = state.position_ids.into_iter().collect();
-    rest.push(unfinished);
+    rest.push(state.unfinished);
     rest.extend(state.attention_mask);
     rest.extend(state.model_inputs);
     rest.extend(state.next_token_logits);
@@ -554,34 +530,16 @@ pub fn build_seq2seq(
     // _get_logits_processor: `(encoder_input_ids < 0).any()`
     let lt = int_op(&mut b, "lt", vec![batch, prompt], bool_, &[ids]);
     int_op(&mut b, "any", vec![], bool_, &[lt]);
-    let mut unfinished = int_op(&mut b, "ones", vec![batch], i64, &[]);
     let vocab = model.vocab();
+    let mut state = Loop::new(&mut b, (batch, vocab, t.eos), start_ids, 1);
     let decode_steps = gen.new_tokens - 1;
     // the first forward, on the start token: its model inputs die with `_prefill`'s frame
     let clone = int_op(&mut b, "clone", vec![batch, 1], i64, &[start_ids]);
     let logits = model.decode(&mut b, clone, (enc, padding), 0);
     b.keep_until_now(&[clone]);
     b.end_layer_table();
-    let mut state = Loop {
-        input_ids: start_ids,
-        position_ids: None,
-        attention_mask: None,
-        len: 1,
-        next_token_logits: None,
-        next_tokens: None,
-        model_inputs: Vec::new(),
-    };
-    let has_eos = t.eos > 0;
     let no_outputs = KeptOutputs::default();
-    state.after_forward(
-        &mut b,
-        (logits, &no_outputs),
-        batch,
-        vocab,
-        has_eos,
-        &mut unfinished,
-        t.eos,
-    );
+    state.after_forward(&mut b, logits, &no_outputs);
     let nodes_before = b.node_count();
     let (mut step, mut simulated, mut skeleton_steps, mut skeleton_stride) = (1, 0, 0, 0);
     while step <= decode_steps {
@@ -590,15 +548,7 @@ pub fn build_seq2seq(
         b.keep_until_now(&std::mem::take(&mut state.model_inputs));
         state.model_inputs = vec![ids1];
         let logits = model.decode(&mut b, ids1, (enc, padding), step);
-        state.after_forward(
-            &mut b,
-            (logits, &no_outputs),
-            batch,
-            vocab,
-            has_eos,
-            &mut unfinished,
-            t.eos,
-        );
+        state.after_forward(&mut b, logits, &no_outputs);
         simulated += 1;
         if step == HEAD_STEPS {
             let per_growth = 2 * model.layers() + 1;
@@ -620,7 +570,7 @@ pub fn build_seq2seq(
     // what generate and `_sample` hold until they return (truth traces of T5): `_sample`'s
     // locals, the special tokens but eos, the encoder outputs, the cache, generate's
     // `input_ids` (the start tokens), the eos tensor last
-    let mut rest = vec![unfinished];
+    let mut rest = vec![state.unfinished];
     rest.extend(state.model_inputs);
     rest.extend(state.next_token_logits);
     rest.extend(state.next_tokens);
@@ -656,6 +606,12 @@ pub fn build_seq2seq(
 
 /// `_sample`'s variables across loop iterations.
 struct Loop {
+    batch: u64,
+    vocab: u64,
+    /// Number of EOS ids (0: no eos token, no EOS stopping criterion).
+    eos_ids: u64,
+    /// `unfinished_sequences`.
+    unfinished: TensorId,
     input_ids: TensorId,
     /// A causal LM's `position_ids` (an encoder-decoder's decoder has none).
     position_ids: Option<TensorId>,
@@ -669,21 +625,39 @@ struct Loop {
 }
 
 impl Loop {
+    /// `_sample`'s start: `unfinished_sequences = torch.ones(batch)`; `input_ids` of length
+    /// `len` (a causal LM's prompt, an encoder-decoder's start tokens).
+    fn new(
+        b: &mut GraphBuilder,
+        (batch, vocab, eos_ids): (u64, u64, u64),
+        input_ids: TensorId,
+        len: u64,
+    ) -> Loop {
+        let unfinished = int_op(b, "ones", vec![batch], DType::I64, &[]);
+        Loop {
+            batch,
+            vocab,
+            eos_ids,
+            unfinished,
+            input_ids,
+            position_ids: None,
+            attention_mask: None,
+            len,
+            next_token_logits: None,
+            next_tokens: None,
+            model_inputs: Vec::new(),
+        }
+    }
+
     /// The loop body after a forward: `_update_model_kwargs_for_generation`, the float32 copy
     /// of the last logits, `argmax`, the padding of finished rows, `input_ids` grown by one,
     /// the stopping criteria, the stop check and `del outputs`.
     #[allow(clippy::too_many_arguments)]
-    fn after_forward(
-        &mut self,
-        b: &mut GraphBuilder,
-        (logits, outputs): (TensorId, &KeptOutputs),
-        batch: u64,
-        vocab: u64,
-        has_eos: bool,
-        unfinished: &mut TensorId,
-        eos_ids: u64,
-    ) {
+    fn after_forward(&mut self, b: &mut GraphBuilder, logits: TensorId, outputs: &KeptOutputs) {
         let (i64, bool_) = (DType::I64, DType::Bool);
+        let (batch, vocab, eos_ids) = (self.batch, self.vocab, self.eos_ids);
+        let has_eos = eos_ids > 0;
+        let unfinished = &mut self.unfinished;
         let len = self.len + 1;
         // position_ids = cat([position_ids, arange(1).view(1, -1) + position_ids[..., -1:] + 1])
         if let Some(positions) = self.position_ids {
@@ -859,6 +833,31 @@ mod tests {
         HfConfig::parse("test.json", &text).expect("parses")
     }
 
+    /// The `HfInput` of a bf16 generation of `new_tokens` after a `[batch, prompt]` prompt.
+    fn bf16_generation(batch: u64, prompt: u64, new_tokens: u64) -> HfInput {
+        HfInput {
+            batch,
+            seq: prompt,
+            task: None,
+            precision: Precision::Bf16,
+            generate: Some(Generation { new_tokens }),
+            attn: Default::default(),
+            target_seq: None,
+            gradient_checkpointing: false,
+            padded: false,
+            four_bit: false,
+        }
+    }
+
+    fn simulate_generation(g: &Graph) -> Simulation {
+        let step = StepConfig {
+            mode: Mode::Generate,
+            precision: Precision::Bf16,
+            ..StepConfig::default()
+        };
+        simulate(g, &step).expect("simulates")
+    }
+
     fn run(
         cfg: &HfConfig,
         batch: u64,
@@ -866,37 +865,19 @@ mod tests {
         new_tokens: u64,
         budgets: (usize, usize),
     ) -> (Simulation, GenerationInfo) {
-        let precision = Precision::Bf16;
-        let gen = Generation { new_tokens };
-        let input = HfInput {
-            batch,
-            seq: prompt,
-            task: None,
-            precision,
-            generate: Some(gen),
-            attn: Default::default(),
-            target_seq: None,
-            gradient_checkpointing: false,
-            padded: false,
-            four_bit: false,
-        };
-        let m = llama::Model::new(cfg, "llama", &input, precision.param_dtype()).expect("model");
+        let input = bf16_generation(batch, prompt, new_tokens);
+        let m = llama::Model::new(cfg, "llama", &input, DType::BF16).expect("model");
         let (g, info) = build_within(
             cfg,
             &m,
             ("llama", "LlamaForCausalLM"),
             (batch, prompt, false),
-            gen,
-            precision,
+            Generation { new_tokens },
+            input.precision,
             budgets,
         )
         .expect("builds");
-        let step = StepConfig {
-            mode: Mode::Generate,
-            precision,
-            ..StepConfig::default()
-        };
-        (simulate(&g, &step).expect("simulates"), info)
+        (simulate_generation(&g), info)
     }
 
     #[test]
@@ -989,37 +970,19 @@ mod tests {
         new_tokens: u64,
         budgets: (usize, usize),
     ) -> (Simulation, GenerationInfo) {
-        let precision = Precision::Bf16;
-        let gen = Generation { new_tokens };
-        let input = HfInput {
-            batch,
-            seq: prompt,
-            task: None,
-            precision,
-            generate: Some(gen),
-            attn: Default::default(),
-            target_seq: None,
-            gradient_checkpointing: false,
-            padded: false,
-            four_bit: false,
-        };
+        let input = bf16_generation(batch, prompt, new_tokens);
         let m = crate::hf::t5::Generator::new(cfg, "t5", &input).expect("model");
         let (g, info) = build_seq2seq(
             cfg,
             &m,
             ("t5", "T5ForConditionalGeneration"),
             (batch, prompt, false),
-            gen,
-            precision,
+            Generation { new_tokens },
+            input.precision,
             budgets,
         )
         .expect("builds");
-        let step = StepConfig {
-            mode: Mode::Generate,
-            precision,
-            ..StepConfig::default()
-        };
-        (simulate(&g, &step).expect("simulates"), info)
+        (simulate_generation(&g), info)
     }
 
     /// An encoder-decoder's cache: the decoder caches its start token and every token fed back

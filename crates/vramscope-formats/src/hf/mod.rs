@@ -591,61 +591,54 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
                 expected: "true for --mode generate: with use_cache false generate() keeps no KV cache and reruns the whole sequence every step, which is not modelled (--use-cache true estimates generate(..., use_cache=True))".to_string(),
             });
         }
-        let model: Box<dyn generate::CausalLm> = match family {
-            Family::Gpt2 => Box::new(gpt2::Model::new(cfg, input)?),
-            Family::Opt => Box::new(opt::Model::new(cfg, input)?),
-            Family::Llama => Box::new(llama::Model::new(cfg, &model_type, input, dtype)?),
-            Family::T5 if task == HfTask::Seq2SeqLm => {
-                let model = t5::Generator::new(cfg, &model_type, input)?;
-                let (graph, info) = generate::build_seq2seq(
-                    cfg,
-                    &model,
-                    (&model_type, &model.class()),
-                    (input.batch, input.seq, input.padded),
-                    gen,
-                    input.precision,
-                    (generate::STEP_BUDGET, generate::SKELETON_BUDGET),
-                )?;
-                return Ok(HfModel {
-                    graph,
-                    task,
-                    checkpoint_layers: Vec::new(),
-                    generation: Some(info),
-                    pre_quantized,
-                    follows_use_cache: true,
-                });
-            }
-            Family::T5 => {
-                return Err(HfError::BadInput(format!(
-                    "{}: --mode generate needs a model with an LM head; the task is {} ({model_type}'s encoder-decoder generates with {{X}}ForConditionalGeneration, --task seq2seq-lm)",
-                    cfg.path,
-                    task.name()
-                )))
-            }
-            Family::Bert(_) | Family::DistilBert => {
-                return Err(HfError::BadInput(format!(
-                    "{}: --mode generate needs a causal LM or an encoder-decoder; {model_type} is an encoder (it has no generate())",
-                    cfg.path
-                )))
-            }
-            Family::Moe => Box::new(moe::Model::new(cfg, &model_type, input, dtype)?),
-            Family::Gemma(f) => Box::new(gemma::Model::new(cfg, f, input, dtype)?),
+        let (graph, info) = if matches!(family, Family::T5) && task == HfTask::Seq2SeqLm {
+            let model = t5::Generator::new(cfg, &model_type, input)?;
+            generate::build_seq2seq(
+                cfg,
+                &model,
+                (&model_type, &model.class()),
+                (input.batch, input.seq, input.padded),
+                gen,
+                input.precision,
+                (generate::STEP_BUDGET, generate::SKELETON_BUDGET),
+            )?
+        } else {
+            let model: Box<dyn generate::CausalLm> = match family {
+                Family::Gpt2 => Box::new(gpt2::Model::new(cfg, input)?),
+                Family::Opt => Box::new(opt::Model::new(cfg, input)?),
+                Family::Llama => Box::new(llama::Model::new(cfg, &model_type, input, dtype)?),
+                Family::T5 => {
+                    return Err(HfError::BadInput(format!(
+                        "{}: --mode generate needs a model with an LM head; the task is {} ({model_type}'s encoder-decoder generates with {{X}}ForConditionalGeneration, --task seq2seq-lm)",
+                        cfg.path,
+                        task.name()
+                    )))
+                }
+                Family::Bert(_) | Family::DistilBert => {
+                    return Err(HfError::BadInput(format!(
+                        "{}: --mode generate needs a causal LM or an encoder-decoder; {model_type} is an encoder (it has no generate())",
+                        cfg.path
+                    )))
+                }
+                Family::Moe => Box::new(moe::Model::new(cfg, &model_type, input, dtype)?),
+                Family::Gemma(f) => Box::new(gemma::Model::new(cfg, f, input, dtype)?),
+            };
+            let class = archs
+                .first()
+                .cloned()
+                .unwrap_or_else(|| format!("{model_type}ForCausalLM"));
+            generate::build(
+                cfg,
+                model.as_ref(),
+                &model_type,
+                &class,
+                input.batch,
+                input.seq,
+                gen,
+                input.precision,
+                input.padded,
+            )?
         };
-        let class = archs
-            .first()
-            .cloned()
-            .unwrap_or_else(|| format!("{model_type}ForCausalLM"));
-        let (graph, info) = generate::build(
-            cfg,
-            model.as_ref(),
-            &model_type,
-            &class,
-            input.batch,
-            input.seq,
-            gen,
-            input.precision,
-            input.padded,
-        )?;
         return Ok(HfModel {
             graph,
             task,
