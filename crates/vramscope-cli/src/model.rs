@@ -136,8 +136,40 @@ pub fn step_config(model: &ModelArgs, step: &StepArgs) -> Result<StepConfig> {
             Some(DType::F16) => Precision::Fp16,
             _ => Precision::Fp32,
         };
+    } else if step.precision.is_none() {
+        note_config_dtype(model, cfg.precision);
     }
     Ok(cfg)
+}
+
+/// Says on stderr when a Hugging Face config names a half dtype (`dtype` / `torch_dtype`) and no
+/// `--precision` was given: transformers 5's `from_pretrained` loads the model in that dtype
+/// unless its `dtype=` says otherwise (`"auto"` is the default), while the estimate follows
+/// `--precision` (default fp32).
+fn note_config_dtype(model: &ModelArgs, precision: Precision) {
+    let cfg = if hf::is_hf_path(&model.model) {
+        hf::read_config(&model.model).ok()
+    } else {
+        hf_zoo::config(&model.model)
+            .and_then(|text| hf::HfConfig::parse(&format!("built-in {}", model.model), text).ok())
+    };
+    let Some(cfg) = cfg else { return };
+    let named = ["dtype", "torch_dtype"]
+        .into_iter()
+        .find_map(|k| cfg.str(k).ok().flatten().map(|v| (k, v.to_string())));
+    let Some((field, dtype)) = named else { return };
+    let flag = match dtype.as_str() {
+        "bfloat16" => "bf16",
+        "float16" => "fp16",
+        _ => return,
+    };
+    if precision.param_dtype().name() != dtype {
+        eprintln!(
+            "note: {}: `{field}` is {dtype}, in which transformers 5's from_pretrained loads the model by default (dtype=\"auto\"); this estimate uses --precision {} (the default); --precision {flag} estimates the model as loaded",
+            model.model,
+            precision.name()
+        );
+    }
 }
 
 /// The folder of a Hugging Face model path and its safetensors inventory (headers only), read on

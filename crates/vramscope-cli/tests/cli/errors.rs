@@ -637,6 +637,53 @@ fn encoder_decoder_generation_limits() {
     }
 }
 
+/// A config that names a half dtype gets a note when no --precision is given: transformers 5's
+/// from_pretrained loads it in that dtype by default, the estimate follows --precision (fp32).
+#[test]
+fn config_dtype_is_noted_without_precision() {
+    let args = [
+        "estimate",
+        "llama-3-8b",
+        "--seq-len",
+        "64",
+        "-b",
+        "1",
+        "--json",
+    ];
+    let out = crate::vramscope(&args);
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("`torch_dtype` is bfloat16")
+            && stderr.contains("--precision fp32 (the default)")
+            && stderr.contains("--precision bf16 estimates the model as loaded"),
+        "{stderr}"
+    );
+    let _: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    // no note once --precision is given, nor for a config without a dtype (GPT-2's)
+    for args in [
+        &[
+            "estimate",
+            "llama-3-8b",
+            "--seq-len",
+            "64",
+            "-b",
+            "1",
+            "--precision",
+            "fp32",
+        ][..],
+        &["estimate", "gpt2", "--seq-len", "64", "-b", "1"][..],
+    ] {
+        let out = crate::vramscope(args);
+        assert!(out.status.success());
+        assert!(
+            out.stderr.is_empty(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
 /// A reader that goes away early (`vramscope estimate ... --json | head`) ends the output
 /// quietly: exit 0, no error and no panic on stderr.
 #[test]
@@ -645,8 +692,24 @@ fn closed_stdout_ends_quietly() {
     use std::process::{Command, Stdio};
     for args in [
         // outputs larger than a pipe's buffer, so that writing them fails
-        &["estimate", "llama-3-70b", "--seq-len", "4096", "--json"][..],
-        &["estimate", "llama-3-70b", "--seq-len", "4096"][..],
+        // (--precision given: without it a note says the config's dtype is bfloat16)
+        &[
+            "estimate",
+            "llama-3-70b",
+            "--seq-len",
+            "4096",
+            "--precision",
+            "bf16",
+            "--json",
+        ][..],
+        &[
+            "estimate",
+            "llama-3-70b",
+            "--seq-len",
+            "4096",
+            "--precision",
+            "bf16",
+        ][..],
         &["models"][..],
     ] {
         let mut child = Command::new(env!("CARGO_BIN_EXE_vramscope"))

@@ -1003,5 +1003,5 @@ fn four_bit_moe_notes_its_unquantized_experts_on_stderr() {
             && moe.contains("bitsandbytes issue #1849"),
         "{moe}"
     );
-    assert!(!run("llama32_1b_2l.json").contains("note:"));
+    assert!(!run("llama32_1b_2l.json").contains("note: 4-bit loading"));
 }
