@@ -79,9 +79,9 @@ pub struct ModelArgs {
     /// off. Setting `model.config.use_cache` after loading does not reach the decoder stack.
     /// The decoders' bare models and token-classification / question-answering heads fill a
     /// `DynamicCache` the same way (a local of the heads' forward). `--mode generate` takes it
-    /// too: generate() keeps a KV cache only when it is true (a config saved with `use_cache:
-    /// false`, as after training with gradient checkpointing, is refused unless `--use-cache
-    /// true` asks for `generate(..., use_cache=True)`).
+    /// too: generate() keeps a KV cache only when it is true; false (a config saved after
+    /// training with gradient checkpointing says so) reruns the whole sequence every step (causal
+    /// LMs; refused for encoder-decoders).
     #[arg(long)]
     pub use_cache: Option<bool>,
     /// Hugging Face decoders of the Llama family, MoE models, Gemma, Gemma2 and Gemma3 text

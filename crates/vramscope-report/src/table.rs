@@ -233,6 +233,10 @@ pub fn render_text(r: &EstimateReport, max_layers: usize) -> String {
             format!("keys {}, values {}", g.kv_key_dtype, g.kv_value_dtype)
         };
         match g.cross_attention_kv_cache_bytes {
+            // `use_cache` false: generate() keeps no cache
+            None if g.kv_cache_bytes_per_token == 0 => out.push_str(
+                "no KV cache (use_cache false: every step reruns the whole sequence); ",
+            ),
             // an encoder-decoder: the decoder caches its start token and each token fed back
             Some(cross) => out.push_str(&format!(
                 "KV cache: {} at the end ({} decoder positions, {} per token, and {} of cross-attention over the {}-token prompt; {dtypes}); ",

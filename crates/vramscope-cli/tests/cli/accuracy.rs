@@ -570,6 +570,18 @@ fn t5_generation_cases_match_truth() {
     assert_phases_within(&cases("hf_t5_generate.jsonl"), 0.0);
 }
 
+/// Generation without a cache (`validation/make_generate_no_cache_fixtures.sh`; `--use-cache
+/// false`, as a config saved after training with gradient checkpointing says): generate() then
+/// reruns the whole sequence every step, each forward a plain one over it with generate's
+/// positions and the last position's logits. Qwen2, GPT-2, Llama 3.2 (padded, eager), OPT,
+/// Gemma, Gemma2, Gemma3 and Mistral past their windows, Phi-3, Mixtral, Qwen3-MoE, Qwen3.
+/// Byte-exact in every phase.
+#[test]
+fn generation_without_a_cache_matches_truth() {
+    check_tight("hf_generate_no_cache.jsonl", 14);
+    assert_phases_within(&cases("hf_generate_no_cache.jsonl"), 0.0);
+}
+
 /// A text classifier with attention written out (`validation/onnx_models.py:attn_text`, its
 /// export `fixtures/onnx/attention_text_classifier.onnx`;
 /// `validation/make_onnx_softmax_fixtures.sh`).

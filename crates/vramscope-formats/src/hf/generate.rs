@@ -169,6 +169,32 @@ struct SpecialTokens {
     eos: Option<TensorId>,
 }
 
+impl SpecialTokens {
+    /// What goes when `generate` returns, after `_sample`'s locals (truth traces of causal LMs
+    /// and T5): `generation_config`'s token tensors but eos, then `model_kwargs` (the prompt's
+    /// `position_ids` or the encoder outputs, then the cache), then generate's own locals
+    /// (`has_right_padding`, an encoder-decoder's start ids), then eos, which the stopping
+    /// criteria hold.
+    fn generate_ends(
+        &self,
+        model_kwargs: &[TensorId],
+        cache: Vec<TensorId>,
+        local: Option<TensorId>,
+    ) -> Vec<TensorId> {
+        let mut out: Vec<TensorId> = self
+            .tensors
+            .iter()
+            .copied()
+            .filter(|&t| Some(t) != self.eos)
+            .collect();
+        out.extend(model_kwargs);
+        out.extend(cache);
+        out.extend(local);
+        out.extend(self.eos);
+        out
+    }
+}
+
 fn special_tokens(b: &mut GraphBuilder, t: Tokens, encoder_decoder: bool) -> SpecialTokens {
     let (i64, bool_) = (DType::I64, DType::Bool);
     let mut tokens = SpecialTokens {
@@ -250,16 +276,18 @@ fn build_within(
         ));
     }
     let t = tokens(cfg)?;
+    // GenerationConfig.from_model_config takes the config's `use_cache`: false makes generate()
+    // keep no cache, every forward over the whole sequence so far
+    let use_cache = cfg.bool_or("use_cache", true)?;
     let (i64, bool_) = (DType::I64, DType::Bool);
     let mut b = GraphBuilder::new(name, class);
     let ids = b.input(vec![batch, prompt], i64);
     // a left-padded batch: `generate(input_ids, attention_mask=...)`, the mask a tokenizer made
     let padding = padded.then(|| b.input(vec![batch, prompt], i64));
-    // tensors `generate` keeps until it returns
-    let mut kept: Vec<TensorId> = Vec::new();
-
     // _prepare_special_tokens: torch.tensor(bos / eos / pad) on the device
-    kept.extend(special_tokens(&mut b, t, false).tensors);
+    let special = special_tokens(&mut b, t, false);
+    // generate's `has_right_padding` local
+    let mut right_padding = None;
     let pad = t.pad || t.eos > 0;
     let eos_shape = vec![t.eos.max(1)];
     // generate: the right-padding check of a batch, on the attention mask when one is passed
@@ -273,8 +301,7 @@ fn build_within(
             None => {
                 let eq = int_op(&mut b, "eq", vec![batch], bool_, &[ids]);
                 let sum = int_op(&mut b, "sum", vec![], i64, &[eq]);
-                let gt = int_op(&mut b, "gt", vec![], bool_, &[sum]);
-                kept.push(gt);
+                right_padding = Some(int_op(&mut b, "gt", vec![], bool_, &[sum]));
             }
         }
     }
@@ -320,7 +347,6 @@ fn build_within(
     let prompt_pos = int_op(&mut b, "masked_fill", bp.clone(), i64, &[sub, eq]);
     // the mask expression goes with the call, `position_ids` when it is rebound
     b.keep_until_now(&[sub]);
-    kept.push(prompt_pos);
     // `(attention_mask == 1).all()`: without padding the mask is dropped; a padded batch's is
     // passed to every forward, one position longer each step
     let eq = int_op(&mut b, "eq", bp.clone(), bool_, &[mask]);
@@ -349,7 +375,7 @@ fn build_within(
         seq: prompt,
         past: 0,
         position_ids: Some(prompt_pos),
-        cache: Some(&mut cache),
+        cache: use_cache.then_some(&mut cache),
         last_logits_only: true,
         first: true,
         eager_mask: None,
@@ -376,20 +402,29 @@ fn build_within(
     while step <= decode_steps {
         // cached positions before this step: prompt + step - 1
         let past = prompt + step - 1;
-        let ids1 = int_op(&mut b, "clone", vec![batch, 1], i64, &[state.input_ids]);
-        let positions: Vec<TensorId> = state.position_ids.into_iter().collect();
-        let pos1 = int_op(&mut b, "clone", vec![batch, 1], i64, &positions);
+        // with the cache, the last token and its position (sliced, copied); without it the
+        // whole sequence so far, and the positions as they are
+        let (seq, ids1, pos1) = if use_cache {
+            let ids1 = int_op(&mut b, "clone", vec![batch, 1], i64, &[state.input_ids]);
+            let positions: Vec<TensorId> = state.position_ids.into_iter().collect();
+            let pos1 = int_op(&mut b, "clone", vec![batch, 1], i64, &positions);
+            (1, ids1, Some(pos1))
+        } else {
+            let len = state.len;
+            let ids = int_op(&mut b, "clone", vec![batch, len], i64, &[state.input_ids]);
+            (len, ids, state.position_ids)
+        };
         // the previous step's model inputs are rebound (a padded batch's mask among them)
         b.keep_until_now(&std::mem::take(&mut state.model_inputs));
-        state.model_inputs = [ids1, pos1]
-            .into_iter()
+        state.model_inputs = std::iter::once(ids1)
+            .chain(pos1)
             .chain(state.attention_mask)
             .collect();
         let mut call = Call {
-            seq: 1,
-            past,
-            position_ids: Some(pos1),
-            cache: Some(&mut cache),
+            seq,
+            past: if use_cache { past } else { 0 },
+            position_ids: pos1,
+            cache: use_cache.then_some(&mut cache),
             last_logits_only: true,
             first: false,
             eager_mask: None,
@@ -405,9 +440,14 @@ fn build_within(
         outputs = call.kept_outputs.take().unwrap_or_default();
         state.after_forward(&mut b, logits, &outputs);
         simulated += 1;
-        // a long generation: after the first steps, decide whether to jump to its end
+        // a long generation: after the first steps, decide whether to jump to its end (without
+        // a cache nothing outlives a step but the ids and positions: one jump)
         if step == HEAD_STEPS {
-            let per_growth = 2 * model.layers() + 2;
+            let per_growth = if use_cache {
+                2 * model.layers() + 2
+            } else {
+                usize::MAX
+            };
             if let Some(skip) = Skip::plan(&b, nodes_before, decode_steps, per_growth, budgets) {
                 for &s in &skip.growths {
                     state.jump(&mut b, &mut cache, batch, prompt + s);
@@ -427,8 +467,7 @@ fn build_within(
     rest.extend(state.model_inputs);
     rest.extend(state.next_token_logits);
     rest.extend(state.next_tokens);
-    rest.extend(kept);
-    rest.extend(cache.tensors());
+    rest.extend(special.generate_ends(&[prompt_pos], cache.tensors_in_drop_order(), right_padding));
     b.keep_until_now(&rest);
     let graph = b
         .finish(&[state.input_ids], Task::CausalLm { vocab })
@@ -441,7 +480,8 @@ fn build_within(
         simulated_decode_steps: simulated,
         skeleton_decode_steps: skeleton_steps,
         skeleton_stride,
-        kv_layers: model.layers() as u64,
+        // no cache without `use_cache`
+        kv_layers: if use_cache { model.layers() as u64 } else { 0 },
         kv_elements_per_position: batch * model.kv_width(),
         kv_dtypes: model.kv_dtypes(precision.param_dtype(), autocast),
         cross_attention: None,
@@ -574,11 +614,11 @@ pub fn build_seq2seq(
     rest.extend(state.model_inputs);
     rest.extend(state.next_token_logits);
     rest.extend(state.next_tokens);
-    rest.extend(special.tensors.iter().filter(|&&t| Some(t) != special.eos));
-    rest.push(enc);
-    rest.extend(model.cache_tensors_in_drop_order());
-    rest.push(start_ids);
-    rest.extend(special.eos);
+    rest.extend(special.generate_ends(
+        &[enc],
+        model.cache_tensors_in_drop_order(),
+        Some(start_ids),
+    ));
     b.keep_until_now(&rest);
     let graph = b
         .finish(&[state.input_ids], Task::CausalLm { vocab })
@@ -951,6 +991,32 @@ mod tests {
                 "hidden {hidden}: reserved off by {rel}"
             );
         }
+    }
+
+    /// Without a cache (`use_cache: false`) every step reruns the whole sequence: nothing
+    /// outlives a step but the ids and positions, the peak is the last step's, and skipping the
+    /// steps between the first and the last (one jump of the ids) keeps it and every phase's end.
+    #[test]
+    fn generation_without_a_cache_reruns_the_sequence() {
+        let text = r#"{"model_type": "llama", "hidden_size": 256, "num_attention_heads": 8,
+            "num_key_value_heads": 2, "num_hidden_layers": 2, "intermediate_size": 768,
+            "vocab_size": 1000, "bos_token_id": 1, "eos_token_id": 2, "use_cache": false}"#;
+        let cfg = HfConfig::parse("no_cache.json", text).expect("parses");
+        let (full, fi) = run(&cfg, 2, 40, 30, (usize::MAX, 0));
+        let (jump, ji) = run(&cfg, 2, 40, 30, (1, usize::MAX));
+        assert_eq!(fi.simulated_decode_steps, 29);
+        assert_eq!(ji.simulated_decode_steps, HEAD_STEPS + TAIL_STEPS);
+        assert_eq!(fi.final_kv_bytes(), 0);
+        assert_eq!(full.breakdown_at_peak.get(Category::KvCache), 0);
+        assert_eq!(full.peak_allocated, jump.peak_allocated);
+        for (a, b) in full.phases.iter().zip(&jump.phases) {
+            assert_eq!(a.allocated_after, b.allocated_after, "{}", a.name);
+        }
+        // the same model with its cache peaks lower: the last step attends one query
+        let cached =
+            HfConfig::parse("cached.json", &text.replace("false", "true")).expect("parses");
+        let (with_cache, _) = run(&cached, 2, 40, 30, (usize::MAX, 0));
+        assert!(with_cache.peak_allocated < full.peak_allocated);
     }
 
     fn t5_cfg(d_model: u64) -> HfConfig {

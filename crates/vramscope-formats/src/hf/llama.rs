@@ -588,6 +588,9 @@ pub(super) fn forward(
             }
         });
         let out = rms_norm(b, "norm", &format!("{p}RMSNorm"), s.hidden, dtype, x);
+        // `hidden_states = self.norm(hidden_states)` rebinds the last layer's output: it goes
+        // once the norm returns, before the forward's locals (truth traces of inference)
+        b.keep_until_now(&[x]);
         // `__init__` makes the rotary module after the norm, computing its `inv_freq` step by
         // step, and `post_init()` computes it once more (the first call only: a generation's
         // later steps register nothing)

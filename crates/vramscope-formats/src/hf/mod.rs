@@ -583,12 +583,13 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
     };
     if let Some(gen) = input.generate {
         // GenerationConfig.from_model_config takes the config's `use_cache`: false makes
-        // generate() run without a cache, every forward over the whole sequence so far
-        if !cfg.bool_or("use_cache", true)? {
+        // generate() run without a cache, every forward over the whole sequence so far (causal
+        // LMs: generate.rs)
+        if matches!(family, Family::T5) && !cfg.bool_or("use_cache", true)? {
             return Err(HfError::Field {
                 path: cfg.path.clone(),
                 field: "use_cache".to_string(),
-                expected: "true for --mode generate: with use_cache false generate() keeps no KV cache and reruns the whole sequence every step, which is not modelled (--use-cache true estimates generate(..., use_cache=True))".to_string(),
+                expected: "true for an encoder-decoder's --mode generate: with use_cache false generate() keeps no KV cache and reruns the whole decoder sequence every step, which is modelled for causal LMs only (--use-cache true estimates generate(..., use_cache=True))".to_string(),
             });
         }
         let (graph, info) = if matches!(family, Family::T5) && task == HfTask::Seq2SeqLm {
