@@ -40,7 +40,18 @@ pub(crate) fn phase_reason(name: &str, delta: i64, r: &EstimateReport) -> String
             "no_grad: only live activations; the previous output is still referenced".into()
         }
         "forward" if r.config.mode == vramscope_core::sim::Mode::Generate => {
-            "generate(): prefill, then one decode step per token growing the KV cache".into()
+            match &r.generation {
+                // an encoder-decoder: the encoder runs once, the decoder once per token
+                Some(g) if g.cross_attention_kv_cache_bytes.is_some() => {
+                    "generate(): the encoder once, then one decoder step per token growing the KV cache"
+                }
+                // `use_cache` false: no cache, every step a forward over the whole sequence
+                Some(g) if g.kv_cache_bytes_per_token == 0 => {
+                    "generate() without a KV cache: every step reruns the whole sequence so far"
+                }
+                _ => "generate(): prefill, then one decode step per token growing the KV cache",
+            }
+            .into()
         }
         "forward" if second => {
             "saved activations; the previous output and gradients are still alive".into()

@@ -633,6 +633,15 @@ fn encoder_decoder_generation_limits() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+    // the text report says that the causal LM's generation keeps no cache, and why it costs
+    let args = generate_args(&llama, &[]);
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let text = String::from_utf8(crate::vramscope(&argv).stdout).expect("UTF-8");
+    assert!(
+        text.contains("no KV cache (use_cache false")
+            && text.contains("generate() without a KV cache: every step reruns the whole sequence"),
+        "{text}"
+    );
 }
 
 /// A config that names a half dtype gets a note when no --precision is given: transformers 5's
