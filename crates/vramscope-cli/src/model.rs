@@ -80,8 +80,8 @@ pub struct ModelArgs {
     /// The decoders' bare models and token-classification / question-answering heads fill a
     /// `DynamicCache` the same way (a local of the heads' forward). `--mode generate` takes it
     /// too: generate() keeps a KV cache only when it is true; false (a config saved after
-    /// training with gradient checkpointing says so) reruns the whole sequence every step (causal
-    /// LMs; refused for encoder-decoders).
+    /// training with gradient checkpointing says so) reruns the whole sequence every step (an
+    /// encoder-decoder's decoder sequence, the encoder once).
     #[arg(long)]
     pub use_cache: Option<bool>,
     /// Hugging Face decoders of the Llama family, MoE models, Gemma, Gemma2 and Gemma3 text

@@ -138,7 +138,9 @@ pub struct GenerationReport {
     /// simulated op by op are one jump of the cache to its final length.
     pub skeleton_decode_steps: u64,
     /// Positions per simulated cache growth through those steps (1: position by position, as
-    /// the real run; more when the simulation budget is short).
+    /// the real run; more when the simulation budget is short). Without a cache (`use_cache`
+    /// false): one decode step in this many is simulated op by op between the first and the
+    /// last ones (0: none, the ids jump).
     pub skeleton_stride: u64,
     /// Bytes of the KV cache when the generation ends: a causal LM's `prompt_len + new_tokens -
     /// 1` positions; an encoder-decoder's `new_tokens` decoder positions plus its

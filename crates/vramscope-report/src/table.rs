@@ -264,10 +264,22 @@ pub fn render_text(r: &EstimateReport, max_layers: usize) -> String {
                 human(g.kv_cache_bytes_per_token),
             )),
         }
+        let no_cache =
+            g.kv_cache_bytes_per_token == 0 && g.cross_attention_kv_cache_bytes.is_none();
         if g.simulated_decode_steps == g.decode_steps {
             out.push_str(&format!(
                 "prefill and all {} decode steps simulated\n\n",
                 g.decode_steps
+            ));
+        } else if no_cache && g.skeleton_stride > 0 {
+            out.push_str(&format!(
+                "prefill and {} of {} decode steps simulated op by op (the first, the last, and one in {} in between at its length)\n\n",
+                g.simulated_decode_steps, g.decode_steps, g.skeleton_stride
+            ));
+        } else if no_cache {
+            out.push_str(&format!(
+                "prefill and {} of {} decode steps simulated op by op (the first and the last), the ids jumping to their final length in between\n\n",
+                g.simulated_decode_steps, g.decode_steps
             ));
         } else if g.skeleton_decode_steps > 0 {
             let growth = if g.skeleton_stride > 1 {

@@ -574,12 +574,48 @@ fn t5_generation_cases_match_truth() {
 /// false`, as a config saved after training with gradient checkpointing says): generate() then
 /// reruns the whole sequence every step, each forward a plain one over it with generate's
 /// positions and the last position's logits. Qwen2, GPT-2, Llama 3.2 (padded, eager), OPT,
-/// Gemma, Gemma2, Gemma3 and Mistral past their windows, Phi-3, Mixtral, Qwen3-MoE, Qwen3.
-/// Byte-exact in every phase.
+/// Gemma, Gemma2, Gemma3 and Mistral past their windows, Phi-3, Mixtral, Qwen3-MoE, Qwen3, and
+/// four past the step budget (300 to 1,200 new tokens), of which vramscope simulates one decode
+/// step in 2 to 5 op by op. Byte-exact in every phase but GPT-2's 700 new tokens (batch 8),
+/// whose reserved memory, 4.8 times its peak from the growing steps' fragmentation, comes out
+/// 0.78% high with one step in 3.
 #[test]
 fn generation_without_a_cache_matches_truth() {
-    check_tight("hf_generate_no_cache.jsonl", 14);
-    assert_phases_within(&cases("hf_generate_no_cache.jsonl"), 0.0);
+    let file = "hf_generate_no_cache.jsonl";
+    let all = cases(file);
+    assert_eq!(all.len(), 18);
+    check(file);
+    let (strided, exact): (Vec<Value>, Vec<Value>) = all
+        .into_iter()
+        .partition(|c| c["name"] == "gpt2_nocache_b8_p256_n700_fp32");
+    assert_eq!(strided.len(), 1);
+    assert_peaks_within(
+        &exact,
+        &[
+            ("allocated_bytes", "peak_alloc", 0.0),
+            ("reserved_bytes", "peak_reserved", 0.0),
+        ],
+    );
+    assert_phases_within(&exact, 0.0);
+    assert_peaks_within(
+        &strided,
+        &[
+            ("allocated_bytes", "peak_alloc", 0.0),
+            ("reserved_bytes", "peak_reserved", 0.01),
+        ],
+    );
+}
+
+/// An encoder-decoder's generation without a cache (`validation/make_t5_no_cache_fixtures.sh`):
+/// the encoder once, then every decoder forward over the whole decoder sequence, the
+/// cross-attention's keys and values made anew each time. T5 in fp32, pure and AMP half
+/// precision, eager attention, a padded prompt batch, FLAN-T5, mT5, UMT5, t5-small, and 300 new
+/// tokens past the step budget whose reserved memory (16 times the peak, from the growing
+/// steps' fragmentation) is byte-exact too. Byte-exact in every phase.
+#[test]
+fn encoder_decoder_generation_without_a_cache_matches_truth() {
+    check_tight("hf_t5_no_cache.jsonl", 14);
+    assert_phases_within(&cases("hf_t5_no_cache.jsonl"), 0.0);
 }
 
 /// A text classifier with attention written out (`validation/onnx_models.py:attn_text`, its

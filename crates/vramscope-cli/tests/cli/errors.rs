@@ -588,21 +588,10 @@ fn encoder_decoder_generation_limits() {
             ),
         )
     };
-    // a config saved with `use_cache: false`: generate() keeps no cache, which is modelled for
-    // causal LMs (below) but not for encoder-decoders
+    // a config saved with `use_cache: false`: generate() keeps no cache (estimated, below)
     let no_cache = t5(
         "no_cache.json",
         r#", "decoder_start_token_id": 0, "use_cache": false"#,
-    );
-    run(
-        &no_cache,
-        &[],
-        &[
-            "no_cache.json",
-            "use_cache",
-            "causal LMs only",
-            "--use-cache true",
-        ],
     );
     let llama = config_file(
         &dir,
@@ -615,11 +604,12 @@ fn encoder_decoder_generation_limits() {
         &[],
         &["no_start.json", "decoder_start_token_id", "bos_token_id"],
     );
-    // what estimates: `--use-cache true` on the T5 config, the Llama one with and without a
-    // cache, a T5 config with its start token
+    // what estimates: the T5 and Llama configs without a cache and with one (`--use-cache
+    // true`), a T5 config with its start token
     let ok = t5("start.json", r#", "decoder_start_token_id": 0"#);
     for (model, extra) in [
-        (&no_cache, &["--use-cache", "true"][..]),
+        (&no_cache, &[][..]),
+        (&no_cache, &["--use-cache", "true"]),
         (&llama, &[]),
         (&llama, &["--use-cache", "true"]),
         (&ok, &[]),
@@ -633,15 +623,19 @@ fn encoder_decoder_generation_limits() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    // the text report says that the causal LM's generation keeps no cache, and why it costs
-    let args = generate_args(&llama, &[]);
-    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
-    let text = String::from_utf8(crate::vramscope(&argv).stdout).expect("UTF-8");
-    assert!(
-        text.contains("no KV cache (use_cache false")
-            && text.contains("generate() without a KV cache: every step reruns the whole sequence"),
-        "{text}"
-    );
+    // the text report says that the generation keeps no cache, and what that costs
+    for model in [&llama, &no_cache] {
+        let args = generate_args(model, &[]);
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let text = String::from_utf8(crate::vramscope(&argv).stdout).expect("UTF-8");
+        assert!(
+            text.contains("no KV cache (use_cache false")
+                && text.contains(
+                    "generate() without a KV cache: every step reruns the whole sequence"
+                ),
+            "{text}"
+        );
+    }
 }
 
 /// A config that names a half dtype gets a note when no --precision is given: transformers 5's

@@ -25,6 +25,13 @@
 //! in the real run; what it leaves out are the skipped steps' small transient tensors and, with
 //! a stride or a jump, part of the history, so the reserved memory is then approximate (lower:
 //! the fragmentation of a cache that grows by small steps is what it misses).
+//!
+//! Without a cache (`use_cache: false`) nothing outlives a step but the ids, and every step is a
+//! forward over the whole sequence so far: each one's blocks are a little larger than the last
+//! one's, which is what fragments the caching allocator (a 700-token GPT-2 generation reserves
+//! 4.9 GB for a 1.0 GB peak). A long one records whole steps in between its first and last ones,
+//! one in every `stride`, within [`NO_CACHE_BUDGET`] nodes, the ids jumping to each recorded
+//! step's length.
 
 use vramscope_core::ir::Task;
 use vramscope_core::ops::{Aten, DTypeRule};
@@ -44,6 +51,33 @@ pub const STEP_BUDGET: usize = 50_000;
 /// Graph nodes up to which the decode steps not recorded one by one still grow the cache (two
 /// nodes per layer and growth): one position at a time, or several where the budget is short.
 pub const SKELETON_BUDGET: usize = 60_000;
+/// Graph nodes up to which a long generation without a cache records whole decode steps in
+/// between its first and last ones (one in every `stride`). On GPT-2 (batch 8, 256 + 700
+/// tokens, 4.86 GB reserved when every step is simulated) a jump over them left the reserved
+/// memory 74% low; one step in 3 (this budget, 0.12 s) is 0.8% high; on Llama-3-8B (batch 4,
+/// 512 + 256) one in 5 is exact.
+pub const NO_CACHE_BUDGET: usize = 100_000;
+
+/// The node budgets past which a long generation's decode steps are not all recorded op by op
+/// (module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budgets {
+    /// Every step op by op up to this many nodes ([`STEP_BUDGET`]).
+    pub steps: usize,
+    /// With a cache: its growth through the skipped steps ([`SKELETON_BUDGET`]).
+    pub skeleton: usize,
+    /// Without a cache: whole steps with a stride ([`NO_CACHE_BUDGET`]).
+    pub no_cache: usize,
+}
+
+impl Budgets {
+    /// The budgets `vramscope estimate` uses.
+    pub const DEFAULT: Budgets = Budgets {
+        steps: STEP_BUDGET,
+        skeleton: SKELETON_BUDGET,
+        no_cache: NO_CACHE_BUDGET,
+    };
+}
 
 /// `max_new_tokens`: greedy decoding of this many tokens after the prompt (`--seq-len` is the
 /// prompt length).
@@ -68,7 +102,8 @@ pub struct GenerationInfo {
     /// over the skipped steps at once.
     pub skeleton_decode_steps: u64,
     /// Positions the cache grows by per recorded growth through the skipped steps (1: position
-    /// by position, as the real run); 0 without skipped steps.
+    /// by position, as the real run); 0 without skipped steps. Without a cache: one step in
+    /// this many is recorded between the first and the last ones (0: the ids jump).
     pub skeleton_stride: u64,
     /// Key and value tensors, one pair per decoder layer.
     pub kv_layers: u64,
@@ -255,7 +290,7 @@ pub fn build(
         (batch, prompt, padded),
         gen,
         precision,
-        (STEP_BUDGET, SKELETON_BUDGET),
+        Budgets::DEFAULT,
     )
 }
 
@@ -268,7 +303,7 @@ fn build_within(
     (batch, prompt, padded): (u64, u64, bool),
     gen: Generation,
     precision: vramscope_core::Precision,
-    budgets: (usize, usize),
+    budgets: Budgets,
 ) -> Result<(Graph, GenerationInfo), HfError> {
     if gen.new_tokens == 0 {
         return Err(HfError::BadInput(
@@ -399,7 +434,12 @@ fn build_within(
     let mut simulated = 0;
     let mut skeleton_steps = 0;
     let mut skeleton_stride = 0;
+    let mut recorded = StepsWithoutCache::default();
     while step <= decode_steps {
+        if !use_cache && state.len < prompt + step {
+            // skipped steps without a cache: the ids jump to this step's length
+            state.grow(&mut b, batch, prompt + step);
+        }
         // cached positions before this step: prompt + step - 1
         let past = prompt + step - 1;
         // with the cache, the last token and its position (sliced, copied); without it the
@@ -440,14 +480,10 @@ fn build_within(
         outputs = call.kept_outputs.take().unwrap_or_default();
         state.after_forward(&mut b, logits, &outputs);
         simulated += 1;
-        // a long generation: after the first steps, decide whether to jump to its end (without
-        // a cache nothing outlives a step but the ids and positions: one jump)
-        if step == HEAD_STEPS {
-            let per_growth = if use_cache {
-                2 * model.layers() + 2
-            } else {
-                usize::MAX
-            };
+        // a long generation: after the first steps, decide how to skip to its end
+        if step == HEAD_STEPS && use_cache {
+            let per_growth = 2 * model.layers() + 2;
+            let budgets = (budgets.steps, budgets.skeleton);
             if let Some(skip) = Skip::plan(&b, nodes_before, decode_steps, per_growth, budgets) {
                 for &s in &skip.growths {
                     state.jump(&mut b, &mut cache, batch, prompt + s);
@@ -457,8 +493,13 @@ fn build_within(
                 step = skip.resume;
                 continue;
             }
+        } else if step == HEAD_STEPS {
+            skeleton_stride = recorded.plan(&b, nodes_before, decode_steps, budgets);
         }
-        step += 1;
+        match recorded.next(step) {
+            Some(next) => step = next,
+            None => break,
+        }
     }
     // `generate` returns `input_ids`: everything else goes with `_sample`'s and its frames
     let mut rest: Vec<TensorId> = state.position_ids.into_iter().collect();
@@ -539,7 +580,7 @@ pub fn build_seq2seq(
     (batch, prompt, padded): (u64, u64, bool),
     gen: Generation,
     precision: vramscope_core::Precision,
-    budgets: (usize, usize),
+    budgets: Budgets,
 ) -> Result<(Graph, GenerationInfo), HfError> {
     if gen.new_tokens == 0 {
         return Err(HfError::BadInput(
@@ -554,6 +595,9 @@ pub fn build_seq2seq(
             expected: "an integer: generate() starts the decoder from it (or from bos_token_id), and raises without both (T5 checkpoints set 0)".to_string(),
         });
     }
+    // as for a causal LM: `use_cache` false keeps no cache, and every decoder forward runs over
+    // the whole decoder sequence so far (the encoder's outputs are reused)
+    let use_cache = cfg.bool_or("use_cache", true)?;
     let (i64, bool_) = (DType::I64, DType::Bool);
     let mut b = GraphBuilder::new(name, class);
     model.declare(&mut b);
@@ -582,16 +626,25 @@ pub fn build_seq2seq(
     state.after_forward(&mut b, logits, &no_outputs);
     let nodes_before = b.node_count();
     let (mut step, mut simulated, mut skeleton_steps, mut skeleton_stride) = (1, 0, 0, 0);
+    let mut recorded = StepsWithoutCache::default();
     while step <= decode_steps {
-        // cached decoder positions before this step: the start token and `step - 1` more
-        let ids1 = int_op(&mut b, "clone", vec![batch, 1], i64, &[state.input_ids]);
+        if !use_cache && state.len < step + 1 {
+            // skipped steps without a cache: the decoder's ids jump to this step's length (the
+            // start token and `step` tokens)
+            state.grow(&mut b, batch, step + 1);
+        }
+        // with the cache, the last token (the decoder has cached the start token and `step - 1`
+        // more); without it, the whole decoder sequence so far
+        let (len, past) = if use_cache { (1, step) } else { (state.len, 0) };
+        let ids1 = int_op(&mut b, "clone", vec![batch, len], i64, &[state.input_ids]);
         b.keep_until_now(&std::mem::take(&mut state.model_inputs));
         state.model_inputs = vec![ids1];
-        let logits = model.decode(&mut b, ids1, (enc, padding), step);
+        let logits = model.decode(&mut b, ids1, (enc, padding), past);
         state.after_forward(&mut b, logits, &no_outputs);
         simulated += 1;
-        if step == HEAD_STEPS {
+        if step == HEAD_STEPS && use_cache {
             let per_growth = 2 * model.layers() + 1;
+            let budgets = (budgets.steps, budgets.skeleton);
             if let Some(skip) = Skip::plan(&b, nodes_before, decode_steps, per_growth, budgets) {
                 // before decode step `s + 1` the decoder has cached its start token and `s`
                 // tokens, and `input_ids` holds one more
@@ -604,8 +657,13 @@ pub fn build_seq2seq(
                 step = skip.resume;
                 continue;
             }
+        } else if step == HEAD_STEPS {
+            skeleton_stride = recorded.plan(&b, nodes_before, decode_steps, budgets);
         }
-        step += 1;
+        match recorded.next(step) {
+            Some(next) => step = next,
+            None => break,
+        }
     }
     // what generate and `_sample` hold until they return (truth traces of T5): `_sample`'s
     // locals, the special tokens but eos, the encoder outputs, the cache, generate's
@@ -636,10 +694,10 @@ pub fn build_seq2seq(
         simulated_decode_steps: simulated,
         skeleton_decode_steps: skeleton_steps,
         skeleton_stride,
-        kv_layers: model.layers() as u64,
+        kv_layers: if use_cache { model.layers() as u64 } else { 0 },
         kv_elements_per_position,
         kv_dtypes,
-        cross_attention: Some(CrossAttentionCache { bytes: cross_bytes }),
+        cross_attention: use_cache.then_some(CrossAttentionCache { bytes: cross_bytes }),
     };
     Ok((graph, info))
 }
@@ -855,12 +913,70 @@ impl Skip {
     }
 }
 
+/// The decode steps a generation without a cache records: every one, or past the step budget
+/// the first [`HEAD_STEPS`], one in every `stride` in between within [`Budgets::no_cache`]
+/// nodes (the growths of a [`Skip`] whose growth is a whole step), and the last [`TAIL_STEPS`].
+#[derive(Default)]
+struct StepsWithoutCache(Option<std::vec::IntoIter<u64>>);
+
+impl StepsWithoutCache {
+    /// Plans the steps after step [`HEAD_STEPS`], which took the nodes since `nodes_before`;
+    /// returns the stride (0: every step, or none in between).
+    fn plan(
+        &mut self,
+        b: &GraphBuilder,
+        nodes_before: usize,
+        decode_steps: u64,
+        budgets: Budgets,
+    ) -> u64 {
+        let per_step = (b.node_count() - nodes_before) / HEAD_STEPS as usize;
+        let budgets = (budgets.steps, budgets.no_cache);
+        let Some(skip) = Skip::plan(b, nodes_before, decode_steps, per_step.max(1), budgets) else {
+            return 0;
+        };
+        // a skip without growths (not one step fits) still names the last skipped position
+        let between = skip.growths.iter().copied();
+        let mut steps: Vec<u64> = if skip.skeleton_steps == 0 {
+            Vec::new()
+        } else {
+            between.filter(|&s| s < skip.resume).collect()
+        };
+        steps.extend(skip.resume..skip.resume + TAIL_STEPS);
+        self.0 = Some(steps.into_iter());
+        skip.stride
+    }
+
+    /// The decode step recorded after `step`; `None` once the last is.
+    fn next(&mut self, step: u64) -> Option<u64> {
+        match &mut self.0 {
+            Some(steps) => steps.next(),
+            None => Some(step + 1),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::hf::{llama, HfInput};
     use vramscope_core::sim::{simulate, Category, Mode, Simulation, StepConfig};
     use vramscope_core::Precision;
+
+    /// Every decode step op by op.
+    const FULL: Budgets = Budgets {
+        steps: usize::MAX,
+        skeleton: 0,
+        no_cache: 0,
+    };
+
+    /// Past the step budget at once, with these skeleton budgets.
+    fn skipping(skeleton: usize, no_cache: usize) -> Budgets {
+        Budgets {
+            steps: 1,
+            skeleton,
+            no_cache,
+        }
+    }
 
     fn llama_cfg(hidden: u64, kv_heads: u64, layers: u64) -> HfConfig {
         let text = format!(
@@ -903,7 +1019,7 @@ mod tests {
         batch: u64,
         prompt: u64,
         new_tokens: u64,
-        budgets: (usize, usize),
+        budgets: Budgets,
     ) -> (Simulation, GenerationInfo) {
         let input = bf16_generation(batch, prompt, new_tokens);
         let m = llama::Model::new(cfg, "llama", &input, DType::BF16).expect("model");
@@ -922,13 +1038,7 @@ mod tests {
 
     #[test]
     fn every_step_is_recorded_within_the_budget() {
-        let (sim, info) = run(
-            &llama_cfg(256, 2, 2),
-            2,
-            32,
-            20,
-            (STEP_BUDGET, SKELETON_BUDGET),
-        );
+        let (sim, info) = run(&llama_cfg(256, 2, 2), 2, 32, 20, Budgets::DEFAULT);
         assert_eq!(info.decode_steps, 19);
         assert_eq!(info.simulated_decode_steps, 19);
         assert_eq!(info.final_positions(), 51);
@@ -951,9 +1061,15 @@ mod tests {
             (1024, 16, 8, 200, 4 << 20, 0.03),
         ] {
             let cfg = llama_cfg(hidden, 8, 2);
-            let (full, fi) = run(&cfg, batch, prompt, new_tokens, (usize::MAX, 0));
-            let (skel, si) = run(&cfg, batch, prompt, new_tokens, (1, usize::MAX));
-            let (jump, ji) = run(&cfg, batch, prompt, new_tokens, (1, 1));
+            let (full, fi) = run(&cfg, batch, prompt, new_tokens, FULL);
+            let (skel, si) = run(
+                &cfg,
+                batch,
+                prompt,
+                new_tokens,
+                skipping(usize::MAX, usize::MAX),
+            );
+            let (jump, ji) = run(&cfg, batch, prompt, new_tokens, skipping(1, 1));
             assert_eq!(fi.simulated_decode_steps, new_tokens - 1);
             for info in [&si, &ji] {
                 assert_eq!(info.simulated_decode_steps, HEAD_STEPS + TAIL_STEPS);
@@ -993,29 +1109,50 @@ mod tests {
         }
     }
 
+    /// Without a cache: the full run, one jump of the ids over the steps between the first and
+    /// the last ones, and whole steps with a stride within `strided_budget` nodes keep the peak
+    /// and every phase's end (nothing outlives a step but the ids); returns the full run.
+    fn check_skipping_without_a_cache(
+        run: impl Fn(Budgets) -> (Simulation, GenerationInfo),
+        decode_steps: u64,
+        strided_budget: usize,
+    ) -> Simulation {
+        let (full, fi) = run(FULL);
+        let (jump, ji) = run(skipping(0, 0));
+        let (strided, si) = run(skipping(0, strided_budget));
+        assert_eq!(fi.simulated_decode_steps, decode_steps);
+        assert_eq!(ji.simulated_decode_steps, HEAD_STEPS + TAIL_STEPS);
+        assert_eq!(ji.skeleton_stride, 0);
+        assert!(
+            si.simulated_decode_steps > HEAD_STEPS + TAIL_STEPS
+                && si.simulated_decode_steps < decode_steps
+                && si.skeleton_stride > 1,
+            "{si:?}"
+        );
+        assert_eq!(fi.final_kv_bytes(), 0);
+        assert_eq!(full.breakdown_at_peak.get(Category::KvCache), 0);
+        for skipped in [&jump, &strided] {
+            assert_eq!(full.peak_allocated, skipped.peak_allocated);
+            for (a, b) in full.phases.iter().zip(&skipped.phases) {
+                assert_eq!(a.allocated_after, b.allocated_after, "{}", a.name);
+            }
+        }
+        full
+    }
+
     /// Without a cache (`use_cache: false`) every step reruns the whole sequence: nothing
-    /// outlives a step but the ids and positions, the peak is the last step's, and skipping the
-    /// steps between the first and the last (one jump of the ids) keeps it and every phase's end.
+    /// outlives a step but the ids and positions, and the peak is the last step's.
     #[test]
     fn generation_without_a_cache_reruns_the_sequence() {
         let text = r#"{"model_type": "llama", "hidden_size": 256, "num_attention_heads": 8,
             "num_key_value_heads": 2, "num_hidden_layers": 2, "intermediate_size": 768,
             "vocab_size": 1000, "bos_token_id": 1, "eos_token_id": 2, "use_cache": false}"#;
         let cfg = HfConfig::parse("no_cache.json", text).expect("parses");
-        let (full, fi) = run(&cfg, 2, 40, 30, (usize::MAX, 0));
-        let (jump, ji) = run(&cfg, 2, 40, 30, (1, usize::MAX));
-        assert_eq!(fi.simulated_decode_steps, 29);
-        assert_eq!(ji.simulated_decode_steps, HEAD_STEPS + TAIL_STEPS);
-        assert_eq!(fi.final_kv_bytes(), 0);
-        assert_eq!(full.breakdown_at_peak.get(Category::KvCache), 0);
-        assert_eq!(full.peak_allocated, jump.peak_allocated);
-        for (a, b) in full.phases.iter().zip(&jump.phases) {
-            assert_eq!(a.allocated_after, b.allocated_after, "{}", a.name);
-        }
+        let full = check_skipping_without_a_cache(|b| run(&cfg, 2, 40, 30, b), 29, 3_000);
         // the same model with its cache peaks lower: the last step attends one query
         let cached =
             HfConfig::parse("cached.json", &text.replace("false", "true")).expect("parses");
-        let (with_cache, _) = run(&cached, 2, 40, 30, (usize::MAX, 0));
+        let (with_cache, _) = run(&cached, 2, 40, 30, FULL);
         assert!(with_cache.peak_allocated < full.peak_allocated);
     }
 
@@ -1029,12 +1166,34 @@ mod tests {
         HfConfig::parse("t5.json", &text).expect("parses")
     }
 
+    /// An encoder-decoder without a cache (`use_cache: false`): no self- nor cross-attention
+    /// cache, each decoder forward over the whole decoder sequence so far.
+    #[test]
+    fn encoder_decoder_without_a_cache_reruns_the_decoder() {
+        let cfg = t5_cfg(128).with_value("use_cache", false.into());
+        let (_, info) = run_t5(&cfg, 2, 48, 30, FULL);
+        assert!(info.cross_attention.is_none());
+        check_skipping_without_a_cache(|b| run_t5(&cfg, 2, 48, 30, b), 29, 3_000);
+        // a short prompt and a long generation: with its cache each step runs one decoder
+        // position, and the forward phase peaks lower than the last no-cache step's forward
+        // over every position
+        let forward_peak = |cfg: &HfConfig| {
+            let (sim, info) = run_t5(cfg, 2, 8, 60, FULL);
+            let phase = sim.phases.iter().find(|p| p.name == "it1.forward");
+            (phase.expect("a forward phase").peak_allocated, info)
+        };
+        let ((cached_peak, ci), (uncached_peak, _)) =
+            (forward_peak(&t5_cfg(128)), forward_peak(&cfg));
+        assert!(ci.cross_attention.is_some());
+        assert!(cached_peak < uncached_peak, "{cached_peak} {uncached_peak}");
+    }
+
     fn run_t5(
         cfg: &HfConfig,
         batch: u64,
         prompt: u64,
         new_tokens: u64,
-        budgets: (usize, usize),
+        budgets: Budgets,
     ) -> (Simulation, GenerationInfo) {
         let input = bf16_generation(batch, prompt, new_tokens);
         let m = crate::hf::t5::Generator::new(cfg, "t5", &input).expect("model");
@@ -1056,7 +1215,7 @@ mod tests {
     /// prompt, which are there from the first decoder forward on.
     #[test]
     fn encoder_decoder_cache_covers_the_decoder_positions_and_the_prompt() {
-        let (sim, info) = run_t5(&t5_cfg(128), 2, 48, 10, (STEP_BUDGET, SKELETON_BUDGET));
+        let (sim, info) = run_t5(&t5_cfg(128), 2, 48, 10, Budgets::DEFAULT);
         assert_eq!(info.final_positions(), 10);
         assert_eq!(info.simulated_decode_steps, 9);
         // 2 layers x (keys + values) x batch 2 x 128 x bf16, per decoder position
@@ -1080,9 +1239,15 @@ mod tests {
             [(128, 2, 40, 30, 0u64), (1024, 16, 300, 60, 4 << 20)]
         {
             let cfg = t5_cfg(d_model);
-            let (full, fi) = run_t5(&cfg, batch, prompt, new_tokens, (usize::MAX, 0));
-            let (skel, si) = run_t5(&cfg, batch, prompt, new_tokens, (1, usize::MAX));
-            let (jump, ji) = run_t5(&cfg, batch, prompt, new_tokens, (1, 1));
+            let (full, fi) = run_t5(&cfg, batch, prompt, new_tokens, FULL);
+            let (skel, si) = run_t5(
+                &cfg,
+                batch,
+                prompt,
+                new_tokens,
+                skipping(usize::MAX, usize::MAX),
+            );
+            let (jump, ji) = run_t5(&cfg, batch, prompt, new_tokens, skipping(1, 1));
             assert_eq!(fi.simulated_decode_steps, new_tokens - 1);
             assert_eq!(si.simulated_decode_steps, HEAD_STEPS + TAIL_STEPS);
             assert_eq!(si.skeleton_stride, 1);

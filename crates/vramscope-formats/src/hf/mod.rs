@@ -26,9 +26,8 @@
 //! a class whose head is not built (with the heads that are).
 //! `Gemma3ForConditionalGeneration` (the vision-language model) runs on text: its vision tower
 //! and projector are on the device but idle (`gemma.rs`).
-//! The causal LMs can also be built as a whole `model.generate(...)` with the KV cache
-//! (`generate.rs`: GPT-2, OPT, the Llama family, Gemma and Gemma3; Gemma2's eager attention over
-//! a cache is not modelled), and every family's forward with `attn_implementation="eager"`
+//! The causal LMs and T5 can also be built as a whole `model.generate(...)`, with the KV cache
+//! or without it (`use_cache: false`; `generate.rs`), and every family's forward with `attn_implementation="eager"`
 //! (`layers::eager_attention`; the encoders and T5 through its `Encoder` flavour).
 
 mod activation;
@@ -582,16 +581,6 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
         DecoderHead::Lm
     };
     if let Some(gen) = input.generate {
-        // GenerationConfig.from_model_config takes the config's `use_cache`: false makes
-        // generate() run without a cache, every forward over the whole sequence so far (causal
-        // LMs: generate.rs)
-        if matches!(family, Family::T5) && !cfg.bool_or("use_cache", true)? {
-            return Err(HfError::Field {
-                path: cfg.path.clone(),
-                field: "use_cache".to_string(),
-                expected: "true for an encoder-decoder's --mode generate: with use_cache false generate() keeps no KV cache and reruns the whole decoder sequence every step, which is modelled for causal LMs only (--use-cache true estimates generate(..., use_cache=True))".to_string(),
-            });
-        }
         let (graph, info) = if matches!(family, Family::T5) && task == HfTask::Seq2SeqLm {
             let model = t5::Generator::new(cfg, &model_type, input)?;
             generate::build_seq2seq(
@@ -601,7 +590,7 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
                 (input.batch, input.seq, input.padded),
                 gen,
                 input.precision,
-                (generate::STEP_BUDGET, generate::SKELETON_BUDGET),
+                generate::Budgets::DEFAULT,
             )?
         } else {
             let model: Box<dyn generate::CausalLm> = match family {

@@ -134,6 +134,10 @@ struct Spec {
 
 /// The decoder's `EncoderDecoderCache` and position in a `generate` ([`Generator`]).
 struct Decode {
+    /// generate's `use_cache` (the config's): false keeps no cache, and every decoder forward
+    /// runs over the whole decoder sequence so far, the cross-attention's keys and values made
+    /// anew each time.
+    cached: bool,
     /// Self-attention positions cached before this forward.
     past: u64,
     /// The decoder layer being recorded.
@@ -535,6 +539,7 @@ impl Generator {
         }
         let layers = s.dec_layers as usize;
         *s.decode.borrow_mut() = Some(Decode {
+            cached: s.use_cache,
             past: 0,
             layer: 0,
             self_cache: KvCache::with_windows(vec![None; layers]),
@@ -599,17 +604,21 @@ impl Seq2SeqLm for Generator {
     }
 
     fn grow_cache_to(&self, b: &mut GraphBuilder, len: u64) {
-        if let Some(d) = self.s.decode.borrow_mut().as_mut() {
+        if let Some(d) = self.s.decode.borrow_mut().as_mut().filter(|d| d.cached) {
             d.self_cache.grow_to(b, len);
         }
     }
 
     fn cache_tensors_in_drop_order(&self) -> Vec<TensorId> {
-        self.s.decode.borrow().as_ref().map_or_else(Vec::new, |d| {
-            let mut t = d.self_cache.tensors_in_drop_order();
-            t.extend(d.cross_cache.tensors_in_drop_order());
-            t
-        })
+        let decode = self.s.decode.borrow();
+        decode
+            .as_ref()
+            .filter(|d| d.cached)
+            .map_or_else(Vec::new, |d| {
+                let mut t = d.self_cache.tensors_in_drop_order();
+                t.extend(d.cross_cache.tensors_in_drop_order());
+                t
+            })
     }
 
     fn layers(&self) -> usize {
@@ -1020,10 +1029,13 @@ fn attention(
     };
     let q = linear(b, "q", s.d_model, inner, false, x);
     let q4 = heads(b, q, len, false);
-    // generate: after the first forward the cross-attention reads its cached keys and values
-    let decoding = s.decode.borrow().is_some() && (causal || kv.is_some());
+    // generate: with its cache, after the first forward the cross-attention reads its cached
+    // keys and values; without one (`use_cache` false) each forward is a plain one
+    let generating = s.decode.borrow().is_some();
+    let caching = s.decode.borrow().as_ref().is_some_and(|d| d.cached);
+    let decoding = caching && (causal || kv.is_some());
     let reused = match (s.decode.borrow().as_ref(), kv) {
-        (Some(d), Some(_)) => d.cross_cache.layer(d.layer),
+        (Some(d), Some(_)) if d.cached => d.cross_cache.layer(d.layer),
         _ => None,
     };
     let (k4, v4) = match reused {
@@ -1038,7 +1050,7 @@ fn attention(
                 // the cross-attention cache is filled once
                 Some(d) if decoding && kv.is_some() => d.cross_cache.update(b, d.layer, k4, v4),
                 Some(d) if decoding => d.self_cache.update(b, d.layer, k4, v4),
-                // the encoder's
+                // the encoder's, and every projection without a cache
                 Some(_) => (k4, v4),
                 None if s.use_cache && (causal || kv.is_some()) => cache_update(b, s, k4, v4),
                 None => (k4, v4),
@@ -1078,10 +1090,11 @@ fn attention(
         return (linear(b, "o", inner, s.d_model, false, o), pb, Some(w));
     }
     let o = b.frame(|b| match (decoding, kv) {
-        // one cached position: the bias `[1, H, 1, 1]` is a permuted view whose last stride is
-        // not 1, which SDPA's fused kernels refuse (`check_last_dim_stride_equals_1`), and
-        // `.contiguous()` leaves it as it is: the math path
-        (true, None) if kv_len == 1 => math_attention(b, s, [q4, k4, v4], pb),
+        // generate's first decoder position (cached or not): the bias `[1, H, 1, 1]` is a
+        // permuted view whose last stride is not 1, which SDPA's fused kernels refuse
+        // (`check_last_dim_stride_equals_1`), and `.contiguous()` leaves it as it is: the math
+        // path
+        (_, None) if generating && causal && kv_len == 1 => math_attention(b, s, [q4, k4, v4], pb),
         // a decode step's query attends to every cached position: no causal mask
         (true, _) => sdpa_with_bias(b, s, [q4, k4, v4], pb, (false, mask), kv.is_none()),
         (false, _) => sdpa_with_bias(b, s, [q4, k4, v4], pb, (causal, mask), kv.is_none()),
