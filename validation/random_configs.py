@@ -15,7 +15,8 @@ random batch, prompt, number of new tokens and precision against `estimate --mod
 `--heads`, K random token classifiers, question-answering models and bare models
 (validation/encoder_head_models.py) against `estimate --task token-cls | qa | feature-extraction`;
 with `--t5`, K random T5 / mT5 / UMT5 training or evaluation steps (validation/t5_models.py; with
-`--generate`, their `model.generate`);
+`--generate`, their `model.generate`); `--no-cache` with `--generate`: every config with
+`use_cache: false` (no KV cache, every step over the whole sequence; `--use-cache false`);
 with `--eager`, K random causal LMs under `attn_implementation="eager"`
 (validation/generate_models.py:eager) against `estimate --attn-implementation eager`; with
 `--lora`, K random causal LMs with LoRA adapters on random targets, rank and dropout
@@ -118,6 +119,8 @@ WINDOWS = False
 # `--moe`: every config from the Mixture-of-Experts families (whatever the mode's families)
 MOE = False
 MOE_FAMILIES = ["mixtral", "qwen2_moe", "qwen3_moe"]
+# `--no-cache` (with --generate): configs with use_cache false, so that generate() keeps no cache
+NO_CACHE = False
 ACTIVATIONS = ["gelu", "gelu_pytorch_tanh", "gelu_new", "gelu_fast", "quick_gelu", "relu", "relu2",
                "silu", "tanh", "sigmoid", "linear", "gelu_accurate", "relu6", "hardswish"]
 # `--pad`: half the generation, per-token-head and T5 cases (with a batch of 2 or more) run on a
@@ -522,13 +525,17 @@ def generate_case(i, mt, cfg, rng, tmp):
     kwargs = {"config": path, "new_tokens": new, "pad": pad}
     if attn != "sdpa":
         kwargs["attn"] = attn
+    if NO_CACHE:
+        kwargs["use_cache"] = False
+        what += " no-cache"
     cmd = [sys.executable, MEASURE, "--model", "py:" + os.path.join(HERE, "generate_models.py") + ":generate",
            "--model-kwargs", json.dumps(kwargs), "--batch", str(batch),
            "--seq", str(prompt), "--mode", "infer", "--amp", amp, "--param-dtype", pdt, "--json"]
     precision = precision_flag(amp, pdt)
     args = [path, "-b", str(batch), "--mode", "generate", "--prompt-len", str(prompt), "--new-tokens",
             str(new), "--precision", precision] + (["--padded"] if pad else []) + (
-        ["--attn-implementation", "eager"] if attn == "eager" else [])
+        ["--attn-implementation", "eager"] if attn == "eager" else []) + (
+        ["--use-cache", "false"] if NO_CACHE else [])
     return measured_against(what, cmd, args)
 
 
@@ -625,12 +632,15 @@ def t5_generate_case(i, mt, cfg, rng, tmp):
     what = (f"{i} {mt} generate b{batch} p{prompt} n{new} amp={amp} param={pdt}{f' pad={pad}' if pad else ''}"
             f"{' eager' if attn == 'eager' else ''}")
     kwargs = {"config": path, "new_tokens": new, "pad": pad, "attn": attn}
+    if NO_CACHE:
+        kwargs["overrides"] = {"use_cache": False}
+        what += " no-cache"
     cmd = [sys.executable, MEASURE, "--model", "py:" + os.path.join(HERE, "t5_models.py") + ":generate",
            "--model-kwargs", json.dumps(kwargs), "--batch", str(batch),
            "--seq", str(prompt), "--mode", "infer", "--amp", amp, "--param-dtype", pdt, "--json"]
     args = [path, "-b", str(batch), "--mode", "generate", "--prompt-len", str(prompt), "--new-tokens",
             str(new), "--precision", precision_flag(amp, pdt), "--attn-implementation", attn] + (
-        ["--padded"] if pad else [])
+        ["--padded"] if pad else []) + (["--use-cache", "false"] if NO_CACHE else [])
     return measured_against(what, cmd, args)
 
 
@@ -979,6 +989,9 @@ def main():
     ap.add_argument("--pad", action="store_true",
                     help="with --generate, --heads or --t5: half the cases with a batch of 2 or more "
                          "on a padded batch (--padded)")
+    ap.add_argument("--no-cache", action="store_true",
+                    help="with --generate: every generation from a config with use_cache false (no KV "
+                         "cache: every step reruns the whole sequence), vramscope with --use-cache false")
     ap.add_argument("--t5", action="store_true",
                     help="with --truth K: K random T5 / mT5 / UMT5 steps (validation/t5_models.py) instead; "
                          "with --generate, their model.generate")
@@ -993,8 +1006,8 @@ def main():
     global MEDIUM, NULLS, PAD, OPTIMIZERS, LARGE, KNOBS, DROPOUTS
     MEDIUM, NULLS, PAD, OPTIMIZERS, LARGE, KNOBS = a.medium, a.nulls, a.pad, a.optimizers, a.large, a.knobs
     DROPOUTS = a.dropouts
-    global WINDOWS, HALF, MOE
-    WINDOWS, HALF, MOE = a.windows, a.half, a.moe
+    global WINDOWS, HALF, MOE, NO_CACHE
+    WINDOWS, HALF, MOE, NO_CACHE = a.windows, a.half, a.moe, a.no_cache
     tmp = tempfile.mkdtemp(prefix="vramscope_random_configs_")
     if a.truth and a.write_cases:
         only = {int(x) for x in a.only.split(",")} if a.only else None
