@@ -1979,13 +1979,18 @@ pub fn eager_attention(
     // tensor of the keys' dtype promotes them), so autocast's cast copies them
     let mqa = llama_like && kv_heads == 1 && kv_heads != heads;
     let key_cast = e.autocast.is_some_and(|low| low != e.dtype);
+    let phi3 = e.flavor == EagerFlavor::Phi3;
+    // one key position of a projection's own heads (T5's first decoder forward without a
+    // cache): `[B, H, 1, D]` merges its batch into the heads as a view, keys and values alike
+    // (truth traces); a packed projection's slice does not (GPT-2's, Phi-3's)
+    let one_key = sk == 1 && llama_like && !phi3 && kv_heads == heads;
     let copy_v = bsz > 1
+        && !one_key
         && if cached {
             mqa && !key_cast
         } else {
             !llama_like || kv_heads == heads || kv_heads == 1
         };
-    let phi3 = e.flavor == EagerFlavor::Phi3;
     let copy_k = copy_v && !(mqa && key_cast) && !(phi3 && kv_heads == heads);
     // a single query is viewable for bmm, except GPT-2's (a slice of the packed `c_attn`
     // output, whose batch stride is 3 × the heads'); Phi-3's is contiguous
