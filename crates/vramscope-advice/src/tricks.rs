@@ -58,6 +58,8 @@ pub enum FineTuning {
     Qlora(u64),
     /// The weights loaded as bitsandbytes 4-bit NF4, for inference.
     LoadIn4bit,
+    /// `generate(..., use_cache=True)` where the config says `use_cache: false`.
+    KvCache,
 }
 
 impl FineTuning {
@@ -89,6 +91,12 @@ impl FineTuning {
                 "4-bit quantisation error; dequantisation compute; needs bitsandbytes",
                 "from_pretrained(..., quantization_config=BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=\"nf4\"))".into(),
                 "every nn.Linear but the output head is stored as 4-bit NF4 with its block scales, dequantised layer by layer as it runs",
+            ),
+            FineTuning::KvCache => (
+                "generate with the KV cache (use_cache=True)".into(),
+                "the cache's memory, kept for every position; far less compute (each step runs the new token only)",
+                "model.generate(input_ids, ..., use_cache=True)  # the config says use_cache=False, as saved after training with gradient checkpointing".into(),
+                "without a cache generate() reruns the whole sequence every step, and each step's slightly larger blocks fragment the caching allocator",
             ),
         }
     }
@@ -384,7 +392,7 @@ pub fn tricks<S: ModelSource>(
         checkpoint_tricks(&base_graph, cfg, hf, &mut push)?;
     }
     // a transformer's own: in training its layers checkpointed, LoRA, QLoRA; in inference and
-    // generation its weights loaded in 4 bits
+    // generation its weights loaded in 4 bits, and a generation without a cache given one
     let changes: &[FineTuning] = if train {
         &[
             FineTuning::GradientCheckpointing,
@@ -392,7 +400,7 @@ pub fn tricks<S: ModelSource>(
             FineTuning::Qlora(FineTuning::RANK),
         ]
     } else {
-        &[FineTuning::LoadIn4bit]
+        &[FineTuning::LoadIn4bit, FineTuning::KvCache]
     };
     for &change in changes {
         let Some(variant) = src.fine_tuned(change, batch, cfg) else {

@@ -34,6 +34,9 @@ pub struct Source<'a> {
     pub step: &'a StepConfig,
     /// The checkpoint is saved in 4 bits (its `quantization_config`): it loads in 4 bits already.
     pub saved_4bit: bool,
+    /// A generation without a KV cache (`use_cache: false` in the config, or `--use-cache
+    /// false`).
+    pub generates_without_cache: bool,
 }
 
 /// The graph `args` build at `batch`.
@@ -107,6 +110,7 @@ impl ModelSource for Source<'_> {
             FineTuning::Lora(r) if !args.finetune.any() => args.finetune.lora = Some(r),
             FineTuning::Qlora(r) if !args.finetune.any() => args.finetune.qlora = Some(r),
             FineTuning::LoadIn4bit if !args.finetune.any() => args.finetune.load_in_4bit = true,
+            FineTuning::KvCache if self.generates_without_cache => args.use_cache = Some(true),
             _ => return None,
         }
         Some(
@@ -133,6 +137,7 @@ pub fn run(a: &TricksArgs) -> Result<()> {
         model: &a.model,
         step: &cfg,
         saved_4bit: loaded.pre_quantized.is_some(),
+        generates_without_cache: loaded.generation.as_ref().is_some_and(|g| g.kv_layers == 0),
     };
     let rows = tricks(&source, a.model.batch_size, &cfg, a.gpus)?;
     if a.json {

@@ -548,6 +548,50 @@ fn tricks_leave_a_transformers_layers_to_its_own_checkpointing() {
     }
 }
 
+/// A generation without a KV cache (`--use-cache false`, as a config saved after training with
+/// gradient checkpointing says) is offered the cache, re-simulated: it lowers the reserved
+/// memory its growing steps fragment. A generation with the cache is not offered it.
+#[test]
+fn tricks_offer_the_kv_cache_to_a_generation_without_one() {
+    let t5 = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../fixtures/hf/configs/t5_small_2l.json"
+    );
+    let args = |cache: &'static str| {
+        vec![
+            "tricks",
+            t5,
+            "-b",
+            "4",
+            "--mode",
+            "generate",
+            "--prompt-len",
+            "128",
+            "--new-tokens",
+            "300",
+            "--use-cache",
+            cache,
+            "--json",
+        ]
+    };
+    let row = |rows: &serde_json::Value| {
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["change"]["FineTuning"] == "KvCache")
+            .cloned()
+    };
+    let without = crate::vramscope_json(&args("false"));
+    let cache = row(&without).expect("the KV cache offered");
+    let reserved = |peak: &serde_json::Value| peak["reserved_bytes"].as_u64().unwrap();
+    assert!(
+        reserved(&cache["after"]) * 4 < reserved(&cache["before"]),
+        "{cache}"
+    );
+    assert!(cache["how"].as_str().unwrap().contains("use_cache=True"));
+    assert!(row(&crate::vramscope_json(&args("true"))).is_none());
+}
+
 /// `tricks`' code for a transformers model loads it in the dtype and calls it on the batch, its
 /// loss its own: token ids are never cast to bf16 (an image model's input is), and no row calls
 /// `model(x)`.
