@@ -289,3 +289,25 @@ def load_and_adapt(model, double_quant, amp, lora, targets, r, alpha, dropout, c
     if checkpoint:
         model.gradient_checkpointing_enable()
     return model
+
+
+def generate_4bit(batch, seq, new_tokens=16, config="fixtures/hf/configs/qwen2_small_2l.json", layers=None,
+                  double_quant=True, use_cache=True, pad=0, amp="fp32", **_):
+    """`model.generate(input_ids, do_sample=False, max_new_tokens=N)` (validation/generate_models.py's
+    `generation`) of an HF causal LM loaded in 4 bits (`load_in_4bit`, no adapters), with or without
+    the KV cache (`use_cache`, as the config says it)."""
+    import transformers
+    from generate_models import generation
+
+    _patch_packed_sequence_detection()
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = config if os.path.isabs(config) else os.path.join(here, "..", config)
+    cfg = transformers.AutoConfig.from_pretrained(path)
+    if layers:
+        cfg.num_hidden_layers = int(layers)
+    cfg._attn_implementation = "sdpa"
+    cfg.use_cache = bool(use_cache)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(cfg)
+    model = load_and_adapt(model, double_quant, amp, False, None, 0, 0, 0.0, False)
+    return generation(model, cfg.vocab_size, batch, seq, new_tokens, int(pad))
