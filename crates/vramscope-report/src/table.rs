@@ -246,7 +246,7 @@ pub fn render_text(r: &EstimateReport, max_layers: usize) -> String {
         match g.cross_attention_kv_cache_bytes {
             // `use_cache` false: generate() keeps no cache
             None if g.kv_cache_bytes_per_token == 0 => out.push_str(
-                "no KV cache (use_cache false: every step reruns the whole sequence); ",
+                "no KV cache (use_cache false: every step reruns the whole sequence; --use-cache true estimates it with one); ",
             ),
             // an encoder-decoder: the decoder caches its start token and each token fed back
             Some(cross) => out.push_str(&format!(
@@ -321,6 +321,16 @@ pub fn render_text(r: &EstimateReport, max_layers: usize) -> String {
         r.peak.phase,
         verdict
     ));
+    // the verdict counts the reserved memory of a GPU with room to spare; on a smaller one
+    // PyTorch frees the cached segments that hold no live block and retries before raising
+    // out-of-memory, which is not simulated: say so where only the cache is over
+    let overheads = r.overheads.cuda_context_bytes + r.overheads.library_workspace_bytes;
+    if !r.gpu.fits && r.peak.allocated_bytes + overheads <= r.gpu.memory_bytes {
+        out.push_str(&format!(
+            "note: the reserved memory is {:.1} times the allocated peak; on this GPU the caching allocator would free its cached segments and retry before failing (not simulated), and the allocated peak fits: the run may too\n",
+            r.peak.reserved_bytes as f64 / r.peak.allocated_bytes.max(1) as f64
+        ));
+    }
     out
 }
 

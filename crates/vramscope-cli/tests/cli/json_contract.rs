@@ -592,6 +592,46 @@ fn tricks_offer_the_kv_cache_to_a_generation_without_one() {
     assert!(row(&crate::vramscope_json(&args("true"))).is_none());
 }
 
+/// A verdict that only the allocator's cache fails says so: a long T5 generation without a KV
+/// cache reserves 60 times its allocated peak, more than an H100 holds, while the peak itself
+/// fits. A model that does not fit at all gets no such note.
+#[test]
+fn a_verdict_failed_by_the_cache_alone_says_so() {
+    let text = |args: &[&str]| String::from_utf8(crate::vramscope(args).stdout).expect("UTF-8");
+    let fragmented = text(&[
+        "estimate",
+        "t5-small",
+        "--mode",
+        "generate",
+        "--prompt-len",
+        "128",
+        "--new-tokens",
+        "300",
+        "--use-cache",
+        "false",
+    ]);
+    assert!(
+        fragmented.contains("does NOT fit")
+            && fragmented.contains("times the allocated peak")
+            && fragmented.contains("the run may too"),
+        "{fragmented}"
+    );
+    let too_big = text(&[
+        "estimate",
+        "llama-3-70b",
+        "--seq-len",
+        "512",
+        "-b",
+        "1",
+        "--precision",
+        "bf16",
+    ]);
+    assert!(
+        too_big.contains("does NOT fit") && !too_big.contains("times the allocated peak"),
+        "{too_big}"
+    );
+}
+
 /// `tricks`' code for a transformers model loads it in the dtype and calls it on the batch, its
 /// loss its own: token ids are never cast to bf16 (an image model's input is), and no row calls
 /// `model(x)`.
