@@ -11,7 +11,7 @@
 //! the next size does not, and a few sizes above were checked as well.
 
 use serde::Serialize;
-use vramscope_core::sim::{simulate, StepConfig};
+use vramscope_core::sim::{simulate, Simulation, StepConfig};
 use vramscope_core::Graph;
 use vramscope_report::{Gpu, GPUS};
 
@@ -59,6 +59,10 @@ pub struct Estimate {
     pub peak_phase: String,
     /// Whether `device_bytes` is within the budget.
     pub fits: bool,
+    /// The step fits only with the allocator capped at the budget, freeing its cached segments
+    /// and retrying when a segment would not fit (as PyTorch does before raising
+    /// out-of-memory): `reserved_bytes` and `device_bytes` are then the capped run's.
+    pub cache_released: bool,
 }
 
 impl Estimate {
@@ -72,6 +76,7 @@ impl Estimate {
             device_bytes: u64::MAX,
             peak_phase: String::new(),
             fits: false,
+            cache_released: false,
         }
     }
 
@@ -125,19 +130,55 @@ where
     let graph = build(size).map_err(|e| AdviceError::Build { size, message: e })?;
     let sim = simulate(&graph, cfg)?;
     *sims += 1;
-    let device = target.device_bytes(sim.peak_reserved);
-    Ok(Estimate {
+    let mut estimate = Estimate {
         size,
         allocated_bytes: sim.peak_allocated,
         reserved_bytes: sim.peak_reserved,
-        device_bytes: device,
+        device_bytes: target.device_bytes(sim.peak_reserved),
         peak_phase: sim
             .phases
             .get(sim.peak_phase)
             .map(|p| p.name.clone())
             .unwrap_or_default(),
-        fits: device <= target.budget(),
-    })
+        fits: false,
+        cache_released: false,
+    };
+    estimate.fits = estimate.device_bytes <= target.budget();
+    if !estimate.fits {
+        if let Some(reserved) = reserved_with_cache_release(&graph, cfg, &sim, target, sims)? {
+            estimate.reserved_bytes = reserved;
+            estimate.device_bytes = target.device_bytes(reserved);
+            estimate.fits = true;
+            estimate.cache_released = true;
+        }
+    }
+    Ok(estimate)
+}
+
+/// A step whose reserved memory (`sim`, on a GPU with room to spare) is over `target`'s budget
+/// but whose allocated peak is not, simulated again with the allocator capped at the budget:
+/// it frees its cached segments and retries when a segment would not fit, as PyTorch does
+/// before raising out-of-memory. The capped run's peak reserved memory if nothing ran out of
+/// memory; `None` if something did, or the allocated peak alone is over.
+pub fn reserved_with_cache_release(
+    graph: &Graph,
+    cfg: &StepConfig,
+    sim: &Simulation,
+    target: &Target,
+    sims: &mut u32,
+) -> Result<Option<u64>, AdviceError> {
+    let overhead = target.gpu.overhead_bytes();
+    if sim.peak_allocated + overhead > target.budget() {
+        return Ok(None);
+    }
+    let capped = StepConfig {
+        reserved_limit: Some(target.budget() - overhead),
+        record_events: false,
+        ..cfg.clone()
+    };
+    let again = simulate(graph, &capped)?;
+    *sims += 1;
+    Ok((!again.out_of_memory).then_some(again.peak_reserved))
 }
 
 /// Finds the largest size of `dimension` that fits `target`. `build(size)` builds the graph with
@@ -365,21 +406,28 @@ pub fn smallest_gpu(
     let sim = simulate(graph, cfg)?;
     let mut gpus: Vec<&Gpu> = GPUS.iter().collect();
     gpus.sort_by_key(|g| g.memory_bytes);
-    let rows: Vec<GpuFit> = gpus
-        .iter()
-        .map(|g| {
-            let t = Target { gpu: g, margin };
-            let device = t.device_bytes(sim.peak_reserved);
-            GpuFit {
-                gpu: g.name.clone(),
-                memory_bytes: g.memory_bytes,
-                budget_bytes: t.budget(),
-                device_bytes: device,
-                fits: device <= t.budget(),
-                memory_only: g.compute_capability.is_none(),
+    let mut sims = 0;
+    let mut rows = Vec::with_capacity(gpus.len());
+    for g in gpus {
+        let t = Target { gpu: g, margin };
+        let mut device = t.device_bytes(sim.peak_reserved);
+        let mut fits = device <= t.budget();
+        // over only because of the allocator's cache: capped at this GPU's budget
+        if !fits {
+            if let Some(reserved) = reserved_with_cache_release(graph, cfg, &sim, &t, &mut sims)? {
+                device = t.device_bytes(reserved);
+                fits = true;
             }
-        })
-        .collect();
+        }
+        rows.push(GpuFit {
+            gpu: g.name.clone(),
+            memory_bytes: g.memory_bytes,
+            budget_bytes: t.budget(),
+            device_bytes: device,
+            fits,
+            memory_only: g.compute_capability.is_none(),
+        });
+    }
     Ok(SmallestGpu {
         allocated_bytes: sim.peak_allocated,
         reserved_bytes: sim.peak_reserved,

@@ -52,7 +52,12 @@ fn estimate_line(dim: &str, e: &Estimate, budget: u64) -> String {
     if !e.built() {
         return format!("  {dim} {}: the model cannot be built at this size", e.size);
     }
-    let verdict = if e.fits {
+    let verdict = if e.fits && e.cache_released {
+        format!(
+            "fits, {} to spare, with the allocator freeing its cached segments when cudaMalloc fails (simulated)",
+            human(budget - e.device_bytes)
+        )
+    } else if e.fits {
         format!("fits, {} to spare", human(budget - e.device_bytes))
     } else {
         format!(

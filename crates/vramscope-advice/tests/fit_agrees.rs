@@ -1,7 +1,8 @@
 //! `fit` agrees with the engine: for ten zoo models on three GPUs, the batch the search returns
-//! fits (simulated independently here) and the next batch does not.
+//! fits (simulated independently here, with the allocator's cache released where only it is
+//! over) and the next batch does not.
 
-use vramscope_advice::{fit_search, smallest_gpu, Target};
+use vramscope_advice::{fit_search, reserved_with_cache_release, smallest_gpu, Target};
 use vramscope_core::optim::Optimizer;
 use vramscope_core::sim::{simulate, StepConfig};
 use vramscope_formats::zoo::{self, ZooInput};
@@ -20,9 +21,20 @@ const MODELS: [&str; 10] = [
     "vit_b_32",
 ];
 
-fn device(name: &str, batch: u64, cfg: &StepConfig, target: &Target) -> u64 {
+/// The device bytes of `name` at `batch`, and whether it fits: its reserved memory within the
+/// budget, or, over it with its allocated peak within, capped at the budget with nothing out
+/// of memory (the capped run's device bytes then).
+fn device(name: &str, batch: u64, cfg: &StepConfig, target: &Target) -> (u64, bool) {
     let g = zoo::build(name, &ZooInput::imagenet(batch)).expect("builds");
-    target.device_bytes(simulate(&g, cfg).expect("simulates").peak_reserved)
+    let sim = simulate(&g, cfg).expect("simulates");
+    let device = target.device_bytes(sim.peak_reserved);
+    if device <= target.budget() {
+        return (device, true);
+    }
+    match reserved_with_cache_release(&g, cfg, &sim, target, &mut 0).expect("simulates") {
+        Some(reserved) => (target.device_bytes(reserved), true),
+        None => (device, false),
+    }
 }
 
 #[test]
@@ -44,13 +56,22 @@ fn fit_returns_a_batch_that_fits_and_the_next_does_not() {
             .expect("searches");
             assert!(r.verified, "{name} on {}: not verified", gpu.name);
             assert!(r.size > 0, "{name} on {}", gpu.name);
-            let at = device(name, r.size, &cfg, &target);
-            let next = device(name, r.size + 1, &cfg, &target);
-            assert!(at <= target.budget(), "{name} on {}: {at} over", gpu.name);
-            assert!(next > target.budget(), "{name} on {}: next fits", gpu.name);
+            let (at, at_fits) = device(name, r.size, &cfg, &target);
+            let (next, next_fits) = device(name, r.size + 1, &cfg, &target);
+            assert!(
+                at_fits && at <= target.budget(),
+                "{name} on {}: {at} over",
+                gpu.name
+            );
+            assert!(!next_fits, "{name} on {}: next fits", gpu.name);
             assert_eq!(r.at_size.as_ref().map(|e| e.device_bytes), Some(at));
             assert_eq!(r.next_size.as_ref().map(|e| e.device_bytes), Some(next));
-            assert!(r.fits_again_at.is_empty(), "{name}: {:?}", r.fits_again_at);
+            // the allocator's cache released where it alone is over, memory is less monotone
+            // in the batch (which segments are whole and free when one is needed varies):
+            // every size reported to fit again does
+            for &again in &r.fits_again_at {
+                assert!(device(name, again, &cfg, &target).1, "{name}: {again}");
+            }
         }
     }
 }
@@ -89,7 +110,12 @@ fn smallest_gpu_is_the_first_by_memory_that_fits() {
             .find(|g| g.name == row.gpu)
             .expect("in the table");
         let t = Target { gpu, margin: 0.05 };
-        assert_eq!(row.fits, t.device_bytes(reserved) <= t.budget());
+        let sim = simulate(&g, &cfg).expect("simulates");
+        let released = reserved_with_cache_release(&g, &cfg, &sim, &t, &mut 0).expect("simulates");
+        assert_eq!(
+            row.fits,
+            t.device_bytes(reserved) <= t.budget() || released.is_some()
+        );
         if i < first {
             assert!(!row.fits);
         }

@@ -3,11 +3,12 @@
 use std::path::Path;
 
 use anyhow::{anyhow, Context, Result};
-use vramscope_core::sim::{simulate, Simulation};
+use vramscope_core::sim::{simulate, Simulation, StepConfig};
 use vramscope_core::Graph;
 use vramscope_formats::hf::GenerationInfo;
 use vramscope_report::{
-    find_gpu, render_text, EstimateReport, GenerationReport, Gpu, ReportInput, GPUS,
+    find_gpu, render_text, CacheReleaseInfo, EstimateReport, GenerationReport, Gpu, ReportInput,
+    GPUS,
 };
 
 use crate::model::{self, ModelArgs};
@@ -92,7 +93,7 @@ pub fn estimate(
     loaded.apply_to(&mut cfg);
     cfg.record_events = record_events;
     let sim = simulate(&loaded.graph, &cfg)?;
-    let report = EstimateReport::new(
+    let mut report = EstimateReport::new(
         &ReportInput {
             graph: &loaded.graph,
             source: loaded.source,
@@ -113,6 +114,21 @@ pub fn estimate(
         },
         &sim,
     );
+    // a step that does not fit only because of the allocator's cache: simulated again on an
+    // allocator capped at the GPU's memory, which frees its cached segments and retries first
+    let overheads = gpu.cuda_context_bytes + gpu.library_workspace_bytes;
+    if !report.gpu.fits && sim.peak_allocated + overheads <= gpu.memory_bytes {
+        let capped = StepConfig {
+            reserved_limit: Some(gpu.memory_bytes - overheads),
+            record_events: false,
+            ..cfg.clone()
+        };
+        let again = simulate(&loaded.graph, &capped)?;
+        report.gpu.with_cache_release = Some(CacheReleaseInfo {
+            fits: !again.out_of_memory,
+            peak_reserved_bytes: again.peak_reserved,
+        });
+    }
     Ok((loaded, sim, report))
 }
 

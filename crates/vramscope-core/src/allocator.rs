@@ -225,6 +225,10 @@ pub struct CachingAllocator {
     reserved: u64,
     segments: u64,
     recycled: Vec<usize>,
+    /// The bytes segments may take (`None`: as many as they need).
+    reserved_limit: Option<u64>,
+    /// A segment went past `reserved_limit` even with the cache released.
+    out_of_memory: bool,
 }
 
 impl CachingAllocator {
@@ -257,6 +261,45 @@ impl CachingAllocator {
     /// Number of segments ever created.
     pub fn segments(&self) -> u64 {
         self.segments
+    }
+
+    /// Caps the bytes the segments may take (the GPU's memory less what else holds it). A new
+    /// segment past the cap first frees every cached segment that holds no live block, as
+    /// PyTorch does when `cudaMalloc` fails (`release_cached_blocks` in CUDACachingAllocator.cpp:
+    /// with the default unlimited `max_split_size` it skips `release_available_cached_blocks`);
+    /// past it still, the request is out of memory ([`Self::out_of_memory`]), and the
+    /// simulation goes on as if it had been served.
+    pub fn set_reserved_limit(&mut self, limit: Option<u64>) {
+        self.reserved_limit = limit;
+    }
+
+    /// Whether a request found no room under the reserved limit, the cache released.
+    pub fn out_of_memory(&self) -> bool {
+        self.out_of_memory
+    }
+
+    /// Whether a new segment of `seg` bytes goes past the reserved limit.
+    fn over_limit(&self, seg: u64) -> bool {
+        self.reserved_limit
+            .is_some_and(|limit| self.reserved + seg > limit)
+    }
+
+    /// `release_cached_blocks`: frees every free block that is a whole segment (never split, or
+    /// merged back), from both pools.
+    fn release_cached_blocks(&mut self) {
+        let mut dead = vec![false; self.blocks.len()];
+        for &i in &self.recycled {
+            dead[i] = true;
+        }
+        for (i, dead) in dead.into_iter().enumerate() {
+            let b = &self.blocks[i];
+            if dead || b.allocated || b.prev.is_some() || b.next.is_some() {
+                continue;
+            }
+            self.remove_free(i);
+            self.reserved -= self.blocks[i].size;
+            self.recycled.push(i);
+        }
     }
 
     /// The size of an allocated block.
@@ -317,6 +360,10 @@ impl CachingAllocator {
                 } else {
                     size.div_ceil(ROUND_LARGE) * ROUND_LARGE
                 };
+                if self.over_limit(seg) {
+                    self.release_cached_blocks();
+                    self.out_of_memory |= self.over_limit(seg);
+                }
                 let addr = self.next_addr;
                 self.next_addr += seg + (1 << 21);
                 self.reserved += seg;
@@ -478,6 +525,34 @@ mod tests {
         let c = a.malloc((19 << 20) + (1 << 19)).unwrap();
         assert_eq!(a.block_size(c), 20 << 20);
         assert_eq!(a.allocated(), 20 << 20);
+    }
+
+    /// Capped, a segment past the cap first frees the cached segments that hold no live block
+    /// (PyTorch's `release_cached_blocks` after a failed `cudaMalloc`), and is out of memory if
+    /// it is past the cap still.
+    #[test]
+    fn a_reserved_limit_releases_the_cache_then_runs_out() {
+        const MIB: u64 = 1 << 20;
+        let run = |limit: Option<u64>| {
+            let mut a = CachingAllocator::new();
+            a.set_reserved_limit(limit);
+            for size in [12, 14] {
+                // each a little larger than the cached segment before it, as without a KV cache
+                let b = a.malloc(size * MIB).unwrap();
+                a.free(b);
+            }
+            let live = a.malloc(16 * MIB).unwrap();
+            let after_release = (a.reserved(), a.out_of_memory());
+            let second = a.malloc(16 * MIB).unwrap();
+            assert_eq!(a.block_size(live), 16 * MIB);
+            assert_eq!(a.block_size(second), 16 * MIB);
+            (after_release, a.reserved(), a.out_of_memory())
+        };
+        // no cap: every segment stays
+        assert_eq!(run(None), ((42 * MIB, false), 58 * MIB, false));
+        // a 30 MiB cap: the 12 and 14 MiB cached segments go for the first 16 MiB; the second
+        // one has nothing left to release
+        assert_eq!(run(Some(30 * MIB)), ((16 * MIB, false), 32 * MIB, true));
     }
 
     #[test]

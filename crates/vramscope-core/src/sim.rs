@@ -82,6 +82,11 @@ pub struct StepConfig {
     /// `del out, loss` at the end of each iteration, so the previous output is gone before the
     /// next forward.
     pub free_output: bool,
+    /// The bytes the caching allocator's segments may take: the GPU's memory less the CUDA
+    /// context and workspaces (`None`: a GPU with room to spare, as the truth measurements).
+    /// Past it the allocator frees its cached segments and retries, as PyTorch does before
+    /// raising out-of-memory ([`crate::allocator::CachingAllocator::set_reserved_limit`]).
+    pub reserved_limit: Option<u64>,
 }
 
 impl Default for StepConfig {
@@ -95,6 +100,7 @@ impl Default for StepConfig {
             record_events: false,
             zero_grad_set_to_none: true,
             free_output: false,
+            reserved_limit: None,
         }
     }
 }
@@ -300,6 +306,9 @@ pub struct Simulation {
     pub peak_allocated: u64,
     /// `max_memory_reserved()`.
     pub peak_reserved: u64,
+    /// A request found no room under [`StepConfig::reserved_limit`], even with the allocator's
+    /// cache released: PyTorch would raise out-of-memory there.
+    pub out_of_memory: bool,
     /// Index of the phase where the allocated peak is first reached.
     pub peak_phase: usize,
     /// Breakdown at the overall peak.
@@ -2905,13 +2914,17 @@ fn run(g: &Graph, cfg: &StepConfig, thread: ModelThread) -> Result<Simulation, S
         g,
         cfg,
         mem: MemoryFeed::new(
-            MemoryModel::new(
-                storages,
-                // blocks: a segment or a split remainder per allocation at most, and far fewer
-                // live
-                4 * g.params.len() + 2 * g.nodes.len() + 1024,
-                cfg.record_events,
-            ),
+            {
+                let mut model = MemoryModel::new(
+                    storages,
+                    // blocks: a segment or a split remainder per allocation at most, and far
+                    // fewer live
+                    4 * g.params.len() + 2 * g.nodes.len() + 1024,
+                    cfg.record_events,
+                );
+                model.alloc.set_reserved_limit(cfg.reserved_limit);
+                model
+            },
             thread,
             g.nodes.len(),
         ),
@@ -3196,6 +3209,7 @@ fn run(g: &Graph, cfg: &StepConfig, thread: ModelThread) -> Result<Simulation, S
     let sim = Simulation {
         peak_allocated: model.peak_allocated,
         peak_reserved: model.peak_reserved,
+        out_of_memory: model.alloc.out_of_memory(),
         peak_phase: model.peak_phase,
         breakdown_at_peak: phases
             .get(model.peak_phase)

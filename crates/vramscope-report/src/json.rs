@@ -211,6 +211,20 @@ pub struct GpuInfo {
     pub fits: bool,
     /// Memory left (negative when it does not fit).
     pub headroom_bytes: i64,
+    /// Only when the step does not fit but its allocated peak does: the step simulated again on
+    /// an allocator capped at this GPU's memory, which frees its cached segments and retries
+    /// when a segment would not fit, as PyTorch does before raising out-of-memory.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub with_cache_release: Option<CacheReleaseInfo>,
+}
+
+/// `gpu.with_cache_release`.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct CacheReleaseInfo {
+    /// No request went past the cap, the cache released: the step runs.
+    pub fits: bool,
+    /// `max_memory_reserved()` under the cap.
+    pub peak_reserved_bytes: u64,
 }
 
 /// The whole `--json` object.
@@ -334,6 +348,7 @@ impl EstimateReport {
                 memory_bytes: input.gpu.memory_bytes,
                 fits: headroom >= 0,
                 headroom_bytes: headroom,
+                with_cache_release: None,
             },
             sdpa_backends: sim
                 .sdpa_backends

@@ -321,15 +321,21 @@ pub fn render_text(r: &EstimateReport, max_layers: usize) -> String {
         r.peak.phase,
         verdict
     ));
-    // the verdict counts the reserved memory of a GPU with room to spare; on a smaller one
-    // PyTorch frees the cached segments that hold no live block and retries before raising
-    // out-of-memory, which is not simulated: say so where only the cache is over
-    let overheads = r.overheads.cuda_context_bytes + r.overheads.library_workspace_bytes;
-    if !r.gpu.fits && r.peak.allocated_bytes + overheads <= r.gpu.memory_bytes {
-        out.push_str(&format!(
-            "note: the reserved memory is {:.1} times the allocated peak; on this GPU the caching allocator would free its cached segments and retry before failing (not simulated), and the allocated peak fits: the run may too\n",
-            r.peak.reserved_bytes as f64 / r.peak.allocated_bytes.max(1) as f64
-        ));
+    // the verdict counts the reserved memory of a GPU with room to spare; where only the
+    // allocator's cache is over, the step was simulated again on an allocator capped at this
+    // GPU's memory, which frees its cached segments and retries before failing, as PyTorch does
+    if let Some(c) = &r.gpu.with_cache_release {
+        let ratio = r.peak.reserved_bytes as f64 / r.peak.allocated_bytes.max(1) as f64;
+        if c.fits {
+            out.push_str(&format!(
+                "but it runs: the reserved memory is {ratio:.1} times the allocated peak, and on this GPU the caching allocator frees its cached segments when cudaMalloc fails and retries (simulated: reserved peaks at {}, nothing out of memory)\n",
+                human(c.peak_reserved_bytes)
+            ));
+        } else {
+            out.push_str(&format!(
+                "and it does not run: even freeing its cached segments when cudaMalloc fails (simulated), the caching allocator finds no room (the reserved memory is {ratio:.1} times the allocated peak: fragmentation)\n"
+            ));
+        }
     }
     out
 }

@@ -63,7 +63,7 @@ pub(super) enum ModelThread {
 
 /// The memory model's state.
 pub(super) struct MemoryModel {
-    alloc: CachingAllocator,
+    pub(super) alloc: CachingAllocator,
     /// per storage: its block (`u32::MAX`: none, or freed) and current category
     blocks: Vec<(u32, Category)>,
     /// per storage, the block events before its allocation and before its free (`u32::MAX`: no
