@@ -250,9 +250,9 @@ def load_in_4bit(model, double_quant, compute_dtype):
     return model
 
 
-def qlora(batch, seq, config="fixtures/hf/configs/qwen2_small_2l.json", layers=None, r=8, alpha=8,
-          dropout=0.0, targets=None, double_quant=True, lora=True, checkpoint=False, amp="fp32", **_):
-    """QLoRA (lora=True) or a plain 4-bit model (lora=False) of an HF causal LM."""
+def _meta_causal_lm(config, layers, use_cache):
+    """An HF causal LM of `config` (a path from the repository root, or absolute) on the meta
+    device, SDPA attention, `use_cache` as given, and its config."""
     import transformers
 
     _patch_packed_sequence_detection()
@@ -262,10 +262,17 @@ def qlora(batch, seq, config="fixtures/hf/configs/qwen2_small_2l.json", layers=N
     if layers:
         cfg.num_hidden_layers = int(layers)
     cfg._attn_implementation = "sdpa"
-    cfg.use_cache = False
+    cfg.use_cache = use_cache
     # from_pretrained(dtype=DTYPE): measure.py's param_dtype is the default dtype here
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(cfg)
+    return model, cfg
+
+
+def qlora(batch, seq, config="fixtures/hf/configs/qwen2_small_2l.json", layers=None, r=8, alpha=8,
+          dropout=0.0, targets=None, double_quant=True, lora=True, checkpoint=False, amp="fp32", **_):
+    """QLoRA (lora=True) or a plain 4-bit model (lora=False) of an HF causal LM."""
+    model, cfg = _meta_causal_lm(config, layers, use_cache=False)
     model = load_and_adapt(model, double_quant, amp, lora, targets, r, alpha, dropout, checkpoint)
     return moe_checkpoint_init(causal_lm_step(model, model, cfg, batch, seq), cfg, checkpoint)
 
@@ -296,18 +303,8 @@ def generate_4bit(batch, seq, new_tokens=16, config="fixtures/hf/configs/qwen2_s
     """`model.generate(input_ids, do_sample=False, max_new_tokens=N)` (validation/generate_models.py's
     `generation`) of an HF causal LM loaded in 4 bits (`load_in_4bit`, no adapters), with or without
     the KV cache (`use_cache`, as the config says it)."""
-    import transformers
     from generate_models import generation
 
-    _patch_packed_sequence_detection()
-    here = os.path.dirname(os.path.abspath(__file__))
-    path = config if os.path.isabs(config) else os.path.join(here, "..", config)
-    cfg = transformers.AutoConfig.from_pretrained(path)
-    if layers:
-        cfg.num_hidden_layers = int(layers)
-    cfg._attn_implementation = "sdpa"
-    cfg.use_cache = bool(use_cache)
-    with torch.device("meta"):
-        model = transformers.AutoModelForCausalLM.from_config(cfg)
+    model, cfg = _meta_causal_lm(config, layers, use_cache=bool(use_cache))
     model = load_and_adapt(model, double_quant, amp, False, None, 0, 0, 0.0, False)
     return generation(model, cfg.vocab_size, batch, seq, new_tokens, int(pad))
