@@ -13,7 +13,7 @@
 use serde::Serialize;
 use vramscope_core::sim::{simulate, Simulation, StepConfig};
 use vramscope_core::Graph;
-use vramscope_report::{Gpu, GPUS};
+use vramscope_report::{CacheReleaseInfo, Gpu, GPUS};
 
 use crate::AdviceError;
 
@@ -158,15 +158,15 @@ where
 /// A step whose reserved memory (`sim`, on a GPU with room to spare) is over `target`'s budget
 /// but whose allocated peak is not, simulated again with the allocator capped at the budget:
 /// it frees its cached segments and retries when a segment would not fit, as PyTorch does
-/// before raising out-of-memory. The capped run's peak reserved memory if nothing ran out of
-/// memory; `None` if something did, or the allocated peak alone is over.
-pub fn reserved_with_cache_release(
+/// before raising out-of-memory. Whether that run ran out of memory, and its peak reserved
+/// memory; `None` where the allocated peak alone is over (nothing to release would help).
+pub fn with_cache_release(
     graph: &Graph,
     cfg: &StepConfig,
     sim: &Simulation,
     target: &Target,
     sims: &mut u32,
-) -> Result<Option<u64>, AdviceError> {
+) -> Result<Option<CacheReleaseInfo>, AdviceError> {
     let overhead = target.gpu.overhead_bytes();
     if sim.peak_allocated + overhead > target.budget() {
         return Ok(None);
@@ -178,7 +178,23 @@ pub fn reserved_with_cache_release(
     };
     let again = simulate(graph, &capped)?;
     *sims += 1;
-    Ok((!again.out_of_memory).then_some(again.peak_reserved))
+    Ok(Some(CacheReleaseInfo {
+        fits: !again.out_of_memory,
+        peak_reserved_bytes: again.peak_reserved,
+    }))
+}
+
+/// [`with_cache_release`]'s peak reserved memory where the capped run fits.
+pub fn reserved_with_cache_release(
+    graph: &Graph,
+    cfg: &StepConfig,
+    sim: &Simulation,
+    target: &Target,
+    sims: &mut u32,
+) -> Result<Option<u64>, AdviceError> {
+    Ok(with_cache_release(graph, cfg, sim, target, sims)?
+        .filter(|c| c.fits)
+        .map(|c| c.peak_reserved_bytes))
 }
 
 /// Finds the largest size of `dimension` that fits `target`. `build(size)` builds the graph with

@@ -3,12 +3,12 @@
 use std::path::Path;
 
 use anyhow::{anyhow, Context, Result};
-use vramscope_core::sim::{simulate, Simulation, StepConfig};
+use vramscope_advice::{with_cache_release, Target};
+use vramscope_core::sim::{simulate, Simulation};
 use vramscope_core::Graph;
 use vramscope_formats::hf::GenerationInfo;
 use vramscope_report::{
-    find_gpu, render_text, CacheReleaseInfo, EstimateReport, GenerationReport, Gpu, ReportInput,
-    GPUS,
+    find_gpu, render_text, EstimateReport, GenerationReport, Gpu, ReportInput, GPUS,
 };
 
 use crate::model::{self, ModelArgs};
@@ -115,19 +115,12 @@ pub fn estimate(
         &sim,
     );
     // a step that does not fit only because of the allocator's cache: simulated again on an
-    // allocator capped at the GPU's memory, which frees its cached segments and retries first
-    let overheads = gpu.cuda_context_bytes + gpu.library_workspace_bytes;
-    if !report.gpu.fits && sim.peak_allocated + overheads <= gpu.memory_bytes {
-        let capped = StepConfig {
-            reserved_limit: Some(gpu.memory_bytes - overheads),
-            record_events: false,
-            ..cfg.clone()
-        };
-        let again = simulate(&loaded.graph, &capped)?;
-        report.gpu.with_cache_release = Some(CacheReleaseInfo {
-            fits: !again.out_of_memory,
-            peak_reserved_bytes: again.peak_reserved,
-        });
+    // allocator capped at the GPU's memory (no margin), which frees its cached segments and
+    // retries first, as `fit` does at its budget
+    if !report.gpu.fits {
+        let target = Target { gpu, margin: 0.0 };
+        report.gpu.with_cache_release =
+            with_cache_release(&loaded.graph, &cfg, &sim, &target, &mut 0)?;
     }
     Ok((loaded, sim, report))
 }

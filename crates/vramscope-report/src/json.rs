@@ -159,6 +159,13 @@ pub struct GenerationReport {
     pub kv_value_dtype: &'static str,
 }
 
+impl GenerationReport {
+    /// `use_cache` false: generate() keeps no cache, every step reruns the whole sequence.
+    pub fn keeps_no_cache(&self) -> bool {
+        self.kv_cache_bytes_per_token == 0 && self.cross_attention_kv_cache_bytes.is_none()
+    }
+}
+
 /// `layers[]`.
 #[derive(Debug, Clone, Serialize)]
 pub struct LayerInfo {

@@ -46,7 +46,7 @@ pub(crate) fn phase_reason(name: &str, delta: i64, r: &EstimateReport) -> String
                     "generate(): the encoder once, then one decoder step per token growing the KV cache"
                 }
                 // `use_cache` false: no cache, every step a forward over the whole sequence
-                Some(g) if g.kv_cache_bytes_per_token == 0 => {
+                Some(g) if g.keeps_no_cache() => {
                     "generate() without a KV cache: every step reruns the whole sequence so far"
                 }
                 _ => "generate(): prefill, then one decode step per token growing the KV cache",
@@ -245,7 +245,7 @@ pub fn render_text(r: &EstimateReport, max_layers: usize) -> String {
         };
         match g.cross_attention_kv_cache_bytes {
             // `use_cache` false: generate() keeps no cache
-            None if g.kv_cache_bytes_per_token == 0 => out.push_str(
+            None if g.keeps_no_cache() => out.push_str(
                 "no KV cache (use_cache false: every step reruns the whole sequence; --use-cache true estimates it with one); ",
             ),
             // an encoder-decoder: the decoder caches its start token and each token fed back
@@ -264,8 +264,7 @@ pub fn render_text(r: &EstimateReport, max_layers: usize) -> String {
                 human(g.kv_cache_bytes_per_token),
             )),
         }
-        let no_cache =
-            g.kv_cache_bytes_per_token == 0 && g.cross_attention_kv_cache_bytes.is_none();
+        let no_cache = g.keeps_no_cache();
         if g.simulated_decode_steps == g.decode_steps {
             out.push_str(&format!(
                 "prefill and all {} decode steps simulated\n\n",

@@ -429,17 +429,10 @@ fn build_within(
 
     state.after_forward(&mut b, logits, &outputs);
 
-    let nodes_before = b.node_count();
+    let mut steps = Steps::new(&b, use_cache, decode_steps, budgets);
     let mut step = 1;
-    let mut simulated = 0;
-    let mut skeleton_steps = 0;
-    let mut skeleton_stride = 0;
-    let mut recorded = StepsWithoutCache::default();
     while step <= decode_steps {
-        if !use_cache && state.len < prompt + step {
-            // skipped steps without a cache: the ids jump to this step's length
-            state.grow(&mut b, batch, prompt + step);
-        }
+        state.catch_up(&mut b, step);
         // cached positions before this step: prompt + step - 1
         let past = prompt + step - 1;
         // with the cache, the last token and its position (sliced, copied); without it the
@@ -479,24 +472,10 @@ fn build_within(
         logits = model.forward(&mut b, ids1, &mut call);
         outputs = call.kept_outputs.take().unwrap_or_default();
         state.after_forward(&mut b, logits, &outputs);
-        simulated += 1;
-        // a long generation: after the first steps, decide how to skip to its end
-        if step == HEAD_STEPS && use_cache {
-            let per_growth = 2 * model.layers() + 2;
-            let budgets = (budgets.steps, budgets.skeleton);
-            if let Some(skip) = Skip::plan(&b, nodes_before, decode_steps, per_growth, budgets) {
-                for &s in &skip.growths {
-                    state.jump(&mut b, &mut cache, batch, prompt + s);
-                }
-                skeleton_steps = skip.skeleton_steps;
-                skeleton_stride = skip.stride;
-                step = skip.resume;
-                continue;
-            }
-        } else if step == HEAD_STEPS {
-            skeleton_stride = recorded.plan(&b, nodes_before, decode_steps, budgets);
-        }
-        match recorded.next(step) {
+        // every layer's keys and values and the ids: one cache growth
+        let per_growth = 2 * model.layers() + 2;
+        let grow = |b: &mut GraphBuilder, s: u64| state.jump(b, &mut cache, batch, prompt + s);
+        match steps.after(&mut b, step, per_growth, grow) {
             Some(next) => step = next,
             None => break,
         }
@@ -518,9 +497,9 @@ fn build_within(
         prompt_len: prompt,
         new_tokens: gen.new_tokens,
         decode_steps,
-        simulated_decode_steps: simulated,
-        skeleton_decode_steps: skeleton_steps,
-        skeleton_stride,
+        simulated_decode_steps: steps.simulated,
+        skeleton_decode_steps: steps.skeleton_steps,
+        skeleton_stride: steps.skeleton_stride,
         // no cache without `use_cache`
         kv_layers: if use_cache { model.layers() as u64 } else { 0 },
         kv_elements_per_position: batch * model.kv_width(),
@@ -624,15 +603,10 @@ pub fn build_seq2seq(
     b.end_layer_table();
     let no_outputs = KeptOutputs::default();
     state.after_forward(&mut b, logits, &no_outputs);
-    let nodes_before = b.node_count();
-    let (mut step, mut simulated, mut skeleton_steps, mut skeleton_stride) = (1, 0, 0, 0);
-    let mut recorded = StepsWithoutCache::default();
+    let mut steps = Steps::new(&b, use_cache, decode_steps, budgets);
+    let mut step = 1;
     while step <= decode_steps {
-        if !use_cache && state.len < step + 1 {
-            // skipped steps without a cache: the decoder's ids jump to this step's length (the
-            // start token and `step` tokens)
-            state.grow(&mut b, batch, step + 1);
-        }
+        state.catch_up(&mut b, step);
         // with the cache, the last token (the decoder has cached the start token and `step - 1`
         // more); without it, the whole decoder sequence so far
         let (len, past) = if use_cache { (1, step) } else { (state.len, 0) };
@@ -641,26 +615,14 @@ pub fn build_seq2seq(
         state.model_inputs = vec![ids1];
         let logits = model.decode(&mut b, ids1, (enc, padding), past);
         state.after_forward(&mut b, logits, &no_outputs);
-        simulated += 1;
-        if step == HEAD_STEPS && use_cache {
-            let per_growth = 2 * model.layers() + 1;
-            let budgets = (budgets.steps, budgets.skeleton);
-            if let Some(skip) = Skip::plan(&b, nodes_before, decode_steps, per_growth, budgets) {
-                // before decode step `s + 1` the decoder has cached its start token and `s`
-                // tokens, and `input_ids` holds one more
-                for &s in &skip.growths {
-                    model.grow_cache_to(&mut b, s + 1);
-                    state.grow(&mut b, batch, s + 2);
-                }
-                skeleton_steps = skip.skeleton_steps;
-                skeleton_stride = skip.stride;
-                step = skip.resume;
-                continue;
-            }
-        } else if step == HEAD_STEPS {
-            skeleton_stride = recorded.plan(&b, nodes_before, decode_steps, budgets);
-        }
-        match recorded.next(step) {
+        // before decode step `s + 1` the decoder has cached its start token and `s` tokens, and
+        // `input_ids` holds one more: every self-attention layer's keys and values and the ids
+        let per_growth = 2 * model.layers() + 1;
+        let grow = |b: &mut GraphBuilder, s: u64| {
+            model.grow_cache_to(b, s + 1);
+            state.grow(b, batch, s + 2);
+        };
+        match steps.after(&mut b, step, per_growth, grow) {
             Some(next) => step = next,
             None => break,
         }
@@ -691,9 +653,9 @@ pub fn build_seq2seq(
         prompt_len: prompt,
         new_tokens: gen.new_tokens,
         decode_steps,
-        simulated_decode_steps: simulated,
-        skeleton_decode_steps: skeleton_steps,
-        skeleton_stride,
+        simulated_decode_steps: steps.simulated,
+        skeleton_decode_steps: steps.skeleton_steps,
+        skeleton_stride: steps.skeleton_stride,
         kv_layers: if use_cache { model.layers() as u64 } else { 0 },
         kv_elements_per_position,
         kv_dtypes,
@@ -715,6 +677,9 @@ struct Loop {
     position_ids: Option<TensorId>,
     /// A padded batch's `attention_mask`, grown by one position per step.
     attention_mask: Option<TensorId>,
+    /// Length of `input_ids` before the first forward (a causal LM's prompt, an
+    /// encoder-decoder's start token): before decode step `s` it is `start + s`.
+    start: u64,
     /// Length of `input_ids` (and `position_ids`).
     len: u64,
     next_token_logits: Option<TensorId>,
@@ -740,6 +705,7 @@ impl Loop {
             input_ids,
             position_ids: None,
             attention_mask: None,
+            start: len,
             len,
             next_token_logits: None,
             next_tokens: None,
@@ -833,6 +799,15 @@ impl Loop {
         self.grow(b, batch, past + 1);
     }
 
+    /// Before decode step `step`: where steps were skipped without a cache (nothing but the ids
+    /// outlives a step), the ids jump to the step's length; otherwise nothing (the steps before
+    /// grew them, or the cache growth through skipped steps did).
+    fn catch_up(&mut self, b: &mut GraphBuilder, step: u64) {
+        if self.len < self.start + step {
+            self.grow(b, self.batch, self.start + step);
+        }
+    }
+
     /// Grows `position_ids` (a causal LM's), a padded batch's mask and `input_ids` to `len`
     /// positions at once.
     fn grow(&mut self, b: &mut GraphBuilder, batch: u64, len: u64) {
@@ -913,45 +888,102 @@ impl Skip {
     }
 }
 
-/// The decode steps a generation without a cache records: every one, or past the step budget
-/// the first [`HEAD_STEPS`], one in every `stride` in between within [`Budgets::no_cache`]
-/// nodes (the growths of a [`Skip`] whose growth is a whole step), and the last [`TAIL_STEPS`].
-#[derive(Default)]
-struct StepsWithoutCache(Option<std::vec::IntoIter<u64>>);
+/// Which decode steps a generation records op by op (module docs), decided after the first
+/// [`HEAD_STEPS`] from the nodes they took: every one within the step budget; past it, with a
+/// cache, the first and the last ones and the cache's growth through those in between ([`Skip`]);
+/// without one, the first, the last, and one in every `stride` in between within
+/// [`Budgets::no_cache`] nodes (a [`Skip`] whose growth is a whole step).
+struct Steps {
+    use_cache: bool,
+    decode_steps: u64,
+    budgets: Budgets,
+    /// Nodes before the first decode step.
+    nodes_before: usize,
+    /// Without a cache, past the step budget: the steps still to record, in order.
+    planned: Option<std::vec::IntoIter<u64>>,
+    /// Decode steps recorded op by op.
+    simulated: u64,
+    /// [`GenerationInfo::skeleton_decode_steps`].
+    skeleton_steps: u64,
+    /// [`GenerationInfo::skeleton_stride`].
+    skeleton_stride: u64,
+}
 
-impl StepsWithoutCache {
-    /// Plans the steps after step [`HEAD_STEPS`], which took the nodes since `nodes_before`;
-    /// returns the stride (0: every step, or none in between).
-    fn plan(
-        &mut self,
-        b: &GraphBuilder,
-        nodes_before: usize,
-        decode_steps: u64,
-        budgets: Budgets,
-    ) -> u64 {
-        let per_step = (b.node_count() - nodes_before) / HEAD_STEPS as usize;
-        let budgets = (budgets.steps, budgets.no_cache);
-        let Some(skip) = Skip::plan(b, nodes_before, decode_steps, per_step.max(1), budgets) else {
-            return 0;
-        };
-        // a skip without growths (not one step fits) still names the last skipped position
-        let between = skip.growths.iter().copied();
-        let mut steps: Vec<u64> = if skip.skeleton_steps == 0 {
-            Vec::new()
-        } else {
-            between.filter(|&s| s < skip.resume).collect()
-        };
-        steps.extend(skip.resume..skip.resume + TAIL_STEPS);
-        self.0 = Some(steps.into_iter());
-        skip.stride
+impl Steps {
+    /// Before the first decode step.
+    fn new(b: &GraphBuilder, use_cache: bool, decode_steps: u64, budgets: Budgets) -> Steps {
+        Steps {
+            use_cache,
+            decode_steps,
+            budgets,
+            nodes_before: b.node_count(),
+            planned: None,
+            simulated: 0,
+            skeleton_steps: 0,
+            skeleton_stride: 0,
+        }
     }
 
-    /// The decode step recorded after `step`; `None` once the last is.
-    fn next(&mut self, step: u64) -> Option<u64> {
-        match &mut self.0 {
+    /// After recording decode step `step`: the next one to record (`None`: that was the last).
+    /// After step [`HEAD_STEPS`] it plans the rest; with a cache past the step budget
+    /// `grow(b, s)` records the cache's growth to where it stands before decode step `s + 1`
+    /// (`per_growth` nodes each).
+    fn after(
+        &mut self,
+        b: &mut GraphBuilder,
+        step: u64,
+        per_growth: usize,
+        mut grow: impl FnMut(&mut GraphBuilder, u64),
+    ) -> Option<u64> {
+        self.simulated += 1;
+        if step == HEAD_STEPS && self.use_cache {
+            let budgets = (self.budgets.steps, self.budgets.skeleton);
+            let skip = Skip::plan(b, self.nodes_before, self.decode_steps, per_growth, budgets);
+            if let Some(skip) = skip {
+                for &s in &skip.growths {
+                    grow(b, s);
+                }
+                self.skeleton_steps = skip.skeleton_steps;
+                self.skeleton_stride = skip.stride;
+                return Some(skip.resume);
+            }
+        } else if step == HEAD_STEPS {
+            self.plan_without_cache(b);
+        }
+        match &mut self.planned {
             Some(steps) => steps.next(),
             None => Some(step + 1),
         }
+    }
+
+    /// Without a cache, past the step budget: the steps recorded after the first ones, the
+    /// growth points of a [`Skip`] whose growth is a whole step (each recorded at its length),
+    /// then the last [`TAIL_STEPS`].
+    fn plan_without_cache(&mut self, b: &GraphBuilder) {
+        let per_step = (b.node_count() - self.nodes_before) / HEAD_STEPS as usize;
+        let budgets = (self.budgets.steps, self.budgets.no_cache);
+        let Some(skip) = Skip::plan(
+            b,
+            self.nodes_before,
+            self.decode_steps,
+            per_step.max(1),
+            budgets,
+        ) else {
+            return;
+        };
+        // a skip without growths (not one step fits) still names the last skipped position
+        let mut steps: Vec<u64> = if skip.skeleton_steps == 0 {
+            Vec::new()
+        } else {
+            skip.growths
+                .iter()
+                .copied()
+                .filter(|&s| s < skip.resume)
+                .collect()
+        };
+        steps.extend(skip.resume..skip.resume + TAIL_STEPS);
+        self.planned = Some(steps.into_iter());
+        self.skeleton_stride = skip.stride;
     }
 }
 
