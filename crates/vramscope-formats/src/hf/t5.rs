@@ -122,6 +122,8 @@ struct Spec {
     gradient_checkpointing: bool,
     /// The decoder builds an `EncoderDecoderCache` (the config's `use_cache`, which the decoder
     /// stack reads from its own copy of the config, unless gradient checkpointing turned it off).
+    /// In a `generate` ([`Generator`]) false keeps no cache: every decoder forward runs over the
+    /// whole decoder sequence so far, the cross-attention's keys and values made anew each time.
     use_cache: bool,
     /// The cached key/value tensors (self-attention then cross-attention, layer by layer), which
     /// `out.past_key_values` keeps.
@@ -134,10 +136,6 @@ struct Spec {
 
 /// The decoder's `EncoderDecoderCache` and position in a `generate` ([`Generator`]).
 struct Decode {
-    /// generate's `use_cache` (the config's): false keeps no cache, and every decoder forward
-    /// runs over the whole decoder sequence so far, the cross-attention's keys and values made
-    /// anew each time.
-    cached: bool,
     /// Self-attention positions cached before this forward.
     past: u64,
     /// The decoder layer being recorded.
@@ -539,7 +537,6 @@ impl Generator {
         }
         let layers = s.dec_layers as usize;
         *s.decode.borrow_mut() = Some(Decode {
-            cached: s.use_cache,
             past: 0,
             layer: 0,
             self_cache: KvCache::with_windows(vec![None; layers]),
@@ -604,7 +601,13 @@ impl Seq2SeqLm for Generator {
     }
 
     fn grow_cache_to(&self, b: &mut GraphBuilder, len: u64) {
-        if let Some(d) = self.s.decode.borrow_mut().as_mut().filter(|d| d.cached) {
+        if let Some(d) = self
+            .s
+            .decode
+            .borrow_mut()
+            .as_mut()
+            .filter(|_| self.s.use_cache)
+        {
             d.self_cache.grow_to(b, len);
         }
     }
@@ -613,7 +616,7 @@ impl Seq2SeqLm for Generator {
         let decode = self.s.decode.borrow();
         decode
             .as_ref()
-            .filter(|d| d.cached)
+            .filter(|_| self.s.use_cache)
             .map_or_else(Vec::new, |d| {
                 let mut t = d.self_cache.tensors_in_drop_order();
                 t.extend(d.cross_cache.tensors_in_drop_order());
@@ -1032,10 +1035,10 @@ fn attention(
     // generate: with its cache, after the first forward the cross-attention reads its cached
     // keys and values; without one (`use_cache` false) each forward is a plain one
     let generating = s.decode.borrow().is_some();
-    let caching = s.decode.borrow().as_ref().is_some_and(|d| d.cached);
+    let caching = generating && s.use_cache;
     let decoding = caching && (causal || kv.is_some());
     let reused = match (s.decode.borrow().as_ref(), kv) {
-        (Some(d), Some(_)) if d.cached => d.cross_cache.layer(d.layer),
+        (Some(d), Some(_)) if s.use_cache => d.cross_cache.layer(d.layer),
         _ => None,
     };
     let (k4, v4) = match reused {
