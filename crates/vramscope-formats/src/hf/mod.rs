@@ -223,7 +223,7 @@ pub struct HfInput {
     /// requires grad).
     pub gradient_checkpointing: bool,
     /// `model.generate(..., max_new_tokens)` on a prompt of `seq` tokens instead of one forward
-    /// (causal LMs only).
+    /// (causal LMs and T5 / mT5 / UMT5 with their LM head).
     pub generate: Option<Generation>,
     /// `attn_implementation` (`sdpa`, transformers' default, or `eager`).
     pub attn: AttnImplementation,
@@ -297,8 +297,8 @@ pub struct HfModel {
     /// quantizes as `from_pretrained` does.
     pub pre_quantized: Option<PreQuantized4bit>,
     /// Whether the forward fills the cache the config's `use_cache` asks for (T5's decoder; the
-    /// decoders' bare models and per-token heads; `generate`, which refuses a false one), so
-    /// that `use_cache` changes the estimate.
+    /// decoders' bare models and per-token heads; `generate`, which keeps no cache with a false
+    /// one), so that `use_cache` changes the estimate.
     pub follows_use_cache: bool,
 }
 
