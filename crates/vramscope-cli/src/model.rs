@@ -106,6 +106,10 @@ pub struct ModelArgs {
     /// Set once the checkpoint's name/dtype warnings have been printed (once per command).
     #[arg(skip)]
     pub(crate) checkpoint_warned: OnceLock<()>,
+    /// A config.json MODEL's or a built-in transformer's config, read and parsed once per
+    /// command (the dtype note and every build of the model share it).
+    #[arg(skip)]
+    pub(crate) hf_config: OnceLock<hf::HfConfig>,
     /// A `.gguf` MODEL's header and the config rebuilt from it, read once per command.
     #[arg(skip)]
     pub(crate) gguf: OnceLock<hf::GgufModel>,
@@ -147,13 +151,10 @@ pub fn step_config(model: &ModelArgs, step: &StepArgs) -> Result<StepConfig> {
 /// unless its `dtype=` says otherwise (`"auto"` is the default), while the estimate follows
 /// `--precision` (default fp32).
 fn note_config_dtype(model: &ModelArgs, precision: Precision) {
-    let cfg = if hf::is_hf_path(&model.model) {
-        hf::read_config(&model.model).ok()
-    } else {
-        hf_zoo::config(&model.model)
-            .and_then(|text| hf::HfConfig::parse(&format!("built-in {}", model.model), text).ok())
+    // a config that cannot be read is reported by the build that follows
+    let Ok(Some(cfg)) = hf_config(model) else {
+        return;
     };
-    let Some(cfg) = cfg else { return };
     let named = ["dtype", "torch_dtype"]
         .into_iter()
         .find_map(|k| cfg.str(k).ok().flatten().map(|v| (k, v.to_string())));
@@ -170,6 +171,22 @@ fn note_config_dtype(model: &ModelArgs, precision: Precision) {
             precision.name()
         );
     }
+}
+
+/// The config of a Hugging Face model path (its config.json) or of a built-in transformer, read
+/// on the first call; `None` for any other MODEL (a GGUF file's comes from its header).
+fn hf_config(args: &ModelArgs) -> Result<Option<&hf::HfConfig>> {
+    if let Some(cfg) = args.hf_config.get() {
+        return Ok(Some(cfg));
+    }
+    let cfg = if hf::is_hf_path(&args.model) {
+        hf::read_config(&args.model)?
+    } else if let Some(text) = hf_zoo::config(&args.model) {
+        hf::HfConfig::parse(&format!("built-in {}", args.model), text)?
+    } else {
+        return Ok(None);
+    };
+    Ok(Some(args.hf_config.get_or_init(|| cfg)))
 }
 
 /// The folder of a Hugging Face model path and its safetensors inventory (headers only), read on
@@ -448,8 +465,16 @@ fn load_base(
     generate: Option<Generation>,
 ) -> Result<LoadedModel> {
     if hf::is_hf_path(&args.model) {
-        let cfg = hf::read_config(&args.model)?;
-        return load_hf(args, cfg, batch_size, precision, generate, "hf-config");
+        if let Some(cfg) = hf_config(args)? {
+            return load_hf(
+                args,
+                cfg.clone(),
+                batch_size,
+                precision,
+                generate,
+                "hf-config",
+            );
+        }
     }
     if hf::is_gguf_path(&args.model) {
         let cfg = gguf(args)?.config.clone();
@@ -457,9 +482,8 @@ fn load_base(
         check_gguf_once(args, &m.graph)?;
         return Ok(m);
     }
-    if let Some(text) = hf_zoo::config(&args.model) {
-        let cfg = hf::HfConfig::parse(&format!("built-in {}", args.model), text)?;
-        return load_hf(args, cfg, batch_size, precision, generate, "zoo");
+    if let Some(cfg) = hf_config(args)? {
+        return load_hf(args, cfg.clone(), batch_size, precision, generate, "zoo");
     }
     if generate.is_some() {
         bail!(
