@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, Result};
 use vramscope_advice::{with_cache_release, Target};
 use vramscope_core::sim::{simulate, Simulation};
 use vramscope_core::Graph;
@@ -170,9 +170,5 @@ fn write_trace(path: &Path, graph: &Graph, sim: &Simulation) -> Result<()> {
         out.push_str(&line.to_string());
         out.push('\n');
     }
-    // write to a temporary file first so a failure leaves nothing half-written
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, out).with_context(|| format!("writing trace {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("writing trace {}", path.display()))?;
-    Ok(())
+    crate::output::file(path, out.as_bytes(), "trace")
 }

@@ -64,6 +64,8 @@ impl FinetuneArgs {
             || self.qlora.is_some()
             || self.load_in_4bit
             || self.double_quant
+            || self.lora_alpha != 8.0
+            || self.lora_dropout != 0.0
     }
 
     /// Applies the flags to `graph`, for a step run in `precision`; `saved_4bit` says the graph
@@ -114,6 +116,12 @@ impl FinetuneArgs {
             }
             None if self.no_autocast_adapter_dtype => {
                 bail!("--no-autocast-adapter-dtype needs --lora R or --qlora R (the adapter rank)")
+            }
+            // given other than their defaults (PEFT's): an adapter option without an adapter
+            None if self.lora_alpha != 8.0 || self.lora_dropout != 0.0 => {
+                bail!(
+                    "--lora-alpha and --lora-dropout need --lora R or --qlora R (the adapter rank)"
+                )
             }
             None => Ok(graph),
         }

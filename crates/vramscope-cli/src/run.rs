@@ -292,9 +292,7 @@ fn run(a: &RunArgs) -> Result<u8> {
             t
         };
         match &a.output {
-            Some(path) => {
-                std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?
-            }
+            Some(path) => crate::output::file(path, text.as_bytes(), "the timeline")?,
             None => std::io::stdout()
                 .write_all(text.as_bytes())
                 .context("writing to stdout")?,

@@ -207,7 +207,7 @@ impl GraphBuilder {
     /// Adds a model input (the batch).
     pub fn input(&mut self, shape: Shape, dtype: DType) -> TensorId {
         if self.error.is_none() {
-            if let Err(e) = check_size("input", &shape) {
+            if let Err(e) = check_size("input", &shape, ACTIVATION_HINT) {
                 self.error = Some(BuildError {
                     module: String::new(),
                     shape: e,
@@ -1130,6 +1130,21 @@ impl GraphBuilder {
         if let Some(i) = self.param_index.get(&full, |i| &params[i as usize].name) {
             return ParamId(i);
         }
+        // a parameter's size comes from the model's dimensions (a config's `hidden_size`): past
+        // 2^45 elements the sums of sizes could overflow, so the build stops with an error
+        if self.error.is_none() {
+            let what = match kind {
+                ParamKind::Parameter => "parameter",
+                ParamKind::Buffer => "buffer",
+            };
+            if let Err(mut e) = check_size(what, &shape, "check the model's dimensions") {
+                e.message = format!("`{name}`: {}", e.message);
+                self.error = Some(BuildError {
+                    module: mpath.clone(),
+                    shape: e,
+                });
+            }
+        }
         self.param_index
             .insert(&full, self.graph.params.len() as u32);
         let init_rank = self.graph.params.len() as u32;
@@ -1275,7 +1290,7 @@ impl GraphBuilder {
         if self.error.is_none() {
             if let Some(e) = out_shapes
                 .iter()
-                .find_map(|s| check_size(op.kind(), s).err())
+                .find_map(|s| check_size(op.kind(), s, ACTIVATION_HINT).err())
             {
                 let module = self.graph.modules[self.current().0 as usize].path.clone();
                 self.error = Some(BuildError { module, shape: e });
@@ -1326,14 +1341,18 @@ const INLINE_INPUTS: usize = 8;
 /// sums of sizes cannot overflow.
 const MAX_ELEMENTS: u64 = 1 << 45;
 
-/// Rejects shapes whose element count overflows or exceeds any real device.
-fn check_size(op: &'static str, shape: &[u64]) -> Result<(), ShapeError> {
+/// What to check when an activation is too large.
+const ACTIVATION_HINT: &str = "check the batch size and input size";
+
+/// Rejects shapes whose element count overflows or exceeds any real device (`hint` says which
+/// inputs decide the shape).
+fn check_size(op: &'static str, shape: &[u64], hint: &str) -> Result<(), ShapeError> {
     let n = shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d));
     match n {
         Some(n) if n <= MAX_ELEMENTS => Ok(()),
         _ => Err(ShapeError::new(
             op,
-            format!("a tensor of shape {shape:?} has more than 2^45 elements; check the batch size and input size"),
+            format!("a tensor of shape {shape:?} has more than 2^45 elements; {hint}"),
         )),
     }
 }

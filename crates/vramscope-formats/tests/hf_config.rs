@@ -193,6 +193,21 @@ fn bad_configs_name_the_file_and_field() {
         .unwrap_err()
         .to_string();
     assert!(e.starts_with("/nonexistent/config.json"), "{e}");
+
+    // a dimension below 2^32 whose weights are not: refused at the first too-large parameter
+    // rather than counted with sums that wrap (a hidden size of 10^9 once printed 6.2·10^18
+    // parameters)
+    let cfg = HfConfig::parse(
+        "c.json",
+        r#"{"model_type": "llama", "hidden_size": 1000000000, "num_hidden_layers": 2}"#,
+    )
+    .unwrap();
+    let e = hf::build(&cfg, &input()).unwrap_err().to_string();
+    assert_eq!(
+        e,
+        "c.json: in module `model.layers.0.self_attn.q_proj`: parameter: `weight`: a tensor of \
+         shape [1000000000, 1000000000] has more than 2^45 elements; check the model's dimensions"
+    );
 }
 
 #[test]

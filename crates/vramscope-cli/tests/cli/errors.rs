@@ -79,6 +79,87 @@ fn absurd_sizes_are_refused_not_wrapped() {
     );
 }
 
+/// A config whose dimensions are each below 2^32 but whose weights are not is refused at the
+/// first too-large parameter, naming it, rather than counted with sums that wrap.
+#[test]
+fn absurd_config_dimensions_are_refused_not_wrapped() {
+    let dir = crate::scratch("huge-config");
+    let cfg = config_file(
+        &dir,
+        "huge.json",
+        r#"{"model_type": "llama", "hidden_size": 1000000000, "num_hidden_layers": 2}"#,
+    );
+    fails_with(
+        &["estimate", &cfg, "--seq-len", "8"],
+        &[
+            "huge.json",
+            "model.layers.0.self_attn.q_proj",
+            "`weight`",
+            "more than 2^45 elements",
+            "dimensions",
+        ],
+    );
+}
+
+/// `--trace` writes its file whole or not at all: a missing folder is named with the path given
+/// and leaves nothing behind, and the temporary file never takes a name a user's file could have.
+#[test]
+fn trace_files_are_written_whole_or_not_at_all() {
+    let scratch = crate::scratch("trace-files");
+    let dir = &scratch;
+    let missing = dir.as_path().join("no/such/folder/events.jsonl");
+    fails_with(
+        &[
+            "estimate",
+            "gpt2",
+            "--seq-len",
+            "8",
+            "--trace",
+            missing.to_str().unwrap(),
+        ],
+        &["writing trace", missing.to_str().unwrap(), "No such file"],
+    );
+    fails_with(
+        &[
+            "estimate",
+            "gpt2",
+            "--seq-len",
+            "8",
+            "--trace",
+            dir.as_path().to_str().unwrap(),
+        ],
+        &["writing trace", "a directory"],
+    );
+    // a user's `events.tmp` beside the trace is left as it was
+    let mine = dir.as_path().join("events.tmp");
+    std::fs::write(&mine, "mine").unwrap();
+    let trace = dir.as_path().join("events.jsonl");
+    let out = vramscope(&[
+        "estimate",
+        "gpt2",
+        "--seq-len",
+        "8",
+        "--trace",
+        trace.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(std::fs::read_to_string(&mine).unwrap(), "mine");
+    let names: Vec<String> = std::fs::read_dir(dir.as_path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        names.len(),
+        2,
+        "only the trace and the user's file: {names:?}"
+    );
+    assert!(std::fs::read_to_string(&trace).unwrap().lines().count() > 100);
+}
+
 #[test]
 fn image_too_small_names_the_module() {
     fails_with(
@@ -322,6 +403,10 @@ fn bad_lora_and_freeze_flags() {
             "q_proj",
         ],
         &["--lora-targets needs --lora"],
+    );
+    fails_with(
+        &["estimate", cfg, "--seq-len", "64", "--lora-dropout", "0.1"],
+        &["--lora-dropout need --lora"],
     );
 }
 

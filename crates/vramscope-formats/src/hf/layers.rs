@@ -679,7 +679,8 @@ pub fn apply_rotary_sliced(
         let mut rot_shape = s.clone();
         rot_shape[3] = rotary_dim;
         let mut pass_shape = s;
-        pass_shape[3] = d - rotary_dim;
+        // saturating: after a build error `d` is a placeholder's 1
+        pass_shape[3] = d.saturating_sub(rotary_dim);
         let rot = if rotary_dim == d {
             view(b, "alias", x, rot_shape)
         } else {
