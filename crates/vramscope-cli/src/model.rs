@@ -17,7 +17,35 @@ use vramscope_formats::weights::{self, WeightFormat, WeightInventory};
 
 use crate::step::StepArgs;
 use vramscope_formats::hf_zoo;
+use vramscope_formats::names;
 use vramscope_formats::zoo::{self, ZooInput};
+
+/// MODEL as given, or the built-in name it spells otherwise (`Llama-3-8B` → `llama-3-8b`); a
+/// file or folder of that name comes first.
+fn builtin_or_path(model: &str) -> Result<String, std::convert::Infallible> {
+    Ok(match names::builtin(model) {
+        Some(name) if !Path::new(model).exists() => name.to_string(),
+        _ => model.to_string(),
+    })
+}
+
+/// Neither a file nor a built-in name: what to do instead, with the closest built-in name.
+fn unknown_model(model: &str) -> anyhow::Error {
+    let hint = names::closest(model)
+        .map(|n| format!(" (did you mean `{n}`?)"))
+        .unwrap_or_default();
+    let looks_like_hub_id = model.split('/').count() == 2 && !model.starts_with(['.', '/']);
+    let how = if looks_like_hub_id {
+        format!(
+            "; vramscope reads no network: to estimate a Hugging Face Hub model, download its config.json (`hf download {model} config.json --local-dir DIR`) and pass DIR"
+        )
+    } else if model.contains(['/', '\\']) || model.ends_with(".json") {
+        String::new()
+    } else {
+        "; `vramscope models` lists the built-in models".to_string()
+    };
+    anyhow!("{model}: no such file or folder, and not a built-in model{hint}{how}")
+}
 
 /// The model and its input, shared by every command that simulates.
 #[derive(clap::Args, Debug, Clone)]
@@ -25,7 +53,8 @@ pub struct ModelArgs {
     /// A built-in model name (`vramscope models` lists them: torchvision models and transformer
     /// checkpoints such as gpt2 or llama-3-8b), a Hugging Face `config.json` (or a folder holding
     /// one), a `.gguf` file (the model transformers builds from its metadata), or an `.onnx`
-    /// file.
+    /// file. Built-in names ignore case and `-` / `_` (`Llama-3-8B`).
+    #[arg(value_parser = builtin_or_path)]
     pub model: String,
     /// Batch size.
     #[arg(long, short = 'b', default_value_t = 32)]
@@ -485,13 +514,23 @@ fn load_base(
     if let Some(cfg) = hf_config(args)? {
         return load_hf(args, cfg.clone(), batch_size, precision, generate, "zoo");
     }
+    let path = Path::new(&args.model);
+    let is_onnx = args.model.to_ascii_lowercase().ends_with(".onnx");
+    if !is_onnx && zoo::names().iter().all(|&n| n != args.model) {
+        if path.is_dir() {
+            bail!("{}: a folder without a config.json: vramscope builds a Hugging Face model from its config.json (`vramscope inspect {}` lists the tensors of its weight files)", args.model, args.model);
+        }
+        if path.exists() {
+            bail!("{}: not a model file: expected a Hugging Face config.json (any name ending in .json), an .onnx or a .gguf file, or a model folder", args.model);
+        }
+        return Err(unknown_model(&args.model));
+    }
     if generate.is_some() {
         bail!(
             "--mode generate needs a Hugging Face causal LM (a built-in transformer such as gpt2 or llama-3-8b, a config.json, a model folder or a .gguf file); `{}` is not one",
             args.model
         );
     }
-    let is_onnx = args.model.to_ascii_lowercase().ends_with(".onnx");
     if (args.seq_len.is_some() && !is_onnx)
         || args.task.is_some()
         || args.gradient_checkpointing

@@ -109,6 +109,21 @@ pub fn read_index(path: &Path) -> Result<WeightInventory, WeightsError> {
         return Err(WeightsError::invalid(path, "weight_map", "names no shard"));
     }
     let files: Vec<PathBuf> = shards.iter().map(|s| dir.join(s)).collect();
+    // a shard the map names but the folder lacks (a partial download) is the index's error
+    if let Some(missing) = files.iter().find(|f| !f.exists()) {
+        let first = map
+            .iter()
+            .find(|(_, file)| dir.join(file.as_str().unwrap_or_default()) == *missing)
+            .map_or("", |(name, _)| name.as_str());
+        return Err(WeightsError::invalid(
+            path,
+            format!("weight_map[\"{first}\"]"),
+            format!(
+                "shard {} is not there (a partial download?)",
+                missing.display()
+            ),
+        ));
+    }
     let mut inv = read_files(&files)?;
     let held: HashMap<&str, &Path> = inv
         .tensors

@@ -165,6 +165,34 @@ fn a_100_gb_sparse_sharded_folder_is_inspected_from_its_headers_alone() {
     assert!(total > 100_000_000_000);
 }
 
+/// A sharded folder with a shard missing (a partial download): the index's error, naming the
+/// entry that points at it and the shard's path.
+#[test]
+fn a_missing_shard_is_named_by_the_index() {
+    let dir = Temp::new("missing-shard");
+    std::fs::create_dir_all(&dir.0).unwrap();
+    sparse_safetensors(
+        &dir.0.join("model-00001-of-00002.safetensors"),
+        "a",
+        1,
+        4,
+        4,
+    );
+    let index = serde_json::json!({"weight_map": {
+        "a.0.weight": "model-00001-of-00002.safetensors",
+        "b.0.weight": "model-00002-of-00002.safetensors",
+    }});
+    let path = dir.0.join("model.safetensors.index.json");
+    std::fs::write(&path, index.to_string()).unwrap();
+    let e = inspect(&dir.0).unwrap_err().to_string();
+    assert!(
+        e.starts_with(&path.display().to_string())
+            && e.contains("weight_map[\"b.0.weight\"]")
+            && e.contains("model-00002-of-00002.safetensors is not there"),
+        "{e}"
+    );
+}
+
 /// GGUF bytes: header with `kv` raw key/value bytes and no tensors.
 fn gguf_with_kv(n_kv: u64, kv: &[u8]) -> Vec<u8> {
     let mut b = b"GGUF".to_vec();

@@ -18,12 +18,54 @@ fn fails_with(args: &[&str], needles: &[&str]) {
     }
 }
 
+/// A name that is neither a file nor a built-in model says so before any flag is judged, with
+/// the closest built-in name (also for a Hub id) and what to do; built-in names ignore case.
 #[test]
 fn unknown_model() {
     fails_with(
         &["estimate", "resnet5"],
-        &["unknown model `resnet5`", "did you mean `resnet50`"],
+        &[
+            "resnet5: no such file or folder, and not a built-in model",
+            "did you mean `resnet50`",
+            "vramscope models",
+        ],
     );
+    // a transformer name with --seq-len: the name's error, not the flag's
+    fails_with(
+        &["estimate", "llama-3-9b", "--seq-len", "64"],
+        &["llama-3-9b: no such file", "did you mean `llama-3-8b`"],
+    );
+    fails_with(
+        &["estimate", "meta-llama/Meta-Llama-3-8B", "--seq-len", "64"],
+        &[
+            "did you mean `llama-3-8b`",
+            "reads no network",
+            "hf download meta-llama/Meta-Llama-3-8B config.json",
+        ],
+    );
+    fails_with(
+        &["estimate", "no/such/config.json", "--seq-len", "64"],
+        &["no/such/config.json: no such file or folder"],
+    );
+    let dir = crate::scratch("folder-without-config");
+    fails_with(
+        &["estimate", dir.to_str().unwrap(), "--seq-len", "64"],
+        &["a folder without a config.json", "vramscope inspect"],
+    );
+    let not_a_model = dir.join("weights.bin");
+    std::fs::write(&not_a_model, "x").unwrap();
+    fails_with(
+        &["estimate", not_a_model.to_str().unwrap()],
+        &["weights.bin: not a model file"],
+    );
+    std::fs::remove_dir_all(&dir).ok();
+    // the built-in names, as typed on a model card
+    let typed = crate::estimate_json(&["Llama-3-8B", "--seq-len", "64", "-b", "1"]);
+    let exact = crate::estimate_json(&["llama-3-8b", "--seq-len", "64", "-b", "1"]);
+    assert_eq!(typed, exact);
+    assert_eq!(typed["model"]["name"], "llama-3-8b");
+    let typed = crate::estimate_json(&["ResNet50", "-b", "2"]);
+    assert_eq!(typed["model"]["name"], "resnet50");
 }
 
 #[test]

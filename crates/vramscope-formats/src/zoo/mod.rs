@@ -158,7 +158,7 @@ pub fn build(name: &str, input: &ZooInput) -> Result<Graph, ZooError> {
     let entry = ZOO.iter().find(|e| e.name == key).ok_or_else(|| {
         let hint = ZOO
             .iter()
-            .map(|e| (edit_distance(&key, e.name), e.name))
+            .map(|e| (crate::names::edit_distance(&key, e.name), e.name))
             .min()
             .filter(|(d, _)| *d <= 3)
             .map(|(_, n)| format!(" (did you mean `{n}`?)"))
@@ -199,20 +199,4 @@ pub fn build(name: &str, input: &ZooInput) -> Result<Graph, ZooError> {
         model: entry.name.to_string(),
         cause,
     })
-}
-
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1];
-        for (j, cb) in b.iter().enumerate() {
-            let v = (prev[j] + usize::from(ca != *cb))
-                .min(prev[j + 1] + 1)
-                .min(cur[j] + 1);
-            cur.push(v);
-        }
-        prev = cur;
-    }
-    prev[b.len()]
 }
