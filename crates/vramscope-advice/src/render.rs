@@ -241,7 +241,12 @@ pub fn smallest_gpu_text(what: &str, batch: u64, r: &SmallestGpu) -> String {
 }
 
 /// The ranked tricks table.
-pub fn tricks_text(what: &str, batch: u64, rows: &[crate::tricks::Trick]) -> String {
+pub fn tricks_text(
+    what: &str,
+    batch: u64,
+    rows: &[crate::tricks::Trick],
+    target: Option<&crate::fit::Target>,
+) -> String {
     let before = rows.first().map(|r| r.before);
     let mut out = format!("{what}, batch size {batch}");
     if let Some(b) = before {
@@ -252,15 +257,25 @@ pub fn tricks_text(what: &str, batch: u64, rows: &[crate::tricks::Trick]) -> Str
         ));
     }
     out.push('\n');
-    let mut t = table(vec![
-        "#",
-        "trick",
-        "peak reserved before -> after",
-        "saved",
-        "cost",
-        "how (PyTorch)",
-        "why",
-    ]);
+    if let Some(t) = target {
+        out.push_str(&format!(
+            "on {} ({}), margin {:.0}%: device memory may use {}; as given the step {}\n",
+            t.gpu.name,
+            human(t.gpu.memory_bytes),
+            t.margin * 100.0,
+            human(t.budget()),
+            match before.and_then(|b| b.fits) {
+                Some(true) => "fits",
+                _ => "does NOT fit",
+            }
+        ));
+    }
+    let mut headers = vec!["#", "trick", "peak reserved before -> after", "saved"];
+    if target.is_some() {
+        headers.push("fits");
+    }
+    headers.extend(["cost", "how (PyTorch)", "why"]);
+    let mut t = table(headers);
     for (i, r) in rows.iter().enumerate() {
         let peak = match r.after {
             Some(a) => format!(
@@ -276,15 +291,21 @@ pub fn tricks_text(what: &str, batch: u64, rows: &[crate::tricks::Trick]) -> Str
         } else {
             format!("{mib:.1} MiB")
         };
-        t.add_row(vec![
+        let mut row = vec![
             right((i + 1).to_string()),
             Cell::new(&r.name),
             right(peak),
             right(saved),
-            Cell::new(&r.cost),
-            Cell::new(&r.how),
-            Cell::new(&r.note),
-        ]);
+        ];
+        if target.is_some() {
+            row.push(Cell::new(match r.after.and_then(|a| a.fits) {
+                Some(true) => "yes",
+                Some(false) => "no",
+                None => "-",
+            }));
+        }
+        row.extend([Cell::new(&r.cost), Cell::new(&r.how), Cell::new(&r.note)]);
+        t.add_row(row);
     }
     out.push_str(&t.to_string());
     out.push_str("\nRanked by peak reserved memory saved (what decides an out-of-memory error); every \"after\" is a re-simulation with that change alone.");

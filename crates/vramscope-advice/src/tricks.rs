@@ -11,6 +11,7 @@ use vramscope_core::passes::inplace_activations;
 use vramscope_core::sim::{simulate, Checkpoint, Mode, Simulation, StepConfig};
 use vramscope_core::{Graph, Precision};
 
+use crate::fit::{with_cache_release, Target};
 use crate::AdviceError;
 
 /// Where the tricks get their model variants from (the CLI builds them from its flags).
@@ -109,14 +110,34 @@ pub struct Peak {
     pub allocated_bytes: u64,
     /// `max_memory_reserved()`.
     pub reserved_bytes: u64,
+    /// With a GPU to fit (`--gpu`): whether the step runs on it within the margin, as `fit`
+    /// decides (the reserved peak plus the GPU's overheads within the budget, or, where only
+    /// the cached blocks are over, a run with the allocator capped at the budget that frees its
+    /// cache without running out of memory).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fits: Option<bool>,
 }
 
 impl Peak {
-    fn of(s: &Simulation) -> Self {
-        Peak {
-            allocated_bytes: s.peak_allocated,
-            reserved_bytes: s.peak_reserved,
-        }
+    /// The peak of `sim`, a simulation of `graph` in `cfg`, and whether it fits `target`.
+    fn of(
+        graph: &Graph,
+        cfg: &StepConfig,
+        sim: &Simulation,
+        target: Option<&Target>,
+    ) -> Result<Self, AdviceError> {
+        let fits = match target {
+            None => None,
+            Some(t) if t.device_bytes(sim.peak_reserved) <= t.budget() => Some(true),
+            Some(t) => {
+                Some(with_cache_release(graph, cfg, sim, t, &mut 0)?.is_some_and(|c| c.fits))
+            }
+        };
+        Ok(Peak {
+            allocated_bytes: sim.peak_allocated,
+            reserved_bytes: sim.peak_reserved,
+            fits,
+        })
     }
 }
 
@@ -173,19 +194,21 @@ pub struct Trick {
 }
 
 /// The tricks for a step at `batch` with `cfg`, ranked by reserved memory saved, plus the
-/// analytic multi-GPU lines (model states only) over `gpus` GPUs.
+/// analytic multi-GPU lines (model states only) over `gpus` GPUs; with a `target`, whether the
+/// step fits it as given and after each simulated trick.
 pub fn tricks<S: ModelSource>(
     src: &S,
     batch: u64,
     cfg: &StepConfig,
     gpus: u64,
+    target: Option<&Target>,
 ) -> Result<Vec<Trick>, AdviceError> {
     let base_graph = src.build(batch).map_err(|m| AdviceError::Build {
         size: batch,
         message: m,
     })?;
     let base_sim = simulate(&base_graph, cfg)?;
-    let before = Peak::of(&base_sim);
+    let before = Peak::of(&base_graph, cfg, &base_sim, target)?;
     // a transformers model is called on a batch of token ids and computes its own loss
     let hf = src.is_transformers_model();
     let mut rows: Vec<Trick> = Vec::new();
@@ -216,8 +239,9 @@ pub fn tricks<S: ModelSource>(
             note,
         });
     };
-    let sim =
-        |g: &Graph, c: &StepConfig| -> Result<Peak, AdviceError> { Ok(Peak::of(&simulate(g, c)?)) };
+    let sim = |g: &Graph, c: &StepConfig| -> Result<Peak, AdviceError> {
+        Peak::of(g, c, &simulate(g, c)?, target)
+    };
     let half = batch / 2;
 
     // batch
@@ -389,7 +413,7 @@ pub fn tricks<S: ModelSource>(
     }
     // checkpointing
     if train {
-        checkpoint_tricks(&base_graph, cfg, hf, &mut push)?;
+        checkpoint_tricks(&base_graph, cfg, hf, target, &mut push)?;
     }
     // a transformer's own: in training its layers checkpointed, LoRA, QLoRA; in inference and
     // generation its weights loaded in 4 bits, and a generation without a cache given one
@@ -680,8 +704,26 @@ pub fn tricks<S: ModelSource>(
             }
         }
     }
+    if let Some(cc) = target.and_then(|t| pre_ampere(t.gpu)) {
+        for r in &mut rows {
+            if matches!(&r.change, Change::Precision(p) if p.contains("bf16")) {
+                r.cost = format!(
+                    "the {} (compute capability {cc}) has no bfloat16 tensor cores: bf16 matmuls run without them, far slower (float16 is its fast half precision); {}",
+                    target.map_or("", |t| t.gpu.name.as_str()),
+                    r.cost
+                );
+            }
+        }
+    }
     rows.sort_by_key(|t| std::cmp::Reverse(t.saved_bytes));
     Ok(rows)
+}
+
+/// An NVIDIA GPU older than Ampere (compute capability below 8.0): its compute capability.
+fn pre_ampere(gpu: &vramscope_report::Gpu) -> Option<&str> {
+    let cc = gpu.compute_capability.as_deref()?;
+    let major: u32 = cc.split('.').next()?.parse().ok()?;
+    (major < 8).then_some(cc)
 }
 
 /// A module that only holds others (`nn.ModuleList`, `nn.ModuleDict`): it cannot be called.
@@ -696,6 +738,7 @@ fn checkpoint_tricks<F>(
     g: &Graph,
     cfg: &StepConfig,
     own_layer_checkpointing: bool,
+    target: Option<&Target>,
     push: &mut F,
 ) -> Result<(), AdviceError>
 where
@@ -715,7 +758,7 @@ where
             checkpoint: [cfg.checkpoint.clone(), cp].concat(),
             ..cfg.clone()
         };
-        Ok(Peak::of(&simulate(g, &c)?))
+        Peak::of(g, &c, &simulate(g, &c)?, target)
     };
     // stages: top-level containers (modules with children)
     let stages: Vec<&vramscope_core::ir::ModuleDef> = g
@@ -753,9 +796,21 @@ where
             "only the stages' inputs are kept; each stage is recomputed in backward".into(),
         );
     }
+    // an `nn.Sequential` of one repeated block (ViT's `encoder.layers` of 12 `EncoderBlock`s,
+    // a ConvNeXt or Swin stage's blocks): where users checkpoint block by block
+    let repeated_blocks = |id: vramscope_core::ir::ModuleId, m: &vramscope_core::ir::ModuleDef| {
+        let inner = children(id);
+        &*m.type_name == "Sequential"
+            && inner.len() >= 2
+            && inner
+                .iter()
+                .all(|(_, c)| c.type_name == inner[0].1.type_name)
+            && inner.iter().all(|(cid, _)| !children(*cid).is_empty())
+    };
     // every block of the stages (stages' children), unless the model checkpoints its layers
     // itself. A `ModuleList` / `ModuleDict` has no forward to wrap in `checkpoint`: its entries
-    // are the blocks (a transformer's layers)
+    // are the blocks (a transformer's layers), and so are a repeated-block `Sequential`'s
+    let mut nested_sequentials = Vec::new();
     let blocks: Vec<String> = if own_layer_checkpointing {
         Vec::new()
     } else {
@@ -764,7 +819,11 @@ where
             .filter_map(|s| g.find_module(&s.path))
             .flat_map(children)
             .flat_map(|(id, c)| {
-                if is_module_container(c) {
+                let repeated = repeated_blocks(id, c);
+                if repeated {
+                    nested_sequentials.push(c);
+                }
+                if is_module_container(c) || repeated {
                     children(id)
                         .into_iter()
                         .map(|(_, e)| e.path.clone())
@@ -792,7 +851,14 @@ where
     // file's containers are of unknown class ("Module"): offered, as their nodes run in order
     let sequential =
         |s: &&&vramscope_core::ir::ModuleDef| matches!(&*s.type_name, "Sequential" | "Module");
-    for s in stages.iter().filter(sequential) {
+    // ... and a repeated-block `Sequential` inside a stage (ViT's `encoder.layers`)
+    let candidates: Vec<&vramscope_core::ir::ModuleDef> = stages
+        .iter()
+        .filter(sequential)
+        .copied()
+        .chain(nested_sequentials)
+        .collect();
+    for s in candidates {
         let Some(m) = g.find_module(&s.path) else {
             continue;
         };

@@ -2,6 +2,7 @@
 //! re-simulated here from its `Change`, independently of the tricks module; rows are ranked by
 //! memory saved; the new optimizers and the in-place pass do what they claim.
 
+use vramscope_advice::fit::Target;
 use vramscope_advice::tricks::{tricks, Change, ModelSource, Trick};
 use vramscope_core::optim::Optimizer;
 use vramscope_core::passes::inplace_activations;
@@ -31,8 +32,8 @@ impl ModelSource for Zoo {
     }
 }
 
-/// Re-simulates one row from its description.
-fn resimulate(model: &str, batch: u64, cfg: &StepConfig, t: &Trick) -> Option<(u64, u64)> {
+/// The graph and step one row describes.
+fn variant(model: &str, batch: u64, cfg: &StepConfig, t: &Trick) -> Option<(Graph, StepConfig)> {
     let g = |b: u64| zoo::build(model, &ZooInput::imagenet(b)).expect("builds");
     let (graph, c) = match &t.change {
         Change::Batch(b) => (g(*b), cfg.clone()),
@@ -110,22 +111,59 @@ fn resimulate(model: &str, batch: u64, cfg: &StepConfig, t: &Trick) -> Option<(u
         ),
         Change::None => return None,
     };
-    let s = simulate(&graph, &c).expect("simulates");
-    Some((s.peak_allocated, s.peak_reserved))
+    Some((graph, c))
+}
+
+/// Whether `graph` in `cfg` fits `target`, decided here from the allocator's own rule: the
+/// reserved peak plus overheads within the budget, else (the allocated peak within it) a run
+/// capped at the budget that never runs out of memory.
+fn fits(graph: &Graph, cfg: &StepConfig, target: &Target) -> bool {
+    let s = simulate(graph, cfg).expect("simulates");
+    let overhead = target.gpu.overhead_bytes();
+    if s.peak_reserved + overhead <= target.budget() {
+        return true;
+    }
+    if s.peak_allocated + overhead > target.budget() {
+        return false;
+    }
+    let capped = StepConfig {
+        reserved_limit: Some(target.budget() - overhead),
+        ..cfg.clone()
+    };
+    !simulate(graph, &capped).expect("simulates").out_of_memory
 }
 
 fn check(model: &'static str, batch: u64, cfg: &StepConfig) -> Vec<Trick> {
-    let rows = tricks(&Zoo(model), batch, cfg, 4).expect("tricks");
-    let base = simulate(
-        &zoo::build(model, &ZooInput::imagenet(batch)).expect("builds"),
-        cfg,
-    )
-    .expect("simulates");
+    check_on(model, batch, cfg, None)
+}
+
+/// [`check`], each row's `fits` too where a `target` is given.
+fn check_on(
+    model: &'static str,
+    batch: u64,
+    cfg: &StepConfig,
+    target: Option<&Target>,
+) -> Vec<Trick> {
+    let rows = tricks(&Zoo(model), batch, cfg, 4, target).expect("tricks");
+    let base_graph = zoo::build(model, &ZooInput::imagenet(batch)).expect("builds");
+    let base = simulate(&base_graph, cfg).expect("simulates");
     for t in &rows {
         assert_eq!(t.before.allocated_bytes, base.peak_allocated, "{}", t.name);
         assert_eq!(t.before.reserved_bytes, base.peak_reserved, "{}", t.name);
-        match (resimulate(model, batch, cfg, t), t.after) {
-            (Some((a, r)), Some(after)) => {
+        assert_eq!(
+            t.before.fits,
+            target.map(|g| fits(&base_graph, cfg, g)),
+            "{}",
+            t.name
+        );
+        let resimulated = variant(model, batch, cfg, t).map(|(g, c)| {
+            let s = simulate(&g, &c).expect("simulates");
+            let fit = target.map(|tg| fits(&g, &c, tg));
+            (s.peak_allocated, s.peak_reserved, fit)
+        });
+        match (resimulated, t.after) {
+            (Some((a, r, fit)), Some(after)) => {
+                assert_eq!(after.fits, fit, "{model}: {}", t.name);
                 assert_eq!(after.allocated_bytes, a, "{model}: {}", t.name);
                 assert_eq!(after.reserved_bytes, r, "{model}: {}", t.name);
                 assert_eq!(
@@ -202,12 +240,58 @@ fn every_trick_is_the_engine_estimate_resnet18_adamw() {
         .any(|t| t.name == "optimizer sgd" && t.saved_bytes >= 0));
 }
 
+/// With a GPU to fit, every row says whether its step fits it, as `fit` decides (re-simulated
+/// here, capped where only the cached blocks are over): resnet50 with AdamW at batch 192 is over
+/// a 16 GB T4, and some tricks bring it under.
+#[test]
+fn every_trick_says_whether_it_fits_a_gpu() {
+    let cfg = StepConfig {
+        optimizer: Optimizer::AdamW,
+        ..StepConfig::default()
+    };
+    let target = Target {
+        gpu: vramscope_report::find_gpu("t4").expect("a T4"),
+        margin: 0.05,
+    };
+    let rows = check_on("resnet50", 192, &cfg, Some(&target));
+    assert_eq!(rows[0].before.fits, Some(false));
+    let verdicts: Vec<Option<bool>> = rows.iter().map(|t| t.after.and_then(|a| a.fits)).collect();
+    assert!(verdicts.contains(&Some(true)), "{verdicts:?}");
+    assert!(verdicts.contains(&Some(false)), "{verdicts:?}");
+    // rows with nothing simulated say nothing
+    assert!(rows
+        .iter()
+        .all(|t| t.after.is_some() == t.after.and_then(|a| a.fits).is_some()));
+}
+
 #[test]
 fn every_trick_is_the_engine_estimate_vgg11_features() {
     // `features` is a Sequential: the best checkpoint_sequential segment count is searched
     let rows = check("vgg11", 8, &StepConfig::default());
     let best = find(&rows, "checkpoint_sequential features:");
     assert!(best.after.is_some());
+}
+
+/// A stage holding an `nn.Sequential` of one repeated block (ViT's `encoder.layers`): its blocks
+/// are what "every block" checkpoints, and `checkpoint_sequential` is searched over it.
+#[test]
+fn repeated_blocks_inside_a_stage_are_the_blocks() {
+    let rows = check("vit_b_32", 2, &StepConfig::default());
+    let Change::Checkpoint(blocks) = &find(&rows, "checkpoint every block").change else {
+        panic!("not a checkpoint row")
+    };
+    let layers: Vec<&String> = blocks
+        .iter()
+        .filter(|b| b.starts_with("encoder.layers.encoder_layer_"))
+        .collect();
+    assert_eq!(layers.len(), 12, "{blocks:?}");
+    assert!(!blocks.contains(&"encoder.layers".to_string()));
+    find(&rows, "checkpoint_sequential encoder.layers:");
+    // block by block keeps less than the whole encoder as one
+    assert!(
+        find(&rows, "checkpoint every block").saved_bytes
+            > find(&rows, "checkpoint encoder").saved_bytes
+    );
 }
 
 #[test]

@@ -82,15 +82,19 @@ fn by_seq_len(
     out.print()
 }
 
+/// `--margin`'s value as a fraction.
+pub fn margin(text: &str) -> Result<f64> {
+    parse_margin(text).ok_or_else(|| {
+        anyhow!(
+            "--margin {text:?}: expected a percentage below 100 (`5%`) or a fraction below 1 (`0.05`)"
+        )
+    })
+}
+
 /// Runs `vramscope fit`.
 pub fn run(a: &FitArgs) -> Result<()> {
     let mut cfg = model::step_config(&a.model, &a.step)?;
-    let margin = parse_margin(&a.margin).ok_or_else(|| {
-        anyhow!(
-            "--margin {:?}: expected a percentage below 100 (`5%`) or a fraction below 1 (`0.05`)",
-            a.margin
-        )
-    })?;
+    let margin = margin(&a.margin)?;
     let seq_search = matches!(a.search.as_str(), "seq-len" | "seq");
     // a transformer without --seq-len: the searches supply the lengths
     let no_seq_len = a.gpu.is_some()

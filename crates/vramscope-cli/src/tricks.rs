@@ -2,6 +2,7 @@
 //! vramscope-advice; this is argument handling, the model variants and printing.
 
 use anyhow::Result;
+use vramscope_advice::fit::Target;
 use vramscope_advice::render;
 use vramscope_advice::tricks::{tricks, FineTuning, ModelSource};
 use vramscope_core::sim::StepConfig;
@@ -21,6 +22,13 @@ pub struct TricksArgs {
     /// GPUs for the DDP / ZeRO lines.
     #[arg(long, default_value_t = 8)]
     pub gpus: u64,
+    /// A GPU to fit (`vramscope gpus` lists them): says whether the step fits it as given and
+    /// after each trick, as `fit` decides.
+    #[arg(long)]
+    pub gpu: Option<String>,
+    /// With `--gpu`: memory to leave free, as a percentage (`5%`) or a fraction (`0.05`).
+    #[arg(long, default_value = "5%")]
+    pub margin: String,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -139,7 +147,14 @@ pub fn run(a: &TricksArgs) -> Result<()> {
         saved_4bit: loaded.pre_quantized.is_some(),
         generates_without_cache: loaded.generation.as_ref().is_some_and(|g| g.kv_layers == 0),
     };
-    let rows = tricks(&source, a.model.batch_size, &cfg, a.gpus)?;
+    let target = match &a.gpu {
+        Some(name) => Some(Target {
+            gpu: crate::estimate::gpu(name)?,
+            margin: crate::fit::margin(&a.margin)?,
+        }),
+        None => None,
+    };
+    let rows = tricks(&source, a.model.batch_size, &cfg, a.gpus, target.as_ref())?;
     if a.json {
         output::json(&rows)
     } else {
@@ -151,6 +166,7 @@ pub fn run(a: &TricksArgs) -> Result<()> {
             ),
             a.model.batch_size,
             &rows,
+            target.as_ref(),
         ))
     }
 }

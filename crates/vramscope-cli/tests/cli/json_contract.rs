@@ -1049,6 +1049,96 @@ fn fit_that_fails_points_at_tricks() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("nothing fits"), "{text}");
     assert!(text.contains("`vramscope tricks`"), "{text}");
+    // and `tricks` takes the same flags (`--gpu`, `--margin` included) at batch size 1
+    let rows = crate::vramscope_json(&[
+        "tricks",
+        "llama-3-8b",
+        "--seq-len",
+        "2048",
+        "-b",
+        "1",
+        "--precision",
+        "amp-bf16",
+        "--optimizer",
+        "adamw",
+        "--gpu",
+        "h100",
+        "--margin",
+        "5%",
+        "--json",
+    ]);
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows[0]["before"]["fits"], false);
+    // LoRA brings an 8B model's training onto one H100
+    let lora = rows
+        .iter()
+        .find(|r| r["change"]["FineTuning"].get("Lora").is_some())
+        .expect("a LoRA row");
+    assert_eq!(lora["after"]["fits"], true, "{lora}");
+}
+
+/// `tricks --gpu` (DESIGN.md's `vramscope tricks vit_b_16 --batch-size 128 --gpu v100-16gb`)
+/// says whether the step fits as given and after each simulated trick, in the text and the JSON
+/// (`fits` in `before` / `after`, absent without `--gpu` and on rows with nothing simulated);
+/// bf16 rows on a GPU without bf16 tensor cores say what it costs there.
+#[test]
+fn tricks_on_a_gpu_say_what_fits() {
+    let args = [
+        "tricks",
+        "vit_b_16",
+        "--batch-size",
+        "128",
+        "--gpu",
+        "v100-16gb",
+    ];
+    let out = crate::vramscope(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("on V100 16GB (15.78 GiB), margin 5%: device memory may use 14.99 GiB; as given the step does NOT fit"),
+        "{text}"
+    );
+    assert!(text.contains("┆ fits ┆"), "{text}");
+    let mut json_args = args.to_vec();
+    json_args.push("--json");
+    let rows = crate::vramscope_json(&json_args);
+    let rows = rows.as_array().unwrap();
+    for r in rows {
+        assert_eq!(r["before"]["fits"], false, "{r}");
+        let after = &r["after"];
+        assert_eq!(after.is_null(), after["fits"].is_null(), "{r}");
+        // a row fits exactly when `estimate` of its change says so (checked on two rows)
+    }
+    let fits = |name: &str| {
+        rows.iter()
+            .find(|r| r["name"].as_str().unwrap().starts_with(name))
+            .unwrap_or_else(|| panic!("no row {name}"))["after"]["fits"]
+            .clone()
+    };
+    assert_eq!(fits("evaluate under torch.no_grad()"), true);
+    assert_eq!(fits("optimizer sgd"), false);
+    let bf16 = rows
+        .iter()
+        .find(|r| r["name"] == "precision amp-bf16")
+        .unwrap();
+    assert!(
+        bf16["cost"]
+            .as_str()
+            .unwrap()
+            .contains("compute capability 7.0"),
+        "{bf16}"
+    );
+    // without --gpu: no verdicts
+    let rows = crate::vramscope_json(&["tricks", "vit_b_16", "--batch-size", "128", "--json"]);
+    assert!(rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|r| r["before"].get("fits").is_none()));
 }
 
 /// `config.checkpoint` names the modules really checkpointed, `--gradient-checkpointing`'s
