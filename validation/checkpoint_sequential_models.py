@@ -34,3 +34,41 @@ def mobilenet_v2(batch, image=224, num_classes=1000, checkpoint=None, segments=4
         x = F.adaptive_avg_pool2d(x, (1, 1))
         return m.classifier(torch.flatten(x, 1))
     return _factory("mobilenet_v2", rest, batch, image, num_classes, checkpoint, segments)
+
+
+class _Checkpointed(torch.nn.Module):
+    """Runs the wrapped module under checkpoint(use_reentrant=False), as measure.py's wrapper."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, *args):
+        from torch.utils.checkpoint import checkpoint
+        return checkpoint(self.inner, *args, use_reentrant=False)
+
+
+def nested(batch, image=224, num_classes=1000, checkpoint=None, model="vit_b_16", modules="",
+           sequential=""):
+    """A torchvision model with checkpointing below its top level, as `vramscope tricks` offers
+    it: `modules` (comma-separated dotted paths, e.g. ViT's `encoder.layers.encoder_layer_0`,
+    ...) each wrapped in checkpoint(use_reentrant=False), or `sequential` = `PATH:N`:
+    checkpoint_sequential over that nn.Sequential (ViT's `encoder.layers:4`). This is
+    `vramscope estimate MODEL --checkpoint <the same list>`."""
+    image, num_classes = image or 224, num_classes or 1000
+    net = getattr(torchvision.models, model)(weights=None, num_classes=num_classes)
+    for path in [p for p in modules.split(",") if p]:
+        parent, _, leaf = path.rpartition(".")
+        holder = net.get_submodule(parent) if parent else net
+        setattr(holder, leaf, _Checkpointed(holder.get_submodule(leaf)))
+    if sequential:
+        path, n = sequential.rsplit(":", 1)
+        seq = net.get_submodule(path)
+
+        def run(x, seq=seq, n=int(n)):
+            return checkpoint_sequential(seq, n, x, use_reentrant=False)
+        seq.forward = run
+
+    def make_batch():
+        return torch.randn(batch, 3, image, image), torch.randint(0, num_classes, (batch,))
+    return net, make_batch, F.cross_entropy

@@ -3,7 +3,7 @@
 # fixtures/truth/torchvision_more.jsonl:
 #  - Adagrad and RMSprop steps (validation/measure_more_optimizers.py patches measure.make_optimizer);
 #  - checkpoint_sequential(model.features, N) (validation/checkpoint_sequential_models.py), which
-#    vramscope spells `--checkpoint features:N`.
+#    vramscope spells `--checkpoint features:N`, and checkpointing below the top level (`nested`).
 # Needs the truth venv (VENV, default ~/.venvs/truth). Run from the repository root.
 set -euo pipefail
 VENV=${VENV:-$HOME/.venvs/truth}
@@ -21,6 +21,19 @@ for spec in "vgg11_bn 16 3" "mobilenet_v2 32 4"; do
     VENV=$VENV python3 "$TRUTH/measure.py" --model "py:$PWD/validation/checkpoint_sequential_models.py:$1" \
         --batch "$2" --optim sgdm --model-kwargs "{\"segments\": $3}" --json 2>/dev/null \
         | python3 -c "import json,sys; r=json.load(sys.stdin); c=r['case']; c['model']='torchvision:$1'; c['checkpoint']='features:$3'; c['name']='$1_b$2_fp32_sgdm_features$3'; print(json.dumps(r))" \
+        >> .truth/raw/checkpoint_sequential.jsonl
+done
+# checkpointing below the top level, as `vramscope tricks` offers it: every block of ViT-B/16
+# (its 12 encoder layers one by one) and of ConvNeXt-T (each stage's CNBlocks), and
+# checkpoint_sequential over ViT's encoder.layers (`--checkpoint encoder.layers:4`)
+VIT_BLOCKS="encoder.dropout,$(seq -s, -f 'encoder.layers.encoder_layer_%g' 0 11),encoder.ln,heads.head"
+CNX_BLOCKS="features.0,features.1.0,features.1.1,features.1.2,features.2,features.3.0,features.3.1,features.3.2,features.4,$(seq -s, -f 'features.5.%g' 0 8),features.6,features.7.0,features.7.1,features.7.2,classifier.0,classifier.1,classifier.2"
+for spec in "vit_b_16 8 modules $VIT_BLOCKS every_block" "vit_b_16 8 sequential encoder.layers:4 encoder_layers4" \
+            "convnext_tiny 8 modules $CNX_BLOCKS every_block"; do
+    set -- $spec
+    VENV=$VENV python3 "$TRUTH/measure.py" --model "py:$PWD/validation/checkpoint_sequential_models.py:nested" \
+        --batch "$2" --optim sgdm --model-kwargs "{\"model\": \"$1\", \"$3\": \"$4\"}" --json 2>/dev/null \
+        | python3 -c "import json,sys; r=json.load(sys.stdin); c=r['case']; c['model']='torchvision:$1'; c['checkpoint']='$4'; c['name']='$1_b$2_fp32_sgdm_$5'; print(json.dumps(r))" \
         >> .truth/raw/checkpoint_sequential.jsonl
 done
 python3 validation/compact_results.py .truth/raw/more_optimizers.jsonl .truth/raw/checkpoint_sequential.jsonl \

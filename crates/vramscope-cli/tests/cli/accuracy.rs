@@ -686,6 +686,15 @@ fn onnx_exports_of_torchvision_models_match_truth() {
             let fits_export = case["image"].as_u64().is_none_or(|i| i == 224)
                 && case["num_classes"].as_u64().is_none_or(|k| k == 1000);
             if exported.contains(&model.as_str()) && fits_export {
+                // ViT's `encoder.dropout` (p = 0) exports to no node, so the export has no such
+                // module; checkpointing it changes nothing in the zoo model either
+                if let Some(list) = case["checkpoint"].as_str() {
+                    let kept: Vec<&str> = list
+                        .split(',')
+                        .filter(|m| *m != "encoder.dropout")
+                        .collect();
+                    case["checkpoint"] = Value::from(kept.join(","));
+                }
                 case["model"] = Value::from(format!("fixtures/onnx/{model}.onnx"));
                 case["name"] =
                     Value::from(format!("{}.onnx", case["name"].as_str().unwrap_or("?")));
