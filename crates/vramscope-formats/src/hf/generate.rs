@@ -479,7 +479,9 @@ fn build_within(
         state.after_forward(&mut b, logits, &outputs);
         // every layer's keys and values and the ids: one cache growth
         let per_growth = 2 * model.layers() + 4;
-        let grow = |b: &mut GraphBuilder, s: u64| state.jump(b, &mut cache, batch, prompt + s);
+        let grow = |b: &mut GraphBuilder, s: u64| {
+            state.jump(b, batch, prompt + s + 1, |b| cache.grow_to(b, prompt + s));
+        };
         match steps.after(&mut b, step, per_growth, grow) {
             Some(next) => step = next,
             None => break,
@@ -600,6 +602,9 @@ pub fn build_seq2seq(
     int_op(&mut b, "any", vec![], bool_, &[lt]);
     let vocab = model.vocab();
     let mut state = Loop::new(&mut b, (batch, vocab, t.eos), start_ids, 1);
+    state.logits_dtype = precision
+        .autocast_dtype()
+        .unwrap_or_else(|| precision.param_dtype());
     let decode_steps = gen.new_tokens - 1;
     // the first forward, on the start token: its model inputs die with `_prefill`'s frame
     let clone = int_op(&mut b, "clone", vec![batch, 1], i64, &[start_ids]);
@@ -622,10 +627,9 @@ pub fn build_seq2seq(
         state.after_forward(&mut b, logits, &no_outputs);
         // before decode step `s + 1` the decoder has cached its start token and `s` tokens, and
         // `input_ids` holds one more: every self-attention layer's keys and values and the ids
-        let per_growth = 2 * model.layers() + 1;
+        let per_growth = 2 * model.layers() + 3;
         let grow = |b: &mut GraphBuilder, s: u64| {
-            model.grow_cache_to(b, s + 1);
-            state.grow(b, batch, s + 2);
+            state.jump(b, batch, s + 2, |b| model.grow_cache_to(b, s + 1));
         };
         match steps.after(&mut b, step, per_growth, grow) {
             Some(next) => step = next,
@@ -805,17 +809,21 @@ impl Loop {
         b.keep_until_now(&fields);
     }
 
-    /// Jumps every growing tensor to its size before the decode step that caches position
-    /// `past + 1`: each layer's keys and values, then `position_ids` and `input_ids`.
-    /// With them go the skipped step's largest transients: its logits and their float32 copy,
-    /// which replaces the previous step's (kept until the next step's copy) and so sits among
-    /// the cache's blocks (on GPT-2 XL, batch 8, 512 + 128 tokens, the reserved memory was 2.9%
-    /// low without them).
-    /// In the loop body's order: the logits, `position_ids` (and a padded batch's mask), the
-    /// copy, `input_ids`, then `del outputs`.
-    fn jump(&mut self, b: &mut GraphBuilder, cache: &mut KvCache, batch: u64, past: u64) {
-        cache.grow_to(b, past);
-        let len = past + 1;
+    /// A skipped step's growth: the cache (`grow_cache`: every layer's keys and values), then
+    /// the ids to `len` positions. With them go the step's largest transients: its logits and
+    /// their float32 copy, which replaces the previous step's (kept until the next step's copy)
+    /// and so sits among the cache's blocks (on GPT-2 XL, batch 8, 512 + 128 tokens, the
+    /// reserved memory was 2.9% low without them). In the loop body's order: the cache, the
+    /// logits, `position_ids` (and a padded batch's mask), the copy, `input_ids`, then
+    /// `del outputs`.
+    fn jump(
+        &mut self,
+        b: &mut GraphBuilder,
+        batch: u64,
+        len: u64,
+        grow_cache: impl FnOnce(&mut GraphBuilder),
+    ) {
+        grow_cache(b);
         let logits = self
             .logits_shape
             .clone()
