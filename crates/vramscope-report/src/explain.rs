@@ -15,7 +15,8 @@ struct Group {
     count_free: u32,
 }
 
-fn category_name(c: Category) -> &'static str {
+/// A category as the text reports name it.
+pub(crate) fn category_name(c: Category) -> &'static str {
     match c {
         Category::Parameters => "parameters",
         Category::Buffers => "buffers",

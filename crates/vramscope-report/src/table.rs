@@ -226,10 +226,7 @@ pub fn render_text(r: &EstimateReport, max_layers: usize) -> String {
                 Cell::new(who),
                 Cell::new(shape(&l.shape)),
                 Cell::new(l.dtype),
-                Cell::new(match l.category {
-                    vramscope_core::sim::Category::KvCache => "kv cache".to_string(),
-                    c => format!("{c:?}").to_lowercase(),
-                }),
+                Cell::new(crate::explain::category_name(l.category)),
                 right(human(l.bytes)),
             ]);
         }
@@ -335,6 +332,12 @@ pub fn render_text(r: &EstimateReport, max_layers: usize) -> String {
                 "and it does not run: even freeing its cached segments when cudaMalloc fails (simulated), the caching allocator finds no room (the reserved memory is {ratio:.1} times the allocated peak: fragmentation)\n"
             ));
         }
+    }
+    let runs = r.gpu.fits || r.gpu.with_cache_release.as_ref().is_some_and(|c| c.fits);
+    if !runs {
+        out.push_str(
+            "what to change: `vramscope tricks` with the same model and flags (--gpu included) ranks every remedy, each re-simulated, and says which fit; `vramscope fit` finds the largest batch that does\n",
+        );
     }
     out
 }

@@ -1077,6 +1077,43 @@ fn fit_that_fails_points_at_tricks() {
     assert_eq!(lora["after"]["fits"], true, "{lora}");
 }
 
+/// An estimate that does not fit its `--gpu` says what to run next; one that fits does not, and
+/// the largest tensors name their category as the breakdown does.
+#[test]
+fn estimate_that_does_not_fit_points_at_tricks() {
+    let args = |gpu: &'static str| {
+        [
+            "estimate",
+            "llama-3-8b",
+            "--seq-len",
+            "2048",
+            "-b",
+            "1",
+            "--precision",
+            "amp-bf16",
+            "--optimizer",
+            "adamw",
+            "--gpu",
+            gpu,
+        ]
+    };
+    let out = crate::vramscope(&args("a100"));
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("does NOT fit on A100 40GB"), "{text}");
+    assert!(
+        text.contains(
+            "what to change: `vramscope tricks` with the same model and flags (--gpu included)"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("┆ optimizer states ┆"), "{text}");
+    let out = crate::vramscope(&["estimate", "resnet18", "-b", "8", "--gpu", "h100"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("fits on H100"), "{text}");
+    assert!(!text.contains("what to change"), "{text}");
+}
+
 /// `tricks --gpu` (DESIGN.md's `vramscope tricks vit_b_16 --batch-size 128 --gpu v100-16gb`)
 /// says whether the step fits as given and after each simulated trick, in the text and the JSON
 /// (`fits` in `before` / `after`, absent without `--gpu` and on rows with nothing simulated);
