@@ -15,8 +15,18 @@ pub fn all() -> Vec<&'static str> {
 /// `name` as the built-in sets spell it, if it is one of them up to case and `-` / `_`
 /// (`Llama-3-8B` → `llama-3-8b`, `wide-resnet50-2` → `wide_resnet50_2`).
 pub fn builtin(name: &str) -> Option<&'static str> {
-    let key = folded(name);
-    all().into_iter().find(|n| folded(n) == key)
+    // byte by byte, without allocating: it runs on every command line
+    let fold = |c: u8| match c.to_ascii_lowercase() {
+        b'_' => b'-',
+        c => c,
+    };
+    let same = |n: &str| {
+        n.len() == name.len() && n.bytes().zip(name.bytes()).all(|(a, b)| fold(a) == fold(b))
+    };
+    zoo::names()
+        .into_iter()
+        .chain(hf_zoo::names())
+        .find(|n| same(n))
 }
 
 /// The built-in name closest to `name`, for a hint: after the last `/` of a Hub id, the longest
