@@ -34,17 +34,18 @@ use std::cell::RefCell;
 
 use vramscope_core::ir::Task;
 use vramscope_core::ops::{
-    Alias, Aten, Autocast, DTypeRule, GradIn, Linear, LogSoftmax, NllLoss, Saved,
-    ScaledDotProductAttentionBias, MEM_EFF_MASK_ALIGNMENT,
+    Alias, Aten, Autocast, DTypeRule, GradIn, Linear, LogSoftmax, MatMul, NllLoss, Saved,
+    ScaledDotProductAttentionBias, Softmax, MEM_EFF_MASK_ALIGNMENT,
 };
 use vramscope_core::{DType, Graph, GraphBuilder, Precision, TensorId};
 
 use super::activation::{HfActivation, SUPPORTED};
 use super::generate::Seq2SeqLm;
 use super::layers::{
-    add, attention_mask_checked, cast, dropout, eager_attention, eager_heads, embedding,
-    embedding_lookup, int_op, linear, mul, mul_scalar, padded_attention_mask, padding_input,
-    rms_rsqrt, tied_head, to_dtype, view, Eager, EagerFlavor, KvCache, MaskPattern, PaddedPattern,
+    add, attention_mask_checked, cast, dropout, dropout_fn, eager_attention, eager_heads,
+    embedding, embedding_lookup, int_op, linear, mul, mul_scalar, padded_attention_mask,
+    padding_input, rms_rsqrt, tied_head, to_dtype, view, Eager, EagerFlavor, KvCache, MaskPattern,
+    PaddedPattern,
 };
 use super::{build_error, AttnImplementation, HfConfig, HfError, HfInput};
 
@@ -1098,6 +1099,12 @@ fn attention(
         // (`check_last_dim_stride_equals_1`), and `.contiguous()` leaves it as it is: the math
         // path
         (_, None) if generating && causal && kv_len == 1 => math_attention(b, s, [q4, k4, v4], pb),
+        // the same bias, and no causal mask over one position, on one-token targets outside
+        // generate: the math path's ops are recorded by autograd (float32 and pure half
+        // precision; under autocast the fused model stays)
+        (_, None) if causal && kv_len == 1 && s.precision.autocast_dtype().is_none() => {
+            math_attention_autograd(b, s, [q4, k4, v4], pb)
+        }
         // a decode step's query attends to every cached position: no causal mask
         (true, _) => sdpa_with_bias(b, s, [q4, k4, v4], pb, (false, mask), kv.is_none()),
         (false, _) => sdpa_with_bias(b, s, [q4, k4, v4], pb, (causal, mask), kv.is_none()),
@@ -1382,6 +1389,50 @@ fn math_attention(
     };
     held.extend(locals);
     b.hold(&held);
+    out
+}
+
+/// SDPA's math path where autograd records it (a one-token target's self-attention in training
+/// or inference, without autocast): `q * sqrt(scale)`, `k^T * sqrt(scale)`, their `bmm`, `+
+/// bias`, `_safe_softmax`, dropout, `bmm` with `v` (truth traces of T5 on one-token targets).
+fn math_attention_autograd(
+    b: &mut GraphBuilder,
+    s: &Spec,
+    [q, k, v]: [TensorId; 3],
+    bias: TensorId,
+) -> TensorId {
+    // half inputs are computed in float32 (`query_acc`, ...), and both results cast back: the
+    // weights first (the tuple's arguments are evaluated right to left)
+    let origin = s.precision.param_dtype();
+    let half = origin != DType::F32;
+    let [q, k, v] = [q, k, v].map(|t| if half { to_dtype(b, t, DType::F32) } else { t });
+    let ks = b.shape(k).to_vec();
+    let kt = view(b, "transpose", k, vec![ks[0], ks[1], ks[3], ks[2]]);
+    let scaled_q = mul_scalar(b, q);
+    let scaled_k = mul_scalar(b, kt);
+    let scores = b.op(MatMul, &[scaled_q, scaled_k]);
+    let scores = if half {
+        // the half bias's gradient: AddBackward0 hands it the float32 gradient as is, which
+        // validate_outputs sums to `[1, H, 1, 1]`, then casts
+        let shape = b.shape(scores).to_vec();
+        let add = Aten::new("add", shape).grads(vec![GradIn::PassThrough(0), GradIn::Reduced(0)]);
+        b.op(add, &[scores, bias])
+    } else {
+        add(b, scores, bias)
+    };
+    let probs = b.op(Softmax { dim: 3 }, &[scores]);
+    let probs = dropout_fn(b, s.dropout, probs);
+    // the locals (the scaled query, `attn`; the float32 copies and the cast weights) go when
+    // the function returns, in [`math_attention`]'s order
+    if !half {
+        let out = b.op(MatMul, &[probs, v]);
+        b.hold(&[scaled_q, probs]);
+        return out;
+    }
+    let weights = to_dtype(b, probs, origin);
+    let out = b.op(MatMul, &[probs, v]);
+    let out = to_dtype(b, out, origin);
+    b.hold(&[probs, scaled_q, v, k, q, weights]);
     out
 }
 
