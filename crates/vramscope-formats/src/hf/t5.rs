@@ -1102,9 +1102,7 @@ fn attention(
         // the same bias, and no causal mask over one position, on one-token targets outside
         // generate: the math path's ops are recorded by autograd (float32 and pure half
         // precision; under autocast the fused model stays)
-        (_, None) if causal && kv_len == 1 && s.precision.autocast_dtype().is_none() => {
-            math_attention_autograd(b, s, [q4, k4, v4], pb)
-        }
+        (_, None) if causal && kv_len == 1 => math_attention_autograd(b, s, [q4, k4, v4], pb),
         // a decode step's query attends to every cached position: no causal mask
         (true, _) => sdpa_with_bias(b, s, [q4, k4, v4], pb, (false, mask), kv.is_none()),
         (false, _) => sdpa_with_bias(b, s, [q4, k4, v4], pb, (causal, mask), kv.is_none()),
@@ -1402,15 +1400,35 @@ fn math_attention_autograd(
     bias: TensorId,
 ) -> TensorId {
     // half inputs are computed in float32 (`query_acc`, ...), and both results cast back: the
-    // weights first (the tuple's arguments are evaluated right to left)
-    let origin = s.precision.param_dtype();
+    // weights first (the tuple's arguments are evaluated right to left). Under autocast SDPA's
+    // inputs come in the autocast dtype (the float32 bias cast by autocast), and the math path
+    // runs with autocast off: its products are plain bmm's in float32
+    let autocast = s.precision.autocast_dtype();
+    let origin = autocast.unwrap_or_else(|| s.precision.param_dtype());
     let half = origin != DType::F32;
+    let bias = match autocast {
+        Some(low) => to_dtype(b, bias, low),
+        None => bias,
+    };
     let [q, k, v] = [q, k, v].map(|t| if half { to_dtype(b, t, DType::F32) } else { t });
+    let bmm = |b: &mut GraphBuilder, x: TensorId, y: TensorId| {
+        if autocast.is_none() {
+            return b.op(MatMul, &[x, y]);
+        }
+        let mut shape = b.shape(x).to_vec();
+        shape[3] = b.shape(y)[3];
+        // BmmBackward0 releases mat2 before self (truth traces)
+        let op = Aten::new("bmm", shape)
+            .saves(vec![Saved::Input(1), Saved::Input(0)])
+            .grads(vec![GradIn::New, GradIn::New])
+            .right_to_left();
+        b.op(op, &[x, y])
+    };
     let ks = b.shape(k).to_vec();
     let kt = view(b, "transpose", k, vec![ks[0], ks[1], ks[3], ks[2]]);
     let scaled_q = mul_scalar(b, q);
     let scaled_k = mul_scalar(b, kt);
-    let scores = b.op(MatMul, &[scaled_q, scaled_k]);
+    let scores = bmm(b, scaled_q, scaled_k);
     let scores = if half {
         // the half bias's gradient: AddBackward0 hands it the float32 gradient as is, which
         // validate_outputs sums to `[1, H, 1, 1]`, then casts
@@ -1430,9 +1448,9 @@ fn math_attention_autograd(
         return out;
     }
     let weights = to_dtype(b, probs, origin);
-    let out = b.op(MatMul, &[probs, v]);
+    let out = bmm(b, probs, v);
     let out = to_dtype(b, out, origin);
-    b.hold(&[probs, scaled_q, v, k, q, weights]);
+    b.hold(&[probs, scaled_q, v, k, q, weights, bias]);
     out
 }
 
