@@ -1100,8 +1100,7 @@ fn attention(
         // path
         (_, None) if generating && causal && kv_len == 1 => math_attention(b, s, [q4, k4, v4], pb),
         // the same bias, and no causal mask over one position, on one-token targets outside
-        // generate: the math path's ops are recorded by autograd (float32 and pure half
-        // precision; under autocast the fused model stays)
+        // generate: the math path's ops are recorded by autograd
         (_, None) if causal && kv_len == 1 => math_attention_autograd(b, s, [q4, k4, v4], pb),
         // a decode step's query attends to every cached position: no causal mask
         (true, _) => sdpa_with_bias(b, s, [q4, k4, v4], pb, (false, mask), kv.is_none()),
@@ -1391,7 +1390,7 @@ fn math_attention(
 }
 
 /// SDPA's math path where autograd records it (a one-token target's self-attention in training
-/// or inference, without autocast): `q * sqrt(scale)`, `k^T * sqrt(scale)`, their `bmm`, `+
+/// or inference, in any precision): `q * sqrt(scale)`, `k^T * sqrt(scale)`, their `bmm`, `+
 /// bias`, `_safe_softmax`, dropout, `bmm` with `v` (truth traces of T5 on one-token targets).
 fn math_attention_autograd(
     b: &mut GraphBuilder,
