@@ -653,13 +653,13 @@ fn encoder_decoder_generation_without_a_cache_matches_truth() {
 /// T5 trained and run on one-token targets (`validation/make_py_fixtures.sh t5_one_target
 /// seq2seq-lm`): the decoder's self-attention over one position gets the `[1, H, 1, 1]`
 /// position bias with no causal mask, which sends SDPA to its math path as in generate's first
-/// step, its ops recorded by autograd (`t5.rs`: `math_attention_autograd`). Float32, pure half
-/// and AMP bf16, training and inference, with and without the cache, and FLAN-T5: byte-exact in
-/// every phase (the traces identical but for the order in which inference drops the previous
-/// output's cache).
+/// step, its ops recorded by autograd (`t5.rs`: `math_attention_autograd`). Float32, pure half,
+/// AMP bf16 and fp16, training and inference, with and without the cache or gradient
+/// checkpointing, T5, FLAN-T5 and UMT5 (a bias per layer): byte-exact in every phase (the traces
+/// identical but for the order in which inference drops the previous output's cache).
 #[test]
 fn t5_on_one_token_targets_matches_truth() {
-    assert_eq!(cases("hf_t5_one_target.jsonl").len(), 7);
+    assert_eq!(cases("hf_t5_one_target.jsonl").len(), 9);
     check("hf_t5_one_target.jsonl");
     assert_phases_within(&cases("hf_t5_one_target.jsonl"), 0.0);
 }
