@@ -43,9 +43,8 @@ use super::activation::{HfActivation, SUPPORTED};
 use super::generate::Seq2SeqLm;
 use super::layers::{
     add, attention_mask_checked, cast, dropout, dropout_fn, eager_attention, eager_heads,
-    embedding, embedding_lookup, int_op, linear, mul, mul_scalar, padded_attention_mask,
-    padding_input, rms_rsqrt, tied_head, to_dtype, view, Eager, EagerFlavor, KvCache, MaskPattern,
-    PaddedPattern,
+    embedding, embedding_lookup, linear, mul, mul_scalar, padded_attention_mask, padding_input,
+    rms_rsqrt, tied_head, to_dtype, view, Eager, EagerFlavor, KvCache, MaskPattern, PaddedPattern,
 };
 use super::{build_error, AttnImplementation, HfConfig, HfError, HfInput};
 
@@ -1097,11 +1096,9 @@ fn attention(
         // generate's first decoder position (cached or not): the bias `[1, H, 1, 1]` is a
         // permuted view whose last stride is not 1, which SDPA's fused kernels refuse
         // (`check_last_dim_stride_equals_1`), and `.contiguous()` leaves it as it is: the math
-        // path
-        (_, None) if generating && causal && kv_len == 1 => math_attention(b, s, [q4, k4, v4], pb),
-        // the same bias, and no causal mask over one position, on one-token targets outside
-        // generate: the math path's ops are recorded by autograd
-        (_, None) if causal && kv_len == 1 => math_attention_autograd(b, s, [q4, k4, v4], pb),
+        // path. So is one-token targets' self-attention outside generate (no causal mask over
+        // one position)
+        (_, None) if causal && kv_len == 1 => math_attention(b, s, [q4, k4, v4], pb),
         // a decode step's query attends to every cached position: no causal mask
         (true, _) => sdpa_with_bias(b, s, [q4, k4, v4], pb, (false, mask), kv.is_none()),
         (false, _) => sdpa_with_bias(b, s, [q4, k4, v4], pb, (causal, mask), kv.is_none()),
@@ -1322,77 +1319,14 @@ fn sdpa_with_bias(
 }
 
 /// `_scaled_dot_product_attention_math` on `[B, H, L, D]` q, k, v with the bias as its float
-/// mask, in inference (truth traces of T5's first decode step): autocast casts the mask to
-/// the lower precision; half q, k, v are copied to float32 (`query_acc`, ...); `q * sqrt(scale)`
+/// mask (truth traces of T5's first decode step, and of one-token targets in training and
+/// inference), its ops recorded by autograd where it records: autocast casts the mask to the
+/// lower precision; half q, k, v are copied to float32 (`query_acc`, ...); `q * sqrt(scale)`
 /// and `k^T * sqrt(scale)`; `bmm`; `+ mask` (out of place under FakeTensor, as in the truth
-/// traces; in place on a real GPU: `[B, H, L, S]` float32 less); `_safe_softmax`; then
+/// traces; in place on a real GPU: `[B, H, L, S]` float32 less); `_safe_softmax`; dropout; then
 /// `make_tuple(matmul(attn, value_acc).to(origin), attn.to(origin))`, its arguments evaluated
-/// right to left. The locals go when it returns, last declared first, and the returned
-/// weights when the caller drops them.
+/// right to left. The locals go when it returns, last declared first.
 fn math_attention(
-    b: &mut GraphBuilder,
-    s: &Spec,
-    [q, k, v]: [TensorId; 3],
-    mask: TensorId,
-) -> TensorId {
-    let (f32, param) = (DType::F32, s.precision.param_dtype());
-    let origin = s.precision.autocast_dtype().unwrap_or(param);
-    let qs = b.shape(q).to_vec();
-    let (bsz, hn, len, dk) = (qs[0], qs[1], qs[2], qs[3]);
-    let kv_len = b.shape(k)[2];
-    let mut locals = Vec::new();
-    let mask = match s.precision.autocast_dtype() {
-        Some(low) if low != param => {
-            let cast = to_dtype(b, mask, low);
-            locals.push(cast);
-            cast
-        }
-        _ => mask,
-    };
-    let half = origin != f32;
-    let [q, k, v] = [q, k, v].map(|t| if half { to_dtype(b, t, f32) } else { t });
-    let scaled_q = int_op(b, "mul", vec![bsz, hn, len, dk], f32, &[q]);
-    let scaled_k = int_op(b, "mul", vec![bsz, hn, dk, kv_len], f32, &[k]);
-    let scores = int_op(
-        b,
-        "bmm",
-        vec![bsz * hn, len, kv_len],
-        f32,
-        &[scaled_q, scaled_k],
-    );
-    let scores = int_op(b, "add", vec![bsz, hn, len, kv_len], f32, &[scores, mask]);
-    let probs = int_op(
-        b,
-        "_safe_softmax",
-        vec![bsz, hn, len, kv_len],
-        f32,
-        &[scores],
-    );
-    let weights = if half {
-        int_op(b, "_to_copy", vec![bsz, hn, len, kv_len], origin, &[probs])
-    } else {
-        probs
-    };
-    let out = int_op(b, "bmm", vec![bsz * hn, len, dk], f32, &[probs, v]);
-    let out = if half {
-        int_op(b, "_to_copy", vec![bsz, hn, len, dk], origin, &[out])
-    } else {
-        out
-    };
-    let mut held = if half {
-        vec![probs, scaled_q, v, k, q, weights]
-    } else {
-        vec![scaled_q, probs]
-    };
-    held.extend(locals);
-    b.hold(&held);
-    out
-}
-
-/// SDPA's math path where autograd records it (a one-token target's self-attention in training
-/// or inference, in any precision): `q * sqrt(scale)`, `k^T * sqrt(scale)`, their `bmm`, `+
-/// bias`, `_safe_softmax`, dropout, `bmm` with `v` (truth traces of T5 on one-token targets).
-fn math_attention_autograd(
     b: &mut GraphBuilder,
     s: &Spec,
     [q, k, v]: [TensorId; 3],
@@ -1403,7 +1337,7 @@ fn math_attention_autograd(
     // inputs come in the autocast dtype (the float32 bias cast by autocast), and the math path
     // runs with autocast off: its products are plain bmm's in float32
     let autocast = s.precision.autocast_dtype();
-    let origin = autocast.unwrap_or_else(|| s.precision.param_dtype());
+    let origin = s.precision.compute_dtype();
     let half = origin != DType::F32;
     let bias = match autocast {
         Some(low) => to_dtype(b, bias, low),
