@@ -36,7 +36,6 @@
 //! step's length.
 
 use vramscope_core::ir::Task;
-use vramscope_core::ops::{Aten, DTypeRule};
 use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
 use super::layers::{int_op, view, Call, KeptOutputs, KvCache};
@@ -396,10 +395,12 @@ fn build_within(
     int_op(&mut b, "any", vec![], bool_, &[lt]);
     let vocab = model.vocab();
     // _sample
-    let mut state = Loop::new(&mut b, (batch, vocab, t.eos), ids, prompt);
-    state.logits_dtype = precision
-        .autocast_dtype()
-        .unwrap_or_else(|| precision.param_dtype());
+    let mut state = Loop::new(
+        &mut b,
+        (batch, vocab, t.eos, precision.compute_dtype()),
+        ids,
+        prompt,
+    );
     state.position_ids = Some(prompt_pos);
     state.attention_mask = padding;
     // a sliding layer past its window: the masks cover and the cache keeps only its last `w - 1`
@@ -601,10 +602,12 @@ pub fn build_seq2seq(
     let lt = int_op(&mut b, "lt", vec![batch, prompt], bool_, &[ids]);
     int_op(&mut b, "any", vec![], bool_, &[lt]);
     let vocab = model.vocab();
-    let mut state = Loop::new(&mut b, (batch, vocab, t.eos), start_ids, 1);
-    state.logits_dtype = precision
-        .autocast_dtype()
-        .unwrap_or_else(|| precision.param_dtype());
+    let mut state = Loop::new(
+        &mut b,
+        (batch, vocab, t.eos, precision.compute_dtype()),
+        start_ids,
+        1,
+    );
     let decode_steps = gen.new_tokens - 1;
     // the first forward, on the start token: its model inputs die with `_prefill`'s frame
     let clone = int_op(&mut b, "clone", vec![batch, 1], i64, &[start_ids]);
@@ -696,8 +699,8 @@ struct Loop {
     model_inputs: Vec<TensorId>,
     /// The shape of the last forward's logits, which a skipped step's have too.
     logits_shape: Option<Vec<u64>>,
-    /// The dtype the head computes the logits in: the autocast dtype, else the parameters'
-    /// (the graph's dtypes are float32; the simulator applies the precision).
+    /// The dtype the head computes the logits in (`Precision::compute_dtype`: the graph's
+    /// dtypes are float32, the simulator applies the precision).
     logits_dtype: DType,
 }
 
@@ -706,7 +709,7 @@ impl Loop {
     /// `len` (a causal LM's prompt, an encoder-decoder's start tokens).
     fn new(
         b: &mut GraphBuilder,
-        (batch, vocab, eos_ids): (u64, u64, u64),
+        (batch, vocab, eos_ids, logits_dtype): (u64, u64, u64, DType),
         input_ids: TensorId,
         len: u64,
     ) -> Loop {
@@ -725,7 +728,7 @@ impl Loop {
             next_tokens: None,
             model_inputs: Vec::new(),
             logits_shape: None,
-            logits_dtype: DType::F32,
+            logits_dtype,
         }
     }
 
@@ -737,7 +740,6 @@ impl Loop {
         let (i64, bool_) = (DType::I64, DType::Bool);
         let (batch, vocab, eos_ids) = (self.batch, self.vocab, self.eos_ids);
         let has_eos = eos_ids > 0;
-        let unfinished = &mut self.unfinished;
         let len = self.len + 1;
         // position_ids = cat([position_ids, arange(1).view(1, -1) + position_ids[..., -1:] + 1])
         if let Some(positions) = self.position_ids {
@@ -755,25 +757,16 @@ impl Loop {
             }
         }
         self.logits_shape = Some(b.shape(logits).to_vec());
-        // next_token_logits = outputs.logits[:, -1].to(copy=True, dtype=float32)
         let last = view(b, "select", logits, vec![batch, vocab]);
-        let ntl = b.op(
-            Aten::new("_to_copy", vec![batch, vocab])
-                .dtype(DTypeRule::Fixed(DType::F32))
-                .not_differentiable(),
-            &[last],
-        );
-        if let Some(old) = self.next_token_logits.replace(ntl) {
-            b.keep_until_now(&[old]);
-        }
+        let ntl = self.copy_next_token_logits(b, last);
         let am = int_op(b, "argmax", vec![batch], i64, &[ntl]);
         if let Some(old) = self.next_tokens.take() {
             b.keep_until_now(&[old]);
         }
         // finished rows get the pad token: next * unfinished + pad * (1 - unfinished)
         let next = if has_eos {
-            let m1 = int_op(b, "mul", vec![batch], i64, &[am, *unfinished]);
-            let r = int_op(b, "rsub", vec![batch], i64, &[*unfinished]);
+            let m1 = int_op(b, "mul", vec![batch], i64, &[am, self.unfinished]);
+            let r = int_op(b, "rsub", vec![batch], i64, &[self.unfinished]);
             let m2 = int_op(b, "mul", vec![batch], i64, &[r]);
             let next = int_op(b, "add", vec![batch], i64, &[m1, m2]);
             // the argmax goes when `next_tokens` is rebound
@@ -797,9 +790,9 @@ impl Loop {
         }
         let not = int_op(b, "bitwise_not", b1.clone(), bool_, &[done]);
         // `unfinished & ~done`: the `~done` temporary goes before the old `unfinished`
-        *unfinished = int_op(b, "bitwise_and", b1, i64, &[not, *unfinished]);
+        self.unfinished = int_op(b, "bitwise_and", b1, i64, &[not, self.unfinished]);
         // StopCheck: unfinished.max() == 0
-        let mx = int_op(b, "max", vec![], i64, &[*unfinished]);
+        let mx = int_op(b, "max", vec![], i64, &[self.unfinished]);
         int_op(b, "eq", vec![], bool_, &[mx]);
         // del outputs: its fields in order (a MoE output's auxiliary loss, the logits, the
         // router logits)
@@ -807,6 +800,22 @@ impl Loop {
         fields.push(logits);
         fields.extend(&outputs.after_logits);
         b.keep_until_now(&fields);
+    }
+
+    /// `next_token_logits = outputs.logits[:, -1].to(copy=True, dtype=float32)` from the last
+    /// position's logits: the previous step's copy goes once the new one is made.
+    fn copy_next_token_logits(&mut self, b: &mut GraphBuilder, last: TensorId) -> TensorId {
+        let copy = int_op(
+            b,
+            "_to_copy",
+            vec![self.batch, self.vocab],
+            DType::F32,
+            &[last],
+        );
+        if let Some(old) = self.next_token_logits.replace(copy) {
+            b.keep_until_now(&[old]);
+        }
+        copy
     }
 
     /// A skipped step's growth: the cache (`grow_cache`: every layer's keys and values), then
@@ -830,16 +839,7 @@ impl Loop {
             .map(|shape| int_op(b, "linear", shape, self.logits_dtype, &[]));
         self.grow_positions(b, batch, len);
         if let Some(logits) = logits {
-            let copy = int_op(
-                b,
-                "_to_copy",
-                vec![batch, self.vocab],
-                DType::F32,
-                &[logits],
-            );
-            if let Some(old) = self.next_token_logits.replace(copy) {
-                b.keep_until_now(&[old]);
-            }
+            self.copy_next_token_logits(b, logits);
         }
         self.grow_ids(b, batch, len);
         b.keep_until_now(&Vec::from_iter(logits));
