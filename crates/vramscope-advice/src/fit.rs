@@ -143,16 +143,47 @@ where
         fits: false,
         cache_released: false,
     };
-    estimate.fits = estimate.device_bytes <= target.budget();
-    if !estimate.fits {
-        if let Some(reserved) = reserved_with_cache_release(&graph, cfg, &sim, target, sims)? {
-            estimate.reserved_bytes = reserved;
-            estimate.device_bytes = target.device_bytes(reserved);
-            estimate.fits = true;
-            estimate.cache_released = true;
-        }
+    if let Some(runs) = runs_on(&graph, cfg, &sim, target, sims)? {
+        estimate.reserved_bytes = runs.reserved_bytes;
+        estimate.device_bytes = target.device_bytes(runs.reserved_bytes);
+        estimate.fits = true;
+        estimate.cache_released = runs.cache_released;
     }
     Ok(estimate)
+}
+
+/// How a step runs on a [`Target`] ([`runs_on`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Runs {
+    /// Its peak reserved memory there.
+    pub reserved_bytes: u64,
+    /// Only on an allocator capped at the budget, freeing its cached segments.
+    pub cache_released: bool,
+}
+
+/// Whether the step `sim` (of `graph` in `cfg`) runs on `target`, as `fit`, the smallest-GPU
+/// table and `tricks --gpu` decide: its reserved peak plus the GPU's overheads within the
+/// budget, or, where only the allocator's cache is over, a run capped at the budget that frees
+/// the cache and runs out of nothing ([`with_cache_release`]). `None`: it does not run.
+pub fn runs_on(
+    graph: &Graph,
+    cfg: &StepConfig,
+    sim: &Simulation,
+    target: &Target,
+    sims: &mut u32,
+) -> Result<Option<Runs>, AdviceError> {
+    if target.device_bytes(sim.peak_reserved) <= target.budget() {
+        return Ok(Some(Runs {
+            reserved_bytes: sim.peak_reserved,
+            cache_released: false,
+        }));
+    }
+    Ok(
+        reserved_with_cache_release(graph, cfg, sim, target, sims)?.map(|reserved| Runs {
+            reserved_bytes: reserved,
+            cache_released: true,
+        }),
+    )
 }
 
 /// A step whose reserved memory (`sim`, on a GPU with room to spare) is over `target`'s budget
@@ -426,15 +457,9 @@ pub fn smallest_gpu(
     let mut rows = Vec::with_capacity(gpus.len());
     for g in gpus {
         let t = Target { gpu: g, margin };
-        let mut device = t.device_bytes(sim.peak_reserved);
-        let mut fits = device <= t.budget();
-        // over only because of the allocator's cache: capped at this GPU's budget
-        if !fits {
-            if let Some(reserved) = reserved_with_cache_release(graph, cfg, &sim, &t, &mut sims)? {
-                device = t.device_bytes(reserved);
-                fits = true;
-            }
-        }
+        let runs = runs_on(graph, cfg, &sim, &t, &mut sims)?;
+        let reserved = runs.map_or(sim.peak_reserved, |r| r.reserved_bytes);
+        let (device, fits) = (t.device_bytes(reserved), runs.is_some());
         rows.push(GpuFit {
             gpu: g.name.clone(),
             memory_bytes: g.memory_bytes,

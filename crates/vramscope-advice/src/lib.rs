@@ -8,8 +8,9 @@ pub mod render;
 pub mod tricks;
 
 pub use fit::{
-    fit_by_seq_len, fit_search, parse_margin, reserved_with_cache_release, smallest_gpu,
-    with_cache_release, BySeqLen, Estimate, FitResult, SeqLenFit, SmallestGpu, Target, SEQ_LENS,
+    fit_by_seq_len, fit_search, parse_margin, reserved_with_cache_release, runs_on, smallest_gpu,
+    with_cache_release, BySeqLen, Estimate, FitResult, Runs, SeqLenFit, SmallestGpu, Target,
+    SEQ_LENS,
 };
 
 /// Why advice could not be computed.

@@ -77,12 +77,17 @@ fn estimate_line(dim: &str, e: &Estimate, budget: u64) -> String {
 
 /// `{what} on {gpu} ({memory}), margin 5%: device memory may use {budget}`.
 fn fit_header(what: &str, r: &FitResult) -> String {
+    let on = on_gpu(&r.gpu, r.gpu_memory_bytes, r.margin, r.budget_bytes);
+    format!("{what} {on}\n")
+}
+
+/// `on {gpu} ({memory}), margin 5%: device memory may use {budget}`.
+fn on_gpu(gpu: &str, memory: u64, margin: f64, budget: u64) -> String {
     format!(
-        "{what} on {} ({}), margin {:.0}%: device memory may use {}\n",
-        r.gpu,
-        human(r.gpu_memory_bytes),
-        r.margin * 100.0,
-        human(r.budget_bytes)
+        "on {gpu} ({}), margin {:.0}%: device memory may use {}",
+        human(memory),
+        margin * 100.0,
+        human(budget)
     )
 }
 
@@ -259,11 +264,8 @@ pub fn tricks_text(
     out.push('\n');
     if let Some(t) = target {
         out.push_str(&format!(
-            "on {} ({}), margin {:.0}%: device memory may use {}; as given the step {}\n",
-            t.gpu.name,
-            human(t.gpu.memory_bytes),
-            t.margin * 100.0,
-            human(t.budget()),
+            "{}; as given the step {}\n",
+            on_gpu(&t.gpu.name, t.gpu.memory_bytes, t.margin, t.budget()),
             match before.and_then(|b| b.fits) {
                 Some(true) => "fits",
                 _ => "does NOT fit",

@@ -11,7 +11,7 @@ use vramscope_core::passes::inplace_activations;
 use vramscope_core::sim::{simulate, Checkpoint, Mode, Simulation, StepConfig};
 use vramscope_core::{Graph, Precision};
 
-use crate::fit::{with_cache_release, Target};
+use crate::fit::{runs_on, Target};
 use crate::AdviceError;
 
 /// Where the tricks get their model variants from (the CLI builds them from its flags).
@@ -127,11 +127,8 @@ impl Peak {
         target: Option<&Target>,
     ) -> Result<Self, AdviceError> {
         let fits = match target {
+            Some(t) => Some(runs_on(graph, cfg, sim, t, &mut 0)?.is_some()),
             None => None,
-            Some(t) if t.device_bytes(sim.peak_reserved) <= t.budget() => Some(true),
-            Some(t) => {
-                Some(with_cache_release(graph, cfg, sim, t, &mut 0)?.is_some_and(|c| c.fits))
-            }
         };
         Ok(Peak {
             allocated_bytes: sim.peak_allocated,
