@@ -7,6 +7,7 @@ use vramscope_advice::render;
 use vramscope_advice::tricks::{tricks, FineTuning, ModelSource};
 use vramscope_core::sim::StepConfig;
 use vramscope_core::Graph;
+use vramscope_formats::hf::GenerationInfo;
 
 use crate::model::{self, parse_input, ModelArgs};
 use crate::output;
@@ -145,7 +146,10 @@ pub fn run(a: &TricksArgs) -> Result<()> {
         model: &a.model,
         step: &cfg,
         saved_4bit: loaded.pre_quantized.is_some(),
-        generates_without_cache: loaded.generation.as_ref().is_some_and(|g| g.kv_layers == 0),
+        generates_without_cache: loaded
+            .generation
+            .as_ref()
+            .is_some_and(GenerationInfo::keeps_no_cache),
     };
     let target = match &a.gpu {
         Some(name) => Some(Target {

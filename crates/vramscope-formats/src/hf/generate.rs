@@ -126,6 +126,11 @@ pub struct CrossAttentionCache {
 }
 
 impl GenerationInfo {
+    /// `use_cache` false: generate() keeps no cache, every step reruns the whole sequence.
+    pub fn keeps_no_cache(&self) -> bool {
+        self.kv_layers == 0
+    }
+
     /// Self-attention positions cached at the end: a causal LM's `prompt + new_tokens - 1` (the
     /// last token is never fed back), an encoder-decoder's `new_tokens` (the decoder starts from
     /// its start token).
