@@ -807,30 +807,29 @@ where
     // every block of the stages (stages' children), unless the model checkpoints its layers
     // itself. A `ModuleList` / `ModuleDict` has no forward to wrap in `checkpoint`: its entries
     // are the blocks (a transformer's layers), and so are a repeated-block `Sequential`'s
-    let mut nested_sequentials = Vec::new();
-    let blocks: Vec<String> = if own_layer_checkpointing {
+    let stage_children: Vec<_> = if own_layer_checkpointing {
         Vec::new()
     } else {
         stages
             .iter()
             .filter_map(|s| g.find_module(&s.path))
             .flat_map(children)
-            .flat_map(|(id, c)| {
-                let repeated = repeated_blocks(id, c);
-                if repeated {
-                    nested_sequentials.push(c);
-                }
-                if is_module_container(c) || repeated {
-                    children(id)
-                        .into_iter()
-                        .map(|(_, e)| e.path.clone())
-                        .collect()
-                } else {
-                    vec![c.path.clone()]
-                }
-            })
+            .map(|(id, c)| (id, c, repeated_blocks(id, c)))
             .collect()
     };
+    let blocks: Vec<String> = stage_children
+        .iter()
+        .flat_map(|&(id, c, repeated)| {
+            if is_module_container(c) || repeated {
+                children(id)
+                    .into_iter()
+                    .map(|(_, e)| e.path.clone())
+                    .collect()
+            } else {
+                vec![c.path.clone()]
+            }
+        })
+        .collect();
     if blocks.len() > stages.len() {
         let after = with_cp(blocks.iter().cloned().map(Checkpoint::Module).collect())?;
         push(
@@ -853,7 +852,12 @@ where
         .iter()
         .filter(sequential)
         .copied()
-        .chain(nested_sequentials)
+        .chain(
+            stage_children
+                .iter()
+                .filter(|&&(_, _, repeated)| repeated)
+                .map(|&(_, c, _)| c),
+        )
         .collect();
     for s in candidates {
         let Some(m) = g.find_module(&s.path) else {
