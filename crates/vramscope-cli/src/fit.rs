@@ -150,8 +150,7 @@ pub fn run(a: &FitArgs) -> Result<()> {
                 v["model"] = name.into();
                 Output::Json(v)
             } else if r.size == 0 {
-                Output::Text(render::fit_text(&what, &r)
-                    + "what to change: `vramscope tricks` with the same model and flags ranks every remedy, each re-simulated\n")
+                Output::Text(render::fit_text(&what, &r) + vramscope_report::TRICKS_HINT + "\n")
             } else {
                 Output::Text(render::fit_text(&what, &r))
             }

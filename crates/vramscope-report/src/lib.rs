@@ -11,4 +11,4 @@ pub use explain::render_explain;
 pub use gpu::{find_gpu, Gpu, GPUS};
 pub use json::{CacheReleaseInfo, EstimateReport, GenerationReport, ModelInfo, ReportInput};
 pub use pretty::to_writer_pretty;
-pub use table::{human, render_gpus, render_text};
+pub use table::{human, render_gpus, render_text, TRICKS_HINT};

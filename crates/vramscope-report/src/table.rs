@@ -335,12 +335,14 @@ pub fn render_text(r: &EstimateReport, max_layers: usize) -> String {
     }
     let runs = r.gpu.fits || r.gpu.with_cache_release.as_ref().is_some_and(|c| c.fits);
     if !runs {
-        out.push_str(
-            "what to change: `vramscope tricks` with the same model and flags (--gpu included) ranks every remedy, each re-simulated, and says which fit; `vramscope fit` finds the largest batch that does\n",
-        );
+        out.push_str(TRICKS_HINT);
+        out.push_str("; `vramscope fit` finds the largest batch that does\n");
     }
     out
 }
+
+/// Where a step does not fit its GPU (`estimate`, `fit`): the command that ranks the remedies.
+pub const TRICKS_HINT: &str = "what to change: `vramscope tricks` with the same model and flags (--gpu included) ranks every remedy, each re-simulated, and says which fit";
 
 /// Renders the GPU table (`vramscope gpus`).
 pub fn render_gpus(gpus: &[crate::Gpu]) -> String {
