@@ -16,12 +16,17 @@ LD_PRELOAD=$D/libfakecudart.so LD_LIBRARY_PATH=$D TRUTH_SHIM_ACTIVE=1 PYTHONPATH
     $PY validation/measure_more_optimizers.py resnet18:8:adagrad resnet18:8:rmsprop mobilenet_v3_small:16:adagrad \
     > .truth/raw/more_optimizers.jsonl
 : > .truth/raw/checkpoint_sequential.jsonl
+# measure FACTORY MODEL BATCH KWARGS CHECKPOINT NAME: one checkpoint_sequential_models.py case,
+# recorded as the torchvision case vramscope runs with `--checkpoint CHECKPOINT`
+measure() {
+    VENV=$VENV python3 "$TRUTH/measure.py" --model "py:$PWD/validation/checkpoint_sequential_models.py:$1" \
+        --batch "$3" --optim sgdm --model-kwargs "$4" --json 2>/dev/null \
+        | python3 -c "import json,sys; r=json.load(sys.stdin); c=r['case']; c['model']='torchvision:$2'; c['checkpoint']='$5'; c['name']='$6'; print(json.dumps(r))" \
+        >> .truth/raw/checkpoint_sequential.jsonl
+}
 for spec in "vgg11_bn 16 3" "mobilenet_v2 32 4"; do
     set -- $spec
-    VENV=$VENV python3 "$TRUTH/measure.py" --model "py:$PWD/validation/checkpoint_sequential_models.py:$1" \
-        --batch "$2" --optim sgdm --model-kwargs "{\"segments\": $3}" --json 2>/dev/null \
-        | python3 -c "import json,sys; r=json.load(sys.stdin); c=r['case']; c['model']='torchvision:$1'; c['checkpoint']='features:$3'; c['name']='$1_b$2_fp32_sgdm_features$3'; print(json.dumps(r))" \
-        >> .truth/raw/checkpoint_sequential.jsonl
+    measure "$1" "$1" "$2" "{\"segments\": $3}" "features:$3" "$1_b$2_fp32_sgdm_features$3"
 done
 # checkpointing below the top level, as `vramscope tricks` offers it: every block of ViT-B/16
 # (its 12 encoder layers one by one) and of ConvNeXt-T (each stage's CNBlocks), and
@@ -31,10 +36,7 @@ CNX_BLOCKS="features.0,features.1.0,features.1.1,features.1.2,features.2,feature
 for spec in "vit_b_16 8 modules $VIT_BLOCKS every_block" "vit_b_16 8 sequential encoder.layers:4 encoder_layers4" \
             "convnext_tiny 8 modules $CNX_BLOCKS every_block"; do
     set -- $spec
-    VENV=$VENV python3 "$TRUTH/measure.py" --model "py:$PWD/validation/checkpoint_sequential_models.py:nested" \
-        --batch "$2" --optim sgdm --model-kwargs "{\"model\": \"$1\", \"$3\": \"$4\"}" --json 2>/dev/null \
-        | python3 -c "import json,sys; r=json.load(sys.stdin); c=r['case']; c['model']='torchvision:$1'; c['checkpoint']='$4'; c['name']='$1_b$2_fp32_sgdm_$5'; print(json.dumps(r))" \
-        >> .truth/raw/checkpoint_sequential.jsonl
+    measure nested "$1" "$2" "{\"model\": \"$1\", \"$3\": \"$4\"}" "$4" "$1_b$2_fp32_sgdm_$5"
 done
 python3 validation/compact_results.py .truth/raw/more_optimizers.jsonl .truth/raw/checkpoint_sequential.jsonl \
     --out fixtures/truth/torchvision_more.jsonl
