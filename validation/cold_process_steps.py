@@ -2,7 +2,8 @@
 """Where a cold `vramscope estimate` process spends its time, step by step (docs/performance.md,
 twenty-sixth session): builds vramscope from HEAD in a temporary worktree and target folder
 (the checkout is left alone) with a wall-clock stamp printed on stderr at each step of `main` and
-`estimate::run`, spawns it N times as a shell would, and prints each step's median and minimum,
+`estimate::run` (and where the simulator hands the allocator model's thread its last
+message), spawns it N times as a shell would, and prints each step's median and minimum,
 from the spawn to the parent's wait:
 
     python3 validation/cold_process_steps.py [N] [-- ESTIMATE ARGS...]
@@ -45,9 +46,19 @@ PATCH = [
     ("crates/vramscope-cli/src/estimate.rs",
      "    std::mem::forget((loaded, sim, report));\n    Ok(())",
      "    std::mem::forget((loaded, sim, report));\n    crate::tmark(\"out\");\n    Ok(())"),
+    # the simulator's last message sent: what follows is the wait for the allocator model's
+    # thread to apply the rest (for an estimate that simulates twice, the second run's)
+    ("crates/vramscope-core/src/sim/memory.rs",
+     "    pub(super) fn finish(&mut self) -> MemoryModel {\n",
+     "    pub(super) fn finish(&mut self) -> MemoryModel {\n"
+     "        if std::env::var_os(\"TMARK\").is_some() {\n"
+     "            let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();\n"
+     "            eprintln!(\"finish {}\", t.as_nanos());\n"
+     "        }\n"),
 ]
 NAMES = {"main": "spawn to main", "tune": "heap tuning", "parse": "argument parsing",
-         "graph": "graph", "sim": "simulation (and the cache-release one, if any)",
+         "graph": "graph", "finish": "simulation, to its last message",
+         "sim": "then the allocator thread catching up, the result",
          "report": "report", "out": "output", "exit": "return from main to the wait"}
 
 
