@@ -6,6 +6,7 @@ mod inspect;
 mod json_contract;
 mod monitor;
 mod snapshots;
+mod startup;
 mod weights_dtype;
 
 use std::path::PathBuf;

@@ -127,7 +127,7 @@ impl Lowerer<'_> {
                     }
                 })?
             }
-            "Pow" => bin(&f64::powf)?,
+            "Pow" => bin(&libm::pow)?,
             "Min" if n.input.len() == 2 => bin(&f64::min)?,
             "Max" if n.input.len() == 2 => bin(&f64::max)?,
             "Equal" => bin(&|a, b| (a == b) as u8 as f64)?,
@@ -145,8 +145,8 @@ impl Lowerer<'_> {
             "Ceil" => unary(&f64::ceil)?,
             "Round" => unary(&f64::round_ties_even)?,
             "Reciprocal" => unary(&|a| if a == 0.0 { 0.0 } else { 1.0 / a })?,
-            "Exp" => unary(&f64::exp)?,
-            "Log" => unary(&f64::ln)?,
+            "Exp" => unary(&libm::exp)?,
+            "Log" => unary(&libm::log)?,
             "Sign" => unary(&|a| if a == 0.0 { 0.0 } else { a.signum() })?,
             "IsNaN" => unary(&|a| a.is_nan() as u8 as f64)?,
             "Trilu" => {

@@ -37,12 +37,12 @@ impl BlockParams {
         bottleneck_multiplier: f64,
         se_ratio: Option<f64>,
     ) -> Self {
-        let log_wm = w_m.ln();
+        let log_wm = libm::log(w_m);
         let block_widths: Vec<u64> = (0..depth)
             .map(|i| {
                 let cont = i as f32 * w_a as f32 + w_0 as f32;
-                let capacity = round_even(((cont / w_0 as f32).ln() as f64 / log_wm) as f32);
-                let w = w_0 as f32 * (w_m as f32).powf(capacity);
+                let capacity = round_even((libm::logf(cont / w_0 as f32) as f64 / log_wm) as f32);
+                let w = w_0 as f32 * libm::powf(w_m as f32, capacity);
                 (round_even(w / 8.0) * 8.0) as u64
             })
             .collect();
