@@ -67,7 +67,7 @@ pub fn run(a: &EstimateArgs) -> Result<()> {
         write_trace(path, &loaded.graph, &sim)?;
     }
     if a.json {
-        output::json(&report)?;
+        output::report_json(&report)?;
     } else {
         let mut t = render_text(&report, max_layers);
         if a.explain {

@@ -19,9 +19,20 @@ pub fn text(text: &str) -> Result<()> {
 /// Writes `value` to stdout as pretty JSON and a line break, without building the text first (a
 /// 70B model's report is 270 KB).
 pub fn json<T: Serialize + ?Sized>(value: &T) -> Result<()> {
+    json_with(|out| vramscope_report::to_writer_pretty(out, value))
+}
+
+/// Writes an estimate's report to stdout as [`json`] would, its per-layer list written by hand
+/// (`vramscope_report::report_to_writer_pretty`).
+pub fn report_json(report: &vramscope_report::EstimateReport) -> Result<()> {
+    json_with(|out| vramscope_report::report_to_writer_pretty(out, report))
+}
+
+/// Streams what `write` writes to stdout through a buffer, then a line break.
+fn json_with(write: impl FnOnce(&mut dyn Write) -> serde_json::Result<()>) -> Result<()> {
     let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
     // as the I/O error it holds (a closed pipe stays one)
-    vramscope_report::to_writer_pretty(&mut out, value)
+    write(&mut out)
         .map_err(std::io::Error::from)
         .context("writing to stdout")?;
     out.write_all(b"\n").context("writing to stdout")?;

@@ -130,7 +130,7 @@ fn transformer_estimate_json(bencher: divan::Bencher, (name, batch, seq): (&str,
             &sim,
         );
         out.clear();
-        vramscope_report::to_writer_pretty(&mut out, &report).expect("serialises");
+        vramscope_report::report_to_writer_pretty(&mut out, &report).expect("serialises");
         out.len()
     });
 }

@@ -10,5 +10,5 @@ mod table;
 pub use explain::render_explain;
 pub use gpu::{find_gpu, Gpu, GPUS};
 pub use json::{CacheReleaseInfo, EstimateReport, GenerationReport, ModelInfo, ReportInput};
-pub use pretty::to_writer_pretty;
+pub use pretty::{report_to_writer_pretty, to_writer_pretty};
 pub use table::{human, render_gpus, render_text, TRICKS_HINT};
