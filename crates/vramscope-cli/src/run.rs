@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
-use std::process::{Command, ExitCode, ExitStatus};
+use std::process::{Command, ExitStatus};
 use std::sync::mpsc::RecvTimeoutError;
 use std::time::{Duration, Instant};
 
@@ -76,13 +76,13 @@ fn expected(args: &str) -> Result<Expected> {
     })
 }
 
-/// Runs `vramscope run`; the exit code is the command's.
-pub fn main(a: &RunArgs) -> ExitCode {
+/// Runs `vramscope run`; the exit status is the command's.
+pub fn main(a: &RunArgs) -> u8 {
     match run(a) {
-        Ok(code) => ExitCode::from(code),
+        Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::FAILURE
+            1
         }
     }
 }
