@@ -25,14 +25,14 @@ DEFAULT = ["llama-3-70b", "--seq-len", "4096", "-b", "1", "--precision", "amp-bf
 
 # (file, text found once, text it becomes): a stamp after each step
 PATCH = [
-    ("crates/vramscope-cli/src/main.rs", "fn main() -> ExitCode {\n",
+    ("crates/vramscope-cli/src/main.rs", "fn command_main() -> u8 {\n",
      "pub(crate) fn tmark(what: &str) {\n"
      "    if std::env::var_os(\"TMARK\").is_some() {\n"
      "        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();\n"
      "        eprintln!(\"{what} {}\", t.as_nanos());\n"
      "    }\n"
      "}\n"
-     "fn main() -> ExitCode {\n    tmark(\"main\");\n"),
+     "fn command_main() -> u8 {\n    tmark(\"main\");\n"),
     ("crates/vramscope-cli/src/main.rs", "    let cli = Cli::parse();",
      "    tmark(\"tune\");\n    let cli = Cli::parse();\n    tmark(\"parse\");"),
     ("crates/vramscope-cli/src/estimate.rs",
@@ -41,8 +41,8 @@ PATCH = [
     ("crates/vramscope-cli/src/estimate.rs",
      "    let sim = simulate(&loaded.graph, &cfg)?;\n",
      "    let sim = simulate(&loaded.graph, &cfg)?;\n    crate::tmark(\"sim\");\n"),
-    ("crates/vramscope-cli/src/estimate.rs", "    if a.json {\n        output::json(&report)?;",
-     "    crate::tmark(\"report\");\n    if a.json {\n        output::json(&report)?;"),
+    ("crates/vramscope-cli/src/estimate.rs", "    if a.json {\n        output::report_json(&report)?;",
+     "    crate::tmark(\"report\");\n    if a.json {\n        output::report_json(&report)?;"),
     ("crates/vramscope-cli/src/estimate.rs",
      "    std::mem::forget((loaded, sim, report));\n    Ok(())",
      "    std::mem::forget((loaded, sim, report));\n    crate::tmark(\"out\");\n    Ok(())"),
