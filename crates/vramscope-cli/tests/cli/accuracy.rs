@@ -234,6 +234,18 @@ fn random_freeze_cases_match_truth() {
     assert_phases_within(&cases("hf_random_freeze.jsonl"), 0.0);
 }
 
+/// Random configs with every field draw at once: knobs, dropouts, a null field, pure fp16 / bf16
+/// parameters (`validation/make_random_mixed_fixtures.sh`, seed 2990). Case 5, a checkpointed
+/// Phi-3 with `resid_pdrop`, reserved +33% while its residual dropouts released the attention's
+/// and the MLP's outputs before the sums (`hidden_states = residual +
+/// self.resid_attn_dropout(hidden_states)` keeps them until the sum is bound). Byte-exact in
+/// every phase.
+#[test]
+fn random_mixed_cases_match_truth() {
+    check_tight("hf_random_mixed.jsonl", 12);
+    assert_phases_within(&cases("hf_random_mixed.jsonl"), 0.0);
+}
+
 /// Phi-3 past its sliding window under AMP (`validation/make_phi3_window_fixtures.sh`):
 /// `sdpa_attention_forward` repeats k and v for the masked kernel and copies the output
 /// (`.transpose(1, 2).contiguous()`) while the repeated k and v are still its locals. A full-width

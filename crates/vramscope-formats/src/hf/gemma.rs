@@ -815,8 +815,13 @@ fn model(b: &mut GraphBuilder, c: &Ctx, ids: TensorId, call: &mut Call) -> (Tens
             };
             let Some((cos, sin)) = rope else { continue };
             // hidden states, position embeddings, mask and position_ids are its arguments (a
-            // checkpoint keeps them until backward)
-            let mut args = vec![x, cos, sin, pos];
+            // checkpoint keeps them until backward, and releases them in the call's order:
+            // Gemma's forward passes position_ids first, Gemma2's and Gemma3's second)
+            let mut args = if s.flavor == Flavor::Gemma {
+                vec![x, pos, cos, sin]
+            } else {
+                vec![x, cos, sin, pos]
+            };
             args.extend(mask);
             x = b.module(&i.to_string(), &format!("{p}DecoderLayer"), &args, |b| {
                 decoder_layer(b, c, (x, i), cos, sin, mask, call)

@@ -114,6 +114,10 @@ pub(super) struct Spec {
     pub(super) max_positions: Option<u64>,
     /// The SDPA mask each layer attends with in a plain forward.
     masks: Masks,
+    /// The model's forward passes each layer `position_ids` before `position_embeddings`
+    /// (Phi-3, Mistral, Mixtral, Qwen2-MoE, Qwen3-MoE; Llama, Qwen2 and Qwen3 the other way):
+    /// the keyword arguments a checkpointed layer's frame releases in that order.
+    position_ids_first: bool,
 }
 
 impl Spec {
@@ -282,7 +286,12 @@ pub(super) fn spec(cfg: &HfConfig, model_type: &str) -> Result<Spec, HfError> {
         Variant::Mistral | Variant::Phi3 => (false, false),
     };
     let layers = cfg.layers(&["num_hidden_layers"])?;
+    let position_ids_first = matches!(
+        model_type,
+        "phi3" | "mistral" | "mixtral" | "qwen2_moe" | "qwen3_moe"
+    );
     Ok(Spec {
+        position_ids_first,
         variant,
         vocab: cfg.u64(&["vocab_size"])?,
         hidden,
@@ -557,8 +566,12 @@ pub(super) fn forward(
             let mut recorded: Vec<(u64, RepeatedModule)> = Vec::new();
             for i in 0..s.layers {
                 // position_embeddings, the mask and position_ids are arguments too (a checkpoint
-                // keeps them until its backward)
-                let mut args = vec![x, cos, sin, pos];
+                // keeps them until its backward, and releases them in the call's order)
+                let mut args = if s.position_ids_first {
+                    vec![x, pos, cos, sin]
+                } else {
+                    vec![x, cos, sin, pos]
+                };
                 args.extend(layer_mask(s, call, i as usize));
                 if let Some(&k) = s.masks.of_layer.get(i as usize) {
                     if let Some(&mask) = eager_masks.get(k) {
@@ -682,20 +695,26 @@ pub(super) fn decoder_layer(
         b.hold(&[w]);
     }
     let phi3 = s.variant == Variant::Phi3;
-    let a = if phi3 {
-        dropout(b, "resid_attn_dropout", s.resid_dropout, a)
+    // Phi-3: `hidden_states = residual + self.resid_attn_dropout(hidden_states)`: the name
+    // keeps the attention's (and below the MLP's) output until the sum is bound to it
+    let x = if phi3 {
+        let dropped = dropout(b, "resid_attn_dropout", s.resid_dropout, a);
+        let x = add(b, input, dropped);
+        b.keep_until_now(&[a]);
+        x
     } else {
-        a
+        add(b, input, a)
     };
-    let x = add(b, input, a);
     let y = rms_norm(b, "post_attention_layernorm", &norm, s.hidden, dtype, x);
     let y = ffn(b, y);
-    let y = if phi3 {
-        dropout(b, "resid_mlp_dropout", s.resid_dropout, y)
+    let out = if phi3 {
+        let dropped = dropout(b, "resid_mlp_dropout", s.resid_dropout, y);
+        let out = add(b, x, dropped);
+        b.keep_until_now(&[y]);
+        out
     } else {
-        y
+        add(b, x, y)
     };
-    let out = add(b, x, y);
     // `hidden_states = residual + hidden_states`: the MLP's output goes as the name is rebound,
     // `residual` when the layer returns (truth traces of inference)
     b.keep_until_now(&[x]);
