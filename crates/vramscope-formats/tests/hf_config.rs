@@ -1578,6 +1578,53 @@ fn null_kv_heads_are_the_attention_heads() {
     assert_eq!(k, [8 * 16, 64]);
 }
 
+/// RoBERTa-family embeddings number positions from `pad_token_id`
+/// (`create_position_ids_from_input_ids` compares the ids with it): `null` fails in transformers'
+/// forward, so it is refused with the field named; unset is the config class's 1 (the longest
+/// sequence is `max_position_embeddings - 2`). BERT's null pad id only leaves the embedding
+/// without a padding row.
+#[test]
+fn roberta_needs_a_pad_token_id() {
+    let config = |model_type: &str, pad: &str| {
+        HfConfig::parse(
+            "r.json",
+            &format!(
+                r#"{{"model_type": "{model_type}", "hidden_size": 64, "intermediate_size": 128,
+                    "num_attention_heads": 4, "num_hidden_layers": 1, "vocab_size": 100,
+                    "max_position_embeddings": 130{pad}}}"#
+            ),
+        )
+        .unwrap()
+    };
+    let short = HfInput {
+        seq: 128,
+        ..input()
+    };
+    for model_type in ["roberta", "xlm-roberta", "camembert"] {
+        let err = hf::build(&config(model_type, r#", "pad_token_id": null"#), &short)
+            .err()
+            .unwrap_or_else(|| panic!("{model_type}: a null pad_token_id was accepted"))
+            .to_string();
+        assert!(
+            err.contains("r.json") && err.contains("pad_token_id") && err.contains("null"),
+            "{model_type}: {err}"
+        );
+        assert!(
+            hf::build(&config(model_type, ""), &short).is_ok(),
+            "{model_type}"
+        );
+        let long = HfInput {
+            seq: 129,
+            ..input()
+        };
+        assert!(
+            hf::build(&config(model_type, ""), &long).is_err(),
+            "{model_type}"
+        );
+    }
+    assert!(hf::build(&config("bert", r#", "pad_token_id": null"#), &short).is_ok());
+}
+
 /// GGUF files (`fixtures/weights/gguf/`, `validation/make_gguf_model_fixtures.py`): the config
 /// rebuilt from each header has the fields transformers' legacy GGUF loader sets, and the model
 /// built from it the class and parameter count `from_pretrained(folder, gguf_file=...)` loaded

@@ -167,6 +167,16 @@ pub fn build(
     input: &HfInput,
 ) -> Result<(Graph, Vec<String>), HfError> {
     let s = spec(cfg, input)?;
+    if matches!(flavor, Flavor::Roberta { .. }) && cfg.is_null("pad_token_id") {
+        // `create_position_ids_from_input_ids(input_ids, padding_idx)` compares the ids with it
+        return Err(HfError::Field {
+            path: cfg.path.clone(),
+            field: "pad_token_id".into(),
+            expected: "a token id, not null: RoBERTa-family embeddings number the positions from \
+                       it, and transformers' forward fails without one"
+                .into(),
+        });
+    }
     // RoBERTa numbers positions from padding_idx + 1
     let limit = match flavor {
         Flavor::Bert => s.max_positions,
