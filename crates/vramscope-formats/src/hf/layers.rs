@@ -507,6 +507,19 @@ pub const ROPE_INIT_LLAMA3: &str = "A8 A4 F0 A4 F1 A4 F3 A4 A4 F7 F5 A4 A4 F11 A
     F71 A4 F72 A4 F74 A4 A4 F78 A4 F79 A4 A4 F81 F83 A1 A1 F87 A1 A1 F90 A1 F88 F91 A4 F68 F60 \
     F64 F76 F84 F93 F96";
 
+/// [`ROPE_INIT_DEFAULT`] for `rope_type: "linear"`: the frequencies from an int64 `arange`, then
+/// divided by the factor (truth traces of a Llama config with `{"rope_type": "linear"}`).
+pub const ROPE_INIT_LINEAR: &str =
+    "A8 A4 F0 A4 F1 A4 F3 A4 B F7 F5 B A8 A4 F12 A4 F13 A4 F15 A4 A4 F19 F17 F20";
+
+/// [`ROPE_INIT_DEFAULT`] for `rope_type: "yarn"` (`_compute_yarn_parameters`: the
+/// extrapolated and interpolated frequencies from an int64 `arange`, blended by a linear ramp
+/// over the correction range; the config's factors, betas and `truncate` are Python numbers and
+/// change no tensor). From the truth trace of `random_configs.py 2991` case 8.
+pub const ROPE_INIT_YARN: &str = "A8 A4 F0 A4 F1 A4 F3 A4 A4 F7 A4 A4 A4 F11 F10 A4 A4 F15 A4 \
+    F16 A4 F18 A4 F20 A4 A4 F24 A4 B F25 F27 F5 F8 F12 F22 B A8 A4 F36 A4 F37 A4 F39 A4 A4 F43 \
+    A4 A4 A4 F47 F46 A4 A4 F51 A4 F52 A4 F54 A4 F56 A4 A4 F60 A4 A4 F61 F63 F41 F44 F48 F58 F64";
+
 /// [`ROPE_INIT_DEFAULT`] for Gemma3's two frequency sets (full and sliding attention, no rope
 /// scaling): both computed, then `post_init()` computes both again.
 pub const ROPE_INIT_GEMMA3_TWO_SETS: &str = "A4 A4 F0 A4 F1 A4 B F5 F3 B A4 A4 F10 A4 F11 A4 B \

@@ -35,7 +35,7 @@ use super::layers::{
     heads_first_grads, linear, model_mask, mul, padding_input, position_ids, projection_dtype,
     rms_norm, rope_init, rotary, rotated_heads_view, sdpa, sdpa_grads_like_inputs, sdpa_masked,
     view, Call, Eager, EagerFlavor, KvCache, MaskPattern, RouterLogits, ROPE_INIT_DEFAULT,
-    ROPE_INIT_LLAMA3,
+    ROPE_INIT_LINEAR, ROPE_INIT_LLAMA3, ROPE_INIT_YARN,
 };
 use super::seq_cls::{base_model, decoder_head, decoder_outputs, qa_inputs, DecoderHead};
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
@@ -496,6 +496,8 @@ fn rope_init_program(cfg: &HfConfig) -> Result<Option<&'static str>, HfError> {
     Ok(match rope_type {
         None | Some("default") => Some(ROPE_INIT_DEFAULT),
         Some("llama3") => Some(ROPE_INIT_LLAMA3),
+        Some("linear") => Some(ROPE_INIT_LINEAR),
+        Some("yarn") => Some(ROPE_INIT_YARN),
         Some(_) => None,
     })
 }
