@@ -1578,6 +1578,43 @@ fn null_kv_heads_are_the_attention_heads() {
     assert_eq!(k, [8 * 16, 64]);
 }
 
+/// `"head_dim": null`: Llama, Mistral and Mixtral's config classes derive it (`int | None`); for
+/// the others transformers fails (Qwen3Config validates an int, the other attentions read
+/// `getattr(config, "head_dim", ...)` as a number), so the field is named in an error
+/// (`random_configs.py 2995 --lora`, case 0: measure.py failed on a Qwen3 config).
+#[test]
+fn a_null_head_dim_is_derived_only_where_transformers_derives_it() {
+    let config = |model_type: &str| {
+        HfConfig::parse(
+            "h.json",
+            &format!(
+                r#"{{"model_type": "{model_type}", "hidden_size": 64, "intermediate_size": 128,
+                    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": null,
+                    "num_hidden_layers": 1, "vocab_size": 100, "num_local_experts": 2,
+                    "num_experts": 2, "num_experts_per_tok": 1, "moe_intermediate_size": 32,
+                    "shared_expert_intermediate_size": 32}}"#
+            ),
+        )
+        .unwrap()
+    };
+    for model_type in ["llama", "mistral", "mixtral"] {
+        let m = hf::build(&config(model_type), &input())
+            .unwrap_or_else(|e| panic!("{model_type}: {e}"));
+        let k = param_shape(&m, "model.layers.0.self_attn.k_proj.weight");
+        assert_eq!(k, [2 * 16, 64], "{model_type}");
+    }
+    for model_type in ["qwen2", "qwen3", "phi3", "qwen2_moe", "qwen3_moe"] {
+        let err = hf::build(&config(model_type), &input())
+            .err()
+            .unwrap_or_else(|| panic!("{model_type}: a null head_dim was accepted"))
+            .to_string();
+        assert!(
+            err.contains("h.json") && err.contains("head_dim") && err.contains("null"),
+            "{model_type}: {err}"
+        );
+    }
+}
+
 /// RoBERTa-family embeddings number positions from `pad_token_id`
 /// (`create_position_ids_from_input_ids` compares the ids with it): `null` fails in transformers'
 /// forward, so it is refused with the field named; unset is the config class's 1 (the longest

@@ -239,6 +239,20 @@ pub(super) fn spec(cfg: &HfConfig, model_type: &str) -> Result<Spec, HfError> {
             expected: format!("a divisor of num_attention_heads = {heads}"),
         });
     }
+    // only the config classes that declare `head_dim: int | None` (Llama, Mistral, Mixtral)
+    // derive a null one; Qwen3Config's is an int (a null fails its validation), and the others'
+    // attentions read `getattr(config, "head_dim", ...)`, which a null one makes None
+    if cfg.is_null("head_dim") && !matches!(model_type, "llama" | "mistral" | "mixtral") {
+        return Err(HfError::Field {
+            path: cfg.path.clone(),
+            field: "head_dim".into(),
+            expected: format!(
+                "an integer, not null: transformers fails on a null head_dim for model_type \
+                 {model_type:?} (Llama, Mistral and Mixtral derive it from hidden_size / \
+                 num_attention_heads); leave the field out for the config class's default"
+            ),
+        });
+    }
     // Qwen3Config has its own `head_dim` (default 128); Phi3Config has none (hidden / heads), but
     // Phi3Attention reads one a config.json sets (`getattr(config, "head_dim", ...)`)
     let head_dim = match (variant, cfg.opt_u64(&["head_dim"])?) {
