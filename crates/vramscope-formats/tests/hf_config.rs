@@ -357,6 +357,45 @@ fn t5_small_names_parameters_and_modules_as_transformers_does() {
     assert_eq!(m.checkpoint_layers[6], "decoder.block.0");
 }
 
+/// T5Config's `attribute_map` names (`head_dim`, `hidden_size`, `num_attention_heads`,
+/// `num_hidden_layers`) are set after the fields, so they win when a file names both
+/// (`T5Config.from_dict({"d_kv": 64, "head_dim": 32}).d_kv` is 32), and a null one leaves its
+/// field None, on which transformers fails: refused, naming it (`random_configs.py 2996 --t5
+/// --nulls`: three configs with `"head_dim": null` that measure.py could not build).
+#[test]
+fn t5_aliases_win_and_null_ones_are_refused() {
+    let text = |extra: &str| {
+        format!(
+            r#"{{"model_type": "t5", "architectures": ["T5ForConditionalGeneration"],
+                "vocab_size": 100, "d_model": 64, "d_kv": 16, "d_ff": 128, "num_heads": 4,
+                "num_layers": 2, "relative_attention_num_buckets": 8,
+                "decoder_start_token_id": 0{extra}}}"#
+        )
+    };
+    let m = t5(&text(r#", "head_dim": 8, "num_hidden_layers": 1"#), input()).unwrap();
+    // 4 heads of 8 (head_dim, not d_kv's 16); one encoder block (and as many decoder blocks)
+    assert_eq!(
+        param_shape(&m, "encoder.block.0.layer.0.SelfAttention.q.weight"),
+        [32, 64]
+    );
+    assert_eq!(m.checkpoint_layers.len(), 2);
+    for alias in [
+        "head_dim",
+        "hidden_size",
+        "num_attention_heads",
+        "num_hidden_layers",
+    ] {
+        let err = t5(&text(&format!(r#", "{alias}": null"#)), input())
+            .err()
+            .unwrap_or_else(|| panic!("a null {alias} was accepted"))
+            .to_string();
+        assert!(
+            err.contains("t5.json") && err.contains(alias) && err.contains("null"),
+            "{alias}: {err}"
+        );
+    }
+}
+
 #[test]
 fn t5_v1_1_shapes_follow_d_kv_gating_and_stack_depths() {
     let cfg = hf::read_config(&format!(
