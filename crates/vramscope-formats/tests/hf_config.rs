@@ -357,6 +357,63 @@ fn t5_small_names_parameters_and_modules_as_transformers_does() {
     assert_eq!(m.checkpoint_layers[6], "decoder.block.0");
 }
 
+/// GPT-2's and DistilBERT's `attribute_map` names win over the fields they set, as in T5
+/// (`GPT2Config.from_dict({"n_embd": 64, "hidden_size": 128}).n_embd` is 128), a null one is
+/// refused, and DistilBERT reads no `intermediate_size` (its FFN width is `hidden_dim`, 3072 by
+/// default: `DistilBertConfig.from_dict({"intermediate_size": 100}).hidden_dim` is 3072).
+#[test]
+fn gpt2_and_distilbert_aliases_win_and_null_ones_are_refused() {
+    let gpt2 = |extra: &str| {
+        HfConfig::parse(
+            "g.json",
+            &format!(
+                r#"{{"model_type": "gpt2", "vocab_size": 100, "n_embd": 64, "n_head": 4,
+                    "n_layer": 2, "n_positions": 128{extra}}}"#
+            ),
+        )
+        .unwrap()
+    };
+    let m = hf::build(
+        &gpt2(r#", "hidden_size": 32, "num_hidden_layers": 1"#),
+        &input(),
+    )
+    .unwrap();
+    assert_eq!(
+        param_shape(&m, "transformer.h.0.attn.c_attn.weight"),
+        [32, 96]
+    );
+    assert!(m
+        .graph
+        .params
+        .iter()
+        .all(|p| !p.name.starts_with("transformer.h.1.")));
+    let err = hf::build(&gpt2(r#", "hidden_size": null"#), &input())
+        .err()
+        .expect("a null hidden_size is refused")
+        .to_string();
+    assert!(err.contains("g.json") && err.contains("hidden_size") && err.contains("null"));
+    let distilbert = |extra: &str| {
+        HfConfig::parse(
+            "d.json",
+            &format!(
+                r#"{{"model_type": "distilbert", "vocab_size": 100, "dim": 64, "n_heads": 4,
+                    "n_layers": 1, "max_position_embeddings": 128{extra}}}"#
+            ),
+        )
+        .unwrap()
+    };
+    let m = hf::build(&distilbert(r#", "intermediate_size": 100"#), &input()).unwrap();
+    assert_eq!(
+        param_shape(&m, "distilbert.transformer.layer.0.ffn.lin1.weight"),
+        [3072, 64]
+    );
+    let m = hf::build(&distilbert(r#", "hidden_size": 32"#), &input()).unwrap();
+    assert_eq!(
+        param_shape(&m, "distilbert.transformer.layer.0.attention.q_lin.weight"),
+        [32, 32]
+    );
+}
+
 /// T5Config's `attribute_map` names (`head_dim`, `hidden_size`, `num_attention_heads`,
 /// `num_hidden_layers`) are set after the fields, so they win when a file names both
 /// (`T5Config.from_dict({"d_kv": 64, "head_dim": 32}).d_kv` is 32), and a null one leaves its

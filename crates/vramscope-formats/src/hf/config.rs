@@ -225,6 +225,35 @@ impl HfConfig {
         self.at_most(self.first_present(keys), n, MAX_LAYERS, "layers")
     }
 
+    /// A required positive integer `field` that the config class's `attribute_map` also sets
+    /// under `alias` (`hidden_size` for GPT-2's `n_embd`, `head_dim` for T5's `d_kv`):
+    /// transformers sets the alias after the fields, so it wins when the file names both
+    /// (`GPT2Config.from_dict({"n_embd": 64, "hidden_size": 128}).n_embd` is 128), and a null
+    /// alias leaves the field None, on which the model's constructor fails: an error naming it.
+    pub fn aliased_u64(&self, field: &str, alias: &str) -> Result<u64, HfError> {
+        self.refuse_null_alias(field, alias)?;
+        self.u64(&[alias, field])
+    }
+
+    /// [`aliased_u64`](Self::aliased_u64) for a layer count, at most `MAX_LAYERS`.
+    pub fn aliased_layers(&self, field: &str, alias: &str) -> Result<u64, HfError> {
+        self.refuse_null_alias(field, alias)?;
+        self.layers(&[alias, field])
+    }
+
+    fn refuse_null_alias(&self, field: &str, alias: &str) -> Result<(), HfError> {
+        if !self.is_null(alias) {
+            return Ok(());
+        }
+        Err(self.err(
+            alias,
+            &format!(
+                "a positive integer, not null: the config class sets {field} from it, and a \
+                 null {field} fails in transformers; leave {alias} out to use {field}"
+            ),
+        ))
+    }
+
     /// The first of `keys` the config sets (the one a reader of `keys` took its value from), or
     /// the first key when none is set.
     pub fn first_present<'k>(&self, keys: &[&'k str]) -> &'k str {

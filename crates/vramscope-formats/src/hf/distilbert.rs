@@ -42,8 +42,8 @@ struct Spec {
 }
 
 fn spec(cfg: &HfConfig, input: &HfInput) -> Result<Spec, HfError> {
-    let dim = cfg.u64(&["dim", "hidden_size"])?;
-    let heads = cfg.u64(&["n_heads", "num_attention_heads"])?;
+    let dim = cfg.aliased_u64("dim", "hidden_size")?;
+    let heads = cfg.aliased_u64("n_heads", "num_attention_heads")?;
     if dim % heads != 0 {
         return Err(HfError::Field {
             path: cfg.path.clone(),
@@ -55,9 +55,9 @@ fn spec(cfg: &HfConfig, input: &HfInput) -> Result<Spec, HfError> {
     Ok(Spec {
         vocab: cfg.u64(&["vocab_size"])?,
         dim,
-        layers: cfg.layers(&["n_layers", "num_hidden_layers"])?,
+        layers: cfg.aliased_layers("n_layers", "num_hidden_layers")?,
         heads,
-        hidden_dim: cfg.u64(&["hidden_dim", "intermediate_size"])?,
+        hidden_dim: cfg.u64(&["hidden_dim"])?,
         max_positions: cfg.u64(&["max_position_embeddings"])?,
         dropout: cfg.prob_or("dropout", 0.1)?,
         attn_dropout: cfg.prob_or("attention_dropout", 0.1)?,

@@ -50,8 +50,8 @@ impl Spec {
 }
 
 fn spec(cfg: &HfConfig) -> Result<Spec, HfError> {
-    let hidden = cfg.u64(&["n_embd", "hidden_size"])?;
-    let heads = cfg.u64(&["n_head", "num_attention_heads"])?;
+    let hidden = cfg.aliased_u64("n_embd", "hidden_size")?;
+    let heads = cfg.aliased_u64("n_head", "num_attention_heads")?;
     if hidden % heads != 0 {
         return Err(HfError::Field {
             path: cfg.path.clone(),
@@ -67,9 +67,9 @@ fn spec(cfg: &HfConfig) -> Result<Spec, HfError> {
     })?;
     Ok(Spec {
         vocab: cfg.u64(&["vocab_size"])?,
-        positions: cfg.u64(&["n_positions", "max_position_embeddings"])?,
+        positions: cfg.aliased_u64("n_positions", "max_position_embeddings")?,
         hidden,
-        layers: cfg.layers(&["n_layer", "num_hidden_layers"])?,
+        layers: cfg.aliased_layers("n_layer", "num_hidden_layers")?,
         heads,
         inner: cfg.opt_u64(&["n_inner"])?.unwrap_or(4 * hidden),
         embd_pdrop: cfg.prob_or("embd_pdrop", 0.1)?,
