@@ -1711,6 +1711,39 @@ fn a_null_head_dim_is_derived_only_where_transformers_derives_it() {
     }
 }
 
+/// `"attention_dropout": null`: the config classes that declare it `float | int` (Mistral,
+/// Qwen2, Phi-3, OPT, DistilBERT, ...) fail their validation on it, so it is refused naming the
+/// field; Llama's and Gemma2's declare `| None` and build (0.0 in eval).
+#[test]
+fn a_null_attention_dropout_is_refused_where_transformers_refuses_it() {
+    let with_null = |name: &str| {
+        let text = vramscope_formats::hf_zoo::config(name).unwrap();
+        let mut v: serde_json::Value = serde_json::from_str(text).unwrap();
+        v["attention_dropout"] = serde_json::Value::Null;
+        HfConfig::parse(&format!("{name}.json"), &v.to_string()).unwrap()
+    };
+    let short = HfInput::new(1, 16, Precision::Fp32);
+    for name in [
+        "mistral-7b",
+        "qwen2.5-0.5b",
+        "phi-3-mini",
+        "opt-125m",
+        "distilbert-base-uncased",
+    ] {
+        let err = hf::build(&with_null(name), &short)
+            .err()
+            .unwrap_or_else(|| panic!("{name}: a null attention_dropout was accepted"))
+            .to_string();
+        assert!(
+            err.contains("attention_dropout") && err.contains("null"),
+            "{name}: {err}"
+        );
+    }
+    for name in ["llama-3.2-1b", "gemma-2-2b"] {
+        assert!(hf::build(&with_null(name), &short).is_ok(), "{name}");
+    }
+}
+
 /// RoBERTa-family embeddings number positions from `pad_token_id`
 /// (`create_position_ids_from_input_ids` compares the ids with it): `null` fails in transformers'
 /// forward, so it is refused with the field named; unset is the config class's 1 (the longest

@@ -296,6 +296,20 @@ impl HfConfig {
         }
     }
 
+    /// [`prob_or`](Self::prob_or) for a field the config class declares a number (`float |
+    /// int`, not `| None`): a null one fails transformers' config validation, so it is an
+    /// error naming the field.
+    pub fn prob_not_null_or(&self, key: &str, default: f64) -> Result<f64, HfError> {
+        if self.is_null(key) {
+            return Err(self.err(
+                key,
+                "a dropout probability, not null: the config class declares a number, and \
+                 transformers' validation fails on null",
+            ));
+        }
+        self.prob_or(key, default)
+    }
+
     /// The value of `key` inside the object field `holder`, read with `read` (`None` when either
     /// is absent or `null`; `expected` names the type in the error).
     fn nested<'a, T>(
