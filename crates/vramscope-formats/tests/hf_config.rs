@@ -25,6 +25,24 @@ fn param_shape<'m>(model: &'m hf::HfModel, name: &str) -> &'m [u64] {
         .as_slice()
 }
 
+/// The config `file` holds when its JSON object is `fields` followed by `extra` (`, "k": v`).
+fn config_of(file: &str, fields: &str, extra: &str) -> HfConfig {
+    HfConfig::parse(file, &format!("{{{fields}{extra}}}")).unwrap()
+}
+
+/// Asserts that `built` is an error naming `file`, `field` and the null it holds; `case` names
+/// the config in the panic.
+fn assert_null_refused(built: Result<hf::HfModel, HfError>, file: &str, field: &str, case: &str) {
+    let err = built
+        .err()
+        .unwrap_or_else(|| panic!("{case}: a null {field} was accepted"))
+        .to_string();
+    assert!(
+        err.contains(file) && err.contains(field) && err.contains("null"),
+        "{case}: {err}"
+    );
+}
+
 fn root() -> String {
     format!("{}/../..", env!("CARGO_MANIFEST_DIR"))
 }
@@ -364,14 +382,9 @@ fn t5_small_names_parameters_and_modules_as_transformers_does() {
 #[test]
 fn gpt2_and_distilbert_aliases_win_and_null_ones_are_refused() {
     let gpt2 = |extra: &str| {
-        HfConfig::parse(
-            "g.json",
-            &format!(
-                r#"{{"model_type": "gpt2", "vocab_size": 100, "n_embd": 64, "n_head": 4,
-                    "n_layer": 2, "n_positions": 128{extra}}}"#
-            ),
-        )
-        .unwrap()
+        let fields = r#""model_type": "gpt2", "vocab_size": 100, "n_embd": 64, "n_head": 4,
+            "n_layer": 2, "n_positions": 128"#;
+        config_of("g.json", fields, extra)
     };
     let m = hf::build(
         &gpt2(r#", "hidden_size": 32, "num_hidden_layers": 1"#),
@@ -387,20 +400,12 @@ fn gpt2_and_distilbert_aliases_win_and_null_ones_are_refused() {
         .params
         .iter()
         .all(|p| !p.name.starts_with("transformer.h.1.")));
-    let err = hf::build(&gpt2(r#", "hidden_size": null"#), &input())
-        .err()
-        .unwrap_or_else(|| panic!("a null hidden_size was accepted"))
-        .to_string();
-    assert!(err.contains("g.json") && err.contains("hidden_size") && err.contains("null"));
+    let built = hf::build(&gpt2(r#", "hidden_size": null"#), &input());
+    assert_null_refused(built, "g.json", "hidden_size", "gpt2");
     let distilbert = |extra: &str| {
-        HfConfig::parse(
-            "d.json",
-            &format!(
-                r#"{{"model_type": "distilbert", "vocab_size": 100, "dim": 64, "n_heads": 4,
-                    "n_layers": 1, "max_position_embeddings": 128{extra}}}"#
-            ),
-        )
-        .unwrap()
+        let fields = r#""model_type": "distilbert", "vocab_size": 100, "dim": 64, "n_heads": 4,
+            "n_layers": 1, "max_position_embeddings": 128"#;
+        config_of("d.json", fields, extra)
     };
     let m = hf::build(&distilbert(r#", "intermediate_size": 100"#), &input()).unwrap();
     assert_eq!(
@@ -442,14 +447,8 @@ fn t5_aliases_win_and_null_ones_are_refused() {
         "num_attention_heads",
         "num_hidden_layers",
     ] {
-        let err = t5(&text(&format!(r#", "{alias}": null"#)), input())
-            .err()
-            .unwrap_or_else(|| panic!("a null {alias} was accepted"))
-            .to_string();
-        assert!(
-            err.contains("t5.json") && err.contains(alias) && err.contains("null"),
-            "{alias}: {err}"
-        );
+        let built = t5(&text(&format!(r#", "{alias}": null"#)), input());
+        assert_null_refused(built, "t5.json", alias, alias);
     }
 }
 
@@ -1700,14 +1699,8 @@ fn a_null_head_dim_is_derived_only_where_transformers_derives_it() {
         assert_eq!(k, [2 * 16, 64], "{model_type}");
     }
     for model_type in ["qwen2", "qwen3", "phi3", "qwen2_moe", "qwen3_moe"] {
-        let err = hf::build(&config(model_type), &input())
-            .err()
-            .unwrap_or_else(|| panic!("{model_type}: a null head_dim was accepted"))
-            .to_string();
-        assert!(
-            err.contains("h.json") && err.contains("head_dim") && err.contains("null"),
-            "{model_type}: {err}"
-        );
+        let built = hf::build(&config(model_type), &input());
+        assert_null_refused(built, "h.json", "head_dim", model_type);
     }
 }
 
@@ -1730,14 +1723,8 @@ fn a_null_attention_dropout_is_refused_where_transformers_refuses_it() {
         "opt-125m",
         "distilbert-base-uncased",
     ] {
-        let err = hf::build(&with_null(name), &short)
-            .err()
-            .unwrap_or_else(|| panic!("{name}: a null attention_dropout was accepted"))
-            .to_string();
-        assert!(
-            err.contains("attention_dropout") && err.contains("null"),
-            "{name}: {err}"
-        );
+        let built = hf::build(&with_null(name), &short);
+        assert_null_refused(built, &format!("{name}.json"), "attention_dropout", name);
     }
     for name in ["llama-3.2-1b", "gemma-2-2b"] {
         assert!(hf::build(&with_null(name), &short).is_ok(), "{name}");
@@ -1767,14 +1754,8 @@ fn roberta_needs_a_pad_token_id() {
         ..input()
     };
     for model_type in ["roberta", "xlm-roberta", "camembert"] {
-        let err = hf::build(&config(model_type, r#", "pad_token_id": null"#), &short)
-            .err()
-            .unwrap_or_else(|| panic!("{model_type}: a null pad_token_id was accepted"))
-            .to_string();
-        assert!(
-            err.contains("r.json") && err.contains("pad_token_id") && err.contains("null"),
-            "{model_type}: {err}"
-        );
+        let built = hf::build(&config(model_type, r#", "pad_token_id": null"#), &short);
+        assert_null_refused(built, "r.json", "pad_token_id", model_type);
         assert!(
             hf::build(&config(model_type, ""), &short).is_ok(),
             "{model_type}"
