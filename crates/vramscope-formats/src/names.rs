@@ -15,18 +15,20 @@ pub fn all() -> Vec<&'static str> {
 /// `name` as the built-in sets spell it, if it is one of them up to case and `-` / `_`
 /// (`Llama-3-8B` → `llama-3-8b`, `wide-resnet50-2` → `wide_resnet50_2`).
 pub fn builtin(name: &str) -> Option<&'static str> {
+    zoo::names()
+        .into_iter()
+        .chain(hf_zoo::names())
+        .find(|n| same_name(n, name))
+}
+
+/// Whether `a` and `b` are the same name up to case and `-` / `_`.
+pub(crate) fn same_name(a: &str, b: &str) -> bool {
     // byte by byte, without allocating: it runs on every command line
     let fold = |c: u8| match c.to_ascii_lowercase() {
         b'_' => b'-',
         c => c,
     };
-    let same = |n: &str| {
-        n.len() == name.len() && n.bytes().zip(name.bytes()).all(|(a, b)| fold(a) == fold(b))
-    };
-    zoo::names()
-        .into_iter()
-        .chain(hf_zoo::names())
-        .find(|n| same(n))
+    a.len() == b.len() && a.bytes().zip(b.bytes()).all(|(x, y)| fold(x) == fold(y))
 }
 
 /// The built-in name closest to `name`, for a hint: after the last `/` of a Hub id, the longest
@@ -58,7 +60,7 @@ pub fn closest(name: &str) -> Option<&'static str> {
 }
 
 /// Lower case, `_` as `-`.
-fn folded(name: &str) -> String {
+pub(crate) fn folded(name: &str) -> String {
     name.to_ascii_lowercase().replace('_', "-")
 }
 

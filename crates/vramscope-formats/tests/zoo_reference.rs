@@ -129,6 +129,18 @@ fn unknown_model_suggests_a_name() {
     assert!(e.contains("did you mean"), "{e}");
 }
 
+/// `zoo::build` reads a name as `vramscope estimate` does: up to case and `-` / `_`.
+#[test]
+fn zoo_names_ignore_case_and_separators() {
+    let input = ZooInput::imagenet(1);
+    let folded = zoo::build("Wide-ResNet50_2", &input).unwrap();
+    let exact = zoo::build("wide_resnet50_2", &input).unwrap();
+    assert_eq!(folded.name, "wide_resnet50_2");
+    assert_eq!(folded.params.len(), exact.params.len());
+    let e = build_error("Wide-ResNet5_2", &input);
+    assert!(e.contains("did you mean `wide_resnet50_2`"), "{e}");
+}
+
 #[test]
 fn too_small_an_image_is_a_clear_error() {
     // VGG's fifth unpadded max-pool cannot halve a 1x1 map (a 16x16 image); torchvision fails too

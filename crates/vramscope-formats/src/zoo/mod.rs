@@ -1,6 +1,7 @@
 //! The built-in zoo: torchvision classification models with their exact architectures, parameter
 //! counts and `named_modules()` paths, built for a given batch size, image size and class count.
 
+use crate::names;
 use vramscope_core::ir::Task;
 use vramscope_core::{BuildError, DType, Graph, GraphBuilder, TensorId};
 
@@ -154,21 +155,24 @@ pub fn names() -> Vec<&'static str> {
 
 /// Builds zoo model `name` for `input`.
 pub fn build(name: &str, input: &ZooInput) -> Result<Graph, ZooError> {
-    let key = name.to_ascii_lowercase().replace('-', "_");
-    let entry = ZOO.iter().find(|e| e.name == key).ok_or_else(|| {
-        let hint = ZOO
-            .iter()
-            .map(|e| (crate::names::edit_distance(&key, e.name), e.name))
-            .min()
-            .filter(|(d, _)| *d <= 3)
-            .map(|(_, n)| format!(" (did you mean `{n}`?)"))
-            .unwrap_or_default();
-        ZooError::UnknownModel {
-            name: name.to_string(),
-            hint,
-            available: names().join(", "),
-        }
-    })?;
+    let entry = ZOO
+        .iter()
+        .find(|e| names::same_name(e.name, name))
+        .ok_or_else(|| {
+            let key = names::folded(name);
+            let hint = ZOO
+                .iter()
+                .map(|e| (names::edit_distance(&key, &names::folded(e.name)), e.name))
+                .min()
+                .filter(|(d, _)| *d <= 3)
+                .map(|(_, n)| format!(" (did you mean `{n}`?)"))
+                .unwrap_or_default();
+            ZooError::UnknownModel {
+                name: name.to_string(),
+                hint,
+                available: names().join(", "),
+            }
+        })?;
     if input.batch == 0
         || input.height == 0
         || input.width == 0
