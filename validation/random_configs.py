@@ -322,7 +322,11 @@ def measured_against(what, measure_cmd, vramscope_args):
     allocated))`, or `(what, message)` when either fails."""
     t = subprocess.run(measure_cmd, capture_output=True, text=True)
     if t.returncode != 0:
-        return what, f"measure.py failed: {(t.stderr.strip() or t.stdout.strip())[-300:]}"
+        # a config transformers cannot build should be refused by vramscope too
+        r = subprocess.run([BIN, "estimate", *vramscope_args, "--json"], capture_output=True, text=True)
+        ours = (f"vramscope refuses it too: {r.stderr.strip().splitlines()[-1][:200]}" if r.returncode
+                else "vramscope estimated it  <-- should be refused")
+        return what, f"measure.py failed: {(t.stderr.strip() or t.stdout.strip())[-300:]}\n    {ours}"
     record = json.loads(t.stdout.strip().splitlines()[-1])
     if "overall" not in record:
         # measure_more_optimizers.py prints a failed case's record and exits 0
@@ -937,19 +941,23 @@ def truth_sweep(seed, k, jobs, tmp, generate=False, heads=False, t5=False, causa
     else:
         run = lambda c: truth_case(*c)  # noqa: E731
         cases = [(*c, tmp) for c in truth_cases(seed, k)]
-    worst, bad = 0.0, 0
+    worst, bad, refused = 0.0, 0, 0
     with cf.ThreadPoolExecutor(jobs) as ex:
         for what, res in ex.map(run, cases):
             if isinstance(res, str):
                 print(f"{what}: {res}")
-                bad += 1
+                if "vramscope refuses it too" in res:
+                    refused += 1
+                else:
+                    bad += 1
                 continue
             e1, e2, e3 = res
             worst = max(worst, abs(e1))
             flag = "  <-- over 2%" if abs(e1) > 2 else "  <-- a phase over 3%" if e3 > 3 else ""
             bad += abs(e1) > 2 or e3 > 3
             print(f"{what}: peak {e1:+.2f}%, reserved {e2:+.2f}%, worst phase {e3:.2f}%{flag}")
-    print(f"{k} configs measured: worst peak error {worst:.2f}%, {bad} over 2% (a phase over 3%) or failed")
+    print(f"{k} configs measured: worst peak error {worst:.2f}%, {bad} over 2% (a phase over 3%) or failed, "
+          f"{refused} refused by transformers and by vramscope")
 
 
 def main():

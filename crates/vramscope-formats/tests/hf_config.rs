@@ -1853,3 +1853,63 @@ fn embeddings_allocate_buffers_in_init_order() {
         assert_eq!(buffers[1] < position, buffers_first, "{config}");
     }
 }
+
+/// transformers 5's config classes are strict dataclasses: a field holding a value of another
+/// type than the class declares fails `from_pretrained`, so vramscope refuses it, naming the
+/// field, the type and the value (`data/hf_config_types.json`; every field against transformers
+/// in `config_types`' unit test). Python reads `1` as an int, which a `float` field refuses;
+/// `float | int` takes both.
+#[test]
+fn values_of_another_type_than_the_class_declares_are_refused() {
+    let llama = |extra: &str| {
+        let fields = r#""model_type": "llama", "vocab_size": 100, "hidden_size": 64,
+            "intermediate_size": 128, "num_attention_heads": 4, "num_hidden_layers": 1"#;
+        hf::build(&config_of("l.json", fields, extra), &input())
+    };
+    assert!(llama(r#", "rms_norm_eps": 1e-05, "attention_dropout": 0"#).is_ok());
+    let err = llama(r#", "rms_norm_eps": 1"#).unwrap_err().to_string();
+    assert!(
+        err.contains("l.json")
+            && err.contains("`rms_norm_eps`")
+            && err.contains("LlamaConfig declares `float`")
+            && err.contains("not 1 (an int)"),
+        "{err}"
+    );
+    let err = llama(r#", "tie_word_embeddings": "no""#)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("`tie_word_embeddings`")
+            && err.contains("true or false")
+            && err.contains("not \"no\""),
+        "{err}"
+    );
+    let err = llama(r#", "eos_token_id": [1.5]"#).unwrap_err().to_string();
+    assert!(
+        err.contains("an integer, a list of integers or null"),
+        "{err}"
+    );
+    // a multimodal Gemma 3's text and vision configs are checked against their own classes
+    let gemma3 = |text: &str, vision: &str| {
+        let fields = format!(
+            r#""model_type": "gemma3", "architectures": ["Gemma3ForConditionalGeneration"],
+            "text_config": {{"model_type": "gemma3_text", "vocab_size": 300, "hidden_size": 64,
+            "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 1,
+            "head_dim": 16, "num_hidden_layers": 1{text}}},
+            "vision_config": {{"model_type": "siglip_vision_model", "hidden_size": 32,
+            "intermediate_size": 64, "num_attention_heads": 2, "num_hidden_layers": 1,
+            "image_size": 32, "patch_size": 8{vision}}}"#
+        );
+        hf::build(&config_of("g3.json", &fields, ""), &input())
+    };
+    let built = gemma3(r#", "rms_norm_eps": null"#, "");
+    assert_null_refused(built, "g3.json", "text_config.rms_norm_eps", "gemma3");
+    let err = gemma3("", r#", "layer_norm_eps": 1"#)
+        .err()
+        .unwrap_or_else(|| panic!("an int layer_norm_eps was accepted"))
+        .to_string();
+    assert!(
+        err.contains("`vision_config.layer_norm_eps`") && err.contains("SiglipVisionConfig"),
+        "{err}"
+    );
+}

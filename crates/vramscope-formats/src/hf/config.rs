@@ -124,6 +124,11 @@ impl HfConfig {
         })
     }
 
+    /// The file's top-level object.
+    pub(super) fn top(&self) -> &Map<String, Value> {
+        &self.top
+    }
+
     /// The config with `key` set to `value` at the top level, as `from_pretrained(path,
     /// key=value)` sets a config attribute before the model is built.
     pub fn with_value(mut self, key: &str, value: Value) -> HfConfig {
@@ -294,20 +299,6 @@ impl HfConfig {
                 &format!("a dropout probability between 0 and 1 (got {p})"),
             ))
         }
-    }
-
-    /// [`prob_or`](Self::prob_or) for a field the config class declares a number (`float |
-    /// int`, not `| None`): a null one fails transformers' config validation, so it is an
-    /// error naming the field.
-    pub fn prob_not_null_or(&self, key: &str, default: f64) -> Result<f64, HfError> {
-        if self.is_null(key) {
-            return Err(self.err(
-                key,
-                "a dropout probability, not null: the config class declares a number, and \
-                 transformers' validation fails on null",
-            ));
-        }
-        self.prob_or(key, default)
     }
 
     /// The value of `key` inside the object field `holder`, read with `read` (`None` when either

@@ -60,7 +60,7 @@ fn spec(cfg: &HfConfig, input: &HfInput) -> Result<Spec, HfError> {
         hidden_dim: cfg.u64(&["hidden_dim"])?,
         max_positions: cfg.u64(&["max_position_embeddings"])?,
         dropout: cfg.prob_or("dropout", 0.1)?,
-        attn_dropout: cfg.prob_not_null_or("attention_dropout", 0.1)?,
+        attn_dropout: cfg.prob_or("attention_dropout", 0.1)?,
         classif_dropout: cfg.prob_or("seq_classif_dropout", 0.2)?,
         qa_dropout: cfg.prob_or("qa_dropout", 0.1)?,
         act,

@@ -264,13 +264,9 @@ fn spec(cfg: &HfConfig, flavor: Flavor) -> Result<Spec, HfError> {
         head_dim: cfg.u64(&["head_dim"])?,
         intermediate: cfg.u64(&["intermediate_size"])?,
         attn_bias: cfg.bool_or("attention_bias", false)?,
-        // GemmaConfig declares `attention_dropout: float | int` (null fails its validation);
-        // Gemma2's and Gemma3's allow None
-        attn_dropout: if flavor == Flavor::Gemma {
-            cfg.prob_not_null_or("attention_dropout", 0.0)?
-        } else {
-            cfg.prob_or("attention_dropout", 0.0)?
-        },
+        // a null one is refused by the types table where the class declares `float | int`
+        // (GemmaConfig); Gemma2's and Gemma3's allow None, 0.0 in eval
+        attn_dropout: cfg.prob_or("attention_dropout", 0.0)?,
         tied: cfg.bool_or("tie_word_embeddings", true)?,
         max_positions: cfg.u64(&["max_position_embeddings"])?,
         sliding_window,

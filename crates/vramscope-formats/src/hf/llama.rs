@@ -318,12 +318,9 @@ pub(super) fn spec(cfg: &HfConfig, model_type: &str) -> Result<Spec, HfError> {
         intermediate: cfg.u64(&["intermediate_size"])?,
         act,
         // LlamaConfig alone declares `attention_dropout: int | float | None` (a null one is
-        // 0.0 in eval; in training transformers hands SDPA None and fails)
-        attn_dropout: if model_type == "llama" {
-            cfg.prob_or("attention_dropout", 0.0)?
-        } else {
-            cfg.prob_not_null_or("attention_dropout", 0.0)?
-        },
+        // 0.0 in eval; in training transformers hands SDPA None and fails); the others'
+        // `float | int` refuse null (the types table)
+        attn_dropout: cfg.prob_or("attention_dropout", 0.0)?,
         resid_dropout: match variant {
             Variant::Phi3 => cfg.prob_or("resid_pdrop", 0.0)?,
             _ => 0.0,

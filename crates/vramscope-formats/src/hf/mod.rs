@@ -33,6 +33,7 @@
 mod activation;
 mod bert;
 mod config;
+mod config_types;
 mod distilbert;
 mod encoder_heads;
 mod gemma;
@@ -432,6 +433,7 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
         ));
     }
     let (archs, model_type, family) = model_family(cfg)?;
+    config_types::check(cfg, &model_type)?;
     let pre_quantized = quantization::pre_quantized(cfg)?;
     // a checkpoint saved in 4 bits loads as 4-bit layers whatever the flags say
     let four_bit_input;

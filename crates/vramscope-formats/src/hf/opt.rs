@@ -66,7 +66,7 @@ fn spec(cfg: &HfConfig) -> Result<Spec, HfError> {
         ffn: cfg.u64(&["ffn_dim"])?,
         max_positions: cfg.u64(&["max_position_embeddings"])?,
         dropout: cfg.prob_or("dropout", 0.1)?,
-        attn_dropout: cfg.prob_not_null_or("attention_dropout", 0.0)?,
+        attn_dropout: cfg.prob_or("attention_dropout", 0.0)?,
         bias: cfg.bool_or("enable_bias", true)?,
         pre_norm,
         final_norm: pre_norm && !cfg.bool_or("_remove_final_layer_norm", false)?,
