@@ -344,6 +344,8 @@ pub struct LoadedModel {
     /// A Hugging Face checkpoint saved as bitsandbytes 4-bit (its `quantization_config`), which
     /// `load` quantizes the graph for.
     pub pre_quantized: Option<hf::PreQuantized4bit>,
+    /// Why transformers cannot train this model although it runs it in eval.
+    pub training_error: Option<hf::HfError>,
 }
 
 impl LoadedModel {
@@ -437,6 +439,11 @@ pub fn load(args: &ModelArgs, batch_size: u64, step: &StepConfig) -> Result<Load
             args.model,
             m.graph.modules.first().map_or("", |m| &*m.type_name)
         );
+    }
+    if step.mode == Mode::Train {
+        if let Some(e) = m.training_error.take() {
+            return Err(e.into());
+        }
     }
     if let Some(saved) = m.pre_quantized {
         // before the files' dtypes: a 4-bit checkpoint stores the packed weights and their
@@ -559,6 +566,7 @@ fn load_base(
             checkpoint_layers: Vec::new(),
             generation: None,
             pre_quantized: None,
+            training_error: None,
         });
     }
     let input = ZooInput {
@@ -574,6 +582,7 @@ fn load_base(
         checkpoint_layers: Vec::new(),
         generation: None,
         pre_quantized: None,
+        training_error: None,
     })
 }
 
@@ -664,6 +673,7 @@ fn load_hf(
         },
         generation: m.generation,
         pre_quantized: m.pre_quantized,
+        training_error: m.training_error,
     })
 }
 

@@ -1013,3 +1013,71 @@ fn padded_batches_refused_where_not_modelled() {
     };
     assert!(peak(&["--padded"]) > peak(&[]));
 }
+
+/// `"attention_dropout": null` loads where the config class allows None (Llama, Gemma2, Gemma3)
+/// and runs in eval, but transformers' training forward hands None to the attention's dropout
+/// and fails (checked in the truth venv: SDPA and eager, causal LM and sequence classifier):
+/// training is refused naming the field, inference and generation are estimated, and a class
+/// that declares `float | int` refuses the null whatever the mode.
+#[test]
+fn a_null_attention_dropout_trains_nowhere_and_runs_where_the_class_allows_it() {
+    let dir = crate::scratch("null-attention-dropout");
+    let fields = r#""vocab_size": 100, "hidden_size": 64, "intermediate_size": 128,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+        "num_hidden_layers": 1, "attention_dropout": null"#;
+    for model_type in ["llama", "gemma2", "gemma3_text"] {
+        let cfg = config_file(
+            &dir,
+            &format!("{model_type}.json"),
+            &format!(r#"{{"model_type": "{model_type}", {fields}}}"#),
+        );
+        fails_with(
+            &["estimate", &cfg, "--seq-len", "32", "-b", "1"],
+            &[&cfg, "`attention_dropout`", "runs in eval", "dropout_p"],
+        );
+        fails_with(
+            &[
+                "estimate",
+                &cfg,
+                "--seq-len",
+                "32",
+                "-b",
+                "1",
+                "--lora",
+                "4",
+            ],
+            &["`attention_dropout`"],
+        );
+        for mode in [
+            &["--mode", "infer", "--seq-len", "32"][..],
+            &[
+                "--mode",
+                "generate",
+                "--prompt-len",
+                "8",
+                "--new-tokens",
+                "2",
+            ],
+        ] {
+            let out = crate::vramscope(&[&["estimate", cfg.as_str(), "-b", "1"], mode].concat());
+            assert!(
+                out.status.success(),
+                "{model_type} {mode:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+    let mistral = config_file(
+        &dir,
+        "mistral.json",
+        &format!(r#"{{"model_type": "mistral", {fields}}}"#),
+    );
+    fails_with(
+        &["estimate", &mistral, "--mode", "infer", "--seq-len", "32"],
+        &[
+            "`attention_dropout`",
+            "MistralConfig declares `float | int`",
+            "not null",
+        ],
+    );
+}

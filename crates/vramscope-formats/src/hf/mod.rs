@@ -301,6 +301,10 @@ pub struct HfModel {
     /// decoders' bare models and per-token heads; `generate`, which keeps no cache with a false
     /// one), so that `use_cache` changes the estimate.
     pub follows_use_cache: bool,
+    /// What transformers raises in a training forward of this config only (eval, inference and
+    /// generation run): a null `attention_dropout`, which Llama's, Gemma2's and Gemma3's config
+    /// classes allow, reaches the attention's dropout in training.
+    pub training_error: Option<HfError>,
 }
 
 /// An error reading or building a Hugging Face model.
@@ -638,6 +642,7 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
             generation: Some(info),
             pre_quantized,
             follows_use_cache: true,
+            training_error: None,
         });
     }
     let (graph, checkpoint_layers) = match family {
@@ -661,6 +666,19 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
         }
         _ => false,
     };
+    // the classes that declare `attention_dropout` without None refused a null one above
+    let reads_attention_dropout = matches!(family, Family::Llama | Family::Gemma(_));
+    let training_error =
+        (reads_attention_dropout && cfg.is_null("attention_dropout")).then(|| HfError::Field {
+            path: cfg.path.clone(),
+            field: "attention_dropout".into(),
+            expected: "a dropout probability to train: a null one loads and runs in eval \
+                       (--mode infer, --mode generate), but a training forward hands it to the \
+                       attention's dropout, which fails (scaled_dot_product_attention(): \
+                       argument 'dropout_p' must be float, not NoneType); set it (0.0 is the \
+                       usual value)"
+                .into(),
+        });
     Ok(HfModel {
         graph,
         task,
@@ -668,6 +686,7 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
         generation: None,
         pre_quantized,
         follows_use_cache,
+        training_error,
     })
 }
 
