@@ -1913,3 +1913,39 @@ fn values_of_another_type_than_the_class_declares_are_refused() {
         "{err}"
     );
 }
+
+/// `"sliding_window": null` is None in every config class that declares it, never the default:
+/// Gemma2's and Gemma3's decoders and Qwen2-MoE's (with `use_sliding_window`) build a
+/// sliding-window mask from it whatever their layers use, which fails in transformers ("Could not
+/// find a `sliding_window` argument in the config"; checked in the truth venv, train and eval), so
+/// it is refused naming the field; Qwen2-MoE without `use_sliding_window` has its window of 0.
+#[test]
+fn a_null_sliding_window_is_refused_where_transformers_builds_a_window_from_it() {
+    let config = |model_type: &str, extra: &str| {
+        let fields = format!(
+            r#""model_type": "{model_type}", "vocab_size": 100, "hidden_size": 64,
+            "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "head_dim": 16, "num_hidden_layers": 2, "num_experts": 2, "num_experts_per_tok": 1,
+            "moe_intermediate_size": 32, "shared_expert_intermediate_size": 32,
+            "sliding_window": null"#
+        );
+        config_of("w.json", &fields, extra)
+    };
+    for (model_type, extra) in [
+        ("gemma2", ""),
+        ("gemma3_text", ""),
+        ("qwen2_moe", r#", "use_sliding_window": true"#),
+    ] {
+        let built = hf::build(&config(model_type, extra), &input());
+        assert_null_refused(built, "w.json", "sliding_window", model_type);
+    }
+    for (model_type, extra) in [
+        ("qwen2_moe", r#", "use_sliding_window": false"#),
+        ("qwen3_moe", r#", "use_sliding_window": true"#),
+        ("qwen2", r#", "use_sliding_window": true"#),
+        ("gemma", ""),
+    ] {
+        let built = hf::build(&config(model_type, extra), &input());
+        assert!(built.is_ok(), "{model_type}: {:?}", built.err());
+    }
+}

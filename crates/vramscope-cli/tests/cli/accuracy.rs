@@ -245,6 +245,16 @@ fn rope_scaling_init_cases_match_truth() {
     assert_phases_within(&cases("hf_rope_init.jsonl"), 0.0);
 }
 
+/// `"sliding_window": null` with `use_sliding_window` (`validation/make_null_window_fixtures.sh`,
+/// 4200 tokens): Qwen3-MoE's and Qwen2's config classes keep None, so the model attends with the
+/// causal mask and no window; Qwen3-MoE was read as the default 4096 (+117% on the inference
+/// peak, random config 3017 led there). Byte-exact in every phase.
+#[test]
+fn null_sliding_window_cases_match_truth() {
+    check_tight("hf_null_window.jsonl", 3);
+    assert_phases_within(&cases("hf_null_window.jsonl"), 0.0);
+}
+
 /// Random configs with every field draw at once: knobs, dropouts, a null field, pure fp16 / bf16
 /// parameters (`validation/make_random_mixed_fixtures.sh`, seed 2990, and
 /// `make_random_mixed_more_fixtures.sh`, seed 2991, whose XLM-RoBERTa with a null

@@ -179,6 +179,20 @@ fn spec(cfg: &HfConfig, flavor: Flavor) -> Result<Spec, HfError> {
     }
     // Gemma3TextConfig halves a bidirectional model's window on load (`w // 2 + 1`, an exclusive
     // bound either side; `to_dict` writes `(w - 1) * 2` back)
+    if cfg.is_null("sliding_window") {
+        // Gemma2's and Gemma3's decoders build a sliding-window mask (and sliding cache layers)
+        // whatever `layer_types` says; the first Gemma reads no window
+        if flavor != Flavor::Gemma {
+            return Err(field_err(
+                cfg,
+                "sliding_window",
+                "a positive integer: the decoder builds its sliding-window mask from it, which \
+                 fails on null in transformers (\"Could not find a `sliding_window` argument in \
+                 the config\"); leave it out for the config class's 4096"
+                    .into(),
+            ));
+        }
+    }
     let sliding_window = match or(&["sliding_window"], 4096)? {
         w if bidirectional => w / 2 + 1,
         w => w,

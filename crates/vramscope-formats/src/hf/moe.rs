@@ -197,10 +197,25 @@ fn moe_spec(cfg: &HfConfig, flavor: Flavor, layers: u64) -> Result<Moe, HfError>
                 .map(|i| !dense_only.contains(&i) && experts > 0 && (i + 1) % step == 0)
                 .collect();
             // the configs' __post_init__: without use_sliding_window, Qwen2-MoE's window is 0
-            // and Qwen3-MoE's is None
+            // and Qwen3-MoE's is None; with it, a null one stays None (not the default 4096)
+            let null_window = cfg.is_null("sliding_window");
             let window = cfg.opt_u64(&["sliding_window"])?.unwrap_or(4096);
             let sliding = cfg.bool_or("use_sliding_window", false)?;
             moe.sliding_window = match (flavor, sliding) {
+                (Flavor::Qwen2Moe, true) if null_window => {
+                    // its decoder builds the sliding-window mask whatever its layers use
+                    return Err(field_error(
+                        cfg,
+                        "sliding_window",
+                        "a positive integer with use_sliding_window: Qwen2-MoE builds a \
+                         sliding-window mask from it, which fails on null in transformers (\
+                         \"Could not find a `sliding_window` argument in the config\"); set it, or \
+                         use_sliding_window false"
+                            .into(),
+                    ));
+                }
+                // Qwen3-MoE: no window, the causal mask (`create_causal_mask` when it is None)
+                (_, true) if null_window => None,
                 (_, true) => Some(window),
                 (Flavor::Qwen2Moe, false) => Some(0),
                 _ => None,
