@@ -1671,6 +1671,13 @@ fn null_kv_heads_are_the_attention_heads() {
     let m = hf::build(&cfg, &input()).unwrap();
     let k = param_shape(&m, "model.layers.0.self_attn.k_proj.weight");
     assert_eq!(k, [8 * 16, 64]);
+    // Qwen2MoeConfig keeps it None, and its attention fails on it (`validation/null_fields.py`)
+    let fields = r#""model_type": "qwen2_moe", "hidden_size": 64, "intermediate_size": 128,
+        "num_attention_heads": 8, "num_key_value_heads": null, "num_hidden_layers": 1,
+        "vocab_size": 100, "num_experts": 2, "num_experts_per_tok": 1,
+        "moe_intermediate_size": 32, "shared_expert_intermediate_size": 32"#;
+    let built = hf::build(&config_of("q.json", fields, ""), &input());
+    assert_null_refused(built, "q.json", "num_key_value_heads", "qwen2_moe");
 }
 
 /// `"head_dim": null`: Llama, Mistral and Mixtral's config classes derive it (`int | None`); for

@@ -227,6 +227,18 @@ pub(super) fn spec(cfg: &HfConfig, model_type: &str) -> Result<Spec, HfError> {
     let variant = Variant::of(model_type);
     let hidden = cfg.u64(&["hidden_size"])?;
     let heads = cfg.u64(&["num_attention_heads"])?;
+    // Qwen2MoeConfig declares `int | None` but derives nothing from None: its attention
+    // divides by it and fails
+    if cfg.is_null("num_key_value_heads") && model_type == "qwen2_moe" {
+        return Err(HfError::Field {
+            path: cfg.path.clone(),
+            field: "num_key_value_heads".into(),
+            expected: "an integer, not null: Qwen2MoeConfig keeps a null one None, on which \
+                       its attention fails in transformers (it is not derived from \
+                       num_attention_heads, as in Llama's and Qwen2's classes)"
+                .into(),
+        });
+    }
     // unset (or `null`) is `num_attention_heads`, as the config classes derive it
     let kv_heads = cfg
         .opt_u64(&["num_key_value_heads"])?

@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""Every field a supported config class declares `| None`, set to null in a small config of the
+class, run by transformers (a training forward and backward, and an eval forward, on CPU: tiny
+models, real tensors) and by `vramscope estimate` (`--mode train`, `--mode infer`): prints each
+field where the two disagree, that is where transformers fails and vramscope estimates, or the
+other way round. Fields the class types without None are the types table's
+(`validation/config_type_cases.py`); this finds the Optional ones that fail later, in the model.
+
+    cargo build --release
+    ~/.venvs/truth/bin/python validation/null_fields.py [--only MODEL_TYPE,...]
+"""
+import argparse
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import typing
+import warnings
+
+import torch
+import transformers
+
+warnings.filterwarnings("ignore")
+transformers.logging.set_verbosity_error()
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from hf_config_defaults import MODEL_TYPES, rust_type  # noqa: E402
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+BIN = os.environ.get("VRAMSCOPE_BIN", os.path.join(ROOT, "target", "release", "vramscope"))
+DECODER = dict(vocab_size=100, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+               num_key_value_heads=2, head_dim=16, num_hidden_layers=2, max_position_embeddings=128,
+               pad_token_id=0)
+SMALL = {
+    "gpt2": dict(vocab_size=100, n_embd=64, n_head=4, n_layer=2, n_positions=128, pad_token_id=0),
+    "opt": dict(vocab_size=100, hidden_size=64, ffn_dim=128, num_attention_heads=4, num_hidden_layers=2,
+                word_embed_proj_dim=64, max_position_embeddings=128, pad_token_id=1),
+    "mixtral": dict(DECODER, num_local_experts=2, num_experts_per_tok=1),
+    "qwen2_moe": dict(DECODER, num_experts=2, num_experts_per_tok=1, moe_intermediate_size=32,
+                      shared_expert_intermediate_size=32),
+    "qwen3_moe": dict(DECODER, num_experts=2, num_experts_per_tok=1, moe_intermediate_size=32),
+    "distilbert": dict(vocab_size=100, dim=64, hidden_dim=128, n_heads=4, n_layers=2, max_position_embeddings=128,
+                       pad_token_id=0),
+    "t5": dict(vocab_size=100, d_model=64, d_kv=16, d_ff=128, num_heads=4, num_layers=2, decoder_start_token_id=0),
+}
+ENCODER = dict(vocab_size=100, hidden_size=64, intermediate_size=128, num_attention_heads=4, num_hidden_layers=2,
+               max_position_embeddings=130, pad_token_id=1)
+for mt in ("bert", "roberta", "xlm-roberta", "camembert"):
+    SMALL[mt] = ENCODER
+for mt in ("mt5", "umt5"):
+    SMALL[mt] = SMALL["t5"]
+HEAD = {"gpt2": "GPT2LMHeadModel", "opt": "OPTForCausalLM", "bert": "BertForMaskedLM",
+        "roberta": "RobertaForMaskedLM", "xlm-roberta": "XLMRobertaForMaskedLM",
+        "camembert": "CamembertForMaskedLM", "distilbert": "DistilBertForMaskedLM",
+        "t5": "T5ForConditionalGeneration", "mt5": "MT5ForConditionalGeneration",
+        "umt5": "UMT5ForConditionalGeneration", "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
+        "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "phi3": "Phi3ForCausalLM",
+        "gemma": "GemmaForCausalLM", "gemma2": "Gemma2ForCausalLM", "gemma3_text": "Gemma3ForCausalLM",
+        "mixtral": "MixtralForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM"}
+# fields of the base class every family shares, which no model reads
+SKIP = {"transformers_version", "architectures", "output_hidden_states", "return_dict", "dtype",
+        "id2label", "label2id", "problem_type", "chunk_size_feed_forward", "is_encoder_decoder",
+        "tokenizer_class", "prefix", "bos_token_id", "eos_token_id", "sep_token_id",
+        "decoder_start_token_id", "task_specific_params", "finetuning_task"}
+
+
+def optional_fields(cls):
+    return [f.name for f in dataclasses.fields(cls)
+            if f.name not in SKIP and "Null" in rust_type(f.type) and rust_type(f.type) != "Any"]
+
+
+def transformers_runs(mt, cfg_dict, train):
+    cls = getattr(transformers, HEAD[mt])
+    try:
+        cfg = transformers.CONFIG_MAPPING[mt].from_dict(dict(cfg_dict))
+        attn = "eager" if mt == "gemma2" else "sdpa"
+        model = cls._from_config(cfg, attn_implementation=attn)
+        model.train(train)
+        ids = torch.randint(2, 100, (2, 8))
+        kwargs = {"input_ids": ids}
+        if train or mt in ("t5", "mt5", "umt5"):
+            # vramscope's T5 steps take labels in eval too (the loss of an evaluation step)
+            kwargs["labels"] = ids
+        out = model(**kwargs)
+        if train:
+            out.loss.backward()
+        return None
+    except Exception as e:  # noqa: BLE001
+        return f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
+
+
+def vramscope_runs(path, train):
+    mode = ["--mode", "train"] if train else ["--mode", "infer"]
+    r = subprocess.run([BIN, "estimate", path, "--seq-len", "8", "-b", "2", *mode, "--json"],
+                       capture_output=True, text=True)
+    return None if r.returncode == 0 else (r.stderr.strip().splitlines() or ["?"])[-1][:160]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only")
+    a = ap.parse_args()
+    types = a.only.split(",") if a.only else MODEL_TYPES
+    checked, wrong = 0, 0
+    with tempfile.TemporaryDirectory(prefix="vramscope_null_fields_") as tmp:
+        for mt in types:
+            base = dict(SMALL.get(mt, DECODER), model_type=mt, architectures=[HEAD[mt]])
+            for field in optional_fields(transformers.CONFIG_MAPPING[mt]):
+                cfg = dict(base, **{field: None})
+                path = os.path.join(tmp, f"{mt}_{field}.json")
+                with open(path, "w") as f:
+                    json.dump(cfg, f)
+                for train in (True, False):
+                    theirs, ours = transformers_runs(mt, cfg, train), vramscope_runs(path, train)
+                    checked += 1
+                    if (theirs is None) != (ours is None):
+                        wrong += 1
+                        mode = "train" if train else "infer"
+                        print(f"{mt}.{field} = null, {mode}: transformers "
+                              f"{'runs' if theirs is None else 'fails (' + theirs + ')'}, vramscope "
+                              f"{'estimates' if ours is None else 'refuses (' + ours + ')'}")
+    print(f"{checked} runs compared: {wrong} disagree")
+
+
+if __name__ == "__main__":
+    main()
