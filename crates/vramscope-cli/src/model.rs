@@ -145,6 +145,9 @@ pub struct ModelArgs {
     /// Set once the GGUF file has been checked against the model and noted (once per command).
     #[arg(skip)]
     pub(crate) gguf_checked: OnceLock<()>,
+    /// Set once a Hugging Face model's notes have been printed (once per command).
+    #[arg(skip)]
+    pub(crate) hf_noted: OnceLock<()>,
 }
 
 /// Where parameter dtypes come from (`--weights-dtype`).
@@ -651,6 +654,13 @@ fn load_hf(
             four_bit: args.finetune.four_bit(),
         },
     )?;
+    // about the batch asked for, not the ones a search or the advice tries
+    let asked = batch_size == args.batch_size;
+    if asked && !m.notes.is_empty() && args.hf_noted.set(()).is_ok() {
+        for note in &m.notes {
+            eprintln!("note: {note}");
+        }
+    }
     if args.use_cache.is_some() && !m.follows_use_cache {
         bail!(
             "{}: --use-cache applies to encoder-decoder models (T5, mT5, UMT5) and to the decoders' bare models and token-classification / question-answering heads; causal LMs, sequence classifiers and encoders are modelled with use_cache=False (--mode generate follows it: generate() caches only when it is true)",

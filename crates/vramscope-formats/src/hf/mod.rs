@@ -301,6 +301,8 @@ pub struct HfModel {
     /// decoders' bare models and per-token heads; `generate`, which keeps no cache with a false
     /// one), so that `use_cache` changes the estimate.
     pub follows_use_cache: bool,
+    /// What the caller should tell the user about how the model was read (one line each).
+    pub notes: Vec<String>,
     /// What transformers raises in a training forward of this config only (eval, inference and
     /// generation run): a null `attention_dropout`, which Llama's, Gemma2's and Gemma3's config
     /// classes allow, reaches the attention's dropout in training.
@@ -546,6 +548,7 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
             cfg.path
         )));
     }
+    let mut notes = Vec::new();
     let head = if task == HfTask::FeatureExtraction && !encoder && !seq2seq {
         if input.generate.is_some() {
             return Err(HfError::BadInput(format!(
@@ -564,6 +567,16 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
         // the pad_token_id the family's config class sets when config.json leaves it out
         let pad_token_default =
             matches!(family, Family::Opt | Family::Gemma(_)) || model_type == "phi3";
+        if input.batch > 1 && !SeqCls::config_has_pad_token(cfg, pad_token_default)? {
+            notes.push(format!(
+                "{}: the config has no pad_token_id, without which transformers' \
+                 ForSequenceClassification refuses a batch of more than one (\"Cannot handle batch \
+                 sizes > 1 if no padding token is defined\"); estimated as with one set, as a \
+                 fine-tuning script sets it (`model.config.pad_token_id = \
+                 tokenizer.eos_token_id`, or \"pad_token_id\" in config.json)",
+                cfg.path
+            ));
+        }
         DecoderHead::SequenceClassification(SeqCls::of(cfg, pad_token_default, input.batch)?)
     } else if matches!(task, HfTask::TokenCls | HfTask::QuestionAnswering) && !encoder {
         if input.generate.is_some() {
@@ -643,6 +656,7 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
             pre_quantized,
             follows_use_cache: true,
             training_error: None,
+            notes: Vec::new(),
         });
     }
     let (graph, checkpoint_layers) = match family {
@@ -687,6 +701,7 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
         pre_quantized,
         follows_use_cache,
         training_error,
+        notes,
     })
 }
 

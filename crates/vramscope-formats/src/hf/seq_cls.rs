@@ -133,16 +133,20 @@ impl SeqCls {
     /// than one; a trainer sets it (to the EOS token, as `../shared/truth` does), so a batch of
     /// more than one is built as with one: the memory does not depend on its value.
     pub fn of(cfg: &HfConfig, pad_token_default: bool, batch: u64) -> Result<SeqCls, HfError> {
-        let pad_token = if cfg.is_null("pad_token_id") {
+        Ok(SeqCls {
+            num_labels: super::bert::num_labels(cfg)?,
+            pad_token: Self::config_has_pad_token(cfg, pad_token_default)? || batch > 1,
+        })
+    }
+
+    /// Whether the model's config has a `pad_token_id` (the file's, else the class's default).
+    pub fn config_has_pad_token(cfg: &HfConfig, pad_token_default: bool) -> Result<bool, HfError> {
+        Ok(if cfg.is_null("pad_token_id") {
             false
         } else if cfg.token_ids("pad_token_id")? > 0 {
             true
         } else {
             pad_token_default
-        };
-        Ok(SeqCls {
-            num_labels: super::bert::num_labels(cfg)?,
-            pad_token: pad_token || batch > 1,
         })
     }
 }
