@@ -8,7 +8,12 @@ other way round. Fields the class types without None are the types table's
 (`validation/config_type_cases.py`); this finds the Optional ones that fail later, in the model.
 
     cargo build --release
-    ~/.venvs/truth/bin/python validation/null_fields.py [--only MODEL_TYPE,...]
+    ~/.venvs/truth/bin/python validation/null_fields.py [--only MODEL_TYPE,...] [--write]
+
+`--write` also writes transformers' verdicts to fixtures/hf/null_field_cases.json (each small
+config, its null field, the mode and whether transformers runs it), which the test
+`null_fields_are_read_as_transformers_runs_them` (crates/vramscope-formats/tests/hf_config.rs)
+holds vramscope's builds to without transformers.
 """
 import argparse
 import dataclasses
@@ -29,6 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from hf_config_defaults import MODEL_TYPES, rust_type  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+OUT = os.path.join(ROOT, "fixtures", "hf", "null_field_cases.json")
 BIN = os.environ.get("VRAMSCOPE_BIN", os.path.join(ROOT, "target", "release", "vramscope"))
 DECODER = dict(vocab_size=100, hidden_size=64, intermediate_size=128, num_attention_heads=4,
                num_key_value_heads=2, head_dim=16, num_hidden_layers=2, max_position_embeddings=128,
@@ -109,7 +115,9 @@ def vramscope_runs(path, mode):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--only")
+    ap.add_argument("--write", action="store_true", help=f"write transformers' verdicts to {OUT}")
     a = ap.parse_args()
+    cases = []
     types = a.only.split(",") if a.only else MODEL_TYPES
     checked, wrong = 0, 0
     with tempfile.TemporaryDirectory(prefix="vramscope_null_fields_") as tmp:
@@ -124,6 +132,7 @@ def main():
                 modes = MODES if HEAD[mt].endswith(("ForCausalLM", "LMHeadModel")) else MODES[:2]
                 for mode in modes:
                     theirs, ours = transformers_runs(mt, cfg, mode), vramscope_runs(path, mode)
+                    cases.append({"config": cfg, "field": field, "mode": mode, "transformers_runs": theirs is None})
                     checked += 1
                     if (theirs is None) != (ours is None):
                         wrong += 1
@@ -131,6 +140,12 @@ def main():
                               f"{'runs' if theirs is None else 'fails (' + theirs + ')'}, vramscope "
                               f"{'estimates' if ours is None else 'refuses (' + ours + ')'}")
     print(f"{checked} runs compared: {wrong} disagree")
+    if a.write:
+        with open(OUT, "w") as f:
+            f.write(f'{{"transformers_version": {json.dumps(transformers.__version__)}, "cases": [\n')
+            f.write(",\n".join(json.dumps(c, separators=(",", ":")) for c in cases))
+            f.write("\n]}\n")
+        print(f"{OUT}: {len(cases)} cases")
 
 
 if __name__ == "__main__":

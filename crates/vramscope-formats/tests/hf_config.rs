@@ -1956,3 +1956,43 @@ fn a_null_sliding_window_is_refused_where_transformers_builds_a_window_from_it()
         assert!(built.is_ok(), "{model_type}: {:?}", built.err());
     }
 }
+
+/// `fixtures/hf/null_field_cases.json` (`validation/null_fields.py --write`): every field a
+/// supported config class declares `| None`, null in a small config, and whether transformers 5.23
+/// runs it (a training step, an eval forward, a decoder's `generate`). Where it runs, vramscope
+/// builds the model (and, in training, has no training error); where it fails, vramscope refuses
+/// it naming the field.
+#[test]
+fn null_fields_are_read_as_transformers_runs_them() {
+    let path = format!("{}/fixtures/hf/null_field_cases.json", root());
+    let cases: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let cases = cases["cases"].as_array().unwrap();
+    assert!(cases.len() > 200, "{}", cases.len());
+    let mut wrong = Vec::new();
+    for case in cases {
+        let (field, mode) = (
+            case["field"].as_str().unwrap(),
+            case["mode"].as_str().unwrap(),
+        );
+        let cfg = HfConfig::parse("n.json", &case["config"].to_string()).unwrap();
+        let input = HfInput {
+            generate: (mode == "generate").then_some(hf::Generation { new_tokens: 2 }),
+            ..HfInput::new(2, 8, Precision::Fp32)
+        };
+        let refusal = match hf::build(&cfg, &input) {
+            Err(e) => Some(e),
+            Ok(m) if mode == "train" => m.training_error,
+            Ok(_) => None,
+        };
+        let model_type = cfg.value("model_type").unwrap().to_string();
+        match (case["transformers_runs"].as_bool().unwrap(), refusal) {
+            (true, None) => {}
+            (false, Some(e)) if e.to_string().contains(&format!("`{field}`")) => {}
+            (runs, refusal) => wrong.push(format!(
+                "{model_type}.{field} = null, {mode}: transformers runs: {runs}, vramscope: {refusal:?}"
+            )),
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
