@@ -11,6 +11,9 @@ other way round. Fields the class types without None are the types table's
     ~/.venvs/truth/bin/python validation/null_fields.py [--only MODEL_TYPE,...] [--write]
     ~/.venvs/truth/bin/python validation/null_fields.py --head seq-cls   # or token-cls, qa
 
+`--bools` sets each `bool` field the class declares (not the base class's) to the opposite of its
+default instead of a `| None` field to null.
+
 `--head` runs each family's `{X}ForSequenceClassification` / `ForTokenClassification` /
 `ForQuestionAnswering` instead of its language-model head (the families vramscope builds that
 head for; train and infer), with vramscope's `--task`. A sequence classifier without a pad token
@@ -84,6 +87,12 @@ def optional_fields(cls):
             if f.name not in SKIP and "Null" in rust_type(f.type) and rust_type(f.type) != "Any"]
 
 
+def bool_fields(cls):
+    """`(field, the opposite of its default)` for each field the class declares `bool`."""
+    return [(f.name, not f.default) for f in dataclasses.fields(cls)
+            if f.name not in SKIP and rust_type(f.type) == "Bool" and isinstance(f.default, bool)]
+
+
 MODES = ("train", "infer", "generate")
 HEAD_CLASSES = {"seq-cls": "ForSequenceClassification", "token-cls": "ForTokenClassification",
                 "qa": "ForQuestionAnswering"}
@@ -146,9 +155,10 @@ def main():
     ap.add_argument("--only")
     ap.add_argument("--write", action="store_true", help=f"write transformers' verdicts to {OUT}")
     ap.add_argument("--head", choices=sorted(HEAD_CLASSES))
+    ap.add_argument("--bools", action="store_true", help="flip each bool field instead of nulls")
     a = ap.parse_args()
-    if a.write and a.head:
-        sys.exit("--write records the language-model heads only")
+    if a.write and (a.head or a.bools):
+        sys.exit("--write records the null fields of the language-model heads only")
     cases = []
     types = a.only.split(",") if a.only else MODEL_TYPES
     checked, wrong = 0, 0
@@ -164,8 +174,11 @@ def main():
                     json.dump(base, f)
                 if vramscope_runs(path, "train", a.head) is not None:
                     continue  # a head vramscope does not build for this family
-            for field in optional_fields(transformers.CONFIG_MAPPING[mt]):
-                cfg = dict(base, **{field: None})
+            config_class = transformers.CONFIG_MAPPING[mt]
+            values = (bool_fields(config_class) if a.bools
+                      else [(f, None) for f in optional_fields(config_class)])
+            for field, value in values:
+                cfg = dict(base, **{field: value})
                 path = os.path.join(tmp, f"{mt}_{field}.json")
                 with open(path, "w") as f:
                     json.dump(cfg, f)
@@ -181,7 +194,7 @@ def main():
                     checked += 1
                     if (theirs is None) != (ours is None):
                         wrong += 1
-                        print(f"{mt}.{field} = null, {mode}: transformers "
+                        print(f"{mt}.{field} = {json.dumps(value)}, {mode}: transformers "
                               f"{'runs' if theirs is None else 'fails (' + theirs + ')'}, vramscope "
                               f"{'estimates' if ours is None else 'refuses (' + ours + ')'}")
     print(f"{checked} runs compared: {wrong} disagree")
