@@ -255,6 +255,17 @@ fn null_sliding_window_cases_match_truth() {
     assert_phases_within(&cases("hf_null_window.jsonl"), 0.0);
 }
 
+/// GPT-2 with `add_cross_attention`, run alone (`validation/make_cross_attention_fixtures.sh`):
+/// each block also holds `crossattention` (`c_attn`, `q_attn`, `c_proj`) and `ln_cross_attn`,
+/// created between `ln_2` and `mlp` and never called without `encoder_hidden_states`, so their
+/// parameters get no gradients and no optimizer state. It was refused before. Byte-exact in
+/// every phase (fp32 and AMP bf16 AdamW with checkpointing, fp16 inference, bf16 parameters).
+#[test]
+fn gpt2_cross_attention_cases_match_truth() {
+    check_tight("hf_cross_attention.jsonl", 4);
+    assert_phases_within(&cases("hf_cross_attention.jsonl"), 0.0);
+}
+
 /// Random configs with every field draw at once: knobs, dropouts, a null field, pure fp16 / bf16
 /// parameters (`validation/make_random_mixed_fixtures.sh`, seed 2990, and
 /// `make_random_mixed_more_fixtures.sh`, seed 2991, whose XLM-RoBERTa with a null

@@ -265,10 +265,9 @@ impl HfConfig {
         self.find(keys).map_or(keys[0], |(k, _)| k)
     }
 
-    /// Refuses `add_cross_attention: true` (GPT-2, BERT, RoBERTa): the cross-attention layers
-    /// it adds run only on an encoder's `encoder_hidden_states`, as the decoder of an
-    /// `EncoderDecoderModel`, which is not modelled (their parameters alone would change the
-    /// counts).
+    /// Refuses `add_cross_attention: true` for the encoders (BERT, RoBERTa, ...): their
+    /// cross-attention layers need `is_decoder` (transformers raises without it), as the decoder
+    /// of an `EncoderDecoderModel`, which is not modelled.
     pub fn refuse_cross_attention(&self) -> Result<(), HfError> {
         if self.bool_or("add_cross_attention", false)? {
             return Err(self.err(

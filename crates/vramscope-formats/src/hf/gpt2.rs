@@ -38,6 +38,10 @@ struct Spec {
     scale_attn_weights: bool,
     /// `scale_attn_by_inverse_layer_idx` (`scaling /= layer + 1`).
     scale_by_layer: bool,
+    /// `add_cross_attention`: each block also has `crossattention` and `ln_cross_attn`, which
+    /// run only on `encoder_hidden_states` (the decoder of an encoder-decoder model): alone, a
+    /// model holds their parameters and never calls them.
+    cross_attention: bool,
 }
 
 impl Spec {
@@ -80,6 +84,7 @@ fn spec(cfg: &HfConfig) -> Result<Spec, HfError> {
         upcast_attn: cfg.bool_or("reorder_and_upcast_attn", false)?,
         scale_attn_weights: cfg.bool_or("scale_attn_weights", true)?,
         scale_by_layer: cfg.bool_or("scale_attn_by_inverse_layer_idx", false)?,
+        cross_attention: cfg.bool_or("add_cross_attention", false)?,
     })
 }
 
@@ -136,7 +141,6 @@ impl Model {
     pub fn new(cfg: &HfConfig, input: &HfInput) -> Result<Model, HfError> {
         let spec = spec(cfg)?;
         check_positions(cfg, input, "n_positions", spec.positions)?;
-        cfg.refuse_cross_attention()?;
         Ok(Model {
             spec,
             attention: Eager {
@@ -305,6 +309,22 @@ fn block(
     // (after the last add has rebound `hidden_states`, freeing ln_2's output)
     b.hold(&[x, a]);
     let ln2 = b.layer("ln_2", LayerNorm::new(e), &[x]);
+    if s.cross_attention {
+        // created between ln_2 and mlp (`GPT2Attention(is_cross_attention=True)`: c_attn of
+        // keys and values, q_attn, c_proj), never called without encoder_hidden_states: their
+        // parameters get no gradients, so no optimizer state either
+        b.declare("crossattention", "GPT2Attention", |b| {
+            for (name, nf) in [("c_attn", 2 * e), ("q_attn", e), ("c_proj", e)] {
+                b.declare(name, "Conv1D", |b| {
+                    b.parameter("weight", vec![e, nf]);
+                    b.parameter("bias", vec![nf]);
+                });
+            }
+            b.declare_module("attn_dropout", "Dropout");
+            b.declare_module("resid_dropout", "Dropout");
+        });
+        b.declare_layer("ln_cross_attn", &LayerNorm::new(e));
+    }
     let y = b.module("mlp", "GPT2MLP", &[ln2], |b| {
         let h = conv1d(b, "c_fc", e, s.inner, ln2);
         let h = s.act.module(b, "act", h);
