@@ -3,7 +3,7 @@
 # and vramscope: prints both peaks (allocated, reserved) and the SDPA kernels the truth ran.
 # With half precision and a head_dim that is not a multiple of 8, PyTorch pads q, k and v to the
 # next multiple of 8 and runs flash attention on the copies (`constant_pad_nd`, then a slice of
-# the padded output), which vramscope does not model yet (a known gap: -0.1% to -2.6% on these
+# the padded output), which vramscope does not model yet (a known gap: -0.8% to -2.6% on these
 # toy models; every real checkpoint's head_dim is a multiple of 8).
 #   DROP=0.0 bash validation/head_dim_scan.sh [HEAD_DIM...]
 set -uo pipefail
