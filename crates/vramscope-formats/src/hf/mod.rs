@@ -567,7 +567,8 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
         // the pad_token_id the family's config class sets when config.json leaves it out
         let pad_token_default =
             matches!(family, Family::Opt | Family::Gemma(_)) || model_type == "phi3";
-        if input.batch > 1 && !SeqCls::config_has_pad_token(cfg, pad_token_default)? {
+        let has_pad_token = SeqCls::config_has_pad_token(cfg, pad_token_default)?;
+        if input.batch > 1 && !has_pad_token {
             notes.push(format!(
                 "{}: the config has no pad_token_id, without which transformers' \
                  ForSequenceClassification refuses a batch of more than one (\"Cannot handle batch \
@@ -577,7 +578,7 @@ pub fn build(cfg: &HfConfig, input: &HfInput) -> Result<HfModel, HfError> {
                 cfg.path
             ));
         }
-        DecoderHead::SequenceClassification(SeqCls::of(cfg, pad_token_default, input.batch)?)
+        DecoderHead::SequenceClassification(SeqCls::of(cfg, has_pad_token, input.batch)?)
     } else if matches!(task, HfTask::TokenCls | HfTask::QuestionAnswering) && !encoder {
         if input.generate.is_some() {
             return Err(HfError::BadInput(format!(

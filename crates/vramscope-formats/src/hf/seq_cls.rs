@@ -127,19 +127,21 @@ pub struct SeqCls {
 }
 
 impl SeqCls {
-    /// Reads `num_labels` (or `id2label`) and `pad_token_id`. `pad_token_default` is what the
-    /// family's config class sets when config.json leaves `pad_token_id` out (OPT 1, Gemma 0,
-    /// Phi-3 32000, the others none). Without a pad token transformers refuses a batch of more
-    /// than one; a trainer sets it (to the EOS token, as `../shared/truth` does), so a batch of
-    /// more than one is built as with one: the memory does not depend on its value.
-    pub fn of(cfg: &HfConfig, pad_token_default: bool, batch: u64) -> Result<SeqCls, HfError> {
+    /// Reads `num_labels` (or `id2label`); `has_pad_token` is
+    /// [`config_has_pad_token`](Self::config_has_pad_token). Without a pad token transformers
+    /// refuses a batch of more than one; a trainer sets it (to the EOS token, as
+    /// `../shared/truth` does), so a batch of more than one is built as with one: the memory does
+    /// not depend on its value.
+    pub fn of(cfg: &HfConfig, has_pad_token: bool, batch: u64) -> Result<SeqCls, HfError> {
         Ok(SeqCls {
             num_labels: super::bert::num_labels(cfg)?,
-            pad_token: Self::config_has_pad_token(cfg, pad_token_default)? || batch > 1,
+            pad_token: has_pad_token || batch > 1,
         })
     }
 
-    /// Whether the model's config has a `pad_token_id` (the file's, else the class's default).
+    /// Whether the model's config has a `pad_token_id`: the file's, else `pad_token_default`,
+    /// what the family's config class sets when config.json leaves it out (OPT 1, Gemma 0,
+    /// Phi-3 32000, the others none).
     pub fn config_has_pad_token(cfg: &HfConfig, pad_token_default: bool) -> Result<bool, HfError> {
         Ok(if cfg.is_null("pad_token_id") {
             false
