@@ -52,6 +52,17 @@ fn class(model_type: &str) -> Option<&'static Class> {
     CLASSES.iter().find(|c| c.model_type == model_type)
 }
 
+/// Whether the config class of `model_type` declares `field` with a type that takes null (its
+/// `__post_init__` then derives a value, or leaves it None on purpose). A class without a table
+/// declares nothing.
+pub(super) fn declares_nullable(model_type: &str, field: &str) -> bool {
+    class(model_type).is_some_and(|c| {
+        c.fields
+            .iter()
+            .any(|(f, ty)| *f == field && accepts(ty, &Value::Null))
+    })
+}
+
 /// Refuses a field of `cfg` that the config class of `model_type` declares with a type its value
 /// does not have. A multimodal Gemma 3 config's `text_config` and `vision_config` are checked
 /// against their own classes. Fields a class does not declare, and classes without a table, are
@@ -254,6 +265,8 @@ mod tests {
         assert!(!accepts(&eos, &json("[1.5]")) && !accepts(&eos, &json(r#""1""#)));
         assert_eq!(describe(&eos), "int | list[int] | None");
         assert_eq!(in_json(&eos), "an integer, a list of integers or null");
+        assert!(declares_nullable("llama", "head_dim") && !declares_nullable("qwen3", "head_dim"));
+        assert!(!declares_nullable("qwen2", "head_dim") && !declares_nullable("none", "head_dim"));
         let labels = Union(&[Dict(&Int, &Str), Dict(&Str, &Str), Null]);
         assert!(accepts(&labels, &json(r#"{"0": "LABEL_0"}"#)));
         assert!(!accepts(&labels, &json(r#"{"0": 1}"#)));

@@ -252,9 +252,10 @@ pub(super) fn spec(cfg: &HfConfig, model_type: &str) -> Result<Spec, HfError> {
         });
     }
     // only the config classes that declare `head_dim: int | None` (Llama, Mistral, Mixtral)
-    // derive a null one; Qwen3Config's is an int (a null fails its validation), and the others'
-    // attentions read `getattr(config, "head_dim", ...)`, which a null one makes None
-    if cfg.is_null("head_dim") && !matches!(model_type, "llama" | "mistral" | "mixtral") {
+    // derive a null one; Qwen3Config's is an int (the types table refused a null one), and the
+    // classes that declare none (Qwen2, Phi-3, the Qwen MoE decoders) leave it to the attention's
+    // `getattr(config, "head_dim", ...)`, which a null one makes None
+    if cfg.is_null("head_dim") && !super::config_types::declares_nullable(model_type, "head_dim") {
         return Err(HfError::Field {
             path: cfg.path.clone(),
             field: "head_dim".into(),
