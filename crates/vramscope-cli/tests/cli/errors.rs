@@ -18,6 +18,17 @@ fn fails_with(args: &[&str], needles: &[&str]) {
     }
 }
 
+/// Runs `vramscope ARGS...` and asserts that it succeeds, showing its stderr otherwise (the
+/// other side of [`fails_with`], for the inputs next to a refused one that must still run).
+fn succeeds(args: &[&str]) {
+    let out = vramscope(args);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// A name that is neither a file nor a built-in model says so before any flag is judged, with
 /// the closest built-in name (also for a Hub id) and what to do; built-in names ignore case.
 #[test]
@@ -176,7 +187,7 @@ fn trace_files_are_written_whole_or_not_at_all() {
     let mine = dir.as_path().join("events.tmp");
     std::fs::write(&mine, "mine").unwrap();
     let trace = dir.as_path().join("events.jsonl");
-    let out = vramscope(&[
+    succeeds(&[
         "estimate",
         "gpt2",
         "--seq-len",
@@ -184,11 +195,6 @@ fn trace_files_are_written_whole_or_not_at_all() {
         "--trace",
         trace.to_str().unwrap(),
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     assert_eq!(std::fs::read_to_string(&mine).unwrap(), "mine");
     let names: Vec<String> = std::fs::read_dir(dir.as_path())
         .unwrap()
@@ -325,12 +331,7 @@ fn unsupported_transformer_configs() {
     for extra in [&["--mode", "infer"][..], &["--task", "token-cls"][..]] {
         let mut argv = vec!["estimate", &bare, "--seq-len", "128"];
         argv.extend(extra);
-        let out = vramscope(&argv);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        succeeds(&argv);
     }
     // GPT-2's bare model runs in inference and is refused for training; its double-heads
     // class is not built: the refusal names the heads that are
@@ -340,12 +341,7 @@ fn unsupported_transformer_configs() {
         r#"{"model_type": "gpt2", "architectures": ["GPT2Model"], "n_embd": 64, "n_layer": 1,
             "n_head": 4, "vocab_size": 100, "n_positions": 128}"#,
     );
-    let out = vramscope(&["estimate", &gpt2, "--seq-len", "64", "--mode", "infer"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeds(&["estimate", &gpt2, "--seq-len", "64", "--mode", "infer"]);
     fails_with(
         &["estimate", &gpt2, "--seq-len", "64"],
         &[
@@ -743,12 +739,7 @@ fn encoder_decoder_generation_limits() {
     ] {
         let args = generate_args(model, extra);
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
-        let out = crate::vramscope(&argv);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        succeeds(&argv);
     }
     // the text report says that the generation keeps no cache, and what that costs
     for model in [&llama, &no_cache] {
@@ -1059,12 +1050,7 @@ fn a_null_attention_dropout_trains_nowhere_and_runs_where_the_class_allows_it() 
                 "2",
             ],
         ] {
-            let out = crate::vramscope(&[&["estimate", cfg.as_str(), "-b", "1"], mode].concat());
-            assert!(
-                out.status.success(),
-                "{model_type} {mode:?}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+            succeeds(&[&["estimate", cfg.as_str(), "-b", "1"], mode].concat());
         }
     }
     let mistral = config_file(
