@@ -264,6 +264,10 @@ fn null_sliding_window_cases_match_truth() {
 fn gpt2_cross_attention_cases_match_truth() {
     check_tight("hf_cross_attention.jsonl", 4);
     assert_phases_within(&cases("hf_cross_attention.jsonl"), 0.0);
+    // its `model.generate()` (fp32, AMP bf16; `validation/make_cross_attention_generate_fixtures.sh`):
+    // the cache is an EncoderDecoderCache whose cross-attention half stays empty
+    check_tight("hf_cross_attention_generate.jsonl", 2);
+    assert_phases_within(&cases("hf_cross_attention_generate.jsonl"), 0.0);
 }
 
 /// Random configs with every field draw at once: knobs, dropouts, a null field, pure fp16 / bf16
