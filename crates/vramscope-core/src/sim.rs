@@ -565,6 +565,8 @@ struct OpPlan {
     /// how many of the last extras are made before the outputs (`Op::extras_made_first`; a u8
     /// keeps the plan, copied per call, at its size)
     early_extras: u8,
+    /// the first inputs whose gradients the backward kernel always makes (`Op::kernel_grads`)
+    kernel_grads: u8,
     /// in `Plans::bytes`
     forward_temporaries: Span,
     /// in `Plans::scratch`
@@ -655,7 +657,6 @@ struct OpInfo {
     leaf_requires_grad: bool,
     grad_order: GradOrder,
     grads_like_output: bool,
-    kernel_grads: u8,
     extras_first: bool,
     replaced_input: Option<u8>,
     view_is_input: bool,
@@ -673,7 +674,6 @@ impl Default for OpInfo {
             leaf_requires_grad: false,
             grad_order: GradOrder::LeftToRight,
             grads_like_output: false,
-            kernel_grads: 0,
             extras_first: false,
             replaced_input: None,
             view_is_input: false,
@@ -693,7 +693,6 @@ impl OpInfo {
             leaf_requires_grad: op.leaf_requires_grad(),
             grad_order: op.grad_order(),
             grads_like_output: op.grads_like_output(),
-            kernel_grads: op.kernel_grads(),
             extras_first: op.extras_before_outputs(),
             replaced_input: op.input_replaced_by_early_extras().map(|i| i as u8),
             view_is_input: op.view_is_its_input(),
@@ -732,6 +731,9 @@ struct BackwardScratch {
     /// (index in produced, input index, the input's meta) of gradients `validate_outputs`
     /// reduces or casts to their input's
     to_cast: Vec<(usize, usize, Meta)>,
+    /// the same for gradients narrowed to their input's shape after the node
+    /// ([`GradIn::Narrowed`])
+    narrowed: Vec<(usize, usize, Meta)>,
     made_for: Vec<Option<u32>>,
 }
 
@@ -1017,13 +1019,15 @@ impl<'g> Sim<'g> {
     }
 
     /// Runs a kernel's scratch program (a span of `Plans::scratch`); leaves in `made` what it
-    /// left allocated.
+    /// left allocated. `incoming`: a backward node's incoming gradients, which
+    /// [`Scratch::DropIncoming`] releases (empty in forward).
     fn run_scratch(
         &mut self,
         program: Span,
         category: Category,
         module: Option<ModuleId>,
         made: &mut Vec<Option<u32>>,
+        incoming: &mut [Option<u32>],
     ) {
         made.clear();
         for k in program.range() {
@@ -1036,6 +1040,11 @@ impl<'g> Sim<'g> {
                 ))),
                 Scratch::Free(i) => {
                     if let Some(sid) = made.get_mut(i).and_then(Option::take) {
+                        self.decref(sid);
+                    }
+                }
+                Scratch::DropIncoming => {
+                    for sid in incoming.iter_mut().filter_map(Option::take) {
                         self.decref(sid);
                     }
                 }
@@ -1233,7 +1242,7 @@ impl<'g> Sim<'g> {
                     }
                 }
             }
-            self.run_scratch(plan.forward_scratch, cat, module, &mut sc.made);
+            self.run_scratch(plan.forward_scratch, cat, module, &mut sc.made, &mut []);
             let leaf = info.leaf_requires_grad && self.grad_enabled;
             match plan.alias {
                 Alias::None => {
@@ -1255,6 +1264,18 @@ impl<'g> Sim<'g> {
                         outs.push(self.new_rt(sid, m, records));
                     }
                 }
+                // the kernel's own results come first, then the view of one of them
+                Alias::ViewOfExtra(i) => {
+                    if !info.extras_first {
+                        self.make_extras(all.start..split, cat, label, module, &mut sc.extras);
+                    }
+                    let sid = sc.extras[i];
+                    for k in plan.outputs.range() {
+                        let m = self.plans.metas[k];
+                        self.incref(sid);
+                        outs.push(self.new_rt(sid, m, records));
+                    }
+                }
             }
             self.release_scratch(&mut sc.made);
             if let Some(b) = plan.sdpa {
@@ -1264,7 +1285,9 @@ impl<'g> Sim<'g> {
             }
             // 3. extras and temporaries
             if !info.extras_first {
-                self.make_extras(all.start..split, cat, label, module, &mut sc.extras);
+                if !matches!(plan.alias, Alias::ViewOfExtra(_)) {
+                    self.make_extras(all.start..split, cat, label, module, &mut sc.extras);
+                }
                 if split < all.end {
                     sc.extras.extend_from_slice(&sc.early_extras);
                 }
@@ -1380,12 +1403,20 @@ impl<'g> Sim<'g> {
                     region,
                     saves: any_saved,
                     grads_like_output: info.grads_like_output,
-                    kernel_grads: info.kernel_grads,
+                    kernel_grads: plan.kernel_grads,
                 });
             }
         }
-        // extras live only through saved references
-        for k in 0..sc.extras.len() {
+        // extras live only through saved references; the ones made before the outputs, a
+        // composite's locals (`query_padded`, `key_padded`, `value_padded`), go last and in
+        // reverse order of construction (truth traces of padded flash attention)
+        let early = if stop_before_kernel || info.extras_first {
+            0
+        } else {
+            plan.early_extras as usize
+        };
+        let late = sc.extras.len() - early.min(sc.extras.len());
+        for k in (0..late).chain((late..sc.extras.len()).rev()) {
             self.decref(sc.extras[k]);
         }
         // the wrapper's casts are temporaries of its call expression, destroyed in reverse
@@ -1499,7 +1530,7 @@ impl<'g> Sim<'g> {
             training: self.training,
             inputs_require_grad: &in_rg,
         };
-        let alias = op.alias_for(ctx.inputs);
+        let alias = op.alias_for(&ctx);
         let sdpa = op.sdpa_backend(&ctx);
         let extras_meta = if records {
             op.forward_extras(&ctx)
@@ -1507,6 +1538,7 @@ impl<'g> Sim<'g> {
             op.inference_extras(&ctx)
         };
         let early_extras = op.extras_made_first(&ctx).min(extras_meta.len()).min(255) as u8;
+        let kernel_grads = if records { op.kernel_grads(&ctx) } else { 0 };
         let extras_from = self.plans.metas.len();
         for m in &extras_meta {
             let meta = self.meta(&m.shape, m.dtype);
@@ -1556,6 +1588,7 @@ impl<'g> Sim<'g> {
             alias,
             extras,
             early_extras,
+            kernel_grads,
             forward_temporaries,
             forward_scratch,
             sdpa,
@@ -2022,7 +2055,13 @@ impl<'g> Sim<'g> {
                 self.finish_region_node(i);
                 continue;
             }
-            self.run_scratch(node.scratch, Category::Temporaries, node.module, &mut made);
+            self.run_scratch(
+                node.scratch,
+                Category::Temporaries,
+                node.module,
+                &mut made,
+                &mut bs.incoming,
+            );
             bs.temps.clear();
             for k in node.temporaries.range() {
                 let bytes = self.plans.bytes[k];
@@ -2036,6 +2075,7 @@ impl<'g> Sim<'g> {
             }
             bs.produced.clear();
             bs.to_cast.clear();
+            bs.narrowed.clear();
             let out_meta = (!node.outputs.is_empty())
                 .then(|| self.rts[self.tape_outputs[node.outputs.start as usize] as usize].meta);
             bs.made_for.clear();
@@ -2092,6 +2132,14 @@ impl<'g> Sim<'g> {
                         Some(s) => {
                             self.incref(s);
                             bs.to_cast.push((bs.produced.len(), k, meta));
+                            s
+                        }
+                        None => continue,
+                    },
+                    GradIn::Narrowed(j) => match made.get(j).copied().flatten() {
+                        Some(s) => {
+                            self.incref(s);
+                            bs.narrowed.push((bs.produced.len(), k, meta));
                             s
                         }
                         None => continue,
@@ -2183,6 +2231,23 @@ impl<'g> Sim<'g> {
             // the checkpoint frame: the frame (and the region's inputs it keeps) goes before the
             // engine adds the node's gradients into its inputs' buffers
             self.finish_region_node(i);
+            // the nodes that made the padded copies run next, the last made first: each makes
+            // its input's gradient and frees the padded one
+            bs.narrowed
+                .sort_by_key(|&(_, input, _)| std::cmp::Reverse(input));
+            for c in 0..bs.narrowed.len() {
+                let (k, _, meta) = bs.narrowed[c];
+                let (target, padded) = bs.produced[k];
+                let cat = if self.rts[target as usize].param.is_some() {
+                    Category::Gradients
+                } else {
+                    Category::Temporaries
+                };
+                let label = Label::grad_of(node.label.what);
+                let narrowed = self.new_storage(meta, cat, label, node.module);
+                self.decref(padded);
+                bs.produced[k] = (target, narrowed);
+            }
             for k in 0..bs.produced.len() {
                 let (target, sid) = bs.produced[k];
                 self.deliver(target, sid);

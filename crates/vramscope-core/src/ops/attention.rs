@@ -1,9 +1,11 @@
-//! `F.scaled_dot_product_attention` with the backend PyTorch picks on an H100 (sm_90, cuDNN 9):
-//! cuDNN attention for fp16/bf16 without dropout, flash attention for fp16/bf16 with dropout,
-//! memory-efficient attention for fp32. None of them materialises the L×L score matrix; each keeps
-//! q, k, v, the output and a float32 log-sum-exp for backward (cuDNN and mem-efficient attention
-//! also return two int64 scalars, the philox seed and offset, which backward keeps too). The math
-//! fallback (an explicit softmax(QKᵀ)V) keeps the L×L probabilities.
+//! `F.scaled_dot_product_attention` with the backend PyTorch picks on an H100 (sm_90, cuDNN 9;
+//! [`SdpaBackend::choose`]): cuDNN attention for fp16/bf16 without dropout, flash attention for
+//! fp16/bf16 with dropout, memory-efficient attention for fp32, each within its head-dim limits.
+//! None of them materialises the L×L score matrix; each keeps q, k, v, the output and a float32
+//! log-sum-exp for backward (cuDNN and mem-efficient attention also return two int64 scalars, the
+//! philox seed and offset, which backward keeps too). Flash attention over a head dim that is not
+//! a multiple of 8 runs on padded copies of q, k and v. The math fallback (an explicit
+//! softmax(QKᵀ)V) keeps the L×L probabilities.
 
 use super::*;
 
@@ -21,14 +23,89 @@ pub enum SdpaBackend {
     Math,
 }
 
-impl SdpaBackend {
-    /// The backend an H100 picks for this dtype and dropout.
-    pub fn on_h100(dtype: DType, dropout: bool) -> SdpaBackend {
-        match (dtype, dropout) {
-            (DType::F16 | DType::BF16, false) => SdpaBackend::Cudnn,
-            (DType::F16 | DType::BF16, true) => SdpaBackend::Flash,
-            _ => SdpaBackend::Efficient,
+/// What the choice of an attention kernel depends on besides the dtype.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SdpaCall {
+    /// q's and k's head dim.
+    pub head_dim: u64,
+    /// v's head dim.
+    pub head_dim_v: u64,
+    /// Dropout is active (training with `dropout_p > 0`).
+    pub dropout: bool,
+    /// An `attn_mask` is passed.
+    pub mask: bool,
+    /// The mask requires grad (T5's relative position bias being trained).
+    pub mask_grad: bool,
+    /// q, k or v requires grad, with grad mode on.
+    pub grad: bool,
+}
+
+impl SdpaCall {
+    /// The call of attention over q `[.., E]` and v `[.., Ev]`, with grad as `ctx` says (or, where
+    /// it is not known, as `ctx.training` does).
+    pub fn of(ctx: &OpCtx, dropout_p: f64, mask: bool) -> SdpaCall {
+        let rg = ctx.inputs_require_grad;
+        SdpaCall {
+            head_dim: ctx.inputs[0].shape.last().copied().unwrap_or(0),
+            head_dim_v: ctx.inputs[2].shape.last().copied().unwrap_or(0),
+            dropout: ctx.training && dropout_p > 0.0,
+            mask,
+            mask_grad: mask && rg.get(3).copied().unwrap_or(false),
+            grad: if rg.is_empty() {
+                ctx.training
+            } else {
+                rg.iter().take(3).any(|&g| g)
+            },
         }
+    }
+}
+
+/// Flash attention pads q's, k's and v's head dims to a multiple of this (`pad_last_dim<8>`).
+pub const FLASH_HEAD_DIM_ALIGNMENT: u64 = 8;
+
+impl SdpaBackend {
+    /// The backend `select_sdp_backend` picks on an H100 (sm_90, cuDNN 9), in its order of
+    /// priority, as torch 2.15's own dispatcher answers under `../shared/truth`'s fake H100
+    /// (`validation/sdpa_choice.py` prints the table this follows):
+    ///
+    /// - cuDNN attention: fp16/bf16, no dropout, head dims multiples of 8 up to 256; with grad
+    ///   only up to 128 or exactly 256; no gradient for a mask.
+    /// - Flash attention: fp16/bf16, no mask, head dims up to 256 (padded to a multiple of 8).
+    /// - Memory-efficient attention: head dims aligned to 16 bytes (8 elements in half
+    ///   precision, 4 in float32).
+    /// - The math fallback otherwise.
+    pub fn choose(dtype: DType, call: &SdpaCall) -> SdpaBackend {
+        let (d, dv) = (call.head_dim, call.head_dim_v);
+        let half = matches!(dtype, DType::F16 | DType::BF16);
+        let aligned = |n: u64| match dtype {
+            DType::F16 | DType::BF16 => n.is_multiple_of(8),
+            DType::F32 => n.is_multiple_of(4),
+            _ => false,
+        };
+        let cudnn = half
+            && !call.dropout
+            && !call.mask_grad
+            && d.is_multiple_of(8)
+            && dv.is_multiple_of(8)
+            && d.max(dv) <= 256
+            && (!call.grad || d.max(dv) <= 128 || (d == 256 && dv == 256));
+        if cudnn {
+            SdpaBackend::Cudnn
+        } else if half && !call.mask && d.max(dv) <= 256 {
+            SdpaBackend::Flash
+        } else if aligned(d) && aligned(dv) {
+            SdpaBackend::Efficient
+        } else {
+            SdpaBackend::Math
+        }
+    }
+
+    /// Whether flash attention runs on padded copies of q, k and v (a head dim that is not a
+    /// multiple of 8).
+    pub fn pads_head_dims(self, call: &SdpaCall) -> bool {
+        self == SdpaBackend::Flash
+            && !(call.head_dim.is_multiple_of(FLASH_HEAD_DIM_ALIGNMENT)
+                && call.head_dim_v.is_multiple_of(FLASH_HEAD_DIM_ALIGNMENT))
     }
 }
 
@@ -48,8 +125,27 @@ pub struct ScaledDotProductAttention {
 impl ScaledDotProductAttention {
     /// The backend for this call.
     pub fn backend(&self, ctx: &OpCtx) -> SdpaBackend {
-        SdpaBackend::on_h100(ctx.inputs[0].dtype, ctx.training && self.dropout_p > 0.0)
+        SdpaBackend::choose(ctx.inputs[0].dtype, &self.call(ctx))
     }
+
+    fn call(&self, ctx: &OpCtx) -> SdpaCall {
+        SdpaCall::of(ctx, self.dropout_p, false)
+    }
+
+    /// Whether this call is flash attention over padded copies of q, k and v.
+    fn padded(&self, ctx: &OpCtx) -> bool {
+        let call = self.call(ctx);
+        SdpaBackend::choose(ctx.inputs[0].dtype, &call).pads_head_dims(&call)
+    }
+}
+
+/// `t` with its last dim padded to a multiple of 8.
+fn padded_last_dim(t: &TensorMeta) -> TensorMeta {
+    let mut shape = t.shape.clone();
+    if let Some(last) = shape.last_mut() {
+        *last = last.div_ceil(FLASH_HEAD_DIM_ALIGNMENT) * FLASH_HEAD_DIM_ALIGNMENT;
+    }
+    TensorMeta::new(shape, t.dtype)
 }
 
 impl Op for ScaledDotProductAttention {
@@ -65,11 +161,25 @@ impl Op for ScaledDotProductAttention {
         Autocast::LowerPrecision
     }
 
+    // padded flash attention returns a slice of its padded output (`post_process_flash_output`)
+    fn alias_for(&self, ctx: &OpCtx) -> Alias {
+        if self.padded(ctx) {
+            Alias::ViewOfExtra(0)
+        } else {
+            Alias::None
+        }
+    }
+
     // the fused kernels (`_efficient_attention_backward`, `_flash_attention_backward`, cuDNN's)
     // allocate dq, dk and dv together whatever `grad_input_mask` says (truth traces of LoRA on
-    // Gemma3's first layer, whose k and v need none)
-    fn kernel_grads(&self) -> u8 {
-        3
+    // Gemma3's first layer, whose k and v need none); padded flash attention's are in its
+    // backward scratch program
+    fn kernel_grads(&self, ctx: &OpCtx) -> u8 {
+        if self.padded(ctx) {
+            0
+        } else {
+            3
+        }
     }
 
     fn sdpa_backend(&self, ctx: &OpCtx) -> Option<SdpaBackend> {
@@ -77,14 +187,92 @@ impl Op for ScaledDotProductAttention {
     }
 
     fn forward_extras(&self, ctx: &OpCtx) -> Vec<TensorMeta> {
+        if self.padded(ctx) {
+            return padded_flash_extras(ctx);
+        }
         backend_extras(self.backend(ctx), ctx)
     }
 
     fn inference_extras(&self, ctx: &OpCtx) -> Vec<TensorMeta> {
+        if self.padded(ctx) {
+            return padded_flash_extras(ctx);
+        }
         backend_inference_extras(self.backend(ctx), ctx)
     }
 
+    // the padded copies of q, k and v (`pad_last_dim<8>`, `constant_pad_nd`)
+    fn extras_made_first(&self, ctx: &OpCtx) -> usize {
+        if self.padded(ctx) {
+            3
+        } else {
+            0
+        }
+    }
+
+    // each padded copy's `ConstantPadNdBackward0` narrows its gradient after the kernel's node
+    fn input_grads(&self, ctx: &OpCtx) -> Vec<GradIn> {
+        if self.padded(ctx) {
+            return vec![
+                GradIn::Narrowed(1),
+                GradIn::Narrowed(2),
+                GradIn::Narrowed(3),
+            ];
+        }
+        ctx.inputs
+            .iter()
+            .map(|t| {
+                if t.dtype.is_float() {
+                    GradIn::New
+                } else {
+                    GradIn::None
+                }
+            })
+            .collect()
+    }
+
+    // padded flash attention: `SliceBackward0` copies the output's gradient into a zeroed padded
+    // tensor and drops it; the kernel makes padded dq, dk and dv; the copy goes (truth traces)
+    fn backward_scratch(&self, ctx: &OpCtx) -> Vec<Scratch> {
+        if !self.padded(ctx) {
+            return Vec::new();
+        }
+        let padded = |t: &TensorMeta| padded_last_dim(t).bytes();
+        vec![
+            Scratch::Alloc {
+                bytes: padded(&ctx.outputs[0]),
+                what: "padded output gradient",
+            },
+            Scratch::DropIncoming,
+            Scratch::Alloc {
+                bytes: padded(&ctx.inputs[0]),
+                what: "padded q gradient",
+            },
+            Scratch::Alloc {
+                bytes: padded(&ctx.inputs[1]),
+                what: "padded k gradient",
+            },
+            Scratch::Alloc {
+                bytes: padded(&ctx.inputs[2]),
+                what: "padded v gradient",
+            },
+            Scratch::Free(0),
+        ]
+    }
+
     fn saved_for_backward(&self, ctx: &OpCtx) -> Vec<Saved> {
+        if self.padded(ctx) {
+            // the flash node's saved inputs are the padded copies (key, query, value), then
+            // log-sum-exp, the padded output, `rng_state` and `unused`
+            return vec![
+                Saved::Extra(5),
+                Saved::Extra(4),
+                Saved::Extra(6),
+                Saved::Extra(1),
+                Saved::Extra(0),
+                Saved::Extra(2),
+                Saved::Extra(3),
+            ];
+        }
         match self.backend(ctx) {
             backend @ (SdpaBackend::Efficient | SdpaBackend::Cudnn | SdpaBackend::Flash) => {
                 fused_saved(None, backend)
@@ -112,6 +300,15 @@ impl Op for ScaledDotProductAttention {
         let q = &ctx.inputs[0].shape;
         vec![q[0] * q[1] * q[2] * 4]
     }
+}
+
+/// Padded flash attention's results ([`Alias::ViewOfExtra`]): the padded output, the kernel's
+/// statistics, then the padded copies of q, k and v it made first.
+fn padded_flash_extras(ctx: &OpCtx) -> Vec<TensorMeta> {
+    let mut e = vec![padded_last_dim(&ctx.outputs[0])];
+    e.extend(backend_extras(SdpaBackend::Flash, ctx));
+    e.extend(ctx.inputs[..3].iter().map(padded_last_dim));
+    e
 }
 
 /// The results a backend's forward returns besides the output, which backward keeps (q, k, v
@@ -197,7 +394,74 @@ pub(crate) fn backend_inference_extras(backend: SdpaBackend, ctx: &OpCtx) -> Vec
             TensorMeta::new(vec![], DType::I64),
             TensorMeta::new(vec![], DType::I64),
         ],
-        SdpaBackend::Cudnn => backend_extras(backend, ctx),
-        _ => Vec::new(),
+        SdpaBackend::Cudnn | SdpaBackend::Flash => backend_extras(backend, ctx),
+        SdpaBackend::Math => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// torch 2.15's own choice on the truth tool's fake H100 (`validation/sdpa_choice.py`).
+    const TORCH_CHOICES: &str = include_str!("../../../../fixtures/sdpa/choice_h100.txt");
+
+    #[test]
+    fn backend_is_the_one_torch_picks_on_an_h100() {
+        let mut lines = TORCH_CHOICES.lines();
+        let header = lines.next().expect("a header line");
+        let dims: Vec<u64> = header
+            .split(':')
+            .nth(1)
+            .expect("`:` before the head dims")
+            .split_whitespace()
+            .map(|d| d.parse().expect("a head dim"))
+            .collect();
+        let mut checked = 0;
+        for line in lines {
+            let (args, codes) = line.split_once(':').expect("`:` in every row");
+            let a: Vec<&str> = args.split_whitespace().collect();
+            let dtype = match a[0] {
+                "bf16" => DType::BF16,
+                "fp16" => DType::F16,
+                _ => DType::F32,
+            };
+            let kv_len: u64 = a[7].parse().expect("S");
+            for (&d, code) in dims.iter().zip(codes.split_whitespace()) {
+                let call = SdpaCall {
+                    head_dim: d,
+                    head_dim_v: d,
+                    dropout: a[1] != "0.0",
+                    mask: a[4] != "None",
+                    mask_grad: false,
+                    grad: a[2] == "1",
+                };
+                let backend = SdpaBackend::choose(dtype, &call);
+                let expected = match &code[..1] {
+                    "C" => SdpaBackend::Cudnn,
+                    "F" => SdpaBackend::Flash,
+                    "E" => SdpaBackend::Efficient,
+                    _ => SdpaBackend::Math,
+                };
+                assert_eq!(backend, expected, "{line} (head dim {d})");
+                // flash attention pads q, k and v; mem-efficient attention a mask whose rows are
+                // not a multiple of 8
+                let padded = code.ends_with('p');
+                match backend {
+                    SdpaBackend::Efficient => assert_eq!(
+                        padded,
+                        call.mask && !kv_len.is_multiple_of(super::super::MEM_EFF_MASK_ALIGNMENT),
+                        "{line} (head dim {d})"
+                    ),
+                    _ => assert_eq!(
+                        padded,
+                        backend.pads_head_dims(&call),
+                        "{line} (head dim {d})"
+                    ),
+                }
+                checked += 1;
+            }
+        }
+        assert!(checked > 3000, "only {checked} choices in the table");
     }
 }

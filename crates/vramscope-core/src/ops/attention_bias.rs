@@ -5,12 +5,13 @@
 //! Backend on an H100 (sm_90, cuDNN 9; truth traces): flash attention takes no mask, so dropout
 //! means mem-efficient attention; without dropout fp16/bf16 run cuDNN attention, unless the mask
 //! needs a gradient, which cuDNN's backward cannot give (mem-efficient attention then); fp32 runs
-//! mem-efficient attention. Each keeps q, k, v, the output, the mask and the backend's statistics
+//! mem-efficient attention; outside their head-dim limits mem-efficient attention or the math
+//! fallback ([`SdpaBackend::choose`]). Each fused kernel keeps q, k, v, the output, the mask and the backend's statistics
 //! for backward. Mem-efficient attention's backward returns the mask's gradient as a new
 //! `[B, H, L, S]` tensor whose last dimension is padded to 16 elements (`attention_backward.cu`);
 //! the caller records the mask with that padded last dimension so the gradient has its size.
 
-use super::attention::{backend_extras, backend_inference_extras, fused_saved};
+use super::attention::{backend_extras, backend_inference_extras, fused_saved, SdpaCall};
 use super::*;
 
 /// Scaled dot-product attention over `[B, H, L, E]` q, k, v with an additive float mask.
@@ -32,14 +33,8 @@ pub const MEM_EFF_MASK_ALIGNMENT: u64 = 8;
 impl ScaledDotProductAttentionBias {
     /// The backend for this call.
     pub fn backend(&self, ctx: &OpCtx) -> SdpaBackend {
-        let dropout = ctx.training && self.dropout_p > 0.0;
-        let mask_grad = ctx.inputs_require_grad.get(3).copied().unwrap_or(false);
-        let half = matches!(ctx.inputs[0].dtype, DType::F16 | DType::BF16);
-        if half && !dropout && !mask_grad {
-            SdpaBackend::Cudnn
-        } else {
-            SdpaBackend::Efficient
-        }
+        let call = SdpaCall::of(ctx, self.dropout_p, true);
+        SdpaBackend::choose(ctx.inputs[0].dtype, &call)
     }
 }
 
@@ -72,7 +67,7 @@ impl Op for ScaledDotProductAttentionBias {
     // the fused kernels (`_efficient_attention_backward`, `_flash_attention_backward`, cuDNN's)
     // allocate dq, dk and dv together whatever `grad_input_mask` says (truth traces of LoRA on
     // Gemma3's first layer, whose k and v need none)
-    fn kernel_grads(&self) -> u8 {
+    fn kernel_grads(&self, _ctx: &OpCtx) -> u8 {
         3
     }
 

@@ -1,5 +1,5 @@
 //! The views around `scaled_dot_product_attention` in `F.multi_head_attention_forward`, whose
-//! memory depends on which attention kernel runs (see [`SdpaBackend::on_h100`]):
+//! memory depends on which attention kernel runs (see [`SdpaBackend::choose`]):
 //!
 //! - [`AttentionHeadsView`]: `q.view(L, B·H, d)` and `q.view(B, H, L, d)` (and k, v). Forward
 //!   they are views. Mem-efficient attention (fp32) returns contiguous `[B, H, L, d]` gradients,
@@ -14,9 +14,18 @@
 
 use super::*;
 
-/// Whether the attention kernel for inputs of `dtype` lays out its tensors like q.
-fn like_q(dtype: DType) -> bool {
-    SdpaBackend::on_h100(dtype, false) == SdpaBackend::Cudnn
+/// Whether the attention kernel (no dropout, no mask) for heads of `head_dim` in `dtype` lays out
+/// its tensors like q.
+fn like_q(dtype: DType, head_dim: u64, training: bool) -> bool {
+    let call = super::attention::SdpaCall {
+        head_dim,
+        head_dim_v: head_dim,
+        dropout: false,
+        mask: false,
+        mask_grad: false,
+        grad: training,
+    };
+    SdpaBackend::choose(dtype, &call) == SdpaBackend::Cudnn
 }
 
 /// `q.view(shape)` next to an attention call (see the module docs).
@@ -43,7 +52,7 @@ impl Op for AttentionHeadsView {
         let t = &ctx.inputs[0];
         if !t.dtype.is_float() {
             vec![GradIn::None]
-        } else if like_q(t.dtype) {
+        } else if like_q(t.dtype, self.shape.last().copied().unwrap_or(0), true) {
             vec![GradIn::PassThrough(0)]
         } else {
             vec![GradIn::New]
@@ -71,7 +80,8 @@ impl Op for AttentionHeadsMerge {
     }
 
     fn forward_extras(&self, ctx: &OpCtx) -> Vec<TensorMeta> {
-        if like_q(ctx.inputs[0].dtype) {
+        let t = &ctx.inputs[0];
+        if like_q(t.dtype, t.shape.last().copied().unwrap_or(0), ctx.training) {
             Vec::new()
         } else {
             vec![ctx.outputs[0].clone()]
@@ -83,7 +93,8 @@ impl Op for AttentionHeadsMerge {
     }
 
     fn saved_for_backward(&self, ctx: &OpCtx) -> Vec<Saved> {
-        if like_q(ctx.inputs[0].dtype) {
+        let t = &ctx.inputs[0];
+        if like_q(t.dtype, t.shape.last().copied().unwrap_or(0), ctx.training) {
             Vec::new()
         } else {
             vec![Saved::Extra(0)]

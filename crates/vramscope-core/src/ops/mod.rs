@@ -17,6 +17,7 @@ mod aten;
 mod attention;
 mod attention_bias;
 mod attention_heads;
+mod attention_output;
 mod avg_pool;
 mod batch_norm;
 mod cat;
@@ -58,9 +59,10 @@ pub use activation::{Activation, ActivationKind};
 pub use adaptive_avg_pool::AdaptiveAvgPool2d;
 pub use add::Add;
 pub use aten::{Aten, DTypeRule, TensorRule};
-pub use attention::{ScaledDotProductAttention, SdpaBackend};
+pub use attention::{ScaledDotProductAttention, SdpaBackend, SdpaCall, FLASH_HEAD_DIM_ALIGNMENT};
 pub use attention_bias::{ScaledDotProductAttentionBias, MEM_EFF_MASK_ALIGNMENT};
 pub use attention_heads::{AttentionHeadsMerge, AttentionHeadsView};
+pub use attention_output::SdpaOutputMerge;
 pub use avg_pool::AvgPool2d;
 pub use batch_norm::BatchNorm2d;
 pub use cat::Cat;
@@ -163,6 +165,10 @@ pub enum Alias {
     View(usize),
     /// Output 0 is input `i` modified in place (no allocation).
     InPlace(usize),
+    /// Output 0 is a view of the op's extra result `i` ([`Op::forward_extras`] or
+    /// [`Op::inference_extras`], made before the view): a kernel that writes a larger tensor
+    /// and returns a slice of it (flash attention over head dims padded to a multiple of 8).
+    ViewOfExtra(usize),
 }
 
 /// A tensor an autograd node keeps for backward.
@@ -201,6 +207,12 @@ pub enum GradIn {
     /// `-grad * self / other²`, full size), which `validate_outputs` sums to the input's shape
     /// after the node's `apply` returned, as for [`GradIn::Reduced`].
     ReducedScratch(usize),
+    /// Allocation `i` of the node's backward scratch program, a gradient with a larger shape
+    /// (the padded copy the op made of this input), which the node that made the copy
+    /// (`ConstantPadNdBackward0`) narrows to the input's shape once this node is done: its
+    /// saved tensors released, each such input from the last to the first, a new tensor of the
+    /// input's size, then the padded one freed.
+    Narrowed(usize),
     /// Allocation `i` of the node's backward scratch program, handed on as the gradient as it
     /// is (its bytes are the input's): a kernel result the formula scales before it frees its
     /// intermediate (`BaddbmmBackward0`'s `maybe_multiply(grad.bmm(...), alpha)`: the product,
@@ -237,6 +249,10 @@ pub enum Scratch {
     },
     /// Frees the allocation made by the program's `i`-th `Alloc`.
     Free(usize),
+    /// In a backward program: drops the node's incoming gradients now rather than when the node
+    /// is done (a composite's first autograd node, `SliceBackward0`, has copied its gradient into
+    /// a new tensor and releases it before the next node's kernel runs).
+    DropIncoming,
 }
 
 /// What an op sees when the simulator asks it a question: runtime shapes and dtypes.
@@ -298,9 +314,10 @@ pub trait Op: Debug + Send + Sync {
         Alias::None
     }
 
-    /// [`alias`](Self::alias) for the runtime inputs: `x.to(dtype)` returns `x` itself when it
-    /// already has that dtype.
-    fn alias_for(&self, _inputs: &[TensorMeta]) -> Alias {
+    /// [`alias`](Self::alias) for the runtime call: `x.to(dtype)` returns `x` itself when it
+    /// already has that dtype; an attention output is a view or a copy as the kernel laid it
+    /// out.
+    fn alias_for(&self, _ctx: &OpCtx) -> Alias {
         self.alias()
     }
 
@@ -460,7 +477,7 @@ pub trait Op: Debug + Send + Sync {
     /// How many of the first inputs get a gradient from the backward kernel whenever the node
     /// runs, needed or not (the fused attention kernels make q's, k's and v's together); one
     /// whose input does not require grad is dropped with the node's temporaries.
-    fn kernel_grads(&self) -> u8 {
+    fn kernel_grads(&self, _ctx: &OpCtx) -> u8 {
         0
     }
 

@@ -87,7 +87,8 @@ impl Op for ToDtype {
         true
     }
 
-    fn alias_for(&self, inputs: &[TensorMeta]) -> Alias {
+    fn alias_for(&self, ctx: &OpCtx) -> Alias {
+        let inputs = ctx.inputs;
         let dtypes: Vec<DType> = inputs.iter().map(|t| t.dtype).collect();
         match inputs.first() {
             Some(x) if x.dtype == self.resolve(&dtypes) => Alias::View(0),
@@ -120,15 +121,25 @@ mod tests {
     #[test]
     fn to_returns_its_input_when_the_dtype_already_matches() {
         let x = [TensorMeta::new(vec![2, 3], DType::BF16)];
-        assert_eq!(ToDtype::fixed(DType::BF16).alias_for(&x), Alias::View(0));
-        assert_eq!(ToDtype::fixed(DType::F32).alias_for(&x), Alias::None);
+        let ctx = |inputs| OpCtx {
+            inputs,
+            params: &[],
+            outputs: &[],
+            training: true,
+            inputs_require_grad: &[],
+        };
+        assert_eq!(
+            ToDtype::fixed(DType::BF16).alias_for(&ctx(&x)),
+            Alias::View(0)
+        );
+        assert_eq!(ToDtype::fixed(DType::F32).alias_for(&ctx(&x)), Alias::None);
         let pair = [
             TensorMeta::new(vec![2, 3], DType::F32),
             TensorMeta::new(vec![2, 3], DType::BF16),
         ];
         assert!(ToDtype::fixed(DType::BF16).view_is_its_input());
         let like = ToDtype::like_input_1();
-        assert_eq!(like.alias_for(&pair), Alias::None);
+        assert_eq!(like.alias_for(&ctx(&pair)), Alias::None);
         assert_eq!(
             like.output_dtypes(&[DType::F32, DType::BF16], 1),
             vec![DType::BF16]

@@ -1113,17 +1113,18 @@ fn attention(
         dtype: c.dtype,
         autocast: c.amp.then_some(c.compute),
     };
-    let half = c.compute.size() == 2;
-    let merged = |b: &mut GraphBuilder, o| {
-        let o = attention_output(b, o, false, half);
-        view(b, "reshape", o, vec![bsz, seq, s.heads * d])
+    let merged = |masked| {
+        move |b: &mut GraphBuilder, o| {
+            let o = attention_output(b, o, false, (masked, s.attn_dropout));
+            view(b, "reshape", o, vec![bsz, seq, s.heads * d])
+        }
     };
     if let (Some(cache), Some(m), false) = (call.cache.as_deref_mut(), mask, c.eager) {
         // a sliding layer past its window: the cache update, then SDPA with the layer's mask
         // over the cached keys and values (query_states stays a local)
         b.hold(&[q]);
         let (k, v) = cache.update(b, layer, k, v);
-        let o = sdpa_masked(b, q, k, v, m, s.attn_dropout, c.compute, merged);
+        let o = sdpa_masked(b, q, k, v, m, s.attn_dropout, c.compute, merged(true));
         return (
             linear(b, "o_proj", s.heads * d, s.hidden, s.attn_bias, o),
             None,
@@ -1150,12 +1151,12 @@ fn attention(
             (o, Some(w))
         }
         (_, Some(m)) => (
-            sdpa_masked(b, q, k, v, m, s.attn_dropout, c.compute, merged),
+            sdpa_masked(b, q, k, v, m, s.attn_dropout, c.compute, merged(true)),
             None,
         ),
         (_, None) => {
             let o = sdpa(b, q, k, v, s.attn_dropout, true);
-            (merged(b, o), None)
+            (merged(false)(b, o), None)
         }
     };
     (

@@ -7,8 +7,8 @@
 use vramscope_core::ops::{
     broadcast_shapes, Activation, ActivationKind, Add, Aten, Autocast, Contiguous, DTypeRule,
     Dropout, GradIn, KvCacheUpdate, LayerNorm, Linear, MatMul, MatMulCopy, Saved,
-    ScaledDotProductAttention, ScaledDotProductAttentionBias, Scratch, Slice, Softmax, ToDtype,
-    ViewStridedGrad,
+    ScaledDotProductAttention, ScaledDotProductAttentionBias, Scratch, SdpaOutputMerge, Slice,
+    Softmax, ToDtype, ViewStridedGrad,
 };
 use vramscope_core::{DType, GraphBuilder, InitStep, TensorId};
 
@@ -1334,30 +1334,25 @@ fn sdpa_with_mask(
     )
 }
 
-/// `attn_output.transpose(1, 2).contiguous()` after SDPA (`[B, H, S, D]` -> `[B, S, H, D]`).
-/// Mem-efficient attention (float32) always writes its output laid out as `[B, S, H, D]`, so this
-/// is a view; cuDNN and flash attention (half precision) lay the output out like q, so when q is
-/// contiguous `[B, H, S, D]` (a `cat` or cast result rather than the usual transposed projection)
-/// the `.contiguous()` copies.
+/// `attn_output.transpose(1, 2).contiguous()` after SDPA (`[B, H, S, D]` -> `[B, S, H, D]`): a
+/// view or a copy as the kernel laid the output out ([`SdpaOutputMerge`]; `q_contiguous`: q was
+/// contiguous `[B, H, S, D]`, a `cat` or cast result rather than the usual transposed
+/// projection; `masked`, `dropout_p`: the attention call's).
 pub fn attention_output(
     b: &mut GraphBuilder,
     o: TensorId,
     q_contiguous: bool,
-    half: bool,
+    (masked, dropout_p): (bool, f64),
 ) -> TensorId {
     let s = b.shape(o).to_vec();
-    let shape = vec![s[0], s[2], s[1], s[3]];
-    if q_contiguous && half {
-        b.op(
-            Contiguous {
-                name: "clone",
-                shape,
-            },
-            &[o],
-        )
-    } else {
-        view(b, "transpose", o, shape)
-    }
+    let op = SdpaOutputMerge {
+        name: "clone",
+        shape: vec![s[0], s[2], s[1], s[3]],
+        q_contiguous,
+        masked,
+        dropout_p,
+    };
+    b.op(op, &[o])
 }
 
 /// `nn.LayerNorm(n)` as a leaf module.
@@ -1481,7 +1476,9 @@ pub fn encoder_self_attention(
             // the attention's dtype
             Some((mask, dtype)) => {
                 let [q, k, v] = qkv.map(|t| heads_view(b, t, heads, false));
-                sdpa_masked(b, q, k, v, mask, dropout_p, dtype, merge_heads)
+                sdpa_masked(b, q, k, v, mask, dropout_p, dtype, |b, o| {
+                    merge_heads(b, o, (true, dropout_p))
+                })
             }
             None => attention_core(b, qkv, heads, dropout_p, false),
         };
@@ -1508,7 +1505,7 @@ pub fn attention_core(
 ) -> TensorId {
     let [q, k, v] = qkv.map(|t| heads_view(b, t, heads, false));
     let o = sdpa(b, q, k, v, dropout_p, causal);
-    merge_heads(b, o)
+    merge_heads(b, o, (false, dropout_p))
 }
 
 /// [`attention_core`] with `attn_implementation="eager"` for the bidirectional encoders (BERT,
@@ -1576,13 +1573,19 @@ pub fn eager_key_rows(b: &mut GraphBuilder, k: TensorId) -> TensorId {
     b.op(Aten::view("_unsafe_view", s).grads(vec![GradIn::New]), &[k])
 }
 
-/// An attention output `[B, H, S, D]` (laid out `[B, S, H, D]` by the kernels) back to
-/// `[B, S, E]`.
-fn merge_heads(b: &mut GraphBuilder, o: TensorId) -> TensorId {
+/// An attention output `[B, H, S, D]` back to `[B, S, E]` (`transpose(1, 2).reshape(...)`): a
+/// view when the kernel laid it out `[B, S, H, D]`, as the usual transposed projections make it,
+/// else a copy ([`SdpaOutputMerge`]; `masked`, `dropout_p`: the attention call's).
+fn merge_heads(b: &mut GraphBuilder, o: TensorId, (masked, dropout_p): (bool, f64)) -> TensorId {
     let s = b.shape(o).to_vec();
-    let (bsz, heads, seq, d) = (s[0], s[1], s[2], s[3]);
-    let o = view(b, "transpose", o, vec![bsz, seq, heads, d]);
-    view(b, "reshape", o, vec![bsz, seq, heads * d])
+    let op = SdpaOutputMerge {
+        name: "reshape",
+        shape: vec![s[0], s[2], s[1] * s[3]],
+        q_contiguous: false,
+        masked,
+        dropout_p,
+    };
+    b.op(op, &[o])
 }
 
 /// The `DynamicCache` of a generation: per decoder layer, the key and value tensors cached so
@@ -1882,12 +1885,12 @@ pub fn cached_attention(
             mask,
             dropout_p,
             eager.compute_dtype(),
-            merge_heads,
+            |b, o| merge_heads(b, o, (true, dropout_p)),
         );
     }
     let causal = b.shape(q)[2] > 1;
     let o = sdpa(b, q, k, v, dropout_p, causal);
-    merge_heads(b, o)
+    merge_heads(b, o, (false, dropout_p))
 }
 
 /// How a family's `eager_attention_forward` runs, and the dtypes it sees.

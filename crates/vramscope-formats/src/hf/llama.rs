@@ -897,7 +897,7 @@ pub(super) fn attention(
             };
             // one query: the output is already laid out like q
             let o = sdpa_masked(b, q, k, v, m, s.attn_dropout, proj_dtype, |b, o| {
-                attention_output(b, o, phi3 && seq > 1, proj_dtype.size() == 2)
+                attention_output(b, o, phi3 && seq > 1, (true, s.attn_dropout))
             });
             view(b, "reshape", o, vec![bsz, seq, s.heads * d])
         } else if phi3 && call.cache.is_some() && call.eager_mask.is_none() {
@@ -912,21 +912,24 @@ pub(super) fn attention(
                 None => (k, v),
             };
             let o = sdpa(b, q, k, v, s.attn_dropout, seq > 1);
-            let o = attention_output(b, o, seq > 1, proj_dtype.size() == 2);
+            let o = attention_output(b, o, seq > 1, (false, s.attn_dropout));
             view(b, "reshape", o, vec![bsz, seq, s.heads * d])
         } else if (phi3 && call.eager_mask.is_none()) || mask.is_some() {
             // the plain SDPA forward; query/key/value_states are locals until the forward returns
             b.hold(&[q, k, v]);
             // cuDNN / flash attention lay the output out like q: Phi-3's q is a `cat` result,
             // contiguous [B, H, S, D], so `.contiguous()` copies in half precision
-            let merge =
-                |b: &mut GraphBuilder, o| attention_output(b, o, phi3, proj_dtype.size() == 2);
+            let merge = |masked| {
+                move |b: &mut GraphBuilder, o| {
+                    attention_output(b, o, phi3, (masked, s.attn_dropout))
+                }
+            };
             let o = match mask {
                 // a materialized mask: k and v repeated to all heads, the mask made additive
-                Some(m) => sdpa_masked(b, q, k, v, m, s.attn_dropout, proj_dtype, merge),
+                Some(m) => sdpa_masked(b, q, k, v, m, s.attn_dropout, proj_dtype, merge(true)),
                 None => {
                     let o = sdpa(b, q, k, v, s.attn_dropout, true);
-                    merge(b, o)
+                    merge(false)(b, o)
                 }
             };
             view(b, "reshape", o, vec![bsz, seq, s.heads * d])
