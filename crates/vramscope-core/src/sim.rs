@@ -542,6 +542,8 @@ struct CallScratch {
     kept: Vec<Saved>,
     /// the storages this call saves for backward (moved onto the tape's shared list)
     saved: Vec<u32>,
+    /// scratch allocations autograd keeps (`Saved::Scratch`), held past the program's end
+    scratch_saved: Vec<(usize, u32)>,
 }
 
 /// What an op's rules answered for one set of runtime inputs (shapes and dtypes after autocast,
@@ -827,6 +829,9 @@ struct Sim<'g> {
 
 const NO_GRAD: GradIn = GradIn::None;
 
+/// A `tape_saved` slot whose tensor a backward program released early ([`Scratch::ReleaseSaved`]).
+const RELEASED: u32 = u32::MAX;
+
 impl<'g> Sim<'g> {
     fn phase(&mut self, name: &str) {
         self.phase_names.push(name.to_string());
@@ -1028,6 +1033,7 @@ impl<'g> Sim<'g> {
         module: Option<ModuleId>,
         made: &mut Vec<Option<u32>>,
         incoming: &mut [Option<u32>],
+        saved: Span,
     ) {
         made.clear();
         for k in program.range() {
@@ -1048,6 +1054,14 @@ impl<'g> Sim<'g> {
                         self.decref(sid);
                     }
                 }
+                Scratch::ReleaseSaved(i) if i < saved.len as usize => {
+                    let k = saved.start as usize + i;
+                    let sid = std::mem::replace(&mut self.tape_saved[k], RELEASED);
+                    if sid != RELEASED {
+                        self.decref(sid);
+                    }
+                }
+                Scratch::ReleaseSaved(_) => {}
             }
         }
     }
@@ -1242,7 +1256,15 @@ impl<'g> Sim<'g> {
                     }
                 }
             }
-            self.run_scratch(plan.forward_scratch, cat, module, &mut sc.made, &mut []);
+            let no_saved = Span::default();
+            self.run_scratch(
+                plan.forward_scratch,
+                cat,
+                module,
+                &mut sc.made,
+                &mut [],
+                no_saved,
+            );
             let leaf = info.leaf_requires_grad && self.grad_enabled;
             match plan.alias {
                 Alias::None => {
@@ -1274,6 +1296,16 @@ impl<'g> Sim<'g> {
                         let m = self.plans.metas[k];
                         self.incref(sid);
                         outs.push(self.new_rt(sid, m, records));
+                    }
+                }
+            }
+            // the program's allocations autograd keeps outlive it
+            sc.scratch_saved.clear();
+            for k in 0..sc.kept.len() {
+                if let Saved::Scratch(j) = sc.kept[k] {
+                    if let Some(sid) = sc.made.get(j).copied().flatten() {
+                        self.incref(sid);
+                        sc.scratch_saved.push((j, sid));
                     }
                 }
             }
@@ -1317,6 +1349,11 @@ impl<'g> Sim<'g> {
                             sc.eff_params.get(i).map(|&r| self.rts[r as usize].storage)
                         }
                         Saved::Extra(i) => sc.extras.get(i).copied(),
+                        Saved::Scratch(j) => sc
+                            .scratch_saved
+                            .iter()
+                            .find(|&&(k, _)| k == j)
+                            .map(|&(_, sid)| sid),
                     };
                     if let Some(sid) = sid {
                         if !sc.saved.contains(&sid) {
@@ -1407,6 +1444,10 @@ impl<'g> Sim<'g> {
                 });
             }
         }
+        for k in 0..sc.scratch_saved.len() {
+            self.decref(sc.scratch_saved[k].1);
+        }
+        sc.scratch_saved.clear();
         // extras live only through saved references; the ones made before the outputs, a
         // composite's locals (`query_padded`, `key_padded`, `value_padded`), go last and in
         // reverse order of construction (truth traces of padded flash attention)
@@ -2061,6 +2102,7 @@ impl<'g> Sim<'g> {
                 node.module,
                 &mut made,
                 &mut bs.incoming,
+                node.saved,
             );
             bs.temps.clear();
             for k in node.temporaries.range() {
@@ -2306,12 +2348,21 @@ impl<'g> Sim<'g> {
         let range = span.range();
         if last_first {
             for k in range.rev() {
-                self.decref(self.tape_saved[k]);
+                self.release_saved_slot(k);
             }
         } else {
             for k in range {
-                self.decref(self.tape_saved[k]);
+                self.release_saved_slot(k);
             }
+        }
+    }
+
+    /// Releases the saved tensor in slot `k` of `tape_saved`, unless a backward program released
+    /// it already ([`Scratch::ReleaseSaved`]).
+    fn release_saved_slot(&mut self, k: usize) {
+        let sid = self.tape_saved[k];
+        if sid != RELEASED {
+            self.decref(sid);
         }
     }
 

@@ -132,6 +132,16 @@ impl ScaledDotProductAttention {
         SdpaCall::of(ctx, self.dropout_p, false)
     }
 
+    /// Whether this call runs the math fallback ([`super::attention_math`]).
+    fn math(&self, ctx: &OpCtx) -> bool {
+        self.backend(ctx) == SdpaBackend::Math
+    }
+
+    /// Whether dropout is active in this call.
+    fn dropout(&self, ctx: &OpCtx) -> bool {
+        ctx.training && self.dropout_p > 0.0
+    }
+
     /// Whether this call is flash attention over padded copies of q, k and v.
     fn padded(&self, ctx: &OpCtx) -> bool {
         let call = self.call(ctx);
@@ -175,7 +185,7 @@ impl Op for ScaledDotProductAttention {
     // Gemma3's first layer, whose k and v need none); padded flash attention's are in its
     // backward scratch program
     fn kernel_grads(&self, ctx: &OpCtx) -> u8 {
-        if self.padded(ctx) {
+        if self.padded(ctx) || self.math(ctx) {
             0
         } else {
             3
@@ -187,10 +197,19 @@ impl Op for ScaledDotProductAttention {
     }
 
     fn forward_extras(&self, ctx: &OpCtx) -> Vec<TensorMeta> {
-        if self.padded(ctx) {
-            return padded_flash_extras(ctx);
+        match self.backend(ctx) {
+            _ if self.padded(ctx) => padded_flash_extras(ctx),
+            // its intermediates are the forward program's
+            SdpaBackend::Math => Vec::new(),
+            backend => backend_extras(backend, ctx),
         }
-        backend_extras(self.backend(ctx), ctx)
+    }
+
+    fn forward_scratch(&self, ctx: &OpCtx) -> Vec<Scratch> {
+        if !self.math(ctx) {
+            return Vec::new();
+        }
+        super::attention_math::forward_scratch(ctx, self.causal, self.dropout(ctx))
     }
 
     fn inference_extras(&self, ctx: &OpCtx) -> Vec<TensorMeta> {
@@ -218,6 +237,9 @@ impl Op for ScaledDotProductAttention {
                 GradIn::Narrowed(3),
             ];
         }
+        if self.math(ctx) {
+            return super::attention_math::input_grads(ctx, self.dropout(ctx));
+        }
         ctx.inputs
             .iter()
             .map(|t| {
@@ -233,6 +255,9 @@ impl Op for ScaledDotProductAttention {
     // padded flash attention: `SliceBackward0` copies the output's gradient into a zeroed padded
     // tensor and drops it; the kernel makes padded dq, dk and dv; the copy goes (truth traces)
     fn backward_scratch(&self, ctx: &OpCtx) -> Vec<Scratch> {
+        if self.math(ctx) {
+            return super::attention_math::backward_scratch(ctx, self.dropout(ctx));
+        }
         if !self.padded(ctx) {
             return Vec::new();
         }
@@ -279,14 +304,7 @@ impl Op for ScaledDotProductAttention {
             }
             // the math path is several autograd nodes, each keeping its own tensors
             SdpaBackend::Math => {
-                let mut s = vec![
-                    Saved::Input(0),
-                    Saved::Input(1),
-                    Saved::Input(2),
-                    Saved::Output(0),
-                ];
-                s.extend((0..self.forward_extras(ctx).len()).map(Saved::Extra));
-                s
+                super::attention_math::saved_for_backward(ctx, self.causal, self.dropout(ctx))
             }
         }
     }

@@ -177,7 +177,7 @@ mod tests {
             .iter()
             .filter_map(|s| match s {
                 Scratch::Alloc { bytes, .. } => Some(*bytes),
-                Scratch::Free(_) | Scratch::DropIncoming => None,
+                Scratch::Free(_) | Scratch::DropIncoming | Scratch::ReleaseSaved(_) => None,
             })
             .collect();
         assert_eq!(bytes, vec![n / 64 * 4, n * 4, n * 2]);

@@ -17,6 +17,8 @@ mod aten;
 mod attention;
 mod attention_bias;
 mod attention_heads;
+mod attention_input;
+mod attention_math;
 mod attention_output;
 mod avg_pool;
 mod batch_norm;
@@ -62,6 +64,7 @@ pub use aten::{Aten, DTypeRule, TensorRule};
 pub use attention::{ScaledDotProductAttention, SdpaBackend, SdpaCall, FLASH_HEAD_DIM_ALIGNMENT};
 pub use attention_bias::{ScaledDotProductAttentionBias, MEM_EFF_MASK_ALIGNMENT};
 pub use attention_heads::{AttentionHeadsMerge, AttentionHeadsView};
+pub use attention_input::SdpaHeadsView;
 pub use attention_output::SdpaOutputMerge;
 pub use avg_pool::AvgPool2d;
 pub use batch_norm::BatchNorm2d;
@@ -182,6 +185,10 @@ pub enum Saved {
     Param(usize),
     /// Extra forward result `i` (see [`Op::forward_extras`]).
     Extra(usize),
+    /// Allocation `i` of the forward scratch program ([`Op::forward_scratch`]): an intermediate
+    /// of a composite op that one of its autograd nodes keeps (the math attention's contiguous
+    /// copies of q, k and v and its probabilities).
+    Scratch(usize),
 }
 
 /// Where the gradient of an input comes from in backward.
@@ -253,6 +260,9 @@ pub enum Scratch {
     /// is done (a composite's first autograd node, `SliceBackward0`, has copied its gradient into
     /// a new tensor and releases it before the next node's kernel runs).
     DropIncoming,
+    /// In a backward program: releases the node's saved tensor `i` (in [`Op::saved_for_backward`]
+    /// order) now, as the composite's autograd node that kept it finishes.
+    ReleaseSaved(usize),
 }
 
 /// What an op sees when the simulator asks it a question: runtime shapes and dtypes.

@@ -53,8 +53,9 @@ use super::layers::{
     add, apply_rotary, attention_output, cached_attention, eager_attention, embedding_lookup,
     gemma_rms_norm, heads_first_grads, linear, model_mask, mul, mul_scalar, padding_input,
     position_ids, projection_dtype, rope_init, rotary, rotary_with_buffers, rotated_heads_view,
-    sdpa, sdpa_grads_like_inputs, sdpa_masked, tied_head, view, Call, Eager, EagerFlavor, KvCache,
-    MaskPattern, ROPE_INIT_DEFAULT, ROPE_INIT_GEMMA3_TWO_SETS, ROPE_INIT_GEMMA3_TWO_SETS_LINEAR,
+    sdpa_grads_like_inputs, sdpa_masked, sdpa_then, tied_head, view, Call, Eager, EagerFlavor,
+    KvCache, MaskPattern, ROPE_INIT_DEFAULT, ROPE_INIT_GEMMA3_TWO_SETS,
+    ROPE_INIT_GEMMA3_TWO_SETS_LINEAR,
 };
 use super::seq_cls::{decoder_outputs, sequence_classification, DecoderHead};
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
@@ -1074,7 +1075,8 @@ fn attention(
     );
     let heads_of = |b: &mut GraphBuilder, name: &str, heads: u64, copied: bool| {
         let t = linear(b, name, s.hidden, heads * d, s.attn_bias, x);
-        let t = rotated_heads_view(b, t, vec![bsz, seq, heads, d], copied);
+        let attn = (!c.eager).then_some((mask.is_some(), s.attn_dropout));
+        let t = rotated_heads_view(b, t, vec![bsz, seq, heads, d], copied, attn);
         view(b, "transpose", t, vec![bsz, heads, seq, d])
     };
     let q = heads_of(b, "q_proj", s.heads, q_copied);
@@ -1154,10 +1156,10 @@ fn attention(
             sdpa_masked(b, q, k, v, m, s.attn_dropout, c.compute, merged(true)),
             None,
         ),
-        (_, None) => {
-            let o = sdpa(b, q, k, v, s.attn_dropout, true);
-            (merged(false)(b, o), None)
-        }
+        (_, None) => (
+            sdpa_then(b, [q, k, v], s.attn_dropout, true, merged(false)),
+            None,
+        ),
     };
     (
         linear(b, "o_proj", s.heads * d, s.hidden, s.attn_bias, o),

@@ -280,7 +280,10 @@ fn block(
         let heads: Vec<TensorId> = parts
             .iter()
             .enumerate()
-            .map(|(i, &t)| heads_view(b, t, s.heads, (cached_grads && i > 0) || (eager && i != 1)))
+            .map(|(i, &t)| {
+                let copied = (cached_grads && i > 0) || (eager && i != 1);
+                heads_view(b, t, s.heads, copied, call.sdpa_view(s.attn_pdrop))
+            })
             .collect();
         let o = cached_attention(
             b,

@@ -7,8 +7,8 @@
 use vramscope_core::ops::{
     broadcast_shapes, Activation, ActivationKind, Add, Aten, Autocast, Contiguous, DTypeRule,
     Dropout, GradIn, KvCacheUpdate, LayerNorm, Linear, MatMul, MatMulCopy, Saved,
-    ScaledDotProductAttention, ScaledDotProductAttentionBias, Scratch, SdpaOutputMerge, Slice,
-    Softmax, ToDtype, ViewStridedGrad,
+    ScaledDotProductAttention, ScaledDotProductAttentionBias, Scratch, SdpaHeadsView,
+    SdpaOutputMerge, Slice, Softmax, ToDtype, ViewStridedGrad,
 };
 use vramscope_core::{DType, GraphBuilder, InitStep, TensorId};
 
@@ -238,12 +238,26 @@ pub fn view(b: &mut GraphBuilder, name: &'static str, x: TensorId, shape: Vec<u6
 /// sequence number), so the two `SliceBackward0` gradients (new zero tensors, heads-first) open
 /// the input's gradient buffer and `x * cos`'s gradient is added to them, in their layout (truth
 /// traces of Qwen2, SmolLM2, Llama-3.2 and Gemma under float32, AMP bf16 / fp16 and pure bf16).
+///
+/// `sdpa`: the attention call the view feeds, `(masked, dropout_p)`, when it is SDPA's (`None`
+/// for eager attention): the math fallback and padded flash attention hand every gradient back
+/// heads-first, whatever `grads_heads_first` says ([`SdpaHeadsView`]).
 pub fn rotated_heads_view(
     b: &mut GraphBuilder,
     t: TensorId,
     shape: Vec<u64>,
     grads_heads_first: bool,
+    sdpa: Option<(bool, f64)>,
 ) -> TensorId {
+    if let Some((masked, dropout_p)) = sdpa {
+        let op = SdpaHeadsView {
+            shape,
+            copied: grads_heads_first,
+            masked,
+            dropout_p,
+        };
+        return b.op(op, &[t]);
+    }
     let copied = grads_heads_first && shape.get(1) > Some(&1) && shape.get(2) > Some(&1);
     if copied {
         b.op(ViewStridedGrad { shape }, &[t])
@@ -300,11 +314,18 @@ pub fn sdpa_grads_like_inputs(half: bool, masked: bool, dropout_p: f64) -> bool 
 }
 
 /// `[B, S, E]` viewed as `[B, H, S, D]` (`view` then `transpose(1, 2)`), its gradient copied by
-/// `ViewBackward0` when `copied` (it comes back heads-first: [`sdpa_grads_like_inputs`]).
-pub fn heads_view(b: &mut GraphBuilder, t: TensorId, heads: u64, copied: bool) -> TensorId {
+/// `ViewBackward0` when `copied` (it comes back heads-first: [`sdpa_grads_like_inputs`]) or when
+/// the SDPA call `sdpa` hands it back so ([`rotated_heads_view`]).
+pub fn heads_view(
+    b: &mut GraphBuilder,
+    t: TensorId,
+    heads: u64,
+    copied: bool,
+    sdpa: Option<(bool, f64)>,
+) -> TensorId {
     let s = b.shape(t).to_vec();
     let (bsz, seq, e) = (s[0], s[1], s[2]);
-    let t = rotated_heads_view(b, t, vec![bsz, seq, heads, e / heads], copied);
+    let t = rotated_heads_view(b, t, vec![bsz, seq, heads, e / heads], copied, sdpa);
     view(b, "transpose", t, vec![bsz, heads, seq, e / heads])
 }
 
@@ -743,6 +764,34 @@ pub fn sdpa(
         },
         &[q, k, v],
     )
+}
+
+/// [`sdpa`] without a mask as `sdpa_attention_forward` makes the call, then `then` on the output
+/// (the caller's `transpose(1, 2)` and merge, made before the function returns): fewer key/value
+/// heads than heads go in with `enable_gqa` (`use_gqa_in_sdpa`), unless a head dim is over 256,
+/// where `repeat_kv` repeats k and v first (an expanded view for one key/value head, else a
+/// copy), locals until the function returns. One query past that keeps `enable_gqa` here
+/// (transformers packs it, `pack_gqa`; not modelled).
+pub fn sdpa_then(
+    b: &mut GraphBuilder,
+    [q, k, v]: [TensorId; 3],
+    dropout_p: f64,
+    causal: bool,
+    then: impl FnOnce(&mut GraphBuilder, TensorId) -> TensorId,
+) -> TensorId {
+    let (qs, ks, vs) = (b.shape(q), b.shape(k), b.shape(v));
+    let n_rep = qs[1] / ks[1].max(1);
+    if n_rep > 1 && ks[3].max(vs[3]) > 256 && qs[2] > 1 {
+        return b.frame(|b| {
+            let k = repeat_kv(b, k, n_rep);
+            let v = repeat_kv(b, v, n_rep);
+            b.hold(&[k, v]);
+            let o = sdpa(b, q, k, v, dropout_p, causal);
+            then(b, o)
+        });
+    }
+    let o = sdpa(b, q, k, v, dropout_p, causal);
+    then(b, o)
 }
 
 /// Which pattern a transformers mask function builds (`masking_utils`).
@@ -1475,7 +1524,8 @@ pub fn encoder_self_attention(
             // a padded batch's `[B, 1, S, S]` mask (`padded_attention_mask`), made additive in
             // the attention's dtype
             Some((mask, dtype)) => {
-                let [q, k, v] = qkv.map(|t| heads_view(b, t, heads, false));
+                let attn = Some((true, dropout_p));
+                let [q, k, v] = qkv.map(|t| heads_view(b, t, heads, false, attn));
                 sdpa_masked(b, q, k, v, mask, dropout_p, dtype, |b, o| {
                     merge_heads(b, o, (true, dropout_p))
                 })
@@ -1503,7 +1553,7 @@ pub fn attention_core(
     dropout_p: f64,
     causal: bool,
 ) -> TensorId {
-    let [q, k, v] = qkv.map(|t| heads_view(b, t, heads, false));
+    let [q, k, v] = qkv.map(|t| heads_view(b, t, heads, false, Some((false, dropout_p))));
     let o = sdpa(b, q, k, v, dropout_p, causal);
     merge_heads(b, o, (false, dropout_p))
 }
@@ -1530,11 +1580,17 @@ pub fn eager_attention_core(
 /// `transpose(1, 2)`), for [`cached_attention`]. Eager attention's bmm gradients reach the view
 /// heads-first, which it copies ([`eager_heads`]; measured without a cache: over one, k's and
 /// v's go through its concatenation), while SDPA's kernels return them in the projection's layout.
-pub fn decoder_heads(b: &mut GraphBuilder, t: TensorId, heads: u64, call: &Call) -> TensorId {
+pub fn decoder_heads(
+    b: &mut GraphBuilder,
+    t: TensorId,
+    heads: u64,
+    call: &Call,
+    dropout_p: f64,
+) -> TensorId {
     if call.eager_mask.is_some() && call.cache.is_none() {
         eager_heads(b, t, heads, false)
     } else {
-        heads_view(b, t, heads, false)
+        heads_view(b, t, heads, false, call.sdpa_view(dropout_p))
     }
 }
 
@@ -1547,7 +1603,7 @@ pub fn decoder_heads(b: &mut GraphBuilder, t: TensorId, heads: u64, call: &Call)
 pub fn eager_heads(b: &mut GraphBuilder, t: TensorId, heads: u64, key: bool) -> TensorId {
     if key {
         let t = eager_key_rows(b, t);
-        return heads_view(b, t, heads, false);
+        return heads_view(b, t, heads, false, None);
     }
     let s = b.shape(t).to_vec();
     let (bsz, seq, e) = (s[0], s[1], s[2]);
@@ -1817,6 +1873,14 @@ impl Call<'_> {
             && sdpa_grads_like_inputs(half, self.padded_sdpa.is_some(), dropout_p)
     }
 
+    /// The SDPA call a projection's heads view feeds, for [`heads_view`]: `(masked, dropout_p)`,
+    /// or `None` when the layer attends eagerly.
+    pub fn sdpa_view(&self, dropout_p: f64) -> Option<(bool, f64)> {
+        self.eager_mask
+            .is_none()
+            .then_some((self.padded_sdpa.is_some(), dropout_p))
+    }
+
     /// `hidden_states[:, -1:, :]` before the head when only the last logits are kept.
     pub fn head_input(&self, b: &mut GraphBuilder, h: TensorId) -> TensorId {
         if !self.last_logits_only {
@@ -1889,8 +1953,9 @@ pub fn cached_attention(
         );
     }
     let causal = b.shape(q)[2] > 1;
-    let o = sdpa(b, q, k, v, dropout_p, causal);
-    merge_heads(b, o, (false, dropout_p))
+    sdpa_then(b, [q, k, v], dropout_p, causal, |b, o| {
+        merge_heads(b, o, (false, dropout_p))
+    })
 }
 
 /// How a family's `eager_attention_forward` runs, and the dtypes it sees.

@@ -33,9 +33,9 @@ use super::generate::CausalLm;
 use super::layers::{
     add, apply_rotary, apply_rotary_sliced, attention_output, cached_attention, dropout, embedding,
     heads_first_grads, linear, model_mask, mul, padding_input, position_ids, projection_dtype,
-    rms_norm, rope_init, rotary, rotated_heads_view, sdpa, sdpa_grads_like_inputs, sdpa_masked,
-    view, Call, Eager, EagerFlavor, KvCache, MaskPattern, RouterLogits, ROPE_INIT_DEFAULT,
-    ROPE_INIT_LINEAR, ROPE_INIT_LLAMA3, ROPE_INIT_YARN,
+    rms_norm, rope_init, rotary, rotated_heads_view, sdpa_grads_like_inputs, sdpa_masked,
+    sdpa_then, view, Call, Eager, EagerFlavor, KvCache, MaskPattern, RouterLogits,
+    ROPE_INIT_DEFAULT, ROPE_INIT_LINEAR, ROPE_INIT_LLAMA3, ROPE_INIT_YARN,
 };
 use super::seq_cls::{base_model, decoder_head, decoder_outputs, qa_inputs, DecoderHead};
 use super::{build_error, check_positions, AttnImplementation, HfConfig, HfError, HfInput};
@@ -818,6 +818,11 @@ pub(super) fn attention(
         mask.is_some(),
         (s.heads, s.kv_heads),
     );
+    // the SDPA call the projections' views feed (eager attention: none)
+    let attn = call
+        .eager_mask
+        .is_none()
+        .then_some((mask.is_some(), s.attn_dropout));
     b.module("self_attn", &format!("{p}Attention"), &[x], |b| {
         let init_order = b.param_mark();
         let d = s.head_dim;
@@ -828,7 +833,7 @@ pub(super) fn attention(
                     heads_first: bool,
                     qk_norm: Option<&str>| {
             let t = linear(b, name, s.hidden, heads * d, s.qkv_bias, x);
-            let t = rotated_heads_view(b, t, vec![bsz, seq, heads, d], heads_first);
+            let t = rotated_heads_view(b, t, vec![bsz, seq, heads, d], heads_first, attn);
             let t = match qk_norm {
                 Some(n) => rms_norm(b, n, &norm, d, proj_out, t),
                 None => t,
@@ -855,7 +860,7 @@ pub(super) fn attention(
             };
             let (q, k, v) = (slice(b, qd), slice(b, kvd), slice(b, kvd));
             let heads_of = |b: &mut GraphBuilder, t: TensorId, heads: u64, copied: bool| {
-                let t = rotated_heads_view(b, t, vec![bsz, seq, heads, d], copied);
+                let t = rotated_heads_view(b, t, vec![bsz, seq, heads, d], copied, attn);
                 view(b, "transpose", t, vec![bsz, heads, seq, d])
             };
             (
@@ -911,8 +916,9 @@ pub(super) fn attention(
                 Some(c) => c.update(b, layer, k, v),
                 None => (k, v),
             };
-            let o = sdpa(b, q, k, v, s.attn_dropout, seq > 1);
-            let o = attention_output(b, o, seq > 1, (false, s.attn_dropout));
+            let o = sdpa_then(b, [q, k, v], s.attn_dropout, seq > 1, |b, o| {
+                attention_output(b, o, seq > 1, (false, s.attn_dropout))
+            });
             view(b, "reshape", o, vec![bsz, seq, s.heads * d])
         } else if (phi3 && call.eager_mask.is_none()) || mask.is_some() {
             // the plain SDPA forward; query/key/value_states are locals until the forward returns
@@ -927,10 +933,7 @@ pub(super) fn attention(
             let o = match mask {
                 // a materialized mask: k and v repeated to all heads, the mask made additive
                 Some(m) => sdpa_masked(b, q, k, v, m, s.attn_dropout, proj_dtype, merge(true)),
-                None => {
-                    let o = sdpa(b, q, k, v, s.attn_dropout, true);
-                    merge(false)(b, o)
-                }
+                None => sdpa_then(b, [q, k, v], s.attn_dropout, true, merge(false)),
             };
             view(b, "reshape", o, vec![bsz, seq, s.heads * d])
         } else {

@@ -302,7 +302,7 @@ fn layer(
         // views (backward runs the nodes last made first)
         let q = linear(b, "q_proj", e, e, s.bias, x);
         let q = mul_scalar(b, q);
-        let q = decoder_heads(b, q, s.heads, call);
+        let q = decoder_heads(b, q, s.heads, call, s.attn_dropout);
         let k = linear(b, "k_proj", e, e, s.bias, x);
         // eager attention without a cache: k's gradient is copied by k_proj's rows, not at
         // its view
@@ -314,14 +314,17 @@ fn layer(
         let cached_grads = call
             .cached_kv_grads_heads_first(m.attention.compute_dtype().size() == 2, s.attn_dropout);
         let k = if cached_grads || eager_k {
-            heads_view(b, k, s.heads, cached_grads)
+            let attn = (!eager_k)
+                .then_some(call.sdpa_view(s.attn_dropout))
+                .flatten();
+            heads_view(b, k, s.heads, cached_grads, attn)
         } else {
-            decoder_heads(b, k, s.heads, call)
+            decoder_heads(b, k, s.heads, call, s.attn_dropout)
         };
         let v = if cached_grads {
-            heads_view(b, v, s.heads, true)
+            heads_view(b, v, s.heads, true, call.sdpa_view(s.attn_dropout))
         } else {
-            decoder_heads(b, v, s.heads, call)
+            decoder_heads(b, v, s.heads, call, s.attn_dropout)
         };
         let o = cached_attention(b, call, index, q, k, v, s.attn_dropout, m.attention);
         linear(b, "out_proj", e, e, s.bias, o)

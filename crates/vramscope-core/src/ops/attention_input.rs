@@ -1,0 +1,109 @@
+//! A projection `[B, S, H·D]` viewed as `[B, S, H, D]` for `F.scaled_dot_product_attention`
+//! (which reads it after `transpose(1, 2)`). Forward it is a view. Its gradient comes back from
+//! the attention in the layout the kernel gives it: the fused kernels' rules are the caller's
+//! (`copied`, from truth traces per family), while the math fallback and flash attention over
+//! padded head dims ([`SdpaBackend::choose`]) hand back contiguous heads-first `[B, H, S, D]`
+//! gradients (`bmm`'s, `ConstantPadNdBackward0`'s), which `ViewBackward0` cannot view as
+//! `[B, S, H·D]`: it copies them (truth traces of a Llama and a GPT-2 with head dims 6, 10 and
+//! 12), unless there is one head or one position.
+
+use super::attention::SdpaCall;
+use super::*;
+
+/// `x.view(B, S, H, D)` of an attention operand; see the module docs.
+#[derive(Debug, Clone)]
+pub struct SdpaHeadsView {
+    /// The output shape `[B, S, H, D]`.
+    pub shape: Shape,
+    /// The gradient is copied whatever the kernel (the caller's rule for the fused kernels).
+    pub copied: bool,
+    /// The attention call has a mask.
+    pub masked: bool,
+    /// The attention call's dropout probability (active in training only).
+    pub dropout_p: f64,
+}
+
+impl SdpaHeadsView {
+    /// Whether `ViewBackward0` copies the gradient.
+    fn copies(&self, ctx: &OpCtx) -> bool {
+        let dim = |i: usize| self.shape.get(i).copied().unwrap_or(1);
+        if dim(1) <= 1 || dim(2) <= 1 {
+            return false;
+        }
+        if self.copied {
+            return true;
+        }
+        let call = SdpaCall {
+            head_dim: dim(3),
+            head_dim_v: dim(3),
+            dropout: ctx.training && self.dropout_p > 0.0,
+            mask: self.masked,
+            mask_grad: false,
+            grad: true,
+        };
+        let backend = SdpaBackend::choose(ctx.inputs[0].dtype, &call);
+        backend == SdpaBackend::Math || backend.pads_head_dims(&call)
+    }
+}
+
+impl Op for SdpaHeadsView {
+    fn kind(&self) -> &'static str {
+        "view"
+    }
+
+    fn output_shapes(&self, inputs: &[&[u64]]) -> Result<Vec<Shape>, ShapeError> {
+        super::view::same_numel("view", inputs[0], &self.shape)
+    }
+
+    fn alias(&self) -> Alias {
+        Alias::View(0)
+    }
+
+    fn input_grads(&self, ctx: &OpCtx) -> Vec<GradIn> {
+        if self.copies(ctx) {
+            vec![GradIn::New]
+        } else {
+            vec![GradIn::PassThrough(0)]
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grads(op: &SdpaHeadsView, dtype: DType) -> Vec<GradIn> {
+        let inputs = [TensorMeta::new(vec![2, 64, 4 * op.shape[3]], dtype)];
+        op.input_grads(&OpCtx {
+            inputs: &inputs,
+            params: &[],
+            outputs: &[],
+            training: true,
+            inputs_require_grad: &[true],
+        })
+    }
+
+    #[test]
+    fn gradient_is_copied_when_it_comes_back_heads_first() {
+        let view = |d: u64, copied| SdpaHeadsView {
+            shape: vec![2, 64, 4, d],
+            copied,
+            masked: false,
+            dropout_p: 0.0,
+        };
+        // cuDNN hands back gradients laid out like its inputs
+        assert_eq!(
+            grads(&view(64, false), DType::BF16),
+            vec![GradIn::PassThrough(0)]
+        );
+        assert_eq!(grads(&view(64, true), DType::BF16), vec![GradIn::New]);
+        // padded flash attention and the math fallback: heads-first
+        assert_eq!(grads(&view(12, false), DType::BF16), vec![GradIn::New]);
+        assert_eq!(grads(&view(6, false), DType::F32), vec![GradIn::New]);
+        // mem-efficient attention (float32, a multiple of 4)
+        assert_eq!(
+            grads(&view(12, false), DType::F32),
+            vec![GradIn::PassThrough(0)]
+        );
+    }
+}
