@@ -121,6 +121,8 @@ MOE = False
 MOE_FAMILIES = ["mixtral", "qwen2_moe", "qwen3_moe"]
 # `--no-cache` (with --generate): configs with use_cache false, so that generate() keeps no cache
 NO_CACHE = False
+# `--odd-heads`: head dims the fused attention kernels do not take as they are
+ODD_HEADS = False
 ACTIVATIONS = ["gelu", "gelu_pytorch_tanh", "gelu_new", "gelu_fast", "quick_gelu", "relu", "relu2",
                "silu", "tanh", "sigmoid", "linear", "gelu_accurate", "relu6", "hardswish"]
 # `--pad`: half the generation, per-token-head and T5 cases (with a batch of 2 or more) run on a
@@ -205,6 +207,10 @@ def random_config(rng, families=None, measured_heads=False):
     else:
         heads = rng.choice([8, 16, 32] if MEDIUM else [2, 4, 8])
         hidden = heads * rng.choice([64, 128] if MEDIUM else [16, 32])
+        if ODD_HEADS:
+            # head dims the fused attention kernels do not take as they are (flash pads them,
+            # float32 odd ones run the math fallback) and one past 256
+            hidden = heads * rng.choice([4, 6, 10, 12, 20, 36, 100])
         vocab = rng.choice([32000, 50257]) if MEDIUM else 1000
 
     def ffn():
@@ -225,7 +231,7 @@ def random_config(rng, families=None, measured_heads=False):
         cfg.update(hidden_size=hidden, num_attention_heads=heads, num_hidden_layers=rng.choice([1, 2]),
                    intermediate_size=ffn(), vocab_size=vocab, num_labels=rng.choice([2, 5]))
     elif mt in ("t5", "mt5", "umt5"):
-        cfg.update(d_model=hidden, num_heads=heads, d_kv=rng.choice([16, 24]), d_ff=ffn(),
+        cfg.update(d_model=hidden, num_heads=heads, d_kv=rng.choice([6, 10, 12] if ODD_HEADS else [16, 24]), d_ff=ffn(),
                    num_layers=rng.choice([1, 2]), num_decoder_layers=rng.choice([1, 3]), vocab_size=vocab)
     else:
         kv = rng.choice([k for k in (1, 2, heads) if heads % k == 0])
@@ -233,7 +239,7 @@ def random_config(rng, families=None, measured_heads=False):
                    num_hidden_layers=rng.choice([1, 2, 3]), intermediate_size=ffn(),
                    vocab_size=vocab + rng.choice([0, 24]), tie_word_embeddings=rng.choice([True, False]))
         if rng.random() < 0.4:
-            cfg["head_dim"] = rng.choice([16, 24, 64])
+            cfg["head_dim"] = rng.choice([6, 12, 20, 264] if ODD_HEADS else [16, 24, 64])
         if mt in ("llama", "qwen2", "qwen3", "mistral", "mixtral") and rng.random() < 0.3:
             cfg["attention_bias"] = True
         if mt == "mixtral":
@@ -997,6 +1003,9 @@ def main():
     ap.add_argument("--pad", action="store_true",
                     help="with --generate, --heads or --t5: half the cases with a batch of 2 or more "
                          "on a padded batch (--padded)")
+    ap.add_argument("--odd-heads", action="store_true",
+                    help="head dims 4 to 100 that are not multiples of 8 (and a head_dim of 264): "
+                         "padded flash attention, the math fallback, repeat_kv past 256")
     ap.add_argument("--no-cache", action="store_true",
                     help="with --generate: every generation from a config with use_cache false (no KV "
                          "cache: every step reruns the whole sequence), vramscope with --use-cache false")
@@ -1016,6 +1025,8 @@ def main():
     DROPOUTS = a.dropouts
     global WINDOWS, HALF, MOE, NO_CACHE
     WINDOWS, HALF, MOE, NO_CACHE = a.windows, a.half, a.moe, a.no_cache
+    global ODD_HEADS
+    ODD_HEADS = a.odd_heads
     tmp = tempfile.mkdtemp(prefix="vramscope_random_configs_")
     if a.truth and a.write_cases:
         only = {int(x) for x in a.only.split(",")} if a.only else None

@@ -3415,6 +3415,7 @@ mod tests {
             dropout_p: 0.0,
             causal: true,
             row_stats_temporary: false,
+            kv_contiguous: false,
         };
         let o = b.op(sdpa, &[q, k, v]);
         let o = b.op(crate::ops::Aten::view("reshape", vec![64, 16]), &[o]);

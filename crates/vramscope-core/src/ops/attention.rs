@@ -120,6 +120,10 @@ pub struct ScaledDotProductAttention {
     /// arrives permuted, `nn.MultiheadAttention` in ViT; not with the `[B, S, H, D]` layout
     /// Hugging Face models use, causal or not).
     pub row_stats_temporary: bool,
+    /// k and v are contiguous `[B, H, S, D]` (a KV cache's concatenations, `repeat_kv`'s
+    /// copies) rather than transposed projections: the math fallback's `matmul` reads them as
+    /// they are.
+    pub kv_contiguous: bool,
 }
 
 impl ScaledDotProductAttention {
@@ -140,6 +144,16 @@ impl ScaledDotProductAttention {
     /// Whether dropout is active in this call.
     fn dropout(&self, ctx: &OpCtx) -> bool {
         ctx.training && self.dropout_p > 0.0
+    }
+
+    /// The math fallback's call ([`super::attention_math`]).
+    fn math_call(&self, ctx: &OpCtx) -> super::attention_math::MathCall {
+        super::attention_math::MathCall {
+            causal: self.causal,
+            mask: false,
+            dropout: self.dropout(ctx),
+            kv_contiguous: self.kv_contiguous,
+        }
     }
 
     /// Whether this call is flash attention over padded copies of q, k and v.
@@ -209,7 +223,7 @@ impl Op for ScaledDotProductAttention {
         if !self.math(ctx) {
             return Vec::new();
         }
-        super::attention_math::forward_scratch(ctx, self.causal, self.dropout(ctx))
+        super::attention_math::forward_scratch(ctx, &self.math_call(ctx))
     }
 
     fn inference_extras(&self, ctx: &OpCtx) -> Vec<TensorMeta> {
@@ -238,7 +252,7 @@ impl Op for ScaledDotProductAttention {
             ];
         }
         if self.math(ctx) {
-            return super::attention_math::input_grads(ctx, self.dropout(ctx));
+            return super::attention_math::input_grads(ctx, &self.math_call(ctx));
         }
         ctx.inputs
             .iter()
@@ -256,7 +270,7 @@ impl Op for ScaledDotProductAttention {
     // tensor and drops it; the kernel makes padded dq, dk and dv; the copy goes (truth traces)
     fn backward_scratch(&self, ctx: &OpCtx) -> Vec<Scratch> {
         if self.math(ctx) {
-            return super::attention_math::backward_scratch(ctx, self.dropout(ctx));
+            return super::attention_math::backward_scratch(ctx, &self.math_call(ctx));
         }
         if !self.padded(ctx) {
             return Vec::new();
@@ -304,7 +318,7 @@ impl Op for ScaledDotProductAttention {
             }
             // the math path is several autograd nodes, each keeping its own tensors
             SdpaBackend::Math => {
-                super::attention_math::saved_for_backward(ctx, self.causal, self.dropout(ctx))
+                super::attention_math::saved_for_backward(ctx, &self.math_call(ctx))
             }
         }
     }

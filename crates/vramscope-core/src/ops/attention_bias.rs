@@ -24,6 +24,9 @@ pub struct ScaledDotProductAttentionBias {
     /// The mask's head count before SDPA expands it (T5's bias has one per head; a causal or
     /// sliding-window mask made additive is `[B, 1, L, S]`, shared by the heads).
     pub mask_heads: u64,
+    /// k and v are contiguous `[B, H, S, D]` (`repeat_kv`'s copies, a cache's concatenations)
+    /// rather than transposed projections (the math fallback's `matmul` reads them as they are).
+    pub kv_contiguous: bool,
 }
 
 /// Mem-efficient attention wants the mask's rows aligned to 8 elements: `preprocess_mask` pads
@@ -67,8 +70,12 @@ impl Op for ScaledDotProductAttentionBias {
     // the fused kernels (`_efficient_attention_backward`, `_flash_attention_backward`, cuDNN's)
     // allocate dq, dk and dv together whatever `grad_input_mask` says (truth traces of LoRA on
     // Gemma3's first layer, whose k and v need none)
-    fn kernel_grads(&self, _ctx: &OpCtx) -> u8 {
-        3
+    fn kernel_grads(&self, ctx: &OpCtx) -> u8 {
+        if self.backend(ctx) == SdpaBackend::Math {
+            0
+        } else {
+            3
+        }
     }
 
     fn sdpa_backend(&self, ctx: &OpCtx) -> Option<SdpaBackend> {
@@ -77,6 +84,9 @@ impl Op for ScaledDotProductAttentionBias {
 
     fn forward_extras(&self, ctx: &OpCtx) -> Vec<TensorMeta> {
         let backend = self.backend(ctx);
+        if backend == SdpaBackend::Math {
+            return Vec::new();
+        }
         let mut e = backend_extras(backend, ctx);
         e.extend(self.padded_mask(backend, ctx));
         e
@@ -94,6 +104,9 @@ impl Op for ScaledDotProductAttentionBias {
 
     fn inference_extras(&self, ctx: &OpCtx) -> Vec<TensorMeta> {
         let backend = self.backend(ctx);
+        if backend == SdpaBackend::Math {
+            return Vec::new();
+        }
         let mut e = backend_inference_extras(backend, ctx);
         e.extend(self.padded_mask(backend, ctx));
         e
@@ -101,7 +114,41 @@ impl Op for ScaledDotProductAttentionBias {
 
     // the mask the kernel reads is the padded copy when there is one (the extra after the
     // backend's three), else the mask itself
+    fn forward_scratch(&self, ctx: &OpCtx) -> Vec<Scratch> {
+        match self.math_call(ctx) {
+            Some(call) => super::attention_math::forward_scratch(ctx, &call),
+            None => Vec::new(),
+        }
+    }
+
+    fn backward_scratch(&self, ctx: &OpCtx) -> Vec<Scratch> {
+        match self.math_call(ctx) {
+            Some(call) => super::attention_math::backward_scratch(ctx, &call),
+            None => Vec::new(),
+        }
+    }
+
+    fn input_grads(&self, ctx: &OpCtx) -> Vec<GradIn> {
+        match self.math_call(ctx) {
+            Some(call) => super::attention_math::input_grads(ctx, &call),
+            None => ctx
+                .inputs
+                .iter()
+                .map(|t| {
+                    if t.dtype.is_float() {
+                        GradIn::New
+                    } else {
+                        GradIn::None
+                    }
+                })
+                .collect(),
+        }
+    }
+
     fn saved_for_backward(&self, ctx: &OpCtx) -> Vec<Saved> {
+        if let Some(call) = self.math_call(ctx) {
+            return super::attention_math::saved_for_backward(ctx, &call);
+        }
         let backend = self.backend(ctx);
         let mask = match self.padded_mask(backend, ctx) {
             Some(_) => Saved::Extra(3),
@@ -112,6 +159,16 @@ impl Op for ScaledDotProductAttentionBias {
 }
 
 impl ScaledDotProductAttentionBias {
+    /// The math fallback's call when this call runs it ([`super::attention_math`]).
+    fn math_call(&self, ctx: &OpCtx) -> Option<super::attention_math::MathCall> {
+        (self.backend(ctx) == SdpaBackend::Math).then_some(super::attention_math::MathCall {
+            causal: false,
+            mask: true,
+            dropout: ctx.training && self.dropout_p > 0.0,
+            kv_contiguous: self.kv_contiguous,
+        })
+    }
+
     /// The `[mask_batch, mask_heads, L, S]` mask padded to `[.., S rounded up to 8]` that
     /// mem-efficient attention makes when S is not a multiple of 8 (cuDNN takes the mask as it
     /// is).
@@ -158,6 +215,7 @@ mod tests {
             dropout_p: 0.1,
             mask_batch: 1,
             mask_heads: 8,
+            kv_contiguous: false,
         };
         let bf16 = qkvm(DType::BF16);
         let f32 = qkvm(DType::F32);
@@ -174,6 +232,7 @@ mod tests {
             dropout_p: 0.0,
             mask_batch: 1,
             mask_heads: 8,
+            kv_contiguous: false,
         };
         assert_eq!(op.backend(&ctx(&bf16, &no_grad, true)), SdpaBackend::Cudnn);
         // cuDNN's backward gives no mask gradient
@@ -193,6 +252,7 @@ mod tests {
             dropout_p: 0.0,
             mask_batch: 1,
             mask_heads: 8,
+            kv_contiguous: false,
         };
         let q = [2, 8, 32, 64];
         let k = [2, 8, 48, 64];

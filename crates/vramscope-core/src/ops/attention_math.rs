@@ -1,59 +1,106 @@
 //! The math fallback of `F.scaled_dot_product_attention` (`_scaled_dot_product_attention_math`),
 //! which runs where no fused kernel takes the call ([`SdpaBackend::choose`]: a float32 head dim
-//! that is not a multiple of 4, say). It is a composite of aten ops, each with its autograd node,
-//! written here as the scratch programs of one op (truth traces of a Llama and a GPT-2 in
-//! float32):
+//! that is not a multiple of 4, or one that is not a multiple of 8 in half precision with a mask).
+//! It is a composite of aten ops, each with its autograd node, written here as the scratch
+//! programs of one op (truth traces of Llama, GPT-2 and T5 in float32 and under AMP, with and
+//! without a padded batch's mask):
 //!
-//! - forward: `q * sqrt(scale)`; for `is_causal` the `[L, S]` boolean `ones(...).tril()` made an
-//!   additive mask (`where` with two scalar tensors); `k.transpose(-2, -1) * sqrt(scale)`;
-//!   `matmul` copies both scaled operands (they keep the transposed projections' layout) and
-//!   runs `bmm`, the scaled k going with the expression; the mask added; `_safe_softmax`;
-//!   dropout in training; `matmul` with a contiguous copy of v. The output is the last `bmm`'s.
-//!   Autograd keeps the two copies, the probabilities (and the dropout's output and mask) and
-//!   v's copy; without grad the copies go as each `matmul` returns.
-//! - backward, node by node: the output's gradient reshaped (a copy of the transposed view);
-//!   `bmm`'s gradients for v's copy (v's gradient, handed on as it is) and the probabilities;
-//!   the dropout's and the softmax's backward; `bmm`'s for the copies of k and q; then each
-//!   scaled operand's `MulBackward1`, k's first. Each node releases what it kept as it finishes.
-//!
-//! Keys and values with fewer heads than the queries (`enable_gqa`) are repeated first
-//! (`repeat_interleave`: k's, then v's copy, locals until the call returns); the repeated k
-//! scaled and v's repeat are contiguous, so `bmm` keeps them as they are, and backward sums each
-//! repeated gradient back to its input's heads (`ExpandBackward0`, v's first).
+//! - forward: half-precision q, k and v are copied to float32 first (`query_.to(kFloat)`, ...);
+//!   `q * sqrt(scale)`; for `is_causal` the `[L, S]` boolean `ones(...).tril()` made an additive
+//!   mask (`where` with two scalar tensors); fewer key/value heads than heads (`enable_gqa`) are
+//!   repeated (`repeat_interleave`); `k.transpose(-2, -1) * sqrt(scale)`; `matmul` copies an
+//!   operand whose batch and head dims do not merge (the transposed projections' layout) and
+//!   runs `bmm`, the scaled k going with the expression when it was copied; the mask added;
+//!   `_safe_softmax`; dropout in training; `matmul` with v (copied likewise). Half precision
+//!   then casts the probabilities (returned, unused) and the output back. Autograd keeps what
+//!   each `bmm` read, the probabilities, and the dropout's output and mask; without grad the
+//!   copies go as each `matmul` returns.
+//! - backward, node by node: the output's gradient cast up and reshaped (a copy of the
+//!   transposed view); `bmm`'s gradients for v and the probabilities; the dropout's and the
+//!   softmax's backward (a mask that needs a gradient gets the scores' gradient as it is);
+//!   `bmm`'s for k and q; each scaled operand's `MulBackward1`, k's first; repeated heads summed
+//!   back (v's first); half precision's casts back (v's, k's, q's). Each node releases what it
+//!   kept as it finishes.
 
 use super::*;
 
-/// The sizes the programs work with.
+/// What the programs depend on besides the call's shapes and dtypes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MathCall {
+    /// `is_causal`: the math path makes the causal mask itself.
+    pub causal: bool,
+    /// An `attn_mask` is input 3.
+    pub mask: bool,
+    /// Dropout is active.
+    pub dropout: bool,
+    /// k and v are contiguous `[B, H, S, D]` (a cache's concatenations, `repeat_kv`'s copies)
+    /// rather than transposed projections.
+    pub kv_contiguous: bool,
+}
+
+/// The sizes the programs work with, in bytes of the dtype they are in.
 struct Sizes {
+    /// q, k, v, the output and the `[B, H, L, S]` scores in the accumulation dtype (float32
+    /// for half inputs).
     q: u64,
     k: u64,
     v: u64,
     out: u64,
     scores: u64,
+    /// The same in the inputs' dtype (half precision's casts back).
+    q_in: u64,
+    k_in: u64,
+    v_in: u64,
+    scores_in: u64,
+    /// `[B, H, L, S]` elements (the dropout mask's bytes).
+    score_elems: u64,
+    /// `[L, S]` elements (the causal mask's).
     plane: u64,
-    elem: u64,
-    /// Whether the output's gradient arrives as a view `reshape` cannot take as it is.
-    grad_copied: bool,
-    /// How many query heads share a key/value head (1: no `enable_gqa` repeat).
+    /// The accumulation dtype's size.
+    acc: u64,
+    /// Half inputs are copied to float32.
+    upcast: bool,
+    /// How many query heads share a key/value head (1: no `repeat_interleave`).
     rep: u64,
+    /// `matmul` copies q (the scaled q's batch and head dims do not merge).
+    q_copied: bool,
+    /// ... and k, and v.
+    kv_copied: bool,
+    /// The output's gradient arrives as a view `reshape` cannot take as it is.
+    grad_copied: bool,
 }
 
 impl Sizes {
-    fn of(ctx: &OpCtx) -> Sizes {
-        let (q, k) = (&ctx.inputs[0], &ctx.inputs[1]);
-        let elem = q.dtype.size();
+    fn of(ctx: &OpCtx, call: &MathCall) -> Sizes {
+        let (q, k, v) = (&ctx.inputs[0], &ctx.inputs[1], &ctx.inputs[2]);
+        let elem = q.dtype.size().max(1);
+        let upcast = matches!(q.dtype, DType::F16 | DType::BF16);
+        let acc = if upcast { 4 } else { elem };
         let dim = |t: &TensorMeta, i: usize| t.shape.get(i).copied().unwrap_or(1);
-        let (heads, l, s) = (dim(q, 1), dim(q, 2), dim(k, 2));
+        let (b, heads, l) = (dim(q, 0), dim(q, 1), dim(q, 2));
+        let (kv_heads, s) = (dim(k, 1).max(1), dim(k, 2));
+        let rep = (heads / kv_heads).max(1);
+        let out = ctx.outputs.first().map_or(0, TensorMeta::bytes);
+        let score_elems = b * heads * l * s;
+        let widen = |bytes: u64| bytes / elem * acc;
         Sizes {
-            q: q.bytes(),
-            k: k.bytes(),
-            v: ctx.inputs[2].bytes(),
-            out: ctx.outputs.first().map_or(0, TensorMeta::bytes),
-            scores: dim(q, 0) * heads * l * s * elem,
+            q: widen(q.bytes()),
+            k: widen(k.bytes()),
+            v: widen(v.bytes()),
+            out: widen(out),
+            scores: score_elems * acc,
+            q_in: q.bytes(),
+            k_in: k.bytes(),
+            v_in: v.bytes(),
+            scores_in: score_elems * elem,
+            score_elems,
             plane: l * s,
-            elem,
-            grad_copied: heads > 1 && l > 1,
-            rep: (heads / dim(k, 1).max(1)).max(1),
+            acc,
+            upcast,
+            rep,
+            q_copied: b > 1 && heads > 1 && l > 1,
+            kv_copied: !call.kv_contiguous && rep == 1 && b > 1 && kv_heads > 1 && s > 1,
+            grad_copied: b > 1 && heads > 1 && l > 1,
         }
     }
 }
@@ -75,151 +122,170 @@ impl Program {
     fn free(&mut self, i: usize) {
         self.steps.push(Scratch::Free(i));
     }
+
+    fn step(&mut self, s: Scratch) {
+        self.steps.push(s);
+    }
 }
 
-/// Where the forward program's kept tensors are (allocation indices): what the two `bmm`s
-/// read (a copy of the scaled q, the scaled k or its copy, v's copy or repeat), the
-/// probabilities, the dropout's output and mask.
+/// What the forward program's `bmm`s, softmax and dropout keep, in [`saved_for_backward`]'s
+/// order (the positions [`Scratch::ReleaseSaved`] names).
 struct Kept {
-    q_copy: usize,
-    k_copy: usize,
-    probs: usize,
-    dropped: Option<(usize, usize)>,
-    v_copy: usize,
+    q: Saved,
+    k: Saved,
+    probs: Saved,
+    v: Saved,
+    dropped: Option<(Saved, Saved)>,
 }
 
-fn forward(ctx: &OpCtx, causal: bool, dropout: bool) -> (Program, Kept) {
-    let z = Sizes::of(ctx);
+fn forward(ctx: &OpCtx, call: &MathCall) -> (Program, Kept) {
+    let z = Sizes::of(ctx, call);
     let records = ctx.inputs_require_grad.iter().any(|&g| g);
     let mut p = Program::default();
-    p.alloc(z.q, "q * sqrt(scale)");
-    let mut mask = None;
-    if causal {
+    let v_acc = z.upcast.then(|| {
+        p.alloc(z.q, "q in float32");
+        p.alloc(z.k, "k in float32");
+        p.alloc(z.v, "v in float32")
+    });
+    let q_scaled = p.alloc(z.q, "q * sqrt(scale)");
+    let mut causal_mask = None;
+    if call.causal {
         let ones = p.alloc(z.plane, "ones");
         let tril = p.alloc(z.plane, "tril");
         p.free(ones);
-        let zero = p.alloc(z.elem, "scalar_tensor");
-        let inf = p.alloc(z.elem, "scalar_tensor");
-        mask = Some(p.alloc(z.plane * z.elem, "causal mask"));
+        let zero = p.alloc(z.acc, "scalar_tensor");
+        let inf = p.alloc(z.acc, "scalar_tensor");
+        causal_mask = Some(p.alloc(z.plane * z.acc, "causal mask"));
         p.free(inf);
         p.free(zero);
         p.free(tril);
     }
-    let gqa = z.rep > 1;
-    let v_repeated = gqa.then(|| {
+    let v_repeated = (z.rep > 1).then(|| {
         p.alloc(z.k * z.rep, "repeat_interleave k");
         p.alloc(z.v * z.rep, "repeat_interleave v")
     });
     let k_scaled = p.alloc(z.k * z.rep, "k * sqrt(scale)");
-    let q_copy = p.alloc(z.q, "contiguous q");
-    // the repeated k is contiguous: its scaled transpose needs no copy
-    let k_copy = if gqa {
-        k_scaled
-    } else {
-        p.alloc(z.k, "contiguous k")
-    };
+    let q_copy = z.q_copied.then(|| p.alloc(z.q, "contiguous q"));
+    let k_copy = z.kv_copied.then(|| p.alloc(z.k, "contiguous k"));
     let mut scores = p.alloc(z.scores, "q @ k^T");
     if !records {
-        if !gqa {
-            p.free(k_copy);
+        for c in [k_copy, q_copy].into_iter().flatten() {
+            p.free(c);
         }
-        p.free(q_copy);
     }
-    // the scaled k goes with its expression, unless `bmm` keeps it (the repeated k's)
-    if !gqa || !records {
+    // the scaled k goes with its expression, unless `bmm` keeps it
+    if k_copy.is_some() || !records {
         p.free(k_scaled);
     }
-    if mask.is_some() {
+    if call.mask || causal_mask.is_some() {
         let added = p.alloc(z.scores, "scores + mask");
         p.free(scores);
         scores = added;
     }
     let probs = p.alloc(z.scores, "softmax");
     p.free(scores);
-    let dropped = (dropout && records).then(|| {
+    let dropped = (call.dropout && records).then(|| {
         let out = p.alloc(z.scores, "dropout");
-        (out, p.alloc(z.scores / z.elem, "dropout mask"))
+        (out, p.alloc(z.score_elems, "dropout mask"))
     });
-    let v_copy = match v_repeated {
-        Some(v) => v,
-        None => p.alloc(z.v, "contiguous v"),
-    };
+    let v_copy = z.kv_copied.then(|| p.alloc(z.v, "contiguous v"));
+    if z.upcast {
+        // `make_tuple(matmul(attn, v).to(dtype), attn.to(dtype))`, the last argument first
+        p.alloc(z.scores_in, "probabilities cast back");
+        p.alloc(z.out, "output in float32");
+    }
+    let scratch = Saved::Scratch;
     let kept = Kept {
-        q_copy,
-        k_copy,
-        probs,
-        dropped,
-        v_copy,
+        q: scratch(q_copy.unwrap_or(q_scaled)),
+        k: scratch(k_copy.unwrap_or(k_scaled)),
+        probs: scratch(probs),
+        v: match (v_copy, v_repeated, v_acc) {
+            (Some(c), _, _) | (None, Some(c), _) | (None, None, Some(c)) => scratch(c),
+            (None, None, None) => Saved::Input(2),
+        },
+        dropped: dropped.map(|(o, m)| (scratch(o), scratch(m))),
     };
     (p, kept)
 }
 
-/// The forward program: its leftovers (the scaled q, the mask, and without grad the
-/// probabilities and v's copy) go once the output exists.
-pub(crate) fn forward_scratch(ctx: &OpCtx, causal: bool, dropout: bool) -> Vec<Scratch> {
-    forward(ctx, causal, dropout).0.steps
+/// The forward program: its leftovers (the scaled q, the masks, the float32 copies, and without
+/// grad the probabilities and v's copy) go once the output exists.
+pub(crate) fn forward_scratch(ctx: &OpCtx, call: &MathCall) -> Vec<Scratch> {
+    forward(ctx, call).0.steps
 }
 
-/// What autograd keeps: the copies of q and k (`bmm`), the probabilities (`_safe_softmax`), v's
-/// copy (`bmm`), then the dropout's output and mask; [`backward_scratch`] releases them by these
-/// positions.
-pub(crate) fn saved_for_backward(ctx: &OpCtx, causal: bool, dropout: bool) -> Vec<Saved> {
-    let (_, k) = forward(ctx, causal, dropout);
-    let mut s = vec![
-        Saved::Scratch(k.q_copy),
-        Saved::Scratch(k.k_copy),
-        Saved::Scratch(k.probs),
-        Saved::Scratch(k.v_copy),
-    ];
+/// What autograd keeps: what the first `bmm` read (q's copy or the scaled q, k's copy or the
+/// scaled k), the probabilities (`_safe_softmax`), what the second read of v (its copy, its
+/// repeat, its float32 copy or v itself), then the dropout's output and mask.
+pub(crate) fn saved_for_backward(ctx: &OpCtx, call: &MathCall) -> Vec<Saved> {
+    let (_, k) = forward(ctx, call);
+    let mut s = vec![k.q, k.k, k.probs, k.v];
     if let Some((out, mask)) = k.dropped {
-        s.extend([Saved::Scratch(out), Saved::Scratch(mask)]);
+        s.extend([out, mask]);
     }
     s
 }
 
-/// The backward program, node by node (see the module docs); the gradients of q, k and v are
-/// its allocations [`input_grads`] names.
-pub(crate) fn backward_scratch(ctx: &OpCtx, dropout: bool) -> Vec<Scratch> {
-    backward(ctx, dropout).0.steps
+/// The backward program, node by node (see the module docs).
+pub(crate) fn backward_scratch(ctx: &OpCtx, call: &MathCall) -> Vec<Scratch> {
+    backward(ctx, call).0.steps
 }
 
-/// q's, k's and v's gradients: allocations of [`backward_scratch`], handed on as they are.
-pub(crate) fn input_grads(ctx: &OpCtx, dropout: bool) -> Vec<GradIn> {
-    let (_, [q, k, v]) = backward(ctx, dropout);
-    vec![GradIn::Scratch(q), GradIn::Scratch(k), GradIn::Scratch(v)]
+/// q's, k's and v's gradients, allocations of [`backward_scratch`] handed on as they are; a
+/// mask that requires grad gets the scores' gradient.
+pub(crate) fn input_grads(ctx: &OpCtx, call: &MathCall) -> Vec<GradIn> {
+    let (_, [q, k, v], mask) = backward(ctx, call);
+    let mut g = vec![GradIn::Scratch(q), GradIn::Scratch(k), GradIn::Scratch(v)];
+    if call.mask {
+        g.push(mask.map_or(GradIn::None, GradIn::Scratch));
+    }
+    g
 }
 
-fn backward(ctx: &OpCtx, dropout: bool) -> (Program, [usize; 3]) {
-    let z = Sizes::of(ctx);
+fn backward(ctx: &OpCtx, call: &MathCall) -> (Program, [usize; 3], Option<usize>) {
+    let z = Sizes::of(ctx, call);
+    let mask_grad = call.mask && ctx.inputs_require_grad.get(3).copied().unwrap_or(false);
     let mut p = Program::default();
-    let grad = z
-        .grad_copied
-        .then(|| p.alloc(z.out, "reshaped output gradient"));
-    p.steps.push(Scratch::DropIncoming);
+    // `.to(dtype)`'s backward casts the gradient up, then `_unsafe_view`'s reshapes it
+    let mut grad = None;
+    if z.upcast {
+        grad = Some(p.alloc(z.out, "output gradient in float32"));
+        p.step(Scratch::DropIncoming);
+    }
+    if z.grad_copied {
+        let copy = p.alloc(z.out, "reshaped output gradient");
+        match grad.replace(copy) {
+            Some(up) => p.free(up),
+            None => p.step(Scratch::DropIncoming),
+        }
+    }
     let mut v = p.alloc(z.v * z.rep, "v's gradient");
     let mut probs_grad = p.alloc(z.scores, "probabilities' gradient");
-    if let Some(g) = grad {
-        p.free(g);
+    match grad {
+        Some(g) => p.free(g),
+        None => p.step(Scratch::DropIncoming),
     }
-    // `bmm` releases `mat2` (v's copy), then `self`
-    p.steps.push(Scratch::ReleaseSaved(3));
-    if dropout {
-        p.steps.push(Scratch::ReleaseSaved(4));
+    // `bmm` releases `mat2` (v's), then `self`
+    p.step(Scratch::ReleaseSaved(3));
+    if call.dropout {
+        p.step(Scratch::ReleaseSaved(4));
         let g = p.alloc(z.scores, "dropout backward");
         p.free(probs_grad);
-        p.steps.push(Scratch::ReleaseSaved(5));
+        p.step(Scratch::ReleaseSaved(5));
         probs_grad = g;
     }
     let scores_grad = p.alloc(z.scores, "softmax backward");
     p.free(probs_grad);
-    p.steps.push(Scratch::ReleaseSaved(2));
-    let k_copy = p.alloc(z.k * z.rep, "contiguous k's gradient");
-    let q_copy = p.alloc(z.q, "contiguous q's gradient");
-    p.free(scores_grad);
-    p.steps.push(Scratch::ReleaseSaved(1));
-    p.steps.push(Scratch::ReleaseSaved(0));
+    p.step(Scratch::ReleaseSaved(2));
+    let k_bmm = p.alloc(z.k * z.rep, "k's gradient (bmm)");
+    let q_bmm = p.alloc(z.q, "q's gradient (bmm)");
+    if !mask_grad {
+        p.free(scores_grad);
+    }
+    p.step(Scratch::ReleaseSaved(1));
+    p.step(Scratch::ReleaseSaved(0));
     let mut k = p.alloc(z.k * z.rep, "k's gradient");
-    p.free(k_copy);
+    p.free(k_bmm);
     if z.rep > 1 {
         // `ExpandBackward0` sums each repeated gradient to its input's heads, v's first
         let summed = p.alloc(z.v, "v's gradient");
@@ -229,7 +295,15 @@ fn backward(ctx: &OpCtx, dropout: bool) -> (Program, [usize; 3]) {
         p.free(k);
         k = summed;
     }
-    let q = p.alloc(z.q, "q's gradient");
-    p.free(q_copy);
-    (p, [q, k, v])
+    let mut q = p.alloc(z.q, "q's gradient");
+    p.free(q_bmm);
+    if z.upcast {
+        // the float32 copies' `ToCopyBackward0`, the last made first
+        for (g, bytes) in [(&mut v, z.v_in), (&mut k, z.k_in), (&mut q, z.q_in)] {
+            let cast = p.alloc(bytes, "gradient cast back");
+            p.free(*g);
+            *g = cast;
+        }
+    }
+    (p, [q, k, v], mask_grad.then_some(scores_grad))
 }

@@ -1126,7 +1126,15 @@ fn attention(
         // over the cached keys and values (query_states stays a local)
         b.hold(&[q]);
         let (k, v) = cache.update(b, layer, k, v);
-        let o = sdpa_masked(b, q, k, v, m, s.attn_dropout, c.compute, merged(true));
+        let o = sdpa_masked(
+            b,
+            q,
+            (k, v, true),
+            m,
+            s.attn_dropout,
+            c.compute,
+            merged(true),
+        );
         return (
             linear(b, "o_proj", s.heads * d, s.hidden, s.attn_bias, o),
             None,
@@ -1153,11 +1161,19 @@ fn attention(
             (o, Some(w))
         }
         (_, Some(m)) => (
-            sdpa_masked(b, q, k, v, m, s.attn_dropout, c.compute, merged(true)),
+            sdpa_masked(
+                b,
+                q,
+                (k, v, false),
+                m,
+                s.attn_dropout,
+                c.compute,
+                merged(true),
+            ),
             None,
         ),
         (_, None) => (
-            sdpa_then(b, [q, k, v], s.attn_dropout, true, merged(false)),
+            sdpa_then(b, [q, k, v], (s.attn_dropout, true, false), merged(false)),
             None,
         ),
     };

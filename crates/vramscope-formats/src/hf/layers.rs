@@ -747,20 +747,21 @@ pub fn apply_rotary_sliced(
 }
 
 /// `F.scaled_dot_product_attention(q, k, v, dropout_p, is_causal)` (GQA via `enable_gqa`; the
-/// bidirectional encoders call it without a mask and not causal).
+/// bidirectional encoders call it without a mask and not causal); `kv_contiguous`: k and v are a
+/// cache's concatenations or `repeat_kv`'s copies, not transposed projections.
 pub fn sdpa(
     b: &mut GraphBuilder,
-    q: TensorId,
-    k: TensorId,
-    v: TensorId,
+    [q, k, v]: [TensorId; 3],
     dropout_p: f64,
     causal: bool,
+    kv_contiguous: bool,
 ) -> TensorId {
     b.op(
         ScaledDotProductAttention {
             dropout_p,
             causal,
             row_stats_temporary: false,
+            kv_contiguous,
         },
         &[q, k, v],
     )
@@ -775,8 +776,7 @@ pub fn sdpa(
 pub fn sdpa_then(
     b: &mut GraphBuilder,
     [q, k, v]: [TensorId; 3],
-    dropout_p: f64,
-    causal: bool,
+    (dropout_p, causal, kv_contiguous): (f64, bool, bool),
     then: impl FnOnce(&mut GraphBuilder, TensorId) -> TensorId,
 ) -> TensorId {
     let (qs, ks, vs) = (b.shape(q), b.shape(k), b.shape(v));
@@ -786,11 +786,11 @@ pub fn sdpa_then(
             let k = repeat_kv(b, k, n_rep);
             let v = repeat_kv(b, v, n_rep);
             b.hold(&[k, v]);
-            let o = sdpa(b, q, k, v, dropout_p, causal);
+            let o = sdpa(b, [q, k, v], dropout_p, causal, true);
             then(b, o)
         });
     }
-    let o = sdpa(b, q, k, v, dropout_p, causal);
+    let o = sdpa(b, [q, k, v], dropout_p, causal, kv_contiguous);
     then(b, o)
 }
 
@@ -1288,12 +1288,13 @@ pub fn repeat_kv(b: &mut GraphBuilder, x: TensorId, n_rep: u64) -> TensorId {
 /// `then` runs on the output before `sdpa_attention_forward` returns: its caller's
 /// `attn_output.transpose(1, 2).contiguous()` (a copy for Phi-3's output, a view for the others)
 /// is made while the repeated k and v are still its locals (truth traces).
+///
+/// `cached`: k and v are a cache's concatenations (contiguous, as `repeat_kv`'s copies are).
 #[allow(clippy::too_many_arguments)]
 pub fn sdpa_masked(
     b: &mut GraphBuilder,
     q: TensorId,
-    k: TensorId,
-    v: TensorId,
+    (k, v, cached): (TensorId, TensorId, bool),
     mask: TensorId,
     dropout_p: f64,
     dtype: DType,
@@ -1304,7 +1305,7 @@ pub fn sdpa_masked(
     let n_rep = qs[1] / kv_heads;
     if qs[2] == 1 && n_rep > 1 {
         let packed = view(b, "reshape", q, vec![qs[0], kv_heads, n_rep, qs[3]]);
-        let o = sdpa_with_mask(b, packed, k, v, mask, dropout_p, dtype);
+        let o = sdpa_with_mask(b, packed, (k, v, cached), mask, dropout_p, dtype);
         // cuDNN attention (half precision) lays its output out like the packed query, so the
         // reshape back is a view; mem-efficient attention's (float32) is `[B, n_rep, KV, D]`,
         // which the reshape copies unless there is one kv head
@@ -1325,7 +1326,8 @@ pub fn sdpa_masked(
         let k = repeat_kv(b, k, n_rep);
         let v = repeat_kv(b, v, n_rep);
         b.hold(&[k, v]);
-        let o = sdpa_with_mask(b, q, k, v, mask, dropout_p, dtype);
+        let contiguous = cached || n_rep > 1;
+        let o = sdpa_with_mask(b, q, (k, v, contiguous), mask, dropout_p, dtype);
         then(b, o)
     })
 }
@@ -1333,8 +1335,7 @@ pub fn sdpa_masked(
 fn sdpa_with_mask(
     b: &mut GraphBuilder,
     q: TensorId,
-    k: TensorId,
-    v: TensorId,
+    (k, v, kv_contiguous): (TensorId, TensorId, bool),
     mask: TensorId,
     dropout_p: f64,
     dtype: DType,
@@ -1378,6 +1379,7 @@ fn sdpa_with_mask(
             dropout_p,
             mask_batch: qs[0],
             mask_heads: 1,
+            kv_contiguous,
         },
         &[q, k, v, expanded],
     )
@@ -1526,7 +1528,7 @@ pub fn encoder_self_attention(
             Some((mask, dtype)) => {
                 let attn = Some((true, dropout_p));
                 let [q, k, v] = qkv.map(|t| heads_view(b, t, heads, false, attn));
-                sdpa_masked(b, q, k, v, mask, dropout_p, dtype, |b, o| {
+                sdpa_masked(b, q, (k, v, false), mask, dropout_p, dtype, |b, o| {
                     merge_heads(b, o, (true, dropout_p))
                 })
             }
@@ -1554,7 +1556,7 @@ pub fn attention_core(
     causal: bool,
 ) -> TensorId {
     let [q, k, v] = qkv.map(|t| heads_view(b, t, heads, false, Some((false, dropout_p))));
-    let o = sdpa(b, q, k, v, dropout_p, causal);
+    let o = sdpa(b, [q, k, v], dropout_p, causal, false);
     merge_heads(b, o, (false, dropout_p))
 }
 
@@ -1944,8 +1946,7 @@ pub fn cached_attention(
         return sdpa_masked(
             b,
             q,
-            k,
-            v,
+            (k, v, call.cache.is_some()),
             mask,
             dropout_p,
             eager.compute_dtype(),
@@ -1953,7 +1954,8 @@ pub fn cached_attention(
         );
     }
     let causal = b.shape(q)[2] > 1;
-    sdpa_then(b, [q, k, v], dropout_p, causal, |b, o| {
+    let cached = call.cache.is_some();
+    sdpa_then(b, [q, k, v], (dropout_p, causal, cached), |b, o| {
         merge_heads(b, o, (false, dropout_p))
     })
 }

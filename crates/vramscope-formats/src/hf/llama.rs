@@ -901,7 +901,8 @@ pub(super) fn attention(
                 None => (k, v),
             };
             // one query: the output is already laid out like q
-            let o = sdpa_masked(b, q, k, v, m, s.attn_dropout, proj_dtype, |b, o| {
+            let kv = (k, v, call.cache.is_some());
+            let o = sdpa_masked(b, q, kv, m, s.attn_dropout, proj_dtype, |b, o| {
                 attention_output(b, o, phi3 && seq > 1, (true, s.attn_dropout))
             });
             view(b, "reshape", o, vec![bsz, seq, s.heads * d])
@@ -916,7 +917,8 @@ pub(super) fn attention(
                 Some(c) => c.update(b, layer, k, v),
                 None => (k, v),
             };
-            let o = sdpa_then(b, [q, k, v], s.attn_dropout, seq > 1, |b, o| {
+            let cached = call.cache.is_some();
+            let o = sdpa_then(b, [q, k, v], (s.attn_dropout, seq > 1, cached), |b, o| {
                 attention_output(b, o, seq > 1, (false, s.attn_dropout))
             });
             view(b, "reshape", o, vec![bsz, seq, s.heads * d])
@@ -932,8 +934,11 @@ pub(super) fn attention(
             };
             let o = match mask {
                 // a materialized mask: k and v repeated to all heads, the mask made additive
-                Some(m) => sdpa_masked(b, q, k, v, m, s.attn_dropout, proj_dtype, merge(true)),
-                None => sdpa_then(b, [q, k, v], s.attn_dropout, true, merge(false)),
+                Some(m) => {
+                    let kv = (k, v, false);
+                    sdpa_masked(b, q, kv, m, s.attn_dropout, proj_dtype, merge(true))
+                }
+                None => sdpa_then(b, [q, k, v], (s.attn_dropout, true, false), merge(false)),
             };
             view(b, "reshape", o, vec![bsz, seq, s.heads * d])
         } else {

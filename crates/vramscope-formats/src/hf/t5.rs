@@ -1315,6 +1315,7 @@ fn sdpa_with_bias(
             dropout_p: s.dropout,
             mask_batch,
             mask_heads: hn,
+            kv_contiguous: false,
         },
         &[qkv[0], qkv[1], qkv[2], m],
     )

@@ -54,6 +54,7 @@ impl Lowerer<'_> {
             dropout_p,
             causal,
             row_stats_temporary,
+            kv_contiguous: false,
         };
         let mut y = self.emit(b, leaf, op, &ins);
         let s = b.shape(y).to_vec();

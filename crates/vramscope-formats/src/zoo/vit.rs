@@ -215,6 +215,7 @@ pub(crate) fn multi_head_attention(
             dropout_p,
             causal: false,
             row_stats_temporary: true,
+            kv_contiguous: false,
         },
         &bhld,
     );
