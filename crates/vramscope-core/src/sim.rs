@@ -557,6 +557,8 @@ struct OpPlan {
     key: Span,
     n_inputs: u32,
     records: bool,
+    /// autograd keeps the saved tensors (`OpCtx::keeps_saved`)
+    keeps_saved: bool,
     /// the next plan of the same op object
     next: Option<u32>,
     /// in `Plans::metas`
@@ -1192,7 +1194,9 @@ impl<'g> Sim<'g> {
             .any(|&r| self.rts[r as usize].requires_grad);
         let records = self.grad_enabled && any_rg && info.differentiable;
         // 2. the op's answers for these inputs
-        let pi = self.plan(op, graph_node, &sc, records);
+        // a checkpointed region's first forward records the op but drops what it saves
+        let keeps_saved = records && (region.is_none() || self.recomputing);
+        let pi = self.plan(op, graph_node, &sc, (records, keeps_saved));
         let plan = self.plans.list[pi];
         if info.view_is_input && plan.alias == Alias::View(0) && sc.casts.is_empty() {
             // `x.to(dtype)` of an `x` in that dtype returns `x` itself: no tensor, no autograd
@@ -1479,7 +1483,7 @@ impl<'g> Sim<'g> {
         op: &Arc<dyn Op>,
         graph_node: Option<usize>,
         sc: &CallScratch,
-        records: bool,
+        (records, keeps_saved): (bool, bool),
     ) -> usize {
         let rep = graph_node.map(|n| self.plans.rep_of_node[n] as usize);
         let grad_enabled = self.grad_enabled;
@@ -1490,6 +1494,7 @@ impl<'g> Sim<'g> {
                 let p = &self.plans.list[pi as usize];
                 let key = &self.plans.keys[p.key.range()];
                 let same = p.records == records
+                    && p.keeps_saved == keeps_saved
                     && p.n_inputs as usize == sc.eff.len()
                     && key.len() == sc.eff.len() + sc.eff_params.len()
                     && sc
@@ -1570,6 +1575,7 @@ impl<'g> Sim<'g> {
             outputs: &out_metas[..n_out],
             training: self.training,
             inputs_require_grad: &in_rg,
+            keeps_saved,
         };
         let alias = op.alias_for(&ctx);
         let sdpa = op.sdpa_backend(&ctx);
@@ -1624,6 +1630,7 @@ impl<'g> Sim<'g> {
             key,
             n_inputs: sc.eff.len() as u32,
             records,
+            keeps_saved,
             next: None,
             outputs,
             alias,

@@ -381,6 +381,7 @@ mod tests {
             outputs: &[],
             training: true,
             inputs_require_grad: &[],
+            keeps_saved: true,
         };
         assert_eq!(op.input_grads(&ctx), vec![GradIn::New, GradIn::None]);
     }

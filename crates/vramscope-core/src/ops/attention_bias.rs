@@ -197,6 +197,7 @@ mod tests {
             outputs: &[],
             training,
             inputs_require_grad: rg,
+            keeps_saved: true,
         }
     }
 

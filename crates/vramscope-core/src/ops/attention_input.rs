@@ -80,6 +80,7 @@ mod tests {
             outputs: &[],
             training: true,
             inputs_require_grad: &[true],
+            keeps_saved: true,
         })
     }
 

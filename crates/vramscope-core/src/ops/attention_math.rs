@@ -140,7 +140,10 @@ struct Kept {
 
 fn forward(ctx: &OpCtx, call: &MathCall) -> (Program, Kept) {
     let z = Sizes::of(ctx, call);
-    let records = ctx.inputs_require_grad.iter().any(|&g| g);
+    // autograd records the call; `records`: and keeps what it saves (not in a checkpointed
+    // region's forward, where the intermediates die as without grad)
+    let grad = ctx.inputs_require_grad.iter().any(|&g| g);
+    let records = grad && ctx.keeps_saved;
     let mut p = Program::default();
     let v_acc = z.upcast.then(|| {
         p.alloc(z.q, "q in float32");
@@ -184,15 +187,27 @@ fn forward(ctx: &OpCtx, call: &MathCall) -> (Program, Kept) {
     }
     let probs = p.alloc(z.scores, "softmax");
     p.free(scores);
-    let dropped = (call.dropout && records).then(|| {
+    let dropped = (call.dropout && grad).then(|| {
         let out = p.alloc(z.scores, "dropout");
-        (out, p.alloc(z.score_elems, "dropout mask"))
+        let mask = p.alloc(z.score_elems, "dropout mask");
+        if !records {
+            // nothing keeps the mask, nor the probabilities once `attn` is rebound
+            p.free(mask);
+            p.free(probs);
+        }
+        (out, mask)
     });
+    // `make_tuple(matmul(attn, v).to(dtype), attn.to(dtype))`, the last argument first; without
+    // grad v's copy goes as `matmul` returns, before the output is cast back
+    if z.upcast {
+        p.alloc(z.scores_in, "probabilities cast back");
+    }
     let v_copy = z.kv_copied.then(|| p.alloc(z.v, "contiguous v"));
     if z.upcast {
-        // `make_tuple(matmul(attn, v).to(dtype), attn.to(dtype))`, the last argument first
-        p.alloc(z.scores_in, "probabilities cast back");
         p.alloc(z.out, "output in float32");
+        if let (Some(c), false) = (v_copy, records) {
+            p.free(c);
+        }
     }
     let scratch = Saved::Scratch;
     let kept = Kept {

@@ -96,6 +96,7 @@ mod tests {
             outputs: &[],
             training,
             inputs_require_grad: &[training],
+            keeps_saved: true,
         })
     }
 

@@ -155,6 +155,7 @@ mod tests {
             outputs: &[],
             training: true,
             inputs_require_grad: requires_grad,
+            keeps_saved: true,
         }
     }
 

@@ -100,6 +100,7 @@ mod tests {
             outputs: &[],
             training: false,
             inputs_require_grad: &[],
+            keeps_saved: true,
         };
         assert_eq!(op.inference_extras(&ctx), inputs.to_vec());
         let k_only = MatMulCopy {

@@ -279,6 +279,10 @@ pub struct OpCtx<'a> {
     /// Whether each activation input requires grad (autograd records a gradient for it); empty
     /// when not known (graph passes that look at the program without running it).
     pub inputs_require_grad: &'a [bool],
+    /// Autograd keeps what the op saves for backward: false where it records the op but drops
+    /// its saved tensors (a checkpointed region's forward packs them for nothing), so a
+    /// composite's intermediates die as they would without grad.
+    pub keeps_saved: bool,
 }
 
 /// An error from an op's shape rule, naming what was expected.

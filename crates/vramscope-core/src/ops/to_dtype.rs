@@ -127,6 +127,7 @@ mod tests {
             outputs: &[],
             training: true,
             inputs_require_grad: &[],
+            keeps_saved: true,
         };
         assert_eq!(
             ToDtype::fixed(DType::BF16).alias_for(&ctx(&x)),

@@ -60,6 +60,7 @@ pub fn inplace_activations(g: &Graph) -> (Graph, usize) {
             outputs: &outputs,
             training: true,
             inputs_require_grad: &[],
+            keeps_saved: true,
         };
         let saves_t = prod.op.saved_for_backward(&ctx).iter().any(|s| match s {
             Saved::Output(k) => prod.outputs.get(*k) == Some(t),

@@ -35,7 +35,7 @@ use std::cell::RefCell;
 use vramscope_core::ir::Task;
 use vramscope_core::ops::{
     Alias, Aten, Autocast, DTypeRule, GradIn, Linear, LogSoftmax, MatMul, NllLoss, Saved,
-    ScaledDotProductAttentionBias, Softmax, MEM_EFF_MASK_ALIGNMENT,
+    ScaledDotProductAttentionBias, SdpaHeadsView, SdpaOutputMerge, Softmax, MEM_EFF_MASK_ALIGNMENT,
 };
 use vramscope_core::{DType, Graph, GraphBuilder, Precision, TensorId};
 
@@ -1029,7 +1029,15 @@ fn attention(
         if s.eager.is_some() {
             return eager_heads(b, t, hn, key);
         }
-        let t = view(b, "view", t, vec![bsz, l, hn, dk]);
+        // SDPA always has a mask here (the position bias): the math fallback hands the
+        // gradients back heads-first where no fused kernel takes the head dim
+        let op = SdpaHeadsView {
+            shape: vec![bsz, l, hn, dk],
+            copied: false,
+            masked: true,
+            dropout_p: s.dropout,
+        };
+        let t = b.op(op, &[t]);
         view(b, "transpose", t, vec![bsz, hn, l, dk])
     };
     let q = linear(b, "q", s.d_model, inner, false, x);
@@ -1102,11 +1110,25 @@ fn attention(
         // one position)
         (_, None) if causal && kv_len == 1 => math_attention(b, s, [q4, k4, v4], pb),
         // a decode step's query attends to every cached position: no causal mask
-        (true, _) => sdpa_with_bias(b, s, [q4, k4, v4], pb, (false, mask), kv.is_none()),
-        (false, _) => sdpa_with_bias(b, s, [q4, k4, v4], pb, (causal, mask), kv.is_none()),
+        (true, _) => {
+            let attn = (false, mask, cached);
+            sdpa_with_bias(b, s, [q4, k4, v4], pb, attn, kv.is_none())
+        }
+        (false, _) => {
+            let attn = (causal, mask, cached);
+            sdpa_with_bias(b, s, [q4, k4, v4], pb, attn, kv.is_none())
+        }
     });
-    // transpose(1, 2).contiguous() is free (the kernels lay the output out as [B, L, H, D])
-    let o = view(b, "transpose", o, vec![bsz, len, hn, dk]);
+    // transpose(1, 2).contiguous(): free after the fused kernels, which lay the output out as
+    // [B, L, H, D]; a copy after the math fallback
+    let merge = SdpaOutputMerge {
+        name: "clone",
+        shape: vec![bsz, len, hn, dk],
+        q_contiguous: false,
+        masked: true,
+        dropout_p: s.dropout,
+    };
+    let o = b.op(merge, &[o]);
     let o = view(b, "reshape", o, vec![bsz, len, inner]);
     (linear(b, "o", inner, s.d_model, false, o), pb, None)
 }
@@ -1218,7 +1240,7 @@ fn sdpa_with_bias(
     s: &Spec,
     qkv: [TensorId; 3],
     bias: TensorId,
-    (causal, padded): (bool, Option<TensorId>),
+    (causal, padded, kv_contiguous): (bool, Option<TensorId>, bool),
     bias_is_view: bool,
 ) -> TensorId {
     let q = b.shape(qkv[0]).to_vec();
@@ -1315,7 +1337,7 @@ fn sdpa_with_bias(
             dropout_p: s.dropout,
             mask_batch,
             mask_heads: hn,
-            kv_contiguous: false,
+            kv_contiguous,
         },
         &[qkv[0], qkv[1], qkv[2], m],
     )
