@@ -556,9 +556,9 @@ struct OpPlan {
     /// the metadata of the inputs, then of the parameters (in `Plans::keys`)
     key: Span,
     n_inputs: u32,
-    records: bool,
-    /// autograd keeps the saved tensors (`OpCtx::keeps_saved`)
-    keeps_saved: bool,
+    /// bit 0: autograd records the call; bit 1: it keeps the saved tensors
+    /// (`OpCtx::keeps_saved`); one byte keeps the plan, copied per call, at its size
+    recording: u8,
     /// the next plan of the same op object
     next: Option<u32>,
     /// in `Plans::metas`
@@ -1304,16 +1304,17 @@ impl<'g> Sim<'g> {
                 }
             }
             // the program's allocations autograd keeps outlive it
-            sc.scratch_saved.clear();
-            for k in 0..sc.kept.len() {
-                if let Saved::Scratch(j) = sc.kept[k] {
-                    if let Some(sid) = sc.made.get(j).copied().flatten() {
-                        self.incref(sid);
-                        sc.scratch_saved.push((j, sid));
+            if !sc.made.is_empty() {
+                for k in 0..sc.kept.len() {
+                    if let Saved::Scratch(j) = sc.kept[k] {
+                        if let Some(sid) = sc.made.get(j).copied().flatten() {
+                            self.incref(sid);
+                            sc.scratch_saved.push((j, sid));
+                        }
                     }
                 }
+                self.release_scratch(&mut sc.made);
             }
-            self.release_scratch(&mut sc.made);
             if let Some(b) = plan.sdpa {
                 if !self.sdpa.contains(&b) {
                     self.sdpa.push(b);
@@ -1448,10 +1449,12 @@ impl<'g> Sim<'g> {
                 });
             }
         }
-        for k in 0..sc.scratch_saved.len() {
-            self.decref(sc.scratch_saved[k].1);
+        if !sc.scratch_saved.is_empty() {
+            for k in 0..sc.scratch_saved.len() {
+                self.decref(sc.scratch_saved[k].1);
+            }
+            sc.scratch_saved.clear();
         }
-        sc.scratch_saved.clear();
         // extras live only through saved references; the ones made before the outputs, a
         // composite's locals (`query_padded`, `key_padded`, `value_padded`), go last and in
         // reverse order of construction (truth traces of padded flash attention)
@@ -1485,6 +1488,7 @@ impl<'g> Sim<'g> {
         sc: &CallScratch,
         (records, keeps_saved): (bool, bool),
     ) -> usize {
+        let recording = u8::from(records) | (u8::from(keeps_saved) << 1);
         let rep = graph_node.map(|n| self.plans.rep_of_node[n] as usize);
         let grad_enabled = self.grad_enabled;
         let rg = |s: &Self, r: Rt| grad_enabled && s.rts[r as usize].requires_grad;
@@ -1493,8 +1497,7 @@ impl<'g> Sim<'g> {
             while let Some(pi) = next {
                 let p = &self.plans.list[pi as usize];
                 let key = &self.plans.keys[p.key.range()];
-                let same = p.records == records
-                    && p.keeps_saved == keeps_saved
+                let same = p.recording == recording
                     && p.n_inputs as usize == sc.eff.len()
                     && key.len() == sc.eff.len() + sc.eff_params.len()
                     && sc
@@ -1629,8 +1632,7 @@ impl<'g> Sim<'g> {
         self.plans.list.push(OpPlan {
             key,
             n_inputs: sc.eff.len() as u32,
-            records,
-            keeps_saved,
+            recording,
             next: None,
             outputs,
             alias,
@@ -2282,8 +2284,10 @@ impl<'g> Sim<'g> {
             self.finish_region_node(i);
             // the nodes that made the padded copies run next, the last made first: each makes
             // its input's gradient and frees the padded one
-            bs.narrowed
-                .sort_by_key(|&(_, input, _)| std::cmp::Reverse(input));
+            if bs.narrowed.len() > 1 {
+                bs.narrowed
+                    .sort_by_key(|&(_, input, _)| std::cmp::Reverse(input));
+            }
             for c in 0..bs.narrowed.len() {
                 let (k, _, meta) = bs.narrowed[c];
                 let (target, padded) = bs.produced[k];
