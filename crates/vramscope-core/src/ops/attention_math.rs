@@ -21,6 +21,10 @@
 //!   `bmm`'s for k and q; each scaled operand's `MulBackward1`, k's first; repeated heads summed
 //!   back (v's first); half precision's casts back (v's, k's, q's). Each node releases what it
 //!   kept as it finishes.
+//!
+//! The mask is added out of place, as the truth tool's FakeTensors make torch do
+//! (`areAnyTensorSubclassLike`); on a real GPU `attn.add_(mask)` runs in place, one `[B, H, L, S]`
+//! buffer less at that moment.
 
 use super::*;
 
