@@ -254,16 +254,7 @@ impl Op for ScaledDotProductAttention {
         if self.math(ctx) {
             return super::attention_math::input_grads(ctx, &self.math_call(ctx));
         }
-        ctx.inputs
-            .iter()
-            .map(|t| {
-                if t.dtype.is_float() {
-                    GradIn::New
-                } else {
-                    GradIn::None
-                }
-            })
-            .collect()
+        new_grads_for_float_inputs(ctx)
     }
 
     // padded flash attention: `SliceBackward0` copies the output's gradient into a zeroed padded

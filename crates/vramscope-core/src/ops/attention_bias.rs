@@ -131,17 +131,7 @@ impl Op for ScaledDotProductAttentionBias {
     fn input_grads(&self, ctx: &OpCtx) -> Vec<GradIn> {
         match self.math_call(ctx) {
             Some(call) => super::attention_math::input_grads(ctx, &call),
-            None => ctx
-                .inputs
-                .iter()
-                .map(|t| {
-                    if t.dtype.is_float() {
-                        GradIn::New
-                    } else {
-                        GradIn::None
-                    }
-                })
-                .collect(),
+            None => new_grads_for_float_inputs(ctx),
         }
     }
 

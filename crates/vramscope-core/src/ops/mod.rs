@@ -285,6 +285,20 @@ pub struct OpCtx<'a> {
     pub keeps_saved: bool,
 }
 
+/// [`Op::input_grads`]' default: a new tensor for every float input, none for the others.
+pub(crate) fn new_grads_for_float_inputs(ctx: &OpCtx) -> Vec<GradIn> {
+    ctx.inputs
+        .iter()
+        .map(|t| {
+            if t.dtype.is_float() {
+                GradIn::New
+            } else {
+                GradIn::None
+            }
+        })
+        .collect()
+}
+
 /// An error from an op's shape rule, naming what was expected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{op}: {message}")]
@@ -417,18 +431,10 @@ pub trait Op: Debug + Send + Sync {
         Vec::new()
     }
 
-    /// Where each input's gradient comes from; by default a new tensor for every float input.
+    /// Where each input's gradient comes from; by default a new tensor for every float input
+    /// ([`new_grads_for_float_inputs`]).
     fn input_grads(&self, ctx: &OpCtx) -> Vec<GradIn> {
-        ctx.inputs
-            .iter()
-            .map(|t| {
-                if t.dtype.is_float() {
-                    GradIn::New
-                } else {
-                    GradIn::None
-                }
-            })
-            .collect()
+        new_grads_for_float_inputs(ctx)
     }
 
     /// Transient allocations of the backward kernels, in bytes (alive together with the new
