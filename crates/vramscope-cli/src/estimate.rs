@@ -4,6 +4,7 @@ use std::path::Path;
 
 use anyhow::{anyhow, Result};
 use vramscope_advice::{with_cache_release, Target};
+use vramscope_core::ops::SdpaBackend;
 use vramscope_core::sim::{simulate, Simulation};
 use vramscope_core::Graph;
 use vramscope_formats::hf::GenerationInfo;
@@ -93,6 +94,16 @@ pub fn estimate(
     loaded.apply_to(&mut cfg);
     cfg.record_events = record_events;
     let sim = simulate(&loaded.graph, &cfg)?;
+    if sim.sdpa_backends.contains(&SdpaBackend::Math) {
+        // the quadratic cost a user can avoid, said once per estimate
+        eprintln!(
+            "note: attention runs PyTorch's SDPA math fallback: no fused kernel takes its head \
+             dim in this precision (fused kernels want a multiple of 8 in fp16 / bf16 and of 4 \
+             in float32, flash attention at most 256), so every layer materializes and keeps \
+             its [batch, heads, seq, seq] scores and probabilities, which grow with the square of \
+             the sequence length"
+        );
+    }
     let mut report = EstimateReport::new(
         &ReportInput {
             graph: &loaded.graph,

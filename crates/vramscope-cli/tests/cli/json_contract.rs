@@ -1276,3 +1276,49 @@ fn four_bit_moe_notes_its_unquantized_experts_on_stderr() {
     );
     assert!(!run("llama32_1b_2l.json").contains("note: 4-bit loading"));
 }
+
+/// `sdpa_backends` names the kernels PyTorch runs on an H100, head dims included, and the math
+/// fallback (whose scores grow with the square of the sequence) comes with a note on stderr.
+#[test]
+fn sdpa_backends_follow_the_head_dim() {
+    let config = |name: &str| {
+        format!(
+            "{}/../../fixtures/hf/configs/{name}.json",
+            env!("CARGO_MANIFEST_DIR")
+        )
+    };
+    let cases = [
+        ("llama_head_dim_12", "amp-bf16", "flash"),
+        ("llama_head_dim_12", "fp32", "efficient"),
+        ("llama_head_dim_6", "fp32", "math"),
+        ("qwen2_head_dim_264", "amp-bf16", "efficient"),
+        ("gpt2_head_dim_10", "fp32", "math"),
+    ];
+    for (name, precision, backend) in cases {
+        let path = config(name);
+        let args = [
+            "estimate",
+            &path,
+            "--seq-len",
+            "64",
+            "-b",
+            "2",
+            "--precision",
+            precision,
+        ];
+        let out = crate::vramscope(&[&args[..], &["--json"]].concat());
+        assert!(out.status.success(), "{name} {precision}");
+        let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(
+            r["sdpa_backends"],
+            serde_json::json!([backend]),
+            "{name} {precision}"
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            stderr.contains("SDPA math fallback"),
+            backend == "math",
+            "{name} {precision}: {stderr}"
+        );
+    }
+}
