@@ -3,8 +3,9 @@
 # and vramscope: prints both peaks (allocated, reserved) and the SDPA kernels the truth ran.
 # With half precision and a head_dim that is not a multiple of 8, PyTorch pads q, k and v to the
 # next multiple of 8 and runs flash attention on the copies (`constant_pad_nd`, then a slice of
-# the padded output), which vramscope does not model yet (a known gap: -0.8% to -2.6% on these
-# toy models; every real checkpoint's head_dim is a multiple of 8).
+# the padded output); in float32 one that is not a multiple of 4 runs the math fallback; past 256
+# half precision runs mem-efficient attention. vramscope models all three since the thirtieth
+# session (they were -0.8% to -2.6%, -6.8% and 0% before; fixtures/truth/hf_head_dims.jsonl).
 #   DROP=0.0 bash validation/head_dim_scan.sh [HEAD_DIM...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -12,7 +13,7 @@ VENV=${VENV:-$HOME/.venvs/truth}
 BIN=${BIN:-target/release/vramscope}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-dims=${*:-4 12 20 36 72 80 96 160 192 256 320}
+dims=${*:-4 6 12 20 36 72 80 96 100 136 160 192 256 264 320}
 for hd in $dims; do
   python3 - "$hd" "${DROP:-0.0}" > "$tmp/hd.json" <<'PY'
 import json, sys
