@@ -6,6 +6,7 @@
 //! saved (what decides an out-of-memory error).
 
 use serde::Serialize;
+use vramscope_core::ops::SdpaBackend;
 use vramscope_core::optim::Optimizer;
 use vramscope_core::passes::inplace_activations;
 use vramscope_core::sim::{simulate, Checkpoint, Mode, Simulation, StepConfig};
@@ -392,20 +393,27 @@ pub fn tricks<S: ModelSource>(
             precision: p,
             ..cfg.clone()
         };
-        let after = sim(&base_graph, &c)?;
-        let note = match (p.autocast_dtype().is_some(), train) {
+        let after_sim = simulate(&base_graph, &c)?;
+        let after = Peak::of(&base_graph, &c, &after_sim, target)?;
+        let mut note = match (p.autocast_dtype().is_some(), train) {
             (true, true) => "activations saved in half precision; fp32 weights, gradients and states stay, plus autocast's cached half copies of the weights",
             (true, false) => "activations in half precision; the fp32 weights stay, with half-precision copies made for the layers that run in it",
             (false, true) => "everything in half precision: weights, gradients, optimizer states and activations",
             (false, false) => "weights and activations in half precision",
-        };
+        }
+        .to_string();
+        // a head dim float32's fused kernels refuse but flash attention pads
+        let math = |s: &Simulation| s.sdpa_backends.contains(&SdpaBackend::Math);
+        if math(&base_sim) && !math(&after_sim) {
+            note.push_str("; attention leaves PyTorch's SDPA math fallback for a fused kernel, which keeps no [batch, heads, seq, seq] scores");
+        }
         push(
             name,
             Change::Precision(p.name().into()),
             Some(after),
             cost,
             how.into(),
-            note.into(),
+            note,
         );
     }
     // checkpointing

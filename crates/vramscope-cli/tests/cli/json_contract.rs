@@ -1322,3 +1322,35 @@ fn sdpa_backends_follow_the_head_dim() {
         );
     }
 }
+
+/// `tricks` says when half precision takes attention off the math fallback (a float32 head dim
+/// of 6 runs it; flash attention pads it in bf16), and only then.
+#[test]
+fn precision_tricks_name_the_math_fallback_they_leave() {
+    let note_of = |name: &str| {
+        let path = format!(
+            "{}/../../fixtures/hf/configs/{name}.json",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let args = [
+            "tricks",
+            &path,
+            "--seq-len",
+            "256",
+            "-b",
+            "2",
+            "--precision",
+            "fp32",
+            "--json",
+        ];
+        let rows = crate::vramscope_json(&args);
+        let row = rows
+            .as_array()
+            .and_then(|r| r.iter().find(|t| t["name"] == "precision amp-bf16"))
+            .cloned()
+            .expect("an amp-bf16 row");
+        row["note"].as_str().unwrap_or_default().to_string()
+    };
+    assert!(note_of("llama_head_dim_6").contains("math fallback"));
+    assert!(!note_of("llama_head_dim_12").contains("math fallback"));
+}
