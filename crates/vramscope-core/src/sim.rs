@@ -1027,7 +1027,8 @@ impl<'g> Sim<'g> {
 
     /// Runs a kernel's scratch program (a span of `Plans::scratch`); leaves in `made` what it
     /// left allocated. `incoming`: a backward node's incoming gradients, which
-    /// [`Scratch::DropIncoming`] releases (empty in forward).
+    /// [`Scratch::DropIncoming`] releases (empty in forward). Stops at [`Scratch::Outputs`] and
+    /// returns where to go on once the outputs exist ([`Sim::run_scratch_from`]).
     fn run_scratch(
         &mut self,
         program: Span,
@@ -1036,9 +1037,22 @@ impl<'g> Sim<'g> {
         made: &mut Vec<Option<u32>>,
         incoming: &mut [Option<u32>],
         saved: Span,
-    ) {
+    ) -> Option<usize> {
         made.clear();
-        for k in program.range() {
+        self.run_scratch_from(program.range(), (category, module), made, incoming, saved)
+    }
+
+    /// Runs the steps `steps` of `Plans::scratch`, adding to `made` (see
+    /// [`run_scratch`](Self::run_scratch)).
+    fn run_scratch_from(
+        &mut self,
+        steps: std::ops::Range<usize>,
+        (category, module): (Category, Option<ModuleId>),
+        made: &mut Vec<Option<u32>>,
+        incoming: &mut [Option<u32>],
+        saved: Span,
+    ) -> Option<usize> {
+        for k in steps {
             match self.plans.scratch[k] {
                 Scratch::Alloc { bytes, what } => made.push(Some(self.new_bytes(
                     bytes,
@@ -1064,8 +1078,10 @@ impl<'g> Sim<'g> {
                     }
                 }
                 Scratch::ReleaseSaved(_) => {}
+                Scratch::Outputs => return Some(k + 1),
             }
         }
+        None
     }
 
     /// Releases what [`run_scratch`](Self::run_scratch) left allocated.
@@ -1261,7 +1277,7 @@ impl<'g> Sim<'g> {
                 }
             }
             let no_saved = Span::default();
-            self.run_scratch(
+            let after_outputs = self.run_scratch(
                 plan.forward_scratch,
                 cat,
                 module,
@@ -1302,6 +1318,10 @@ impl<'g> Sim<'g> {
                         outs.push(self.new_rt(sid, m, records));
                     }
                 }
+            }
+            if let Some(k) = after_outputs {
+                let rest = k..plan.forward_scratch.range().end;
+                self.run_scratch_from(rest, (cat, module), &mut sc.made, &mut [], no_saved);
             }
             // the program's allocations autograd keeps outlive it
             if !sc.made.is_empty() {

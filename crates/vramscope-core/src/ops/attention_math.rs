@@ -149,11 +149,14 @@ fn forward(ctx: &OpCtx, call: &MathCall) -> (Program, Kept) {
     let grad = ctx.inputs_require_grad.iter().any(|&g| g);
     let records = grad && ctx.keeps_saved;
     let mut p = Program::default();
-    let v_acc = z.upcast.then(|| {
-        p.alloc(z.q, "q in float32");
-        p.alloc(z.k, "k in float32");
-        p.alloc(z.v, "v in float32")
+    let acc = z.upcast.then(|| {
+        (
+            p.alloc(z.q, "q in float32"),
+            p.alloc(z.k, "k in float32"),
+            p.alloc(z.v, "v in float32"),
+        )
     });
+    let v_acc = acc.map(|(_, _, v)| v);
     let q_scaled = p.alloc(z.q, "q * sqrt(scale)");
     let mut causal_mask = None;
     if call.causal {
@@ -167,10 +170,13 @@ fn forward(ctx: &OpCtx, call: &MathCall) -> (Program, Kept) {
         p.free(zero);
         p.free(tril);
     }
-    let v_repeated = (z.rep > 1).then(|| {
-        p.alloc(z.k * z.rep, "repeat_interleave k");
-        p.alloc(z.v * z.rep, "repeat_interleave v")
+    let repeated = (z.rep > 1).then(|| {
+        (
+            p.alloc(z.k * z.rep, "repeat_interleave k"),
+            p.alloc(z.v * z.rep, "repeat_interleave v"),
+        )
     });
+    let v_repeated = repeated.map(|(_, v)| v);
     let k_scaled = p.alloc(z.k * z.rep, "k * sqrt(scale)");
     let q_copy = z.q_copied.then(|| p.alloc(z.q, "contiguous q"));
     let k_copy = z.kv_copied.then(|| p.alloc(z.k, "contiguous k"));
@@ -203,15 +209,51 @@ fn forward(ctx: &OpCtx, call: &MathCall) -> (Program, Kept) {
     });
     // `make_tuple(matmul(attn, v).to(dtype), attn.to(dtype))`, the last argument first; without
     // grad v's copy goes as `matmul` returns, before the output is cast back
-    if z.upcast {
-        p.alloc(z.scores_in, "probabilities cast back");
-    }
+    let attn_half = z
+        .upcast
+        .then(|| p.alloc(z.scores_in, "probabilities cast back"));
     let v_copy = z.kv_copied.then(|| p.alloc(z.v, "contiguous v"));
-    if z.upcast {
-        p.alloc(z.out, "output in float32");
-        if let (Some(c), false) = (v_copy, records) {
-            p.free(c);
+    let out_acc = z.upcast.then(|| p.alloc(z.out, "output in float32"));
+    if let (Some(c), true, false) = (v_copy, z.upcast, records) {
+        p.free(c);
+    }
+    p.step(Scratch::Outputs);
+    // then the return expression's temporaries (the float32 output, or v's copy after the
+    // output's `bmm`), the locals from the last made (`attn`, the repeats, the scaled q, the
+    // causal mask, the float32 copies), and the returned weights, which the caller drops
+    if let Some(o) = out_acc {
+        p.free(o);
+    }
+    if let (Some(c), false, false) = (v_copy, z.upcast, records) {
+        p.free(c);
+    }
+    let attn = dropped.map_or(probs, |(out, _)| out);
+    if z.upcast && !records {
+        p.free(attn);
+    }
+    if let Some((k, v)) = repeated {
+        if !records {
+            p.free(v);
         }
+        p.free(k);
+    }
+    if !records || q_copy.is_some() {
+        p.free(q_scaled);
+    }
+    if let Some(m) = causal_mask {
+        p.free(m);
+    }
+    if let Some((q, k, v)) = acc {
+        if !records || v_copy.is_some() || repeated.is_some() {
+            p.free(v);
+        }
+        p.free(k);
+        p.free(q);
+    }
+    match attn_half {
+        Some(w) => p.free(w),
+        None if !records => p.free(attn),
+        None => {}
     }
     let scratch = Saved::Scratch;
     let kept = Kept {
@@ -227,8 +269,8 @@ fn forward(ctx: &OpCtx, call: &MathCall) -> (Program, Kept) {
     (p, kept)
 }
 
-/// The forward program: its leftovers (the scaled q, the masks, the float32 copies, and without
-/// grad the probabilities and v's copy) go once the output exists.
+/// The forward program, the op's outputs made at its [`Scratch::Outputs`] step; what is left
+/// allocated at its end is what autograd keeps.
 pub(crate) fn forward_scratch(ctx: &OpCtx, call: &MathCall) -> Vec<Scratch> {
     forward(ctx, call).0.steps
 }

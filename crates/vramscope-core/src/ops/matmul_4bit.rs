@@ -178,7 +178,10 @@ mod tests {
             .iter()
             .filter_map(|s| match s {
                 Scratch::Alloc { bytes, .. } => Some(*bytes),
-                Scratch::Free(_) | Scratch::DropIncoming | Scratch::ReleaseSaved(_) => None,
+                Scratch::Free(_)
+                | Scratch::DropIncoming
+                | Scratch::ReleaseSaved(_)
+                | Scratch::Outputs => None,
             })
             .collect();
         assert_eq!(bytes, vec![n / 64 * 4, n * 4, n * 2]);

@@ -263,6 +263,10 @@ pub enum Scratch {
     /// In a backward program: releases the node's saved tensor `i` (in [`Op::saved_for_backward`]
     /// order) now, as the composite's autograd node that kept it finishes.
     ReleaseSaved(usize),
+    /// In a forward program: the op's outputs are made here, and the steps after run once they
+    /// exist (a composite's frees after its result: the return expression's temporaries, then
+    /// its locals in reverse order of construction).
+    Outputs,
 }
 
 /// What an op sees when the simulator asks it a question: runtime shapes and dtypes.
