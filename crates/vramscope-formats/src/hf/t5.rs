@@ -1102,25 +1102,9 @@ fn attention(
         let (o, w) = b.frame(|b| eager_attention(b, eager, q4, k4, v4, &masks, s.dropout, cached));
         return (linear(b, "o", inner, s.d_model, false, o), pb, Some(w));
     }
-    let o = b.frame(|b| match (decoding, kv) {
-        // generate's first decoder position (cached or not): the bias `[1, H, 1, 1]` is a
-        // permuted view whose last stride is not 1, which SDPA's fused kernels refuse
-        // (`check_last_dim_stride_equals_1`), and `.contiguous()` leaves it as it is: the math
-        // path. So is one-token targets' self-attention outside generate (no causal mask over
-        // one position)
-        (_, None) if causal && kv_len == 1 => math_attention(b, s, [q4, k4, v4], pb),
-        // a decode step's query attends to every cached position: no causal mask
-        (true, _) => {
-            let attn = (false, mask, cached);
-            sdpa_with_bias(b, s, [q4, k4, v4], pb, attn, kv.is_none())
-        }
-        (false, _) => {
-            let attn = (causal, mask, cached);
-            sdpa_with_bias(b, s, [q4, k4, v4], pb, attn, kv.is_none())
-        }
-    });
-    // transpose(1, 2).contiguous(): free after the fused kernels, which lay the output out as
-    // [B, L, H, D]; a copy after the math fallback
+    // transpose(1, 2).contiguous() before sdpa_attention_forward returns (its mask still a local):
+    // free after the fused kernels, which lay the output out as [B, L, H, D]; a copy after the
+    // math fallback
     let merge = SdpaOutputMerge {
         name: "clone",
         shape: vec![bsz, len, hn, dk],
@@ -1128,7 +1112,26 @@ fn attention(
         masked: true,
         dropout_p: s.dropout,
     };
-    let o = b.op(merge, &[o]);
+    let o = b.frame(|b| {
+        let o = match (decoding, kv) {
+            // generate's first decoder position (cached or not): the bias `[1, H, 1, 1]` is a
+            // permuted view whose last stride is not 1, which SDPA's fused kernels refuse
+            // (`check_last_dim_stride_equals_1`), and `.contiguous()` leaves it as it is: the math
+            // path. So is one-token targets' self-attention outside generate (no causal mask over
+            // one position)
+            (_, None) if causal && kv_len == 1 => math_attention(b, s, [q4, k4, v4], pb),
+            // a decode step's query attends to every cached position: no causal mask
+            (true, _) => {
+                let attn = (false, mask, cached);
+                sdpa_with_bias(b, s, [q4, k4, v4], pb, attn, kv.is_none())
+            }
+            (false, _) => {
+                let attn = (causal, mask, cached);
+                sdpa_with_bias(b, s, [q4, k4, v4], pb, attn, kv.is_none())
+            }
+        };
+        b.op(merge, &[o])
+    });
     let o = view(b, "reshape", o, vec![bsz, len, inner]);
     (linear(b, "o", inner, s.d_model, false, o), pb, None)
 }
