@@ -41,6 +41,19 @@ pub struct SdpaCall {
 }
 
 impl SdpaCall {
+    /// A call over q, k and v that share `head_dim`, with no gradient for a mask: what the ops
+    /// around an attention call (its heads views, its output's transpose) know of it.
+    pub fn around(head_dim: u64, dropout: bool, mask: bool, grad: bool) -> SdpaCall {
+        SdpaCall {
+            head_dim,
+            head_dim_v: head_dim,
+            dropout,
+            mask,
+            mask_grad: false,
+            grad,
+        }
+    }
+
     /// The call of attention over q `[.., E]` and v `[.., Ev]`, with grad as `ctx` says (or, where
     /// it is not known, as `ctx.training` does).
     pub fn of(ctx: &OpCtx, dropout_p: f64, mask: bool) -> SdpaCall {
@@ -98,6 +111,13 @@ impl SdpaBackend {
         } else {
             SdpaBackend::Math
         }
+    }
+
+    /// Whether the kernel hands its output and its q, k and v gradients back as contiguous
+    /// heads-first `[B, H, S, D]` tensors whatever its inputs' layout: the math fallback's
+    /// `bmm` results, padded flash attention's slice and `ConstantPadNdBackward0` copies.
+    pub fn heads_first(self, call: &SdpaCall) -> bool {
+        self == SdpaBackend::Math || self.pads_head_dims(call)
     }
 
     /// Whether flash attention runs on padded copies of q, k and v (a head dim that is not a
@@ -451,14 +471,7 @@ mod tests {
             };
             let kv_len: u64 = a[7].parse().expect("S");
             for (&d, code) in dims.iter().zip(codes.split_whitespace()) {
-                let call = SdpaCall {
-                    head_dim: d,
-                    head_dim_v: d,
-                    dropout: a[1] != "0.0",
-                    mask: a[4] != "None",
-                    mask_grad: false,
-                    grad: a[2] == "1",
-                };
+                let call = SdpaCall::around(d, a[1] != "0.0", a[4] != "None", a[2] == "1");
                 let backend = SdpaBackend::choose(dtype, &call);
                 let expected = match &code[..1] {
                     "C" => SdpaBackend::Cudnn,

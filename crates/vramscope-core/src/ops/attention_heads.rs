@@ -17,14 +17,7 @@ use super::*;
 /// Whether the attention kernel (no dropout, no mask) for heads of `head_dim` in `dtype` lays out
 /// its tensors like q.
 fn like_q(dtype: DType, head_dim: u64, training: bool) -> bool {
-    let call = super::attention::SdpaCall {
-        head_dim,
-        head_dim_v: head_dim,
-        dropout: false,
-        mask: false,
-        mask_grad: false,
-        grad: training,
-    };
+    let call = super::attention::SdpaCall::around(head_dim, false, false, training);
     SdpaBackend::choose(dtype, &call) == SdpaBackend::Cudnn
 }
 

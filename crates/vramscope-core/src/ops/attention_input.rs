@@ -5,7 +5,8 @@
 //! padded head dims ([`SdpaBackend::choose`]) hand back contiguous heads-first `[B, H, S, D]`
 //! gradients (`bmm`'s, `ConstantPadNdBackward0`'s), which `ViewBackward0` cannot view as
 //! `[B, S, H·D]`: it copies them (truth traces of a Llama and a GPT-2 with head dims 6, 10 and
-//! 12), unless there is one head or one position.
+//! 12), unless there is one head or one position. Fed to eager attention (`sdpa: None`) only the
+//! caller's rule holds.
 
 use super::attention::SdpaCall;
 use super::*;
@@ -17,10 +18,9 @@ pub struct SdpaHeadsView {
     pub shape: Shape,
     /// The gradient is copied whatever the kernel (the caller's rule for the fused kernels).
     pub copied: bool,
-    /// The attention call has a mask.
-    pub masked: bool,
-    /// The attention call's dropout probability (active in training only).
-    pub dropout_p: f64,
+    /// The SDPA call the view feeds: whether it has a mask, and its dropout probability (active
+    /// in training only); `None` for eager attention.
+    pub sdpa: Option<(bool, f64)>,
 }
 
 impl SdpaHeadsView {
@@ -33,16 +33,12 @@ impl SdpaHeadsView {
         if self.copied {
             return true;
         }
-        let call = SdpaCall {
-            head_dim: dim(3),
-            head_dim_v: dim(3),
-            dropout: ctx.training && self.dropout_p > 0.0,
-            mask: self.masked,
-            mask_grad: false,
-            grad: true,
+        let Some((masked, dropout_p)) = self.sdpa else {
+            return false;
         };
-        let backend = SdpaBackend::choose(ctx.inputs[0].dtype, &call);
-        backend == SdpaBackend::Math || backend.pads_head_dims(&call)
+        let dropout = ctx.training && dropout_p > 0.0;
+        let call = SdpaCall::around(dim(3), dropout, masked, true);
+        SdpaBackend::choose(ctx.inputs[0].dtype, &call).heads_first(&call)
     }
 }
 
@@ -89,8 +85,7 @@ mod tests {
         let view = |d: u64, copied| SdpaHeadsView {
             shape: vec![2, 64, 4, d],
             copied,
-            masked: false,
-            dropout_p: 0.0,
+            sdpa: Some((false, 0.0)),
         };
         // cuDNN hands back gradients laid out like its inputs
         assert_eq!(

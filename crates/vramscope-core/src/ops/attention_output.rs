@@ -34,25 +34,21 @@ impl SdpaOutputMerge {
     fn copies(&self, ctx: &OpCtx) -> bool {
         let o = &ctx.inputs[0];
         let dims = |i: usize| o.shape.get(i).copied().unwrap_or(1);
-        let d = dims(3);
-        let call = SdpaCall {
-            head_dim: d,
-            head_dim_v: d,
-            dropout: ctx.training && self.dropout_p > 0.0,
-            mask: self.masked,
-            mask_grad: false,
-            grad: ctx
-                .inputs_require_grad
-                .first()
-                .copied()
-                .unwrap_or(ctx.training),
-        };
-        match SdpaBackend::choose(o.dtype, &call) {
-            SdpaBackend::Efficient => false,
-            backend @ (SdpaBackend::Cudnn | SdpaBackend::Flash) => {
-                self.q_contiguous || backend.pads_head_dims(&call)
-            }
-            SdpaBackend::Math => dims(1) > 1 && dims(2) > 1,
+        let dropout = ctx.training && self.dropout_p > 0.0;
+        let grad = ctx
+            .inputs_require_grad
+            .first()
+            .copied()
+            .unwrap_or(ctx.training);
+        let call = SdpaCall::around(dims(3), dropout, self.masked, grad);
+        let backend = SdpaBackend::choose(o.dtype, &call);
+        if backend.heads_first(&call) {
+            // contiguous heads-first: its transpose is contiguous only for one head or query
+            // (a padded slice never is)
+            backend.pads_head_dims(&call) || (dims(1) > 1 && dims(2) > 1)
+        } else {
+            // mem-efficient attention writes [B, S, H, D]; cuDNN and flash lay it out like q
+            backend != SdpaBackend::Efficient && self.q_contiguous
         }
     }
 }

@@ -8,7 +8,7 @@ use vramscope_core::ops::{
     broadcast_shapes, Activation, ActivationKind, Add, Aten, Autocast, Contiguous, DTypeRule,
     Dropout, GradIn, KvCacheUpdate, LayerNorm, Linear, MatMul, MatMulCopy, Saved,
     ScaledDotProductAttention, ScaledDotProductAttentionBias, Scratch, SdpaHeadsView,
-    SdpaOutputMerge, Slice, Softmax, ToDtype, ViewStridedGrad,
+    SdpaOutputMerge, Slice, Softmax, ToDtype,
 };
 use vramscope_core::{DType, GraphBuilder, InitStep, TensorId};
 
@@ -233,7 +233,7 @@ pub fn view(b: &mut GraphBuilder, name: &'static str, x: TensorId, shape: Vec<u6
 /// `t.view(shape)` of a q or k projection (`shape` is `[B, S, H, D]`) that is then transposed,
 /// rotated and handed to SDPA. With `grads_heads_first` its gradient arrives as the transpose of
 /// a heads-first tensor, which `ViewBackward0` can view only for one head or one position:
-/// otherwise it copies it ([`ViewStridedGrad`]). That is the case after rotary, whatever the
+/// otherwise it copies it ([`SdpaHeadsView`]). That is the case after rotary, whatever the
 /// SDPA backend: the engine runs `rotate_half(x) * sin`'s branch first (made later, a higher
 /// sequence number), so the two `SliceBackward0` gradients (new zero tensors, heads-first) open
 /// the input's gradient buffer and `x * cos`'s gradient is added to them, in their layout (truth
@@ -249,21 +249,12 @@ pub fn rotated_heads_view(
     grads_heads_first: bool,
     sdpa: Option<(bool, f64)>,
 ) -> TensorId {
-    if let Some((masked, dropout_p)) = sdpa {
-        let op = SdpaHeadsView {
-            shape,
-            copied: grads_heads_first,
-            masked,
-            dropout_p,
-        };
-        return b.op(op, &[t]);
-    }
-    let copied = grads_heads_first && shape.get(1) > Some(&1) && shape.get(2) > Some(&1);
-    if copied {
-        b.op(ViewStridedGrad { shape }, &[t])
-    } else {
-        view(b, "view", t, shape)
-    }
+    let op = SdpaHeadsView {
+        shape,
+        copied: grads_heads_first,
+        sdpa,
+    };
+    b.op(op, &[t])
 }
 
 /// Which of q's, k's and v's gradients reach their projection's `.view` heads-first, so that

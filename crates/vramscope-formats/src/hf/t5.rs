@@ -1034,8 +1034,7 @@ fn attention(
         let op = SdpaHeadsView {
             shape: vec![bsz, l, hn, dk],
             copied: false,
-            masked: true,
-            dropout_p: s.dropout,
+            sdpa: Some((true, s.dropout)),
         };
         let t = b.op(op, &[t]);
         view(b, "transpose", t, vec![bsz, hn, l, dk])
