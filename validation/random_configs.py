@@ -275,6 +275,11 @@ def random_config(rng, families=None, measured_heads=False):
                                 "bos_token_id", "eos_token_id", "rope_scaling", "layer_types",
                                 "n_inner", "classifier_dropout", "attention_dropout")
                     if k in cfg or k in ("head_dim", "pad_token_id")]
+        if mt in ("roberta", "xlm-roberta"):
+            # their embeddings number positions from it and transformers' forward fails without
+            # one (vramscope refuses it); measure.py sets it for a classifier's batch of two or
+            # more, which would make such a draw look like a vramscope failure
+            nullable.remove("pad_token_id")
         cfg[rng.choice(nullable)] = None
     heads = [h for h in heads_of(mt) if not measured_heads or h.endswith(MEASURED)]
     cfg["architectures"] = [rng.choice(heads)]

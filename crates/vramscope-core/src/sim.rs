@@ -2970,8 +2970,9 @@ fn checkpoint_regions(g: &Graph, specs: &[Checkpoint]) -> Result<Vec<Region>, Si
     Ok(kept)
 }
 
-/// Simulates `cfg` over `graph`. The caching-allocator model runs on a second thread for a large
-/// graph ([`simulate_on_this_thread`] gives the same results on the caller's alone).
+/// Simulates `cfg` over `graph`. The caching-allocator model moves to a second thread once it has
+/// had a few milliseconds of work on the caller's ([`simulate_on_this_thread`] gives the same
+/// results on the caller's alone).
 pub fn simulate(graph: &Graph, cfg: &StepConfig) -> Result<Simulation, SimError> {
     validate_graph(graph)?;
     run(graph, cfg, ModelThread::Auto)
@@ -2984,8 +2985,8 @@ pub fn simulate_on_this_thread(graph: &Graph, cfg: &StepConfig) -> Result<Simula
     run(graph, cfg, ModelThread::Never)
 }
 
-/// [`simulate`] with the allocator model on a second thread whatever the graph's size and the
-/// CPUs: for the test that the threaded path agrees with [`simulate_on_this_thread`].
+/// [`simulate`] with the allocator model on a second thread from the start whatever the model's
+/// work and the CPUs: for the test that the threaded path agrees with [`simulate_on_this_thread`].
 #[doc(hidden)]
 pub fn simulate_with_allocator_thread(
     graph: &Graph,
@@ -3073,7 +3074,6 @@ fn run(g: &Graph, cfg: &StepConfig, thread: ModelThread) -> Result<Simulation, S
                 model
             },
             thread,
-            g.nodes.len(),
         ),
         storages: Vec::with_capacity(storages),
         rts: Vec::with_capacity(storages / 2),

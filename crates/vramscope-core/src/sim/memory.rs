@@ -11,6 +11,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use crate::allocator::{round_size, BlockId, CachingAllocator};
 
@@ -42,23 +43,32 @@ const MAX_WAITING: usize = 2;
 /// How many times the model's thread checks for a batch before it sleeps until the next one.
 const SPINS: u32 = 1 << 14;
 
-/// Graphs with fewer nodes than this are simulated on the caller's thread: starting and waking a
-/// second thread costs more than it saves on them. Measured on the development VM with
-/// `validation/pinned_against.sh` (docs/performance.md): from 256 nodes, gpt2 (8 × 1024) and
-/// llama-3-8b (1 × 4096) ran slower unpinned than on one thread; llama-3-70b (4,011 nodes) ran
-/// faster.
-const THREAD_FROM_NODES: usize = 2048;
+/// How long the model may take applying batches on the simulator's thread before it moves to a
+/// thread of its own (`ModelThread::Auto`). A second thread pays only where the model has much
+/// to do: on the development VM a new thread often starts running milliseconds after it is
+/// spawned, so in a short simulation the simulator ends up applying most batches itself and the
+/// thread's start, hand-overs and join are pure cost (`validation/ab_runs.py`, docs/performance.md:
+/// the 70B training estimate, about 1.1 ms of model work, 4.84 ms median with the thread from the
+/// start against 4.46 ms with this budget; a generation of llama-3-8b, about 5 ms of model work,
+/// 27.3 ms on one thread, 23.5 ms with the thread from the start, 25.3 ms with this budget).
+const MODEL_TIME_BEFORE_THREAD: Duration = Duration::from_micros(2500);
 
 /// Where the memory model runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum ModelThread {
-    /// On a thread of its own for a graph of at least [`THREAD_FROM_NODES`] nodes when the
-    /// process may use two CPUs (and a thread can be started).
+    /// On the simulator's thread, then, once the model has taken [`MODEL_TIME_BEFORE_THREAD`]
+    /// there and when the process may use two CPUs, on a thread of its own (when one can be
+    /// started).
     Auto,
     /// On the simulator's thread.
     Never,
-    /// On a thread of its own whatever the graph and CPUs (tests of the threaded path).
+    /// On a thread of its own whatever the simulation's length and the CPUs (tests of the
+    /// threaded path).
     Always,
+    /// On the simulator's thread, then, once the model has taken this long there, on a thread
+    /// of its own whatever the CPUs (tests of the move).
+    #[cfg(test)]
+    After(Duration),
 }
 
 /// The memory model's state.
@@ -257,6 +267,9 @@ impl MemoryModel {
 pub(super) struct MemoryFeed {
     batch: Vec<Msg>,
     to: Destination,
+    /// While the model is on this thread: how much longer it may take applying batches here
+    /// before it moves to a thread of its own, and whether it moves only with two CPUs
+    thread_after: Option<(Duration, bool)>,
 }
 
 enum Destination {
@@ -324,39 +337,47 @@ impl Shared {
 }
 
 impl MemoryFeed {
-    /// A feed to `model`, run where `thread` says for a graph of `graph_nodes` nodes.
-    pub(super) fn new(model: MemoryModel, thread: ModelThread, graph_nodes: usize) -> Self {
-        let threaded = match thread {
-            ModelThread::Auto => graph_nodes >= THREAD_FROM_NODES && two_cpus(),
-            ModelThread::Never => false,
-            ModelThread::Always => true,
-        };
-        let to = if threaded {
-            let shared = Arc::new(Shared {
-                model: Mutex::new(model),
-                queue: Mutex::new(VecDeque::new()),
-                waiting: AtomicUsize::new(0),
-                spare: Mutex::new(Vec::new()),
-                done: AtomicBool::new(false),
-            });
-            let started = std::thread::Builder::new()
-                .name("vramscope-allocator".into())
-                .spawn({
-                    let shared = Arc::clone(&shared);
-                    move || shared.work()
-                });
-            match started {
-                Ok(worker) => Destination::Thread { shared, worker },
-                // no thread to be had (a limit on threads): the model runs here
-                Err(_) => Destination::Here(Box::new(Self::unshare(&shared))),
-            }
-        } else {
-            Destination::Here(Box::new(model))
-        };
-        MemoryFeed {
+    /// A feed to `model`, run where `thread` says.
+    pub(super) fn new(model: MemoryModel, thread: ModelThread) -> Self {
+        let mut feed = MemoryFeed {
             batch: Vec::with_capacity(BATCH),
-            to,
+            to: Destination::Here(Box::new(model)),
+            thread_after: None,
+        };
+        match thread {
+            ModelThread::Auto => feed.thread_after = Some((MODEL_TIME_BEFORE_THREAD, true)),
+            ModelThread::Never => {}
+            ModelThread::Always => feed.start_thread(),
+            #[cfg(test)]
+            ModelThread::After(wait) => feed.thread_after = Some((wait, false)),
         }
+        feed
+    }
+
+    /// Moves the model to a thread of its own (it stays here when no thread can be started: a
+    /// limit on threads).
+    fn start_thread(&mut self) {
+        let placeholder = Destination::Here(Box::new(MemoryModel::empty()));
+        let Destination::Here(model) = std::mem::replace(&mut self.to, placeholder) else {
+            unreachable!("the model is on this thread until it moves, once")
+        };
+        let shared = Arc::new(Shared {
+            model: Mutex::new(*model),
+            queue: Mutex::new(VecDeque::new()),
+            waiting: AtomicUsize::new(0),
+            spare: Mutex::new(Vec::new()),
+            done: AtomicBool::new(false),
+        });
+        let started = std::thread::Builder::new()
+            .name("vramscope-allocator".into())
+            .spawn({
+                let shared = Arc::clone(&shared);
+                move || shared.work()
+            });
+        self.to = match started {
+            Ok(worker) => Destination::Thread { shared, worker },
+            Err(_) => Destination::Here(Box::new(Self::unshare(&shared))),
+        };
     }
 
     /// The shared model, an empty one left in its place.
@@ -375,8 +396,25 @@ impl MemoryFeed {
     fn flush(&mut self) {
         match &mut self.to {
             Destination::Here(model) => {
+                let Some((left, needs_two_cpus)) = self.thread_after else {
+                    model.apply(&self.batch);
+                    self.batch.clear();
+                    return;
+                };
+                let start = Instant::now();
                 model.apply(&self.batch);
                 self.batch.clear();
+                match left.checked_sub(start.elapsed()) {
+                    Some(left) if !left.is_zero() => {
+                        self.thread_after = Some((left, needs_two_cpus))
+                    }
+                    _ => {
+                        self.thread_after = None;
+                        if !needs_two_cpus || two_cpus() {
+                            self.start_thread();
+                        }
+                    }
+                }
             }
             Destination::Thread { shared, worker } => {
                 let next = lock(&shared.spare)
@@ -483,7 +521,7 @@ mod tests {
     }
 
     fn run(msgs: &[Msg], thread: ModelThread) -> MemoryModel {
-        let mut feed = MemoryFeed::new(MemoryModel::new(0, 0, true), thread, 0);
+        let mut feed = MemoryFeed::new(MemoryModel::new(0, 0, true), thread);
         for &m in msgs {
             feed.send(m);
         }
@@ -492,7 +530,7 @@ mod tests {
 
     #[test]
     fn a_feed_dropped_unfinished_stops_its_thread() {
-        let mut feed = MemoryFeed::new(MemoryModel::new(0, 0, false), ModelThread::Always, 0);
+        let mut feed = MemoryFeed::new(MemoryModel::new(0, 0, false), ModelThread::Always);
         for &m in &stream(3 * BATCH) {
             feed.send(m);
         }
@@ -518,7 +556,36 @@ mod tests {
         // far more batches than may wait: the sender applies some itself while the thread runs
         let msgs = stream(40 * BATCH);
         let here = run(&msgs, ModelThread::Never);
-        let threaded = run(&msgs, ModelThread::Always);
+        for thread in [
+            ModelThread::Always,
+            // moved after the first batch, and after a few
+            ModelThread::After(Duration::ZERO),
+            ModelThread::After(Duration::from_micros(1)),
+        ] {
+            assert_same_model(&here, &run(&msgs, thread));
+        }
+    }
+
+    #[test]
+    fn a_model_moves_to_its_thread_once_its_time_here_is_spent() {
+        let mut feed = MemoryFeed::new(
+            MemoryModel::new(0, 0, false),
+            ModelThread::After(Duration::ZERO),
+        );
+        assert!(matches!(feed.to, Destination::Here(_)));
+        for &m in &stream(BATCH) {
+            feed.send(m);
+        }
+        assert!(matches!(feed.to, Destination::Thread { .. }));
+        // the simulator's thread never moves it
+        let mut feed = MemoryFeed::new(MemoryModel::new(0, 0, false), ModelThread::Never);
+        for &m in &stream(3 * BATCH) {
+            feed.send(m);
+        }
+        assert!(matches!(feed.to, Destination::Here(_)));
+    }
+
+    fn assert_same_model(here: &MemoryModel, threaded: &MemoryModel) {
         assert!(here.peak_allocated > 0 && here.phases.len() > 100);
         assert_eq!(here.peak_allocated, threaded.peak_allocated);
         assert_eq!(here.peak_reserved, threaded.peak_reserved);
