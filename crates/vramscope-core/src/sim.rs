@@ -557,7 +557,8 @@ struct OpPlan {
     key: Span,
     n_inputs: u32,
     /// bit 0: autograd records the call; bit 1: it keeps the saved tensors
-    /// (`OpCtx::keeps_saved`); one byte keeps the plan, copied per call, at its size
+    /// (`OpCtx::keeps_saved`); bit 2: a recomputation's (`OpCtx::saved_unpacked`); one byte
+    /// keeps the plan, copied per call, at its size
     recording: u8,
     /// the next plan of the same op object
     next: Option<u32>,
@@ -1212,7 +1213,9 @@ impl<'g> Sim<'g> {
         // 2. the op's answers for these inputs
         // a checkpointed region's first forward records the op but drops what it saves
         let keeps_saved = records && (region.is_none() || self.recomputing);
-        let pi = self.plan(op, graph_node, &sc, (records, keeps_saved));
+        // the backward of a checkpointed region's node runs on what its recomputation saves
+        let unpacked = records && region.is_some();
+        let pi = self.plan(op, graph_node, &sc, (records, keeps_saved, unpacked));
         let plan = self.plans.list[pi];
         if info.view_is_input && plan.alias == Alias::View(0) && sc.casts.is_empty() {
             // `x.to(dtype)` of an `x` in that dtype returns `x` itself: no tensor, no autograd
@@ -1506,9 +1509,10 @@ impl<'g> Sim<'g> {
         op: &Arc<dyn Op>,
         graph_node: Option<usize>,
         sc: &CallScratch,
-        (records, keeps_saved): (bool, bool),
+        (records, keeps_saved, unpacked): (bool, bool, bool),
     ) -> usize {
-        let recording = u8::from(records) | (u8::from(keeps_saved) << 1);
+        let recording =
+            u8::from(records) | (u8::from(keeps_saved) << 1) | (u8::from(unpacked) << 2);
         let rep = graph_node.map(|n| self.plans.rep_of_node[n] as usize);
         let grad_enabled = self.grad_enabled;
         let rg = |s: &Self, r: Rt| grad_enabled && s.rts[r as usize].requires_grad;
@@ -1599,6 +1603,7 @@ impl<'g> Sim<'g> {
             training: self.training,
             inputs_require_grad: &in_rg,
             keeps_saved,
+            saved_unpacked: unpacked,
         };
         let alias = op.alias_for(&ctx);
         let sdpa = op.sdpa_backend(&ctx);
@@ -1978,6 +1983,17 @@ impl<'g> Sim<'g> {
         self.recomputing = false;
         self.grad_enabled = saved_grad;
         self.clear_autocast_cache();
+        // stopping early unwinds every frame of the block at once: what is left goes in the
+        // order the forward would have released it (inner frames first, each frame's locals
+        // first to last), then anything else
+        for n in end..self.regions[r].end {
+            for k in self.release_after.range(n) {
+                let t = self.release_after.tensors[k].0 as usize;
+                if let Some(rt) = env[t].take() {
+                    self.release_rt(rt);
+                }
+            }
+        }
         for slot in env.iter_mut() {
             if let Some(rt) = slot.take() {
                 self.release_rt(rt);

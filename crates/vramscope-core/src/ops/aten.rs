@@ -382,6 +382,7 @@ mod tests {
             training: true,
             inputs_require_grad: &[],
             keeps_saved: true,
+            saved_unpacked: false,
         };
         assert_eq!(op.input_grads(&ctx), vec![GradIn::New, GradIn::None]);
     }

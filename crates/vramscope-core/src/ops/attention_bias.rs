@@ -188,6 +188,7 @@ mod tests {
             training,
             inputs_require_grad: rg,
             keeps_saved: true,
+            saved_unpacked: false,
         }
     }
 

@@ -5,8 +5,10 @@
 //! padded head dims ([`SdpaBackend::choose`]) hand back contiguous heads-first `[B, H, S, D]`
 //! gradients (`bmm`'s, `ConstantPadNdBackward0`'s), which `ViewBackward0` cannot view as
 //! `[B, S, H·D]`: it copies them (truth traces of a Llama and a GPT-2 with head dims 6, 10 and
-//! 12), unless there is one head or one position. Fed to eager attention (`sdpa: None`) only the
-//! caller's rule holds.
+//! 12), unless there is one head or one position. The key is the exception on the math
+//! fallback: `k.transpose(-2, -1) * scale` gives its gradient the transposed layout, which the
+//! view takes as it is (truth traces of GPT-2 and mT5 with head dim 10: q's and v's views copy,
+//! k's does not). Fed to eager attention (`sdpa: None`) only the caller's rule holds.
 
 use super::attention::SdpaCall;
 use super::*;
@@ -21,6 +23,8 @@ pub struct SdpaHeadsView {
     /// The SDPA call the view feeds: whether it has a mask, and its dropout probability (active
     /// in training only); `None` for eager attention.
     pub sdpa: Option<(bool, f64)>,
+    /// The view is SDPA's key operand as SDPA reads it (no rotary embedding in between).
+    pub key: bool,
 }
 
 impl SdpaHeadsView {
@@ -38,7 +42,8 @@ impl SdpaHeadsView {
         };
         let dropout = ctx.training && dropout_p > 0.0;
         let call = SdpaCall::around(dim(3), dropout, masked, true);
-        SdpaBackend::choose(ctx.inputs[0].dtype, &call).heads_first(&call)
+        let backend = SdpaBackend::choose(ctx.inputs[0].dtype, &call);
+        backend.heads_first(&call) && !(self.key && backend == SdpaBackend::Math)
     }
 }
 
@@ -77,6 +82,7 @@ mod tests {
             training: true,
             inputs_require_grad: &[true],
             keeps_saved: true,
+            saved_unpacked: false,
         })
     }
 
@@ -86,6 +92,7 @@ mod tests {
             shape: vec![2, 64, 4, d],
             copied,
             sdpa: Some((false, 0.0)),
+            key: false,
         };
         // cuDNN hands back gradients laid out like its inputs
         assert_eq!(
@@ -101,5 +108,12 @@ mod tests {
             grads(&view(12, false), DType::F32),
             vec![GradIn::PassThrough(0)]
         );
+        // the key on the math fallback comes back transposed; on padded flash heads-first
+        let key = |d: u64| SdpaHeadsView {
+            key: true,
+            ..view(d, false)
+        };
+        assert_eq!(grads(&key(6), DType::F32), vec![GradIn::PassThrough(0)]);
+        assert_eq!(grads(&key(12), DType::BF16), vec![GradIn::New]);
     }
 }

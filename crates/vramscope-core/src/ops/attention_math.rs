@@ -322,29 +322,56 @@ fn backward(ctx: &OpCtx, call: &MathCall) -> (Program, [usize; 3], Option<usize>
     }
     let mut v = p.alloc(z.v * z.rep, "v's gradient");
     let mut probs_grad = p.alloc(z.scores, "probabilities' gradient");
-    match grad {
+    // a node's saved tensors go after its incoming gradient (`release_variables` once the
+    // engine is done with it), or, recomputed under a checkpoint, before it: the node's own
+    // unpacked references die as its `apply` returns, the last unpacked first
+    let unpacked = ctx.saved_unpacked;
+    let incoming = |p: &mut Program| match grad {
         Some(g) => p.free(g),
         None => p.step(Scratch::DropIncoming),
+    };
+    // `bmm`: `mat2` (v's) is released before `self`, or unpacked after it
+    let bmm_saved = if call.dropout { [3, 4] } else { [3, NONE] };
+    if !unpacked {
+        incoming(&mut p);
     }
-    // `bmm` releases `mat2` (v's), then `self`
-    p.step(Scratch::ReleaseSaved(3));
+    for s in ordered(bmm_saved, unpacked) {
+        p.step(Scratch::ReleaseSaved(s));
+    }
+    if unpacked {
+        incoming(&mut p);
+    }
     if call.dropout {
-        p.step(Scratch::ReleaseSaved(4));
         let g = p.alloc(z.scores, "dropout backward");
-        p.free(probs_grad);
-        p.step(Scratch::ReleaseSaved(5));
+        node_end(&mut p, probs_grad, &[5], unpacked);
         probs_grad = g;
     }
     let scores_grad = p.alloc(z.scores, "softmax backward");
-    p.free(probs_grad);
-    p.step(Scratch::ReleaseSaved(2));
+    node_end(&mut p, probs_grad, &[2], unpacked);
+    // the mask's gradient: `AddBackward0` hands the scores' gradient to the mask as it is, or
+    // casts it to a half mask's dtype (`validate_outputs`) before `bmm` runs, which then frees
+    // the scores' gradient as its incoming one (truth traces of mT5 in AMP bf16)
+    let mask_cast = ctx
+        .inputs
+        .get(3)
+        .filter(|m| {
+            // not summed to a broadcast mask's shape first (its last dim may be padded for the
+            // mem-efficient kernel: a view of the real length)
+            let q = &ctx.inputs[0].shape;
+            mask_grad && m.dtype.size() != z.acc && m.shape.get(..3) == q.get(..3)
+        })
+        .map(|m| p.alloc(z.score_elems * m.dtype.size(), "mask's gradient"));
     let k_bmm = p.alloc(z.k * z.rep, "k's gradient (bmm)");
     let q_bmm = p.alloc(z.q, "q's gradient (bmm)");
-    if !mask_grad {
-        p.free(scores_grad);
+    // `bmm` again: `self` is q's, `mat2` k's
+    if mask_grad && mask_cast.is_none() {
+        // the scores' gradient is handed on as the mask's
+        for s in ordered([1, 0], unpacked) {
+            p.step(Scratch::ReleaseSaved(s));
+        }
+    } else {
+        node_end(&mut p, scores_grad, &[1, 0], unpacked);
     }
-    p.step(Scratch::ReleaseSaved(1));
-    p.step(Scratch::ReleaseSaved(0));
     let mut k = p.alloc(z.k * z.rep, "k's gradient");
     p.free(k_bmm);
     if z.rep > 1 {
@@ -366,5 +393,134 @@ fn backward(ctx: &OpCtx, call: &MathCall) -> (Program, [usize; 3], Option<usize>
             *g = cast;
         }
     }
-    (p, [q, k, v], mask_grad.then_some(scores_grad))
+    (
+        p,
+        [q, k, v],
+        mask_grad.then_some(mask_cast.unwrap_or(scores_grad)),
+    )
+}
+
+/// No second saved tensor (see [`ordered`]).
+const NONE: usize = usize::MAX;
+
+/// A node's saved positions in the order they are released: as `release_variables` resets
+/// them, or reversed (their unpacking order) when they are a recomputation's.
+fn ordered(saved: [usize; 2], unpacked: bool) -> impl Iterator<Item = usize> {
+    let [a, b] = if unpacked {
+        [saved[1], saved[0]]
+    } else {
+        saved
+    };
+    [a, b].into_iter().filter(|&s| s != NONE)
+}
+
+/// The end of a backward node whose incoming gradient is the program's allocation `incoming`:
+/// it and the node's `saved` tensors go in the order [`ordered`] describes.
+fn node_end(p: &mut Program, incoming: usize, saved: &[usize], unpacked: bool) {
+    if !unpacked {
+        p.free(incoming);
+    }
+    let saved = match *saved {
+        [a] => [a, NONE],
+        [a, b] => [a, b],
+        _ => unreachable!("a backward node here saves one or two tensors"),
+    };
+    for s in ordered(saved, unpacked) {
+        p.step(Scratch::ReleaseSaved(s));
+    }
+    if unpacked {
+        p.free(incoming);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ctx<'a>(inputs: &'a [TensorMeta], unpacked: bool) -> OpCtx<'a> {
+        OpCtx {
+            inputs,
+            params: &[],
+            outputs: &[],
+            training: true,
+            inputs_require_grad: &[true, true, true, true],
+            keeps_saved: true,
+            saved_unpacked: unpacked,
+        }
+    }
+
+    fn inputs(dtype: DType, mask: DType) -> Vec<TensorMeta> {
+        vec![
+            TensorMeta::new(vec![1, 2, 16, 6], dtype),
+            TensorMeta::new(vec![1, 2, 32, 6], dtype),
+            TensorMeta::new(vec![1, 2, 32, 6], dtype),
+            TensorMeta::new(vec![1, 2, 16, 32], mask),
+        ]
+    }
+
+    const CALL: MathCall = MathCall {
+        causal: false,
+        mask: true,
+        dropout: false,
+        kv_contiguous: false,
+    };
+
+    fn position(steps: &[Scratch], step: Scratch) -> usize {
+        let found = steps.iter().position(|s| *s == step);
+        found.unwrap_or_else(|| panic!("{step:?} not in {steps:?}"))
+    }
+
+    #[test]
+    fn a_recomputed_node_releases_its_saved_tensors_before_its_incoming_gradient() {
+        let x = inputs(DType::F32, DType::F32);
+        let kept = backward_scratch(&ctx(&x, false), &CALL);
+        let unpacked = backward_scratch(&ctx(&x, true), &CALL);
+        // the first `bmm`: v (saved 3) after the incoming gradient, or before it
+        assert!(position(&kept, Scratch::DropIncoming) < position(&kept, Scratch::ReleaseSaved(3)));
+        assert!(
+            position(&unpacked, Scratch::ReleaseSaved(3))
+                < position(&unpacked, Scratch::DropIncoming)
+        );
+        // the second: k (`mat2`, 1) before q (`self`, 0) when the engine is done with the node,
+        // q before k as the node's unpacked locals
+        assert!(
+            position(&kept, Scratch::ReleaseSaved(1)) < position(&kept, Scratch::ReleaseSaved(0))
+        );
+        assert!(
+            position(&unpacked, Scratch::ReleaseSaved(0))
+                < position(&unpacked, Scratch::ReleaseSaved(1))
+        );
+        assert_eq!(kept.len(), unpacked.len());
+    }
+
+    #[test]
+    fn a_half_masks_gradient_is_cast_before_the_last_bmm() {
+        // float32 mask: the scores' gradient itself; bf16 mask: a cast of it, made before k's
+        // and q's `bmm` gradients
+        let f32_mask = inputs(DType::BF16, DType::F32);
+        let bf16_mask = inputs(DType::BF16, DType::BF16);
+        let (shared, cast) = (
+            input_grads(&ctx(&f32_mask, false), &CALL),
+            input_grads(&ctx(&bf16_mask, false), &CALL),
+        );
+        let (GradIn::Scratch(cast_at), GradIn::Scratch(shared_at)) = (cast[3], shared[3]) else {
+            panic!("the mask's gradient is a program allocation: {cast:?} {shared:?}")
+        };
+        let bytes = |x: &[TensorMeta], i: usize| {
+            let steps = backward_scratch(&ctx(x, false), &CALL);
+            let allocs: Vec<u64> = steps
+                .iter()
+                .filter_map(|s| match s {
+                    Scratch::Alloc { bytes, .. } => Some(*bytes),
+                    _ => None,
+                })
+                .collect();
+            allocs[i]
+        };
+        // the scores' gradient, made first, is handed on, or cast after it
+        assert!(cast_at > shared_at);
+        // [1, 2, 16, 32] in bf16
+        assert_eq!(bytes(&bf16_mask, cast_at), 2 * 16 * 32 * 2);
+        assert_eq!(bytes(&f32_mask, shared_at), 2 * 16 * 32 * 4);
+    }
 }

@@ -93,6 +93,7 @@ mod tests {
             training,
             inputs_require_grad: &[training],
             keeps_saved: true,
+            saved_unpacked: false,
         })
     }
 

@@ -156,6 +156,7 @@ mod tests {
             training: true,
             inputs_require_grad: requires_grad,
             keeps_saved: true,
+            saved_unpacked: false,
         }
     }
 

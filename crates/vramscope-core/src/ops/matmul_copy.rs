@@ -101,6 +101,7 @@ mod tests {
             training: false,
             inputs_require_grad: &[],
             keeps_saved: true,
+            saved_unpacked: false,
         };
         assert_eq!(op.inference_extras(&ctx), inputs.to_vec());
         let k_only = MatMulCopy {

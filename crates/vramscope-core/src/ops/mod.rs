@@ -287,6 +287,11 @@ pub struct OpCtx<'a> {
     /// its saved tensors (a checkpointed region's forward packs them for nothing), so a
     /// composite's intermediates die as they would without grad.
     pub keeps_saved: bool,
+    /// The call is in a checkpointed region, so its backward runs on what the recomputation
+    /// saves: each backward node unpacks its own reference (the checkpoint's unpack hook drops
+    /// the region's), a local of the node's `apply` that C++ destroys as it returns, before the
+    /// engine releases the node's incoming gradients.
+    pub saved_unpacked: bool,
 }
 
 /// [`Op::input_grads`]' default: a new tensor for every float input, none for the others.

@@ -128,6 +128,7 @@ mod tests {
             training: true,
             inputs_require_grad: &[],
             keeps_saved: true,
+            saved_unpacked: false,
         };
         assert_eq!(
             ToDtype::fixed(DType::BF16).alias_for(&ctx(&x)),

@@ -61,6 +61,7 @@ pub fn inplace_activations(g: &Graph) -> (Graph, usize) {
             training: true,
             inputs_require_grad: &[],
             keeps_saved: true,
+            saved_unpacked: false,
         };
         let saves_t = prod.op.saved_for_backward(&ctx).iter().any(|s| match s {
             Saved::Output(k) => prod.outputs.get(*k) == Some(t),

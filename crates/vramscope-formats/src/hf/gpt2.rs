@@ -282,7 +282,9 @@ fn block(
             .enumerate()
             .map(|(i, &t)| {
                 let copied = (cached_grads && i > 0) || (eager && i != 1);
-                heads_view(b, t, s.heads, copied, call.sdpa_view(s.attn_pdrop))
+                // with a cache SDPA reads the cache's concatenation, not k's view
+                let key = i == 1 && call.cache.is_none();
+                heads_view(b, t, s.heads, copied, call.sdpa_view(s.attn_pdrop), key)
             })
             .collect();
         let o = cached_attention(

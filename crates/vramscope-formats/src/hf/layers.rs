@@ -249,10 +249,24 @@ pub fn rotated_heads_view(
     grads_heads_first: bool,
     sdpa: Option<(bool, f64)>,
 ) -> TensorId {
+    projection_heads_view(b, t, shape, grads_heads_first, sdpa, false)
+}
+
+/// [`rotated_heads_view`] of any projection: `key` when it is SDPA's key operand as SDPA reads
+/// it (see [`SdpaHeadsView`]).
+fn projection_heads_view(
+    b: &mut GraphBuilder,
+    t: TensorId,
+    shape: Vec<u64>,
+    copied: bool,
+    sdpa: Option<(bool, f64)>,
+    key: bool,
+) -> TensorId {
     let op = SdpaHeadsView {
         shape,
-        copied: grads_heads_first,
+        copied,
         sdpa,
+        key,
     };
     b.op(op, &[t])
 }
@@ -313,10 +327,12 @@ pub fn heads_view(
     heads: u64,
     copied: bool,
     sdpa: Option<(bool, f64)>,
+    key: bool,
 ) -> TensorId {
     let s = b.shape(t).to_vec();
     let (bsz, seq, e) = (s[0], s[1], s[2]);
-    let t = rotated_heads_view(b, t, vec![bsz, seq, heads, e / heads], copied, sdpa);
+    let shape = vec![bsz, seq, heads, e / heads];
+    let t = projection_heads_view(b, t, shape, copied, sdpa, key);
     view(b, "transpose", t, vec![bsz, heads, seq, e / heads])
 }
 
@@ -1518,7 +1534,7 @@ pub fn encoder_self_attention(
             // the attention's dtype
             Some((mask, dtype)) => {
                 let attn = Some((true, dropout_p));
-                let [q, k, v] = qkv.map(|t| heads_view(b, t, heads, false, attn));
+                let [q, k, v] = heads_of(qkv, |t, key| heads_view(b, t, heads, false, attn, key));
                 sdpa_masked(b, q, (k, v, false), mask, dropout_p, dtype, |b, o| {
                     merge_heads(b, o, (true, dropout_p))
                 })
@@ -1536,6 +1552,12 @@ pub fn encoder_self_attention(
     (o, Some(w))
 }
 
+/// `f(t, key)` for each of q, k and v, `key` for k.
+fn heads_of(qkv: [TensorId; 3], mut f: impl FnMut(TensorId, bool) -> TensorId) -> [TensorId; 3] {
+    let [q, k, v] = qkv;
+    [f(q, false), f(k, true), f(v, false)]
+}
+
 /// Multi-head attention core shared by the encoders: q, k, v `[B, S, E]` projections are viewed
 /// as `[B, H, S, D]`, attended, and the output (laid out `[B, S, H, D]` by the kernels) reshaped
 /// back to `[B, S, E]`.
@@ -1546,7 +1568,9 @@ pub fn attention_core(
     dropout_p: f64,
     causal: bool,
 ) -> TensorId {
-    let [q, k, v] = qkv.map(|t| heads_view(b, t, heads, false, Some((false, dropout_p))));
+    let [q, k, v] = heads_of(qkv, |t, key| {
+        heads_view(b, t, heads, false, Some((false, dropout_p)), key)
+    });
     let o = sdpa(b, [q, k, v], dropout_p, causal, false);
     merge_heads(b, o, (false, dropout_p))
 }
@@ -1579,11 +1603,14 @@ pub fn decoder_heads(
     heads: u64,
     call: &Call,
     dropout_p: f64,
+    key: bool,
 ) -> TensorId {
     if call.eager_mask.is_some() && call.cache.is_none() {
         eager_heads(b, t, heads, false)
     } else {
-        heads_view(b, t, heads, false, call.sdpa_view(dropout_p))
+        // with a cache SDPA reads the cache's concatenation, not the view
+        let key = key && call.cache.is_none();
+        heads_view(b, t, heads, false, call.sdpa_view(dropout_p), key)
     }
 }
 
@@ -1596,7 +1623,7 @@ pub fn decoder_heads(
 pub fn eager_heads(b: &mut GraphBuilder, t: TensorId, heads: u64, key: bool) -> TensorId {
     if key {
         let t = eager_key_rows(b, t);
-        return heads_view(b, t, heads, false, None);
+        return heads_view(b, t, heads, false, None, false);
     }
     let s = b.shape(t).to_vec();
     let (bsz, seq, e) = (s[0], s[1], s[2]);

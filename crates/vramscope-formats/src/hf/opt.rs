@@ -302,7 +302,7 @@ fn layer(
         // views (backward runs the nodes last made first)
         let q = linear(b, "q_proj", e, e, s.bias, x);
         let q = mul_scalar(b, q);
-        let q = decoder_heads(b, q, s.heads, call, s.attn_dropout);
+        let q = decoder_heads(b, q, s.heads, call, s.attn_dropout, false);
         let k = linear(b, "k_proj", e, e, s.bias, x);
         // eager attention without a cache: k's gradient is copied by k_proj's rows, not at
         // its view
@@ -317,14 +317,14 @@ fn layer(
             let attn = (!eager_k)
                 .then_some(call.sdpa_view(s.attn_dropout))
                 .flatten();
-            heads_view(b, k, s.heads, cached_grads, attn)
+            heads_view(b, k, s.heads, cached_grads, attn, false)
         } else {
-            decoder_heads(b, k, s.heads, call, s.attn_dropout)
+            decoder_heads(b, k, s.heads, call, s.attn_dropout, true)
         };
         let v = if cached_grads {
-            heads_view(b, v, s.heads, true, call.sdpa_view(s.attn_dropout))
+            heads_view(b, v, s.heads, true, call.sdpa_view(s.attn_dropout), false)
         } else {
-            decoder_heads(b, v, s.heads, call, s.attn_dropout)
+            decoder_heads(b, v, s.heads, call, s.attn_dropout, false)
         };
         let o = cached_attention(b, call, index, q, k, v, s.attn_dropout, m.attention);
         linear(b, "out_proj", e, e, s.bias, o)

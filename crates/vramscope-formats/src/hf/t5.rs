@@ -1025,16 +1025,19 @@ fn attention(
     let src = kv.unwrap_or(x);
     let kv_len = b.shape(src)[1];
     let (hn, dk, inner) = (s.heads, s.d_kv, s.inner());
+    // with a cache SDPA reads k from the cache's concatenation rather than from its view
+    let cache_for_k = s.use_cache && (causal || kv.is_some());
     let heads = |b: &mut GraphBuilder, t: TensorId, l: u64, key: bool| {
         if s.eager.is_some() {
             return eager_heads(b, t, hn, key);
         }
         // SDPA always has a mask here (the position bias): the math fallback hands the
-        // gradients back heads-first where no fused kernel takes the head dim
+        // gradients back heads-first where no fused kernel takes the head dim (k's transposed)
         let op = SdpaHeadsView {
             shape: vec![bsz, l, hn, dk],
             copied: false,
             sdpa: Some((true, s.dropout)),
+            key: key && !cache_for_k,
         };
         let t = b.op(op, &[t]);
         view(b, "transpose", t, vec![bsz, hn, l, dk])
