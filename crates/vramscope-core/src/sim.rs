@@ -1983,6 +1983,17 @@ impl<'g> Sim<'g> {
         self.recomputing = false;
         self.grad_enabled = saved_grad;
         self.clear_autocast_cache();
+        // stopping early unwinds the block's frames at once: what is left goes in the order the
+        // forward would have released it (inner frames first, each frame's locals first to
+        // last), then what outlives the block, in graph order
+        for n in end..self.regions[r].end {
+            for k in self.release_after.range(n) {
+                let t = self.release_after.tensors[k].0 as usize;
+                if let Some(rt) = env[t].take() {
+                    self.release_rt(rt);
+                }
+            }
+        }
         for slot in env.iter_mut() {
             if let Some(rt) = slot.take() {
                 self.release_rt(rt);

@@ -1285,7 +1285,11 @@ fn sdpa_with_bias(
                 if padded.is_some() {
                     w = w.backward_temporary(mask_shape.clone(), DTypeRule::Like(1));
                 }
-                b.op(w, &[cond, bias, min])
+                let w = b.op(w, &[cond, bias, min]);
+                // a local too, released after the condition when the function returns its
+                // `.contiguous()` (truth traces of mT5's decoder self-attention)
+                b.hold(&[w]);
+                w
             }
             None => bias,
         };
