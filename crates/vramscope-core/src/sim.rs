@@ -1918,13 +1918,15 @@ impl<'g> Sim<'g> {
             }
             if self.recomputing && self.recompute_stop == Some(n) {
                 // the recomputation stops inside this op, as its last saved tensor is packed:
-                // unwinding frees the op's own results first, then its callers' locals (truth
-                // traces: GPT-2's last dropout output, then the `c_proj` output it was given)
+                // unwinding frees the op's own results first; its callers' locals go once the
+                // recomputation has left autocast (`recompute_region`; truth traces: GPT-2's
+                // last dropout output, the autocast cache, then the `c_proj` output it was given)
                 for t in &node.outputs {
                     if let Some(r) = env[t.0 as usize].take() {
                         self.release_rt(r);
                     }
                 }
+                return;
             }
             for k in self.release_after.range(n) {
                 let i = self.release_after.tensors[k].0 as usize;
@@ -1983,12 +1985,16 @@ impl<'g> Sim<'g> {
         self.recomputing = false;
         self.grad_enabled = saved_grad;
         self.clear_autocast_cache();
-        // stopping early unwinds the block's frames at once: what is left goes in the order the
-        // forward would have released it (inner frames first, each frame's locals first to
-        // last), then what outlives the block, in graph order
-        for n in end..self.regions[r].end {
+        // stopping early unwinds the block's frames, whose locals the exception's traceback
+        // keeps until autocast has been left: they go in the order the forward would have
+        // released them from the stop on (inner frames first, each frame's locals first to
+        // last), then what outlives the block (and the frame's inputs), in graph order
+        for n in end.saturating_sub(1).max(first)..self.regions[r].end {
             for k in self.release_after.range(n) {
                 let t = self.release_after.tensors[k].0 as usize;
+                if hold[t] {
+                    continue;
+                }
                 if let Some(rt) = env[t].take() {
                     self.release_rt(rt);
                 }
