@@ -1928,16 +1928,30 @@ impl<'g> Sim<'g> {
                 }
                 return;
             }
-            for k in self.release_after.range(n) {
-                let i = self.release_after.tensors[k].0 as usize;
-                if hold[i] {
-                    continue;
-                }
-                if let Some(r) = env[i].take() {
-                    self.release_rt(r);
-                    if !self.dropped_after.is_empty() && !self.recomputing {
-                        self.drop_graphs_after(i as u32);
-                    }
+            let drop_graphs = !self.recomputing;
+            self.release_scheduled(env, hold, n, drop_graphs);
+        }
+    }
+
+    /// Releases what `env` holds of the graph tensors whose last reference ends after node `n`
+    /// (not those of `hold`), in the schedule's order; with `drop_graphs`, the autograd graphs
+    /// dropped with each.
+    fn release_scheduled(
+        &mut self,
+        env: &mut [Option<Rt>],
+        hold: &[bool],
+        n: usize,
+        drop_graphs: bool,
+    ) {
+        for k in self.release_after.range(n) {
+            let i = self.release_after.tensors[k].0 as usize;
+            if hold[i] {
+                continue;
+            }
+            if let Some(r) = env[i].take() {
+                self.release_rt(r);
+                if drop_graphs && !self.dropped_after.is_empty() {
+                    self.drop_graphs_after(i as u32);
                 }
             }
         }
@@ -1990,15 +2004,7 @@ impl<'g> Sim<'g> {
         // released them from the stop on (inner frames first, each frame's locals first to
         // last), then what outlives the block (and the frame's inputs), in graph order
         for n in end.saturating_sub(1).max(first)..self.regions[r].end {
-            for k in self.release_after.range(n) {
-                let t = self.release_after.tensors[k].0 as usize;
-                if hold[t] {
-                    continue;
-                }
-                if let Some(rt) = env[t].take() {
-                    self.release_rt(rt);
-                }
-            }
+            self.release_scheduled(&mut env, &hold, n, false);
         }
         for slot in env.iter_mut() {
             if let Some(rt) = slot.take() {
