@@ -3295,9 +3295,11 @@ fn run(g: &Graph, cfg: &StepConfig, thread: ModelThread) -> Result<Simulation, S
             };
             // `loss = ...` rebinds inside the autocast block; its weight cache goes at the exit
             if let Some(old) = loss.replace(l[0]) {
-                s.release_rt(old);
-                // the old loss was the last reference to the previous iteration's graph
+                // the old loss was the last reference to the previous iteration's graph, which
+                // its TensorImpl drops (`autograd_meta_`) before its storage (truth traces of a
+                // checkpointed T5's leaf position bias and its gradient, then the loss)
                 s.release_graph_leaves(it);
+                s.release_rt(old);
             }
             s.clear_autocast_cache();
             s.phase(&format!("it{it}.zero_grad"));
