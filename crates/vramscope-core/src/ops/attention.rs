@@ -171,6 +171,7 @@ impl ScaledDotProductAttention {
         super::attention_math::MathCall {
             causal: self.causal,
             mask: false,
+            mask_broadcast: false,
             dropout: self.dropout(ctx),
             kv_contiguous: self.kv_contiguous,
         }

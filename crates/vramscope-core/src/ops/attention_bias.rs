@@ -154,6 +154,8 @@ impl ScaledDotProductAttentionBias {
         (self.backend(ctx) == SdpaBackend::Math).then_some(super::attention_math::MathCall {
             causal: false,
             mask: true,
+            mask_broadcast: self.mask_batch < ctx.inputs[0].shape[0]
+                || self.mask_heads < ctx.inputs[0].shape[1],
             dropout: ctx.training && self.dropout_p > 0.0,
             kv_contiguous: self.kv_contiguous,
         })

@@ -7,8 +7,8 @@
 //! `[B, S, H·D]`: it copies them (truth traces of a Llama and a GPT-2 with head dims 6, 10 and
 //! 12), unless there is one head or one position. The key is the exception on the math
 //! fallback: `k.transpose(-2, -1) * scale` gives its gradient the transposed layout, which the
-//! view takes as it is (truth traces of GPT-2 and mT5 with head dim 10: q's and v's views copy,
-//! k's does not). Fed to eager attention (`sdpa: None`) only the caller's rule holds.
+//! view takes as it is ([`HeadsOf`]; truth traces of GPT-2 and mT5 with head dim 10: q's and v's
+//! views copy, k's does not). Fed to eager attention (`sdpa: None`) only the caller's rule holds.
 
 use super::attention::SdpaCall;
 use super::*;
@@ -23,8 +23,24 @@ pub struct SdpaHeadsView {
     /// The SDPA call the view feeds: whether it has a mask, and its dropout probability (active
     /// in training only); `None` for eager attention.
     pub sdpa: Option<(bool, f64)>,
-    /// The view is SDPA's key operand as SDPA reads it (no rotary embedding in between).
-    pub key: bool,
+    /// Which operand the view makes.
+    pub of: HeadsOf,
+}
+
+/// The operand a heads view makes, for the layout of its gradient on the math fallback.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeadsOf {
+    /// q or v, or a key that goes through a rotary embedding: their gradients come back
+    /// heads-first.
+    Other,
+    /// The key, a slice of a fused projection (GPT-2's `c_attn`): the split's backward
+    /// concatenates the transposed gradient as it is.
+    KeyOfSplit,
+    /// The key, a `Linear`'s output: the view takes the transposed gradient, but the
+    /// projection's `matmul` reshapes it to rows, which copies it unless the batch is one
+    /// (truth traces of UMT5 at batch 2: `UnsafeViewBackward0`'s clone; of mT5 at batch 1: none).
+    /// The copy is counted here, the node before.
+    KeyOfLinear,
 }
 
 impl SdpaHeadsView {
@@ -43,7 +59,14 @@ impl SdpaHeadsView {
         let dropout = ctx.training && dropout_p > 0.0;
         let call = SdpaCall::around(dim(3), dropout, masked, true);
         let backend = SdpaBackend::choose(ctx.inputs[0].dtype, &call);
-        backend.heads_first(&call) && !(self.key && backend == SdpaBackend::Math)
+        if backend != SdpaBackend::Math {
+            return backend.heads_first(&call);
+        }
+        match self.of {
+            HeadsOf::Other => true,
+            HeadsOf::KeyOfSplit => false,
+            HeadsOf::KeyOfLinear => dim(0) > 1,
+        }
     }
 }
 
@@ -92,7 +115,7 @@ mod tests {
             shape: vec![2, 64, 4, d],
             copied,
             sdpa: Some((false, 0.0)),
-            key: false,
+            of: HeadsOf::Other,
         };
         // cuDNN hands back gradients laid out like its inputs
         assert_eq!(
@@ -108,12 +131,23 @@ mod tests {
             grads(&view(12, false), DType::F32),
             vec![GradIn::PassThrough(0)]
         );
-        // the key on the math fallback comes back transposed; on padded flash heads-first
-        let key = |d: u64| SdpaHeadsView {
-            key: true,
+        // the key on the math fallback comes back transposed: a split takes it, a Linear's rows
+        // copy it (at batch 2 here); on padded flash heads-first
+        let key = |d: u64, of| SdpaHeadsView {
+            of,
             ..view(d, false)
         };
-        assert_eq!(grads(&key(6), DType::F32), vec![GradIn::PassThrough(0)]);
-        assert_eq!(grads(&key(12), DType::BF16), vec![GradIn::New]);
+        let (split, linear) = (HeadsOf::KeyOfSplit, HeadsOf::KeyOfLinear);
+        assert_eq!(
+            grads(&key(6, split), DType::F32),
+            vec![GradIn::PassThrough(0)]
+        );
+        assert_eq!(grads(&key(6, linear), DType::F32), vec![GradIn::New]);
+        let one_row = SdpaHeadsView {
+            shape: vec![1, 64, 4, 6],
+            ..key(6, linear)
+        };
+        assert_eq!(grads(&one_row, DType::F32), vec![GradIn::PassThrough(0)]);
+        assert_eq!(grads(&key(12, split), DType::BF16), vec![GradIn::New]);
     }
 }

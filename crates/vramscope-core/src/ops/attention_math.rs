@@ -35,6 +35,9 @@ pub(crate) struct MathCall {
     pub causal: bool,
     /// An `attn_mask` is input 3.
     pub mask: bool,
+    /// The mask is broadcast over the batch or the heads (input 3 is its expansion): its
+    /// gradient is summed to its shape.
+    pub mask_broadcast: bool,
     /// Dropout is active.
     pub dropout: bool,
     /// k and v are contiguous `[B, H, S, D]` (a cache's concatenations, `repeat_kv`'s copies)
@@ -354,12 +357,8 @@ fn backward(ctx: &OpCtx, call: &MathCall) -> (Program, [usize; 3], Option<usize>
     let mask_cast = ctx
         .inputs
         .get(3)
-        .filter(|m| {
-            // not summed to a broadcast mask's shape first (its last dim may be padded for the
-            // mem-efficient kernel: a view of the real length)
-            let q = &ctx.inputs[0].shape;
-            mask_grad && m.dtype.size() != z.acc && m.shape.get(..3) == q.get(..3)
-        })
+        // (a broadcast mask's gradient is summed to its shape afterwards, as before)
+        .filter(|m| mask_grad && !call.mask_broadcast && m.dtype.size() != z.acc)
         .map(|m| p.alloc(z.score_elems * m.dtype.size(), "mask's gradient"));
     let k_bmm = p.alloc(z.k * z.rep, "k's gradient (bmm)");
     let q_bmm = p.alloc(z.q, "q's gradient (bmm)");
@@ -461,6 +460,7 @@ mod tests {
     const CALL: MathCall = MathCall {
         causal: false,
         mask: true,
+        mask_broadcast: false,
         dropout: false,
         kv_contiguous: false,
     };

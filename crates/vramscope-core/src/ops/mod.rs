@@ -64,7 +64,7 @@ pub use aten::{Aten, DTypeRule, TensorRule};
 pub use attention::{ScaledDotProductAttention, SdpaBackend, SdpaCall, FLASH_HEAD_DIM_ALIGNMENT};
 pub use attention_bias::{ScaledDotProductAttentionBias, MEM_EFF_MASK_ALIGNMENT};
 pub use attention_heads::{AttentionHeadsMerge, AttentionHeadsView};
-pub use attention_input::SdpaHeadsView;
+pub use attention_input::{HeadsOf, SdpaHeadsView};
 pub use attention_output::SdpaOutputMerge;
 pub use avg_pool::AvgPool2d;
 pub use batch_norm::BatchNorm2d;

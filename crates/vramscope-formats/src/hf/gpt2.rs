@@ -6,7 +6,7 @@
 //! `_upcast_and_reordered_attn` (layers.rs), whose backward depends on each layer's scaling.
 
 use vramscope_core::builder::RepeatedModule;
-use vramscope_core::ops::LayerNorm;
+use vramscope_core::ops::{HeadsOf, LayerNorm};
 use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
 use super::activation::{HfActivation, SUPPORTED};
@@ -283,8 +283,12 @@ fn block(
             .map(|(i, &t)| {
                 let copied = (cached_grads && i > 0) || (eager && i != 1);
                 // with a cache SDPA reads the cache's concatenation, not k's view
-                let key = i == 1 && call.cache.is_none();
-                heads_view(b, t, s.heads, copied, call.sdpa_view(s.attn_pdrop), key)
+                let of = if i == 1 && call.cache.is_none() {
+                    HeadsOf::KeyOfSplit
+                } else {
+                    HeadsOf::Other
+                };
+                heads_view(b, t, s.heads, copied, call.sdpa_view(s.attn_pdrop), of)
             })
             .collect();
         let o = cached_attention(

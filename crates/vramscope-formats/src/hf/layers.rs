@@ -6,7 +6,7 @@
 
 use vramscope_core::ops::{
     broadcast_shapes, Activation, ActivationKind, Add, Aten, Autocast, Contiguous, DTypeRule,
-    Dropout, GradIn, KvCacheUpdate, LayerNorm, Linear, MatMul, MatMulCopy, Saved,
+    Dropout, GradIn, HeadsOf, KvCacheUpdate, LayerNorm, Linear, MatMul, MatMulCopy, Saved,
     ScaledDotProductAttention, ScaledDotProductAttentionBias, Scratch, SdpaHeadsView,
     SdpaOutputMerge, Slice, Softmax, ToDtype,
 };
@@ -249,24 +249,23 @@ pub fn rotated_heads_view(
     grads_heads_first: bool,
     sdpa: Option<(bool, f64)>,
 ) -> TensorId {
-    projection_heads_view(b, t, shape, grads_heads_first, sdpa, false)
+    projection_heads_view(b, t, shape, grads_heads_first, sdpa, HeadsOf::Other)
 }
 
-/// [`rotated_heads_view`] of any projection: `key` when it is SDPA's key operand as SDPA reads
-/// it (see [`SdpaHeadsView`]).
+/// [`rotated_heads_view`] of any projection, `of` the operand it makes ([`HeadsOf`]).
 fn projection_heads_view(
     b: &mut GraphBuilder,
     t: TensorId,
     shape: Vec<u64>,
     copied: bool,
     sdpa: Option<(bool, f64)>,
-    key: bool,
+    of: HeadsOf,
 ) -> TensorId {
     let op = SdpaHeadsView {
         shape,
         copied,
         sdpa,
-        key,
+        of,
     };
     b.op(op, &[t])
 }
@@ -327,12 +326,12 @@ pub fn heads_view(
     heads: u64,
     copied: bool,
     sdpa: Option<(bool, f64)>,
-    key: bool,
+    of: HeadsOf,
 ) -> TensorId {
     let s = b.shape(t).to_vec();
     let (bsz, seq, e) = (s[0], s[1], s[2]);
     let shape = vec![bsz, seq, heads, e / heads];
-    let t = projection_heads_view(b, t, shape, copied, sdpa, key);
+    let t = projection_heads_view(b, t, shape, copied, sdpa, of);
     view(b, "transpose", t, vec![bsz, heads, seq, e / heads])
 }
 
@@ -1534,7 +1533,7 @@ pub fn encoder_self_attention(
             // the attention's dtype
             Some((mask, dtype)) => {
                 let attn = Some((true, dropout_p));
-                let [q, k, v] = heads_of(qkv, |t, key| heads_view(b, t, heads, false, attn, key));
+                let [q, k, v] = heads_of(qkv, |t, of| heads_view(b, t, heads, false, attn, of));
                 sdpa_masked(b, q, (k, v, false), mask, dropout_p, dtype, |b, o| {
                     merge_heads(b, o, (true, dropout_p))
                 })
@@ -1552,10 +1551,14 @@ pub fn encoder_self_attention(
     (o, Some(w))
 }
 
-/// `f(t, key)` for each of q, k and v, `key` for k.
-fn heads_of(qkv: [TensorId; 3], mut f: impl FnMut(TensorId, bool) -> TensorId) -> [TensorId; 3] {
+/// `f(t, of)` for each of q, k and v, the `Linear` projections' outputs.
+fn heads_of(qkv: [TensorId; 3], mut f: impl FnMut(TensorId, HeadsOf) -> TensorId) -> [TensorId; 3] {
     let [q, k, v] = qkv;
-    [f(q, false), f(k, true), f(v, false)]
+    [
+        f(q, HeadsOf::Other),
+        f(k, HeadsOf::KeyOfLinear),
+        f(v, HeadsOf::Other),
+    ]
 }
 
 /// Multi-head attention core shared by the encoders: q, k, v `[B, S, E]` projections are viewed
@@ -1603,14 +1606,18 @@ pub fn decoder_heads(
     heads: u64,
     call: &Call,
     dropout_p: f64,
-    key: bool,
+    of: HeadsOf,
 ) -> TensorId {
     if call.eager_mask.is_some() && call.cache.is_none() {
         eager_heads(b, t, heads, false)
     } else {
         // with a cache SDPA reads the cache's concatenation, not the view
-        let key = key && call.cache.is_none();
-        heads_view(b, t, heads, false, call.sdpa_view(dropout_p), key)
+        let of = if call.cache.is_some() {
+            HeadsOf::Other
+        } else {
+            of
+        };
+        heads_view(b, t, heads, false, call.sdpa_view(dropout_p), of)
     }
 }
 
@@ -1623,7 +1630,7 @@ pub fn decoder_heads(
 pub fn eager_heads(b: &mut GraphBuilder, t: TensorId, heads: u64, key: bool) -> TensorId {
     if key {
         let t = eager_key_rows(b, t);
-        return heads_view(b, t, heads, false, None, false);
+        return heads_view(b, t, heads, false, None, HeadsOf::Other);
     }
     let s = b.shape(t).to_vec();
     let (bsz, seq, e) = (s[0], s[1], s[2]);

@@ -5,7 +5,7 @@
 //! after its projection, SDPA `is_causal` or eager attention, functional dropout, then `fc1` + activation + `fc2` on
 //! the flattened `[B·S, E]` rows), a final LayerNorm, and an `lm_head` tied to `embed_tokens`.
 
-use vramscope_core::ops::{Aten, DTypeRule, LayerNorm, Linear};
+use vramscope_core::ops::{Aten, DTypeRule, HeadsOf, LayerNorm, Linear};
 use vramscope_core::{DType, Graph, GraphBuilder, TensorId};
 
 use super::activation::{self, HfActivation};
@@ -302,7 +302,7 @@ fn layer(
         // views (backward runs the nodes last made first)
         let q = linear(b, "q_proj", e, e, s.bias, x);
         let q = mul_scalar(b, q);
-        let q = decoder_heads(b, q, s.heads, call, s.attn_dropout, false);
+        let q = decoder_heads(b, q, s.heads, call, s.attn_dropout, HeadsOf::Other);
         let k = linear(b, "k_proj", e, e, s.bias, x);
         // eager attention without a cache: k's gradient is copied by k_proj's rows, not at
         // its view
@@ -317,14 +317,21 @@ fn layer(
             let attn = (!eager_k)
                 .then_some(call.sdpa_view(s.attn_dropout))
                 .flatten();
-            heads_view(b, k, s.heads, cached_grads, attn, false)
+            heads_view(b, k, s.heads, cached_grads, attn, HeadsOf::Other)
         } else {
-            decoder_heads(b, k, s.heads, call, s.attn_dropout, true)
+            decoder_heads(b, k, s.heads, call, s.attn_dropout, HeadsOf::KeyOfLinear)
         };
         let v = if cached_grads {
-            heads_view(b, v, s.heads, true, call.sdpa_view(s.attn_dropout), false)
+            heads_view(
+                b,
+                v,
+                s.heads,
+                true,
+                call.sdpa_view(s.attn_dropout),
+                HeadsOf::Other,
+            )
         } else {
-            decoder_heads(b, v, s.heads, call, s.attn_dropout, false)
+            decoder_heads(b, v, s.heads, call, s.attn_dropout, HeadsOf::Other)
         };
         let o = cached_attention(b, call, index, q, k, v, s.attn_dropout, m.attention);
         linear(b, "out_proj", e, e, s.bias, o)

@@ -34,7 +34,7 @@ use std::cell::RefCell;
 
 use vramscope_core::ir::Task;
 use vramscope_core::ops::{
-    Alias, Aten, Autocast, DTypeRule, GradIn, Linear, LogSoftmax, MatMul, NllLoss, Saved,
+    Alias, Aten, Autocast, DTypeRule, GradIn, HeadsOf, Linear, LogSoftmax, MatMul, NllLoss, Saved,
     ScaledDotProductAttentionBias, SdpaHeadsView, SdpaOutputMerge, Softmax, MEM_EFF_MASK_ALIGNMENT,
 };
 use vramscope_core::{DType, Graph, GraphBuilder, Precision, TensorId};
@@ -1037,7 +1037,11 @@ fn attention(
             shape: vec![bsz, l, hn, dk],
             copied: false,
             sdpa: Some((true, s.dropout)),
-            key: key && !cache_for_k,
+            of: if key && !cache_for_k {
+                HeadsOf::KeyOfLinear
+            } else {
+                HeadsOf::Other
+            },
         };
         let t = b.op(op, &[t]);
         view(b, "transpose", t, vec![bsz, hn, l, dk])
