@@ -2003,7 +2003,7 @@ impl<'g> Sim<'g> {
         // keeps until autocast has been left: they go in the order the forward would have
         // released them from the stop on (inner frames first, each frame's locals first to
         // last), then what outlives the block (and the frame's inputs), in graph order
-        for n in end.saturating_sub(1).max(first)..self.regions[r].end {
+        for n in self.regions[r].last_saving.unwrap_or(first)..self.regions[r].end {
             self.release_scheduled(&mut env, &hold, n, false);
         }
         for slot in env.iter_mut() {

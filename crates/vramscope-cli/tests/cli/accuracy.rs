@@ -212,8 +212,7 @@ fn fused_optimizer_cases_match_truth() {
 /// locals were modelled). Byte-exact in every phase.
 #[test]
 fn adafactor_cases_match_truth() {
-    check_tight("adafactor.jsonl", 8);
-    assert_phases_within(&cases("adafactor.jsonl"), 0.0);
+    check_exact("adafactor.jsonl", 8);
 }
 
 /// Random configs trained with the optimizers measure.py does not ship (Adam, Adagrad, RMSprop,
@@ -221,8 +220,7 @@ fn adafactor_cases_match_truth() {
 /// Byte-exact in every phase.
 #[test]
 fn random_optimizer_cases_match_truth() {
-    check_tight("hf_random_optimizers.jsonl", 12);
-    assert_phases_within(&cases("hf_random_optimizers.jsonl"), 0.0);
+    check_exact("hf_random_optimizers.jsonl", 12);
 }
 
 /// Random causal LMs trained with the parameters of 1-3 random name patterns frozen (`--freeze`:
@@ -230,8 +228,7 @@ fn random_optimizer_cases_match_truth() {
 /// `validation/make_random_freeze_fixtures.sh`, seed 2610). Byte-exact in every phase.
 #[test]
 fn random_freeze_cases_match_truth() {
-    check_tight("hf_random_freeze.jsonl", 16);
-    assert_phases_within(&cases("hf_random_freeze.jsonl"), 0.0);
+    check_exact("hf_random_freeze.jsonl", 16);
 }
 
 /// Rope scaling computed at construction (`validation/make_rope_init_fixtures.sh`): Llama and
@@ -241,8 +238,7 @@ fn random_freeze_cases_match_truth() {
 /// case 8, a yarn Llama). Byte-exact in every phase.
 #[test]
 fn rope_scaling_init_cases_match_truth() {
-    check_tight("hf_rope_init.jsonl", 3);
-    assert_phases_within(&cases("hf_rope_init.jsonl"), 0.0);
+    check_exact("hf_rope_init.jsonl", 3);
 }
 
 /// `"sliding_window": null` with `use_sliding_window` (`validation/make_null_window_fixtures.sh`,
@@ -251,8 +247,7 @@ fn rope_scaling_init_cases_match_truth() {
 /// peak, random config 3017 led there). Byte-exact in every phase.
 #[test]
 fn null_sliding_window_cases_match_truth() {
-    check_tight("hf_null_window.jsonl", 3);
-    assert_phases_within(&cases("hf_null_window.jsonl"), 0.0);
+    check_exact("hf_null_window.jsonl", 3);
 }
 
 /// GPT-2 with `add_cross_attention`, run alone (`validation/make_cross_attention_fixtures.sh`):
@@ -262,12 +257,10 @@ fn null_sliding_window_cases_match_truth() {
 /// every phase (fp32 and AMP bf16 AdamW with checkpointing, fp16 inference, bf16 parameters).
 #[test]
 fn gpt2_cross_attention_cases_match_truth() {
-    check_tight("hf_cross_attention.jsonl", 4);
-    assert_phases_within(&cases("hf_cross_attention.jsonl"), 0.0);
+    check_exact("hf_cross_attention.jsonl", 4);
     // its `model.generate()` (fp32, AMP bf16; `validation/make_cross_attention_generate_fixtures.sh`):
     // the cache is an EncoderDecoderCache whose cross-attention half stays empty
-    check_tight("hf_cross_attention_generate.jsonl", 2);
-    assert_phases_within(&cases("hf_cross_attention_generate.jsonl"), 0.0);
+    check_exact("hf_cross_attention_generate.jsonl", 2);
 }
 
 /// Head dims no fused attention kernel takes as they are (`validation/make_head_dims_fixtures.sh`;
@@ -278,32 +271,27 @@ fn gpt2_cross_attention_cases_match_truth() {
 /// with k and v repeated (`repeat_kv`; -0.34%). Byte-exact in every phase.
 #[test]
 fn head_dims_outside_the_fused_kernels_match_truth() {
-    check_tight("hf_head_dims.jsonl", 16);
-    assert_phases_within(&cases("hf_head_dims.jsonl"), 0.0);
+    check_exact("hf_head_dims.jsonl", 16);
     // their `model.generate()` (decode steps through padded flash attention and the math
     // fallback, one query over GQA heads past 256) and padded batches, whose mask rules flash
     // attention out: half precision runs the math fallback in float32
     // (`validation/make_head_dims_more_fixtures.sh`)
-    check_tight("hf_head_dims_more.jsonl", 8);
-    assert_phases_within(&cases("hf_head_dims_more.jsonl"), 0.0);
+    check_exact("hf_head_dims_more.jsonl", 8);
     // random T5 / mT5 / UMT5 steps with d_kv 6, 10 or 12 (`random_configs.py 3104 --t5
     // --odd-heads --pad`): the position bias is a mask, so the math fallback runs wherever flash
     // attention would have padded; 10 of the 16 were over 2% before
     // (`validation/make_random_t5_odd_heads_fixtures.sh`)
-    check_tight("hf_random_t5_odd_heads.jsonl", 16);
-    assert_phases_within(&cases("hf_random_t5_odd_heads.jsonl"), 0.0);
+    check_exact("hf_random_t5_odd_heads.jsonl", 16);
     // two checkpointed mT5 steps of `random_configs.py 3123` (`make_t5_odd_ckpt_fixtures.sh`):
     // reserved was 14% and 25% low while the math fallback's backward released a recomputed
     // node's saved tensors after its incoming gradient (they are the node's unpacked locals,
     // gone first), copied the key's gradient at its view, and cast a bf16 mask's gradient after
     // the last `bmm` instead of before it; byte-exact in every phase since
-    check_tight("hf_t5_odd_ckpt.jsonl", 2);
-    assert_phases_within(&cases("hf_t5_odd_ckpt.jsonl"), 0.0);
+    check_exact("hf_t5_odd_ckpt.jsonl", 2);
     // a UMT5 step at batch 2 (`random_configs.py 3233`, `make_t5_odd_umt5_fixtures.sh`): the
     // key's gradient, which the view takes as it is, is copied to rows by its projection's
     // matmul; 17% low on reserved memory while nothing copied it
-    check_tight("hf_t5_odd_umt5.jsonl", 1);
-    assert_phases_within(&cases("hf_t5_odd_umt5.jsonl"), 0.0);
+    check_exact("hf_t5_odd_umt5.jsonl", 1);
     // a checkpointed mT5 step at batch 4 (`make_t5_odd_mt5_ckpt_fixtures.sh`): allocated exact
     // in every phase; reserved 4% high, a known gap (the broadcast position bias's gradient is
     // summed and cast inside the math fallback's backward, before its last bmm, in truth), so
@@ -344,8 +332,7 @@ fn random_mixed_cases_match_truth() {
 /// the 2-layer Phi-3 mini past a 64-token window and at 4096 tokens. Byte-exact in every phase.
 #[test]
 fn phi3_window_cases_match_truth() {
-    check_tight("hf_phi3_window.jsonl", 3);
-    assert_phases_within(&cases("hf_phi3_window.jsonl"), 0.0);
+    check_exact("hf_phi3_window.jsonl", 3);
 }
 
 /// Full-width per-token heads and bare models (`validation/make_large_head_fixtures.sh`): a bare
@@ -355,8 +342,7 @@ fn phi3_window_cases_match_truth() {
 /// every phase.
 #[test]
 fn large_head_cases_match_truth() {
-    check_tight("hf_large_heads.jsonl", 2);
-    assert_phases_within(&cases("hf_large_heads.jsonl"), 0.0);
+    check_exact("hf_large_heads.jsonl", 2);
 }
 
 /// Eager attention's k gradient by batch size (`validation/make_eager_batch_fixtures.sh`): bmm
@@ -366,8 +352,7 @@ fn large_head_cases_match_truth() {
 /// batches 1 and 4. Byte-exact in every phase.
 #[test]
 fn eager_batch_cases_match_truth() {
-    check_tight("hf_eager_batch.jsonl", 6);
-    assert_phases_within(&cases("hf_eager_batch.jsonl"), 0.0);
+    check_exact("hf_eager_batch.jsonl", 6);
 }
 
 /// T5 at a target length that is not a multiple of 8 (`validation/make_t5_unaligned_fixtures.sh`):
@@ -379,8 +364,7 @@ fn eager_batch_cases_match_truth() {
 /// in every phase.
 #[test]
 fn t5_unaligned_cases_match_truth() {
-    check_tight("hf_t5_unaligned.jsonl", 3);
-    assert_phases_within(&cases("hf_t5_unaligned.jsonl"), 0.0);
+    check_exact("hf_t5_unaligned.jsonl", 3);
 }
 
 /// Activations other than each family's default (`validation/make_activation_fixtures.sh`):
@@ -391,8 +375,7 @@ fn t5_unaligned_cases_match_truth() {
 /// temporaries are half too (they were float32 before). Byte-exact in every phase.
 #[test]
 fn activation_cases_match_truth() {
-    check_tight("hf_activations.jsonl", 18);
-    assert_phases_within(&cases("hf_activations.jsonl"), 0.0);
+    check_exact("hf_activations.jsonl", 18);
 }
 
 /// Mixture-of-Experts configs with `output_router_logits: true`
@@ -409,8 +392,7 @@ fn activation_cases_match_truth() {
 /// --moe --knobs --generate --medium` case 15 was +0.03% before). Byte-exact in every phase.
 #[test]
 fn router_logits_cases_match_truth() {
-    check_tight("hf_router_logits.jsonl", 14);
-    assert_phases_within(&cases("hf_router_logits.jsonl"), 0.0);
+    check_exact("hf_router_logits.jsonl", 14);
 }
 
 /// Mixtral with `router_jitter_noise` (`validation/make_router_jitter_fixtures.sh`): in training
@@ -419,8 +401,7 @@ fn router_logits_cases_match_truth() {
 /// LoRA. Byte-exact in every phase.
 #[test]
 fn router_jitter_cases_match_truth() {
-    check_tight("hf_router_jitter.jsonl", 5);
-    assert_phases_within(&cases("hf_router_jitter.jsonl"), 0.0);
+    check_exact("hf_router_jitter.jsonl", 5);
 }
 
 /// Config fields that change the modules (`validation/make_config_field_fixtures.sh`): OPT with
@@ -433,8 +414,7 @@ fn router_jitter_cases_match_truth() {
 /// panicked on it). Byte-exact in every phase.
 #[test]
 fn config_field_cases_match_truth() {
-    check_tight("hf_config_fields.jsonl", 8);
-    assert_phases_within(&cases("hf_config_fields.jsonl"), 0.0);
+    check_exact("hf_config_fields.jsonl", 8);
 }
 
 /// Padded batches (`--padded`: the batch's `attention_mask` passed to the model, as a padding
@@ -549,8 +529,7 @@ fn onnx_exports_of_custom_models_match_truth() {
 /// in every phase.
 #[test]
 fn eager_generation_past_the_window_cases_match_truth() {
-    check_tight("hf_generate_eager_window.jsonl", 9);
-    assert_phases_within(&cases("hf_generate_eager_window.jsonl"), 0.0);
+    check_exact("hf_generate_eager_window.jsonl", 9);
 }
 
 /// `model.generate()` of the Mixture-of-Experts decoders with eager attention
@@ -559,8 +538,7 @@ fn eager_generation_past_the_window_cases_match_truth() {
 /// phase.
 #[test]
 fn moe_eager_generation_cases_match_truth() {
-    check_tight("hf_generate_moe_eager.jsonl", 6);
-    assert_phases_within(&cases("hf_generate_moe_eager.jsonl"), 0.0);
+    check_exact("hf_generate_moe_eager.jsonl", 6);
 }
 
 /// Qwen2 with `use_sliding_window` (its layers from `max_window_layers` on slide) and Qwen3 with
@@ -570,8 +548,7 @@ fn moe_eager_generation_cases_match_truth() {
 /// `use_cache` fills the same caches. Byte-exact in every phase.
 #[test]
 fn per_layer_sliding_cache_cases_match_truth() {
-    check_tight("hf_sliding_layers.jsonl", 7);
-    assert_phases_within(&cases("hf_sliding_layers.jsonl"), 0.0);
+    check_exact("hf_sliding_layers.jsonl", 7);
 }
 
 /// Left-padded `model.generate()` past a sliding window of 64
@@ -582,8 +559,7 @@ fn per_layer_sliding_cache_cases_match_truth() {
 /// covered every position). Byte-exact in every phase.
 #[test]
 fn padded_generation_past_the_window_cases_match_truth() {
-    check_tight("hf_generate_padded_window.jsonl", 9);
-    assert_phases_within(&cases("hf_generate_padded_window.jsonl"), 0.0);
+    check_exact("hf_generate_padded_window.jsonl", 9);
 }
 
 /// Pure float16 / bfloat16 models (`validation/make_pure_half_fixtures.sh`): eager attention's
@@ -596,8 +572,7 @@ fn padded_generation_past_the_window_cases_match_truth() {
 /// Llama family, Gemma2, Gemma3, OPT and Mixtral. Byte-exact in every phase.
 #[test]
 fn pure_half_precision_cases_match_truth() {
-    check_tight("hf_pure_half.jsonl", 13);
-    assert_phases_within(&cases("hf_pure_half.jsonl"), 0.0);
+    check_exact("hf_pure_half.jsonl", 13);
 }
 
 /// Eager-attention generations of models with one kv head
@@ -608,8 +583,7 @@ fn pure_half_precision_cases_match_truth() {
 /// pure bf16 model's matmul copies them itself. Byte-exact in every phase.
 #[test]
 fn mqa_eager_generation_cases_match_truth() {
-    check_tight("hf_generate_eager_mqa.jsonl", 4);
-    assert_phases_within(&cases("hf_generate_eager_mqa.jsonl"), 0.0);
+    check_exact("hf_generate_eager_mqa.jsonl", 4);
 }
 
 /// The Qwen MoE decoders with `use_sliding_window`, a window of 64
@@ -621,8 +595,7 @@ fn mqa_eager_generation_cases_match_truth() {
 /// AMP bf16, left-padded) and the bare model's cached forward. Byte-exact in every phase.
 #[test]
 fn qwen_moe_sliding_window_cases_match_truth() {
-    check_tight("hf_moe_sliding.jsonl", 22);
-    assert_phases_within(&cases("hf_moe_sliding.jsonl"), 0.0);
+    check_exact("hf_moe_sliding.jsonl", 22);
 }
 
 /// GPT-2 with `reorder_and_upcast_attn` under eager attention
@@ -634,8 +607,7 @@ fn qwen_moe_sliding_window_cases_match_truth() {
 /// Byte-exact in every phase.
 #[test]
 fn gpt2_upcast_attention_cases_match_truth() {
-    check_tight("hf_gpt2_upcast.jsonl", 12);
-    assert_phases_within(&cases("hf_gpt2_upcast.jsonl"), 0.0);
+    check_exact("hf_gpt2_upcast.jsonl", 12);
 }
 
 /// Mixture-of-Experts models with one expert per token (`validation/make_moe_top1_fixtures.sh`):
@@ -644,8 +616,7 @@ fn gpt2_upcast_attention_cases_match_truth() {
 /// --medium` case 4, a Qwen3-MoE classifier, was +17.43%). Byte-exact in every phase.
 #[test]
 fn top1_moe_cases_match_truth() {
-    check_tight("hf_moe_top1.jsonl", 5);
-    assert_phases_within(&cases("hf_moe_top1.jsonl"), 0.0);
+    check_exact("hf_moe_top1.jsonl", 5);
 }
 
 /// Gradient-checkpointed Mixture-of-Experts steps without bf16 autocast
@@ -656,8 +627,7 @@ fn top1_moe_cases_match_truth() {
 /// truth event by event.
 #[test]
 fn checkpointed_moe_cases_match_truth() {
-    check_tight("hf_moe_checkpoint.jsonl", 7);
-    assert_phases_within(&cases("hf_moe_checkpoint.jsonl"), 0.0);
+    check_exact("hf_moe_checkpoint.jsonl", 7);
 }
 
 /// Encoder-decoder generation (`validation/make_t5_generate_fixtures.sh`; vramscope refused it
@@ -669,8 +639,7 @@ fn checkpointed_moe_cases_match_truth() {
 /// Byte-exact in every phase.
 #[test]
 fn t5_generation_cases_match_truth() {
-    check_tight("hf_t5_generate.jsonl", 13);
-    assert_phases_within(&cases("hf_t5_generate.jsonl"), 0.0);
+    check_exact("hf_t5_generate.jsonl", 13);
 }
 
 /// Generation without a cache (`validation/make_generate_no_cache_fixtures.sh`; `--use-cache
@@ -749,8 +718,7 @@ fn generation_of_a_4bit_model_matches_truth() {
 /// steps' fragmentation) is byte-exact too. Byte-exact in every phase.
 #[test]
 fn encoder_decoder_generation_without_a_cache_matches_truth() {
-    check_tight("hf_t5_no_cache.jsonl", 14);
-    assert_phases_within(&cases("hf_t5_no_cache.jsonl"), 0.0);
+    check_exact("hf_t5_no_cache.jsonl", 14);
 }
 
 /// T5 trained and run on one-token targets (`validation/make_py_fixtures.sh t5_one_target
@@ -775,8 +743,7 @@ fn t5_on_one_token_targets_matches_truth() {
 /// the strided `v` inside the call, after autocast's cast of `p`. Byte-exact in every phase.
 #[test]
 fn onnx_written_out_attention_cases_match_truth() {
-    check_tight("onnx_softmax.jsonl", 5);
-    assert_phases_within(&cases("onnx_softmax.jsonl"), 0.0);
+    check_exact("onnx_softmax.jsonl", 5);
 }
 
 /// The committed torchvision exports (fixtures/onnx/*.onnx, batch axis dynamic, 224×224 and
@@ -1258,8 +1225,7 @@ fn padded_head_cases_match_truth() {
 /// engine refused all 22. Peaks byte-exact; held to 0.1% allocated and 0.5% reserved.
 #[test]
 fn padded_decoder_head_cases_match_truth() {
-    check_tight("hf_padded_decoder_heads.jsonl", 22);
-    assert_phases_within(&cases("hf_padded_decoder_heads.jsonl"), 0.0);
+    check_exact("hf_padded_decoder_heads.jsonl", 22);
 }
 
 /// Left-padded generations (`validation/make_generate_padded_fixtures.sh`:
@@ -1363,6 +1329,12 @@ fn odd_shape_cases_are_within_a_tenth_of_a_percent() {
 
 /// [`check`] on a fixture of `count` cases, then every case's peaks held tighter: allocated
 /// within 0.1% and reserved within 0.5% (the fixtures whose cases are byte-exact at their peaks).
+/// [`check_tight`], and every phase byte-exact.
+fn check_exact(file: &str, count: usize) {
+    check_tight(file, count);
+    assert_phases_within(&cases(file), 0.0);
+}
+
 fn check_tight(file: &str, count: usize) {
     let all = cases(file);
     assert_eq!(all.len(), count, "{file}");

@@ -329,28 +329,17 @@ fn backward(ctx: &OpCtx, call: &MathCall) -> (Program, [usize; 3], Option<usize>
     // engine is done with it), or, recomputed under a checkpoint, before it: the node's own
     // unpacked references die as its `apply` returns, the last unpacked first
     let unpacked = ctx.saved_unpacked;
-    let incoming = |p: &mut Program| match grad {
-        Some(g) => p.free(g),
-        None => p.step(Scratch::DropIncoming),
-    };
     // `bmm`: `mat2` (v's) is released before `self`, or unpacked after it
     let bmm_saved = if call.dropout { [3, 4] } else { [3, NONE] };
-    if !unpacked {
-        incoming(&mut p);
-    }
-    for s in ordered(bmm_saved, unpacked) {
-        p.step(Scratch::ReleaseSaved(s));
-    }
-    if unpacked {
-        incoming(&mut p);
-    }
+    let incoming = grad.map_or(Scratch::DropIncoming, Scratch::Free);
+    node_end(&mut p, incoming, bmm_saved, unpacked);
     if call.dropout {
         let g = p.alloc(z.scores, "dropout backward");
-        node_end(&mut p, probs_grad, &[5], unpacked);
+        node_end(&mut p, Scratch::Free(probs_grad), [5, NONE], unpacked);
         probs_grad = g;
     }
     let scores_grad = p.alloc(z.scores, "softmax backward");
-    node_end(&mut p, probs_grad, &[2], unpacked);
+    node_end(&mut p, Scratch::Free(probs_grad), [2, NONE], unpacked);
     // the mask's gradient: `AddBackward0` hands the scores' gradient to the mask as it is, or
     // casts it to a half mask's dtype (`validate_outputs`) before `bmm` runs, which then frees
     // the scores' gradient as its incoming one (truth traces of mT5 in AMP bf16)
@@ -369,7 +358,7 @@ fn backward(ctx: &OpCtx, call: &MathCall) -> (Program, [usize; 3], Option<usize>
             p.step(Scratch::ReleaseSaved(s));
         }
     } else {
-        node_end(&mut p, scores_grad, &[1, 0], unpacked);
+        node_end(&mut p, Scratch::Free(scores_grad), [1, 0], unpacked);
     }
     let mut k = p.alloc(z.k * z.rep, "k's gradient");
     p.free(k_bmm);
@@ -413,22 +402,18 @@ fn ordered(saved: [usize; 2], unpacked: bool) -> impl Iterator<Item = usize> {
     [a, b].into_iter().filter(|&s| s != NONE)
 }
 
-/// The end of a backward node whose incoming gradient is the program's allocation `incoming`:
-/// it and the node's `saved` tensors go in the order [`ordered`] describes.
-fn node_end(p: &mut Program, incoming: usize, saved: &[usize], unpacked: bool) {
+/// The end of a backward node: the step that releases its incoming gradient (a program
+/// allocation's `Free`, or the op's own `DropIncoming`) and its `saved` tensors ([`NONE`] for a
+/// second it does not have), in the order [`ordered`] describes.
+fn node_end(p: &mut Program, incoming: Scratch, saved: [usize; 2], unpacked: bool) {
     if !unpacked {
-        p.free(incoming);
+        p.step(incoming);
     }
-    let saved = match *saved {
-        [a] => [a, NONE],
-        [a, b] => [a, b],
-        _ => unreachable!("a backward node here saves one or two tensors"),
-    };
     for s in ordered(saved, unpacked) {
         p.step(Scratch::ReleaseSaved(s));
     }
     if unpacked {
-        p.free(incoming);
+        p.step(incoming);
     }
 }
 

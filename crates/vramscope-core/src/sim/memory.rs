@@ -357,12 +357,13 @@ impl MemoryFeed {
     /// Moves the model to a thread of its own (it stays here when no thread can be started: a
     /// limit on threads).
     fn start_thread(&mut self) {
-        let placeholder = Destination::Here(Box::new(MemoryModel::empty()));
-        let Destination::Here(model) = std::mem::replace(&mut self.to, placeholder) else {
-            unreachable!("the model is on this thread until it moves, once")
+        // the model is on this thread until it moves, once
+        let Destination::Here(here) = &mut self.to else {
+            return;
         };
+        let model = std::mem::replace(&mut **here, MemoryModel::empty());
         let shared = Arc::new(Shared {
-            model: Mutex::new(*model),
+            model: Mutex::new(model),
             queue: Mutex::new(VecDeque::new()),
             waiting: AtomicUsize::new(0),
             spare: Mutex::new(Vec::new()),

@@ -1025,8 +1025,9 @@ fn attention(
     let src = kv.unwrap_or(x);
     let kv_len = b.shape(src)[1];
     let (hn, dk, inner) = (s.heads, s.d_kv, s.inner());
-    // with a cache SDPA reads k from the cache's concatenation rather than from its view
-    let cache_for_k = s.use_cache && (causal || kv.is_some());
+    // the attention reads k and v from a cache's concatenations (a generation's decode steps
+    // among them), and SDPA k from that rather than from its view
+    let cached = s.use_cache && (causal || kv.is_some());
     let heads = |b: &mut GraphBuilder, t: TensorId, l: u64, key: bool| {
         if s.eager.is_some() {
             return eager_heads(b, t, hn, key);
@@ -1037,7 +1038,7 @@ fn attention(
             shape: vec![bsz, l, hn, dk],
             copied: false,
             sdpa: Some((true, s.dropout)),
-            of: if key && !cache_for_k {
+            of: if key && !cached {
                 HeadsOf::KeyOfLinear
             } else {
                 HeadsOf::Other
@@ -1076,7 +1077,6 @@ fn attention(
             }
         }
     };
-    let cached = decoding || (s.use_cache && (causal || kv.is_some()));
     // the keys' length: the cached positions and this forward's
     let kv_len = b.shape(k4)[2];
     // query_states, key_states, value_states are locals until forward returns
