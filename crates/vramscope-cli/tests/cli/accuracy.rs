@@ -1002,6 +1002,15 @@ fn unseen_checkpoint_cases_match_truth() {
     check("hf_unseen.jsonl");
 }
 
+/// Two more real checkpoints' configs at full depth (`validation/make_unseen_small_fixtures.sh`):
+/// Gemma-3-270M (4 heads of 256 over a hidden 640, a 512-token sliding window on five layers in
+/// six, a 262,144-token vocabulary) and Qwen3-0.6B (tied, q/k norms), AMP bf16 with and without
+/// checkpointing; byte-exact in every phase.
+#[test]
+fn unseen_small_checkpoint_cases_match_truth() {
+    check_exact("hf_unseen_small.jsonl", 4);
+}
+
 /// More real checkpoints' shapes, cut to 2 layers (`validation/make_unseen_shape_fixtures.sh`):
 /// Mistral-NeMo (head_dim 128 under 5120 / 32 heads), Qwen3-30B-A3B (128 experts, top 8),
 /// Qwen2-57B-A14B (a 20480-wide shared expert), Phi-3-medium (10 KV heads, AMP fp16 with
